@@ -1,0 +1,1 @@
+"""Models: T5 (encoder-decoder and decoder-only) and n-gram drafts."""
