@@ -1,0 +1,478 @@
+"""Autoregressive and speculative decoding as jitted `lax.while_loop` programs.
+
+Both loops drive models through the small `DecodeModel` contract (DESIGN.md), never T5 itself:
+
+    init(params, inputs [B, L_in], max_len) -> state       # encoder pass / prompt prefill
+    extend(params, state, tokens [B, K]) -> (logits [B, K, V] f32, state)
+    rewind(state, lengths [B]) -> state                     # per-row rollback
+
+A state exposes `lengths [B]` (tokens in its cache) and `pending [B]` (the last prefix token, not
+yet in the cache: BOS for an encoder-decoder, the prompt's last token for a decoder-only model).
+
+Speculative decoding (Leviathan et al. 2023, Algorithm 1), one loop iteration = one round, rows
+independent. Let S be a row's committed sequence (BOS, prompt, generated tokens). Invariants at the
+start of a round: the target cache holds S[:-1] (length T) and `last = S[-1]`; the draft cache
+holds S[:-1], or S[:-2] when the previous round accepted all G drafts (`lag`, the draft never saw
+x_G). A round:
+
+    draft:   rewind the draft to T - lag and feed two tokens, [S[-2], S[-1]] if lag else
+             [S[-1], S[-1]] (the second copy is a junk slot overwritten next); the logits at index
+             `lag` are q_1 and the draft now holds S. Then G - 1 single-token steps (`lax.scan`)
+             give q_2..q_G. x_i ~ q_i.                                   -> G draft calls
+    verify:  target.extend([last, x_1, .., x_G]) -> p_1..p_{G+1}         -> 1 target call
+    accept:  n, t = speculative_sample(p, q, x)   (sampling.py)
+    commit:  S += x_1..x_n, t  (cut at EOS and at max_decode_len); rewind the target to T + n + 1;
+             lag = (n == G).
+
+Example (G = 3): S = [BOS, a], T = 1. Drafts [b, c, d]; the target scores [a, b, c, d]; n = 1,
+t = e: S = [BOS, a, b, e], the target is rewound to 3 (holds BOS, a, b), last = e; the draft held
+[BOS, a, b, c] and will be rewound to 3 as well.
+
+The baseline, `autoregressive_decode`, is the same machinery with one target `extend` of one token
+per step, so speedups compare equally optimised programs.
+
+Shape legend: B batch, L length, K chunk, G gamma, V vocab, N max_decode_len.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any, Optional, Protocol, Tuple
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+
+from speculative import sampling as sampling_lib
+from speculative.models import t5
+
+Array = jax.Array
+EOS_ID = t5.EOS_ID
+
+
+class DecodeModel(Protocol):
+    """What the decode loops need from a model (see the module docstring)."""
+
+    params: Any
+    vocab_size: int
+    max_length: Optional[int]
+
+    def init(self, params, inputs: Array, max_len: int) -> Any: ...
+
+    def extend(self, params, state, tokens: Array) -> Tuple[Array, Any]: ...
+
+    def rewind(self, state, lengths: Array) -> Any: ...
+
+    def prefix_length(self, input_length: int) -> int: ...
+
+
+@struct.dataclass
+class _T5Model:
+    """Adapter from a T5 flax module + params to the `DecodeModel` contract (a pytree: the
+    module is static, the params are traced, so jitted loops take it as an argument)."""
+
+    module: nn.Module = struct.field(pytree_node=False)
+    params: Any
+    max_length: Optional[int] = struct.field(pytree_node=False, default=None)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.module.config.vocab_size
+
+    def init(self, params, inputs, max_len):
+        return self.module.apply({"params": params}, inputs, max_len, method="init_cache")
+
+    def extend(self, params, state, tokens):
+        return self.module.apply({"params": params}, state, tokens, method="extend")
+
+    def rewind(self, state, lengths):
+        return t5.rewind(state, lengths)
+
+
+@struct.dataclass
+class EncoderDecoderModel(_T5Model):
+    """A `t5.Transformer` as a DecodeModel: `inputs` are encoder tokens (0 = padding)."""
+
+    def __post_init__(self):
+        if not isinstance(self.module, t5.Transformer):
+            raise TypeError(
+                f"EncoderDecoderModel needs a t5.Transformer, got {type(self.module).__name__}; "
+                "use DecoderOnlyModel for a t5.DecoderOnly.")
+
+    def prefix_length(self, input_length: int) -> int:
+        return 0  # the decoder cache starts empty; BOS is pending.
+
+
+@struct.dataclass
+class DecoderOnlyModel(_T5Model):
+    """A `t5.DecoderOnly` as a DecodeModel: `inputs` are prompts right-padded with 0."""
+
+    def __post_init__(self):
+        if not isinstance(self.module, t5.DecoderOnly):
+            raise TypeError(
+                f"DecoderOnlyModel needs a t5.DecoderOnly, got {type(self.module).__name__}; "
+                "use EncoderDecoderModel for a t5.Transformer.")
+
+    def prefix_length(self, input_length: int) -> int:
+        return input_length + 1  # BOS + prompt
+
+
+@struct.dataclass
+class DecodeStats:
+    """Counters of one decode call. Per-row arrays are `[B]`; totals are properties.
+
+    `target_calls[b]` counts the rounds in which row b was still decoding (one batched target
+    forward serves all rows, so `rounds` is the number of target forwards the batch paid for).
+    `tested[b]` counts drafted positions that the accept test examined (the accepted ones and
+    the first rejected one); `beta_sum[b]` sums beta = sum_x min(p, q) over them, so
+    `alpha = beta_sum / tested` estimates the paper's alpha along the generated text.
+    """
+
+    rounds: Array  # [] loop iterations
+    target_calls: Array  # [B]
+    draft_calls: Array  # [B]
+    drafted: Array  # [B]
+    accepted: Array  # [B]
+    generated: Array  # [B] tokens emitted (up to EOS / max_decode_len)
+    beta_sum: Array  # [B]
+    tested: Array  # [B]
+    accepted_per_position: Array  # [B, G] (G = 0 for the baseline)
+
+    @property
+    def alpha(self) -> float:
+        tested = float(jnp.sum(self.tested))
+        return float(jnp.sum(self.beta_sum)) / tested if tested else float("nan")
+
+    @property
+    def alpha_per_row(self) -> np.ndarray:
+        tested = np.asarray(self.tested, np.float64)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.asarray(self.beta_sum, np.float64) / tested
+
+    @property
+    def tokens_per_target_call(self) -> float:
+        calls = float(jnp.sum(self.target_calls))
+        return float(jnp.sum(self.generated)) / calls if calls else float("nan")
+
+    @property
+    def tokens_per_target_call_per_row(self) -> np.ndarray:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.asarray(self.generated, np.float64) / np.asarray(self.target_calls)
+
+    def summary(self) -> dict:
+        """Totals as plain Python numbers (JSON-ready)."""
+        return {
+            "rounds": int(self.rounds),
+            "target_calls": int(jnp.sum(self.target_calls)),
+            "draft_calls": int(jnp.sum(self.draft_calls)),
+            "drafted": int(jnp.sum(self.drafted)),
+            "accepted": int(jnp.sum(self.accepted)),
+            "generated": int(jnp.sum(self.generated)),
+            "alpha": self.alpha,
+            "tokens_per_target_call": self.tokens_per_target_call,
+            "accepted_per_position": np.asarray(
+                jnp.sum(self.accepted_per_position, axis=0)).tolist(),
+        }
+
+
+@struct.dataclass
+class DecodeResult:
+    """`tokens [B, N]` int32 (0 after EOS), `lengths [B]` (tokens up to and including EOS)."""
+
+    tokens: Array
+    lengths: Array
+    stats: DecodeStats
+
+
+def _validate(models, inputs, max_decode_len, gamma=None):
+    if not isinstance(max_decode_len, (int, np.integer)) or max_decode_len < 1:
+        raise ValueError(f"max_decode_len={max_decode_len!r} is invalid: it must be an int >= 1.")
+    if gamma is not None and (not isinstance(gamma, (int, np.integer)) or gamma < 1):
+        raise ValueError(f"gamma={gamma!r} is invalid: draft at least one token (gamma >= 1).")
+    if inputs.ndim != 2:
+        raise ValueError(f"inputs must be [batch, length] token ids; got shape {inputs.shape}.")
+    if len(models) == 2 and models[0].vocab_size != models[1].vocab_size:
+        raise ValueError(
+            f"Target and draft vocabularies differ: target vocab_size={models[0].vocab_size}, "
+            f"draft vocab_size={models[1].vocab_size}; the draft must use the target's vocabulary.")
+    extra = 0 if gamma is None else gamma + 1
+    for name, model in zip(("target", "draft"), models):
+        need = model.prefix_length(inputs.shape[1]) + max_decode_len + extra
+        if model.max_length is not None and need > model.max_length:
+            raise ValueError(
+                f"The {name}'s cache holds {model.max_length} tokens but this call needs {need} "
+                f"(prefix {model.prefix_length(inputs.shape[1])} + max_decode_len "
+                f"{max_decode_len}" + (f" + gamma+1 {extra}" if extra else "") + "); shorten the "
+                "prompt or lower max_decode_len.")
+
+
+def _cache_len(model, inputs, max_decode_len, gamma):
+    return model.prefix_length(inputs.shape[1]) + max_decode_len + gamma + 2
+
+
+def _commit(tokens, num_generated, done, new, num_new, max_decode_len):
+    """Appends `new[b, :num_new[b]]` per row, cut after EOS and at max_decode_len.
+
+    Returns (tokens, num_generated, done, count) where count is how many were kept.
+    """
+    width = new.shape[1]
+    idx = jnp.arange(width)[None]
+    valid = idx < num_new[:, None]
+    is_eos = valid & (new == EOS_ID)
+    first_eos = jnp.where(jnp.any(is_eos, 1), jnp.argmax(is_eos, 1) + 1, width + 1)
+    count = jnp.minimum(jnp.minimum(num_new, first_eos), max_decode_len - num_generated)
+    count = jnp.where(done, 0, count)
+    window = jnp.where(idx < count[:, None], new, 0)
+    # Rows write at their own offset; zeros past `count` are overwritten by later rounds.
+    tokens = jnp.where(
+        done[:, None], tokens, t5.layers.write_rows(tokens, window, num_generated))
+    num_generated = num_generated + count
+    done = done | (first_eos <= count) | (num_generated >= max_decode_len)
+    return tokens, num_generated, done, count
+
+
+def _python_while(cond, body, state):
+    while bool(cond(state)):
+        state = body(state)
+    return state
+
+
+# ----------------------------------------------------------------------------------------------
+# Autoregressive baseline.
+
+
+@struct.dataclass
+class _ARState:
+    model_state: Any
+    last: Array  # [B]
+    tokens: Array  # [B, N + 1]
+    num_generated: Array  # [B]
+    done: Array  # [B]
+    rng: Array
+    rounds: Array
+    calls: Array  # [B]
+
+
+def _autoregressive_impl(model, inputs, rng, *, sampling, max_decode_len, debug=False):
+    batch = inputs.shape[0]
+    state = model.init(model.params, inputs, _cache_len(model, inputs, max_decode_len, 0))
+    init = _ARState(
+        model_state=state, last=state.pending,
+        tokens=jnp.zeros((batch, max_decode_len + 1), jnp.int32),
+        num_generated=jnp.zeros((batch,), jnp.int32), done=jnp.zeros((batch,), bool),
+        rng=rng, rounds=jnp.zeros((), jnp.int32), calls=jnp.zeros((batch,), jnp.int32))
+
+    def cond(s):
+        return jnp.any(~s.done) & (s.rounds < max_decode_len)
+
+    def body(s):
+        rng, step_rng = jax.random.split(s.rng)
+        old_len = s.model_state.lengths
+        logits, mstate = model.extend(model.params, s.model_state, s.last[:, None])
+        if sampling.greedy:
+            token = jnp.argmax(logits[:, 0], axis=-1).astype(jnp.int32)
+        else:
+            token = sampling_lib.sample(step_rng, sampling_lib.adjusted_probs(logits[:, 0], sampling))
+        active = ~s.done
+        tokens, num_generated, done, _ = _commit(
+            s.tokens, s.num_generated, s.done, token[:, None], jnp.ones_like(token),
+            max_decode_len)
+        advance = active & ~done
+        mstate = model.rewind(mstate, jnp.where(advance, old_len + 1, old_len))
+        return _ARState(
+            model_state=mstate, last=jnp.where(active, token, s.last), tokens=tokens,
+            num_generated=num_generated, done=done, rng=rng, rounds=s.rounds + 1,
+            calls=s.calls + active.astype(jnp.int32))
+
+    s = (_python_while if debug else jax.lax.while_loop)(cond, body, init)
+    zeros = jnp.zeros((batch,), jnp.int32)
+    stats = DecodeStats(
+        rounds=s.rounds, target_calls=s.calls, draft_calls=zeros, drafted=zeros, accepted=zeros,
+        generated=s.num_generated, beta_sum=jnp.zeros((batch,), jnp.float32), tested=zeros,
+        accepted_per_position=jnp.zeros((batch, 0), jnp.int32))
+    return DecodeResult(tokens=s.tokens[:, :max_decode_len], lengths=s.num_generated, stats=stats)
+
+
+_AR_STATIC = ("sampling", "max_decode_len", "debug")
+_AR_JIT = jax.jit(_autoregressive_impl, static_argnames=_AR_STATIC)
+
+
+def autoregressive_decode(
+    model: DecodeModel,
+    inputs: Array,
+    *,
+    rng: Array,
+    sampling: sampling_lib.SamplingConfig,
+    max_decode_len: int,
+    debug: bool = False,
+) -> DecodeResult:
+    """Decodes `inputs [B, L_in]` one target call per token (the baseline).
+
+    Compiles once per (input shapes, sampling, max_decode_len). `debug=True` runs the same step
+    function in a Python loop without jit (slow; for stepping through with a debugger).
+    """
+    inputs = jnp.asarray(inputs, jnp.int32)
+    _validate((model,), inputs, max_decode_len)
+    if debug:
+        return _autoregressive_impl(model, inputs, rng, sampling=sampling,
+                                    max_decode_len=max_decode_len, debug=True)
+    return _AR_JIT(model, inputs, rng, sampling=sampling, max_decode_len=max_decode_len)
+
+
+# ----------------------------------------------------------------------------------------------
+# Speculative decoding.
+
+
+@struct.dataclass
+class _SpecState:
+    target_state: Any
+    draft_state: Any
+    last: Array  # [B] S[-1]
+    prev: Array  # [B] S[-2] (only read when lag)
+    lag: Array  # [B] bool: the draft cache misses S[-2]
+    tokens: Array  # [B, N + G + 1]
+    num_generated: Array  # [B]
+    done: Array  # [B]
+    rng: Array
+    stats: DecodeStats
+
+
+def _draft(draft, s: _SpecState, rngs, sampling, gamma):
+    """Proposes G tokens per row. Returns (draft_state, x [B, G], q [B, G, V])."""
+    target_len = s.target_state.lengths
+    lag = s.lag.astype(jnp.int32)
+    dstate = draft.rewind(s.draft_state, target_len - lag)
+    first = jnp.stack([jnp.where(s.lag, s.prev, s.last), s.last], axis=1)
+    logits, dstate = draft.extend(draft.params, dstate, first)
+    dstate = draft.rewind(dstate, target_len + 1)  # holds S; the junk slot is masked
+    logits = jnp.take_along_axis(logits, lag[:, None, None], axis=1)[:, 0]
+
+    def propose(logits, rng):
+        q = sampling_lib.adjusted_probs(logits, sampling)
+        if sampling.greedy:
+            return jnp.argmax(q, axis=-1).astype(jnp.int32), q
+        return sampling_lib.sample(rng, q), q
+
+    x1, q1 = propose(logits, rngs[0])
+
+    def step(carry, rng):
+        dstate, x = carry
+        logits, dstate = draft.extend(draft.params, dstate, x[:, None])
+        x, q = propose(logits[:, 0], rng)
+        return (dstate, x), (x, q)
+
+    (dstate, _), (xs, qs) = jax.lax.scan(step, (dstate, x1), rngs[1:])
+    x = jnp.concatenate([x1[:, None], jnp.moveaxis(xs, 0, 1)], axis=1)
+    q = jnp.concatenate([q1[:, None], jnp.moveaxis(qs, 0, 1)], axis=1)
+    return dstate, x, q
+
+
+def _speculative_impl(target, draft, inputs, rng, *, gamma, sampling, max_decode_len,
+                      lenience=1.0, debug=False):
+    batch = inputs.shape[0]
+    tstate = target.init(target.params, inputs, _cache_len(target, inputs, max_decode_len, gamma))
+    dstate = draft.init(draft.params, inputs, _cache_len(draft, inputs, max_decode_len, gamma))
+    zeros = jnp.zeros((batch,), jnp.int32)
+    init = _SpecState(
+        target_state=tstate, draft_state=dstate, last=tstate.pending, prev=tstate.pending,
+        lag=jnp.zeros((batch,), bool),
+        tokens=jnp.zeros((batch, max_decode_len + gamma + 1), jnp.int32),
+        num_generated=zeros, done=jnp.zeros((batch,), bool), rng=rng,
+        stats=DecodeStats(
+            rounds=jnp.zeros((), jnp.int32), target_calls=zeros, draft_calls=zeros,
+            drafted=zeros, accepted=zeros, generated=zeros,
+            beta_sum=jnp.zeros((batch,), jnp.float32), tested=zeros,
+            accepted_per_position=jnp.zeros((batch, gamma), jnp.int32)))
+
+    def cond(s):
+        return jnp.any(~s.done) & (s.stats.rounds < max_decode_len)
+
+    def body(s):
+        rng, draft_rng, accept_rng = jax.random.split(s.rng, 3)
+        active = ~s.done
+        target_len = s.target_state.lengths
+
+        dstate, x, q = _draft(draft, s, jax.random.split(draft_rng, gamma), sampling, gamma)
+        verify_tokens = jnp.concatenate([s.last[:, None], x], axis=1)  # [B, G+1]
+        logits, tstate = target.extend(target.params, s.target_state, verify_tokens)
+
+        if sampling.greedy:
+            p = jax.nn.softmax(jnp.asarray(logits, jnp.float32), axis=-1)
+            n, t = sampling_lib.speculative_sample(p, q, x, accept_rng, lenience, greedy=True)
+            beta = sampling_lib.greedy_accepts(p, x, lenience).astype(jnp.float32)
+        else:
+            p = sampling_lib.adjusted_probs(logits, sampling)
+            n, t = sampling_lib.speculative_sample(p, q, x, accept_rng, lenience)
+            beta = sampling_lib.acceptance_rate(p[:, :gamma], q, lenience)
+
+        idx = jnp.arange(gamma + 1)[None]
+        x_pad = jnp.concatenate([x, jnp.zeros_like(x[:, :1])], axis=1)
+        new = jnp.where(idx < n[:, None], x_pad, jnp.where(idx == n[:, None], t[:, None], 0))
+        tokens, num_generated, done, count = _commit(
+            s.tokens, s.num_generated, s.done, new, n + 1, max_decode_len)
+
+        advance = active & ~done
+        tstate = target.rewind(tstate, jnp.where(advance, target_len + n + 1, target_len))
+        prev = jnp.where(n > 0, jnp.take_along_axis(x_pad, jnp.maximum(n - 1, 0)[:, None], 1)[:, 0],
+                         s.last)
+
+        a = active.astype(jnp.int32)
+        tested = jnp.minimum(n + 1, gamma)
+        tested_mask = jnp.arange(gamma)[None] < tested[:, None]
+        st = s.stats
+        stats = DecodeStats(
+            rounds=st.rounds + 1,
+            target_calls=st.target_calls + a,
+            draft_calls=st.draft_calls + a * gamma,
+            drafted=st.drafted + a * gamma,
+            accepted=st.accepted + a * n,
+            generated=num_generated,
+            beta_sum=st.beta_sum + jnp.where(active, jnp.sum(beta * tested_mask, axis=1), 0.0),
+            tested=st.tested + a * tested,
+            accepted_per_position=st.accepted_per_position
+            + (active[:, None] & (jnp.arange(gamma)[None] < n[:, None])).astype(jnp.int32))
+        return _SpecState(
+            target_state=tstate, draft_state=dstate,
+            last=jnp.where(advance, t, s.last), prev=jnp.where(advance, prev, s.prev),
+            lag=jnp.where(advance, n == gamma, s.lag), tokens=tokens,
+            num_generated=num_generated, done=done, rng=rng, stats=stats)
+
+    s = (_python_while if debug else jax.lax.while_loop)(cond, body, init)
+    return DecodeResult(tokens=s.tokens[:, :max_decode_len], lengths=s.num_generated,
+                        stats=s.stats)
+
+
+_SPEC_STATIC = ("gamma", "sampling", "max_decode_len", "lenience", "debug")
+_SPEC_JIT = jax.jit(_speculative_impl, static_argnames=_SPEC_STATIC)
+
+
+def speculative_decode(
+    target: DecodeModel,
+    draft: DecodeModel,
+    inputs: Array,
+    *,
+    rng: Array,
+    gamma: int,
+    sampling: sampling_lib.SamplingConfig,
+    max_decode_len: int,
+    lenience: float = 1.0,
+    debug: bool = False,
+) -> DecodeResult:
+    """Speculative decoding of `inputs [B, L_in]` (Algorithm 1), exact for `lenience=1`.
+
+    The output has the target's distribution under `sampling` (the same adjustment is applied to
+    p and q); at temperature 0 it equals `autoregressive_decode` token for token. Rows accept
+    independently and stop at EOS (id 1) or after `max_decode_len` tokens. Compiles once per
+    (input shapes, gamma, sampling, max_decode_len, lenience).
+    """
+    inputs = jnp.asarray(inputs, jnp.int32)
+    _validate((target, draft), inputs, max_decode_len, gamma)
+    sampling_lib._validate_lenience(lenience)
+    kwargs = dict(gamma=int(gamma), sampling=sampling, max_decode_len=int(max_decode_len),
+                  lenience=float(lenience))
+    if debug:
+        return _speculative_impl(target, draft, inputs, rng, debug=True, **kwargs)
+    return _SPEC_JIT(target, draft, inputs, rng, **kwargs)

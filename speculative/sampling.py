@@ -1,0 +1,219 @@
+"""Sampling policies and the speculative acceptance kernel (Leviathan et al. 2023, Algorithm 1).
+
+Standardised sampling (paper §2.2): argmax, temperature, top-k and top-p are all "sample from an
+adjusted distribution". `adjusted_probs` computes that distribution in float32; the decode loops
+apply the *same* `SamplingConfig` to the target (p) and the draft (q), and every draft token is
+sampled from exactly the q that the kernel later divides by (reference/peers.md §2 item 2).
+
+`speculative_sample` is steps 3-5 of Algorithm 1 for a batch, with rows independent:
+
+    accept x_i  iff  u_i * l * q_i(x_i) < p_i(x_i)      (u_i ~ U[0, 1), lenience l in (0, 1])
+    n = number of leading accepts
+    t ~ norm(max(0, p_{n+1} - q_{n+1}))   if n < G,   else  t ~ p_{G+1}   (the bonus token)
+
+A residual that is all zeros (p == q on the support) falls back to p. Nothing is ever divided by a
+draft probability, and the residual is never normalised explicitly: `jax.random.categorical` takes
+`log(residual)` as unnormalised logits, so no epsilon leaks mass onto zero-probability tokens.
+
+Worked example (G = 3, one row): drafts [7, 2, 9]; accepts [True, False, True] -> n = 1 (the
+third accept does not count, it follows a rejection); t is drawn from norm(max(0, p_2 - q_2));
+the row emits [7, t].
+
+Shape legend: B batch, G gamma (draft length), V vocab.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Tuple
+
+import jax
+import jax.numpy as jnp
+
+Array = jax.Array
+
+
+@dataclasses.dataclass(frozen=True)
+class SamplingConfig:
+    """How logits become the distribution tokens are drawn from (hashable: static under jit).
+
+    Attributes:
+      temperature: 0 means argmax (p and q are one-hot); otherwise logits are divided by it.
+      top_k: keep the k most likely tokens (0 = off). Applied after the temperature.
+      top_p: keep the smallest set of most likely tokens whose mass reaches top_p (1 = off).
+        Applied after top-k.
+    """
+
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+
+    def __post_init__(self):
+        if not isinstance(self.temperature, (int, float)) or not self.temperature >= 0:
+            raise ValueError(
+                f"SamplingConfig.temperature={self.temperature!r} is invalid: use 0 for argmax "
+                "or a positive number.")
+        if not isinstance(self.top_k, int) or isinstance(self.top_k, bool) or self.top_k < 0:
+            raise ValueError(
+                f"SamplingConfig.top_k={self.top_k!r} is invalid: use 0 (off) or a positive int.")
+        if not isinstance(self.top_p, (int, float)) or not 0.0 < self.top_p <= 1.0:
+            raise ValueError(
+                f"SamplingConfig.top_p={self.top_p!r} is invalid: it must lie in (0, 1] "
+                "(1 turns nucleus sampling off).")
+        object.__setattr__(self, "temperature", float(self.temperature))
+        object.__setattr__(self, "top_p", float(self.top_p))
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+def _top_k_mask(logits: Array, k: int) -> Array:
+    """True for the k largest logits (ties at the k-th value are all kept)."""
+    if k >= logits.shape[-1]:
+        return jnp.ones_like(logits, bool)
+    kth = jax.lax.top_k(logits, k)[0][..., -1:]
+    return logits >= kth
+
+
+def _top_p_mask(logits: Array, top_p: float) -> Array:
+    """True for the smallest set of most likely tokens with total probability >= top_p."""
+    probs = jax.nn.softmax(logits, axis=-1)
+    order = jnp.argsort(-logits, axis=-1, stable=True)
+    sorted_probs = jnp.take_along_axis(probs, order, axis=-1)
+    mass_before = jnp.cumsum(sorted_probs, axis=-1) - sorted_probs
+    keep_sorted = mass_before < top_p  # the most likely token is always kept
+    inverse = jnp.argsort(order, axis=-1)
+    return jnp.take_along_axis(keep_sorted, inverse, axis=-1)
+
+
+def adjusted_logits(logits: Array, config: SamplingConfig) -> Array:
+    """float32 logits of the adjusted distribution (-inf outside the kept set).
+
+    Order: temperature, then top-k, then top-p. For argmax, only the (first) maximum survives.
+    """
+    logits = jnp.asarray(logits, jnp.float32)
+    if config.greedy:
+        best = jnp.argmax(logits, axis=-1)
+        return jnp.where(jax.nn.one_hot(best, logits.shape[-1], dtype=bool), 0.0, -jnp.inf)
+    logits = logits / config.temperature
+    if config.top_k:
+        logits = jnp.where(_top_k_mask(logits, config.top_k), logits, -jnp.inf)
+    if config.top_p < 1.0:
+        logits = jnp.where(_top_p_mask(logits, config.top_p), logits, -jnp.inf)
+    return logits
+
+
+def adjusted_probs(logits: Array, config: SamplingConfig) -> Array:
+    """The adjusted distribution (paper §2.2) in float32, `[..., V]`."""
+    return jax.nn.softmax(adjusted_logits(logits, config), axis=-1)
+
+
+def sample(rng: Array, probs: Array) -> Array:
+    """Draws one token per row from (possibly unnormalised) probabilities `[..., V]`."""
+    return jax.random.categorical(rng, jnp.log(probs), axis=-1).astype(jnp.int32)
+
+
+def acceptance_rate(p_probs: Array, q_probs: Array, lenience: float = 1.0) -> Array:
+    """beta = sum_x min(p(x) / l, q(x)) (Theorem 3.5; A.5 with lenience l). `[..., V] -> [...]`."""
+    return jnp.minimum(jnp.sum(jnp.minimum(p_probs / lenience, q_probs), axis=-1), 1.0)
+
+
+def _validate_lenience(lenience: float) -> None:
+    if not isinstance(lenience, (int, float)) or not 0.0 < lenience <= 1.0:
+        raise ValueError(
+            f"lenience={lenience!r} is invalid: it must lie in (0, 1] (1 = exact; smaller values "
+            "accept more draft tokens and bound each token's probability by p/l).")
+
+
+def _validate_shapes(p_probs, q_probs, draft_tokens):
+    if p_probs.ndim != 3 or q_probs.ndim != 3 or draft_tokens.ndim != 2:
+        raise ValueError(
+            "speculative_sample expects p_probs [B, G+1, V], q_probs [B, G, V] and draft_tokens "
+            f"[B, G]; got {p_probs.shape}, {q_probs.shape}, {draft_tokens.shape}.")
+    batch, gamma = draft_tokens.shape
+    if q_probs.shape[:2] != (batch, gamma) or p_probs.shape[:2] != (batch, gamma + 1):
+        raise ValueError(
+            f"Shape mismatch: draft_tokens {draft_tokens.shape} needs q_probs [{batch}, {gamma}, V]"
+            f" and p_probs [{batch}, {gamma + 1}, V]; got {q_probs.shape} and {p_probs.shape}.")
+    if p_probs.shape[-1] != q_probs.shape[-1]:
+        raise ValueError(
+            f"Target and draft vocabularies differ: p has V={p_probs.shape[-1]}, q has "
+            f"V={q_probs.shape[-1]}; both models must share one vocabulary.")
+
+
+def greedy_accepts(p_probs: Array, draft_tokens: Array, lenience: float = 1.0) -> Array:
+    """Argmax acceptance (paper A.5): x is accepted iff it is p's argmax or p(x) >= l * max p.
+
+    `p_probs [B, G(+1), V]` are the target's unadjusted distributions; returns `[B, G]` bool.
+    At l = 1 only the (first) argmax is accepted, so greedy speculative output equals greedy
+    target output token for token, ties included.
+    """
+    gamma = draft_tokens.shape[1]
+    p_probs = p_probs[:, :gamma]
+    accept = draft_tokens == jnp.argmax(p_probs, axis=-1)
+    if lenience < 1.0:
+        p_x = jnp.take_along_axis(p_probs, draft_tokens[..., None], axis=-1)[..., 0]
+        accept |= p_x >= lenience * jnp.max(p_probs, axis=-1)
+    return accept
+
+
+def _leading_accepts(accept: Array) -> Array:
+    """`[B, G]` bool -> `[B]` int32 count of leading True values."""
+    return jnp.sum(jnp.cumprod(accept.astype(jnp.int32), axis=-1), axis=-1).astype(jnp.int32)
+
+
+def speculative_sample(
+    p_probs: Array,
+    q_probs: Array,
+    draft_tokens: Array,
+    rng: Array,
+    lenience: float = 1.0,
+    *,
+    greedy: bool = False,
+) -> Tuple[Array, Array]:
+    """Speculative sampling for a batch; returns `(num_accepted [B], next_token [B])`.
+
+    Args:
+      p_probs: `[B, G+1, V]` target's adjusted distributions; `p_probs[:, i]` follows the prefix
+        and the drafts `x_1..x_i`.
+      q_probs: `[B, G, V]` the distributions the drafts were sampled from.
+      draft_tokens: `[B, G]` int32 drafts.
+      rng: one PRNG key; split here into the accept test's and the correction's sub-keys.
+      lenience: l in (0, 1] (paper A.5). 1 is exact speculative sampling.
+      greedy: argmax decoding with lenience (paper A.5, last paragraph). Then `p_probs` must be
+        the target's *unadjusted* distributions (softmax of the logits), drafts are the draft's
+        argmax, and x_i is accepted iff it is the target's argmax or `p(x_i) >= l * max p`; the
+        next token is the target's argmax at position n+1. Needs no randomness.
+
+    Returns:
+      `num_accepted` in [0, G] and the token emitted after the accepted drafts (the correction
+      from the residual, or the bonus token when all G drafts were accepted).
+    """
+    _validate_lenience(lenience)
+    _validate_shapes(p_probs, q_probs, draft_tokens)
+    p_probs = jnp.asarray(p_probs, jnp.float32)
+    q_probs = jnp.asarray(q_probs, jnp.float32)
+    batch, gamma = draft_tokens.shape
+    draft_tokens = draft_tokens.astype(jnp.int32)
+
+    if greedy:
+        n = _leading_accepts(greedy_accepts(p_probs, draft_tokens, lenience))
+        target_best = jnp.argmax(p_probs, axis=-1).astype(jnp.int32)  # [B, G+1]
+        return n, jnp.take_along_axis(target_best, n[:, None], axis=1)[:, 0]
+
+    accept_rng, residual_rng = jax.random.split(rng)
+    p_x = jnp.take_along_axis(p_probs[:, :gamma], draft_tokens[..., None], axis=-1)[..., 0]
+    q_x = jnp.take_along_axis(q_probs, draft_tokens[..., None], axis=-1)[..., 0]
+    u = jax.random.uniform(accept_rng, (batch, gamma), jnp.float32)
+    # Strict inequality: P(u * l * q < p) = min(1, p / (l q)) for u ~ U[0, 1); p = 0 never accepts.
+    accept = u * (lenience * q_x) < p_x
+    n = _leading_accepts(accept)
+
+    p_next = jnp.take_along_axis(p_probs, n[:, None, None], axis=1)[:, 0]  # [B, V]
+    q_padded = jnp.concatenate([q_probs, jnp.zeros_like(q_probs[:, :1])], axis=1)  # q_{G+1} := 0
+    q_next = jnp.take_along_axis(q_padded, n[:, None, None], axis=1)[:, 0]
+    residual = jnp.maximum(p_next - q_next, 0.0)
+    residual = jnp.where(jnp.sum(residual, -1, keepdims=True) > 0, residual, p_next)
+    next_token = sample(residual_rng, residual)
+    return n, next_token
