@@ -1,0 +1,390 @@
+"""seqio tasks and vocabularies: the paper's tasks and offline corpora.
+
+Importing this module registers, without reading any data or touching the
+network (seqio sources and vocabularies are lazy):
+
+  wmt_t2t_ende_v003    TFDS wmt_t2t_translate/de-en:1.0.0, inputs
+                       "translate English to German: <en>", targets "<de>"; BLEU.
+  cnn_dailymail_v002   TFDS cnn_dailymail:3.4.0, inputs "summarize: <article>",
+                       targets the highlights; ROUGE-1/2/Lsum.
+  mini_ende            the offline English->German corpus made from gettext
+                       catalogs by scripts/build_corpus.py, with its own
+                       4k-piece vocabulary (when its files are present).
+
+The paper's tasks use T5's vocabulary (`default_vocabulary()`, 32,100 ids, on
+GCS) and need TFDS data prepared on a connected machine; `check_task_data`
+(also run by every task's `get_dataset`) raises `TaskDataUnavailableError`
+with the fix when that data is missing, instead of letting TFDS try to
+download it. Local corpora become tasks through `register_tsv_task` (TSV
+files) or `register_pairs_task` (in-memory pairs).
+
+  import seqio, speculative.tasks
+  task = seqio.get_mixture_or_task("mini_ende")
+  ds = task.get_dataset({"inputs": 64, "targets": 64}, split="validation", shuffle=False)
+  next(ds.as_numpy_iterator())["inputs_pretokenized"]
+  # b'translate English to German: compilation of Java class failed, ...'
+
+Splits use seqio's names: train, validation (valid.tsv), test.
+
+`bleu` and `rouge` are plain functions of (targets, predictions) lists of
+strings, usable with or without seqio; scores are on a 0-100 scale.
+"""
+
+import functools
+import os
+from typing import Callable, Dict, Mapping, Optional, Sequence, Tuple, Union
+
+import seqio
+import tensorflow as tf
+
+DEFAULT_SPM_PATH = "gs://t5-data/vocabs/cc_all.32000/sentencepiece.model"
+DEFAULT_EXTRA_IDS = 100
+
+EN_DE_PREFIX = "translate English to German: "
+SUMMARIZE_PREFIX = "summarize: "
+
+WMT_ENDE_TASK = "wmt_t2t_ende_v003"
+WMT_ENDE_TFDS = "wmt_t2t_translate/de-en:1.0.0"
+CNN_DM_TASK = "cnn_dailymail_v002"
+CNN_DM_TFDS = "cnn_dailymail:3.4.0"
+MINI_TASK = "mini_ende"
+
+# Bundled with the package (vocabulary + splits); the full build output of
+# scripts/build_corpus.py lives in <repo>/data/corpus.
+BUNDLED_MINI_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "mini")
+CORPUS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                          "data", "corpus")
+SPM_MODEL = "spm.model"
+# seqio split name -> file written by scripts/build_corpus.py.
+MINI_SPLIT_FILES = {"train": "train.tsv", "validation": "valid.tsv", "test": "test.tsv"}
+
+MetricSpec = Union[None, str, Sequence[Callable[..., Mapping[str, float]]]]
+
+
+class TaskDataUnavailableError(RuntimeError):
+    """A task's data is not on this machine (and will not be downloaded)."""
+
+
+# ----------------------------------------------------------------------------
+# Vocabularies and features.
+
+
+@functools.lru_cache(maxsize=None)
+def default_vocabulary() -> seqio.SentencePieceVocabulary:
+    """T5's vocabulary (`t5.data.get_default_vocabulary()`): 32,000 pieces + 100 sentinels.
+
+    Constructing it reads nothing; the model file is fetched from GCS on first
+    use (encode/decode/vocab_size), which needs network access.
+    """
+    return seqio.SentencePieceVocabulary(DEFAULT_SPM_PATH, extra_ids=DEFAULT_EXTRA_IDS)
+
+
+def mini_data_dir() -> str:
+    """The bundled `speculative/data/mini/` if it has a vocabulary, else `data/corpus/`."""
+    if os.path.exists(os.path.join(BUNDLED_MINI_DIR, SPM_MODEL)):
+        return BUNDLED_MINI_DIR
+    return CORPUS_DIR
+
+
+@functools.lru_cache(maxsize=None)
+def _spm_vocabulary(path: str) -> seqio.SentencePieceVocabulary:
+    return seqio.SentencePieceVocabulary(path)
+
+
+def mini_vocabulary(data_dir: Optional[str] = None) -> seqio.SentencePieceVocabulary:
+    """The gettext corpus' SentencePiece vocabulary (pad 0, eos 1, unk 2, no sentinels)."""
+    path = os.path.abspath(os.path.join(data_dir or mini_data_dir(), SPM_MODEL))
+    if not os.path.exists(path):
+        raise TaskDataUnavailableError(
+            f"no vocabulary at {path}; build it with "
+            f"`python scripts/build_corpus.py --output_dir={os.path.dirname(path)}`"
+        )
+    return _spm_vocabulary(path)
+
+
+def output_features(vocabulary: seqio.Vocabulary) -> Dict[str, seqio.Feature]:
+    """T5's DEFAULT_OUTPUT_FEATURES with `vocabulary`: inputs optional, both with EOS."""
+    return {
+        "inputs": seqio.Feature(vocabulary=vocabulary, add_eos=True, required=False),
+        "targets": seqio.Feature(vocabulary=vocabulary, add_eos=True),
+    }
+
+
+# ----------------------------------------------------------------------------
+# Metrics (T5's definitions; plain functions of lists of strings).
+
+
+def bleu(targets: Sequence, predictions: Sequence[str]) -> Dict[str, float]:
+    """Corpus BLEU as in `t5.evaluation.metrics.bleu` (sacrebleu, intl tokenizer).
+
+    Args:
+        targets: one reference string per prediction, or one list of references
+            per prediction (all of the same length).
+        predictions: the hypotheses.
+
+    Returns:
+        {"bleu": score in [0, 100]}.
+    """
+    import sacrebleu  # pylint: disable=g-import-not-at-top
+
+    targets, predictions = list(targets), list(predictions)
+    if len(targets) != len(predictions):
+        raise ValueError(f"{len(targets)} targets but {len(predictions)} predictions")
+    if targets and isinstance(targets[0], (list, tuple)):
+        references = [list(refs) for refs in zip(*targets)]
+    else:
+        references = [targets]
+    score = sacrebleu.corpus_bleu(
+        predictions, references, smooth_method="exp", smooth_value=0.0, force=False,
+        lowercase=False, tokenize="intl", use_effective_order=False)
+    return {"bleu": float(score.score)}
+
+
+def rouge(
+    targets: Sequence[str],
+    predictions: Sequence[str],
+    score_keys: Sequence[str] = ("rouge1", "rouge2", "rougeLsum"),
+    **scorer_kwargs,
+) -> Dict[str, float]:
+    """Mean ROUGE F-measure x100, as `t5.evaluation.metrics.rouge` (without bootstrap).
+
+    Sentences are split at " . " for rougeLsum, as T5 does; `scorer_kwargs` go to
+    `rouge_score.rouge_scorer.RougeScorer` (e.g. use_stemmer=True).
+    """
+    from rouge_score import rouge_scorer  # pylint: disable=g-import-not-at-top
+
+    targets, predictions = list(targets), list(predictions)
+    if len(targets) != len(predictions):
+        raise ValueError(f"{len(targets)} targets but {len(predictions)} predictions")
+    if not targets:
+        return {key: 0.0 for key in score_keys}
+    scorer = rouge_scorer.RougeScorer(rouge_types=list(score_keys), **scorer_kwargs)
+    totals = {key: 0.0 for key in score_keys}
+    for target, prediction in zip(targets, predictions):
+        scores = scorer.score(target=target.replace(" . ", " .\n"),
+                              prediction=prediction.replace(" . ", " .\n"))
+        for key in score_keys:
+            totals[key] += scores[key].fmeasure
+    return {key: 100.0 * total / len(targets) for key, total in totals.items()}
+
+
+_METRICS = {"bleu": bleu, "rouge": rouge}
+
+
+def _metric_fns(metric: MetricSpec):
+    if metric is None:
+        return []
+    if isinstance(metric, str):
+        if metric not in _METRICS:
+            raise ValueError(f"metric={metric!r}; use one of {sorted(_METRICS)}, None or functions")
+        return [_METRICS[metric]]
+    return list(metric)
+
+
+# ----------------------------------------------------------------------------
+# Preprocessors (tf ops only; no dependency on the `t5` package).
+
+
+@seqio.map_over_dataset
+def prefix_pair(x, prefix: str, source_key: str, target_key: str):
+    """{source_key: s, target_key: t, ...} -> {"inputs": prefix + s, "targets": t}."""
+    return {
+        "inputs": tf.strings.join([prefix, x[source_key]]),
+        "targets": x[target_key],
+    }
+
+
+@seqio.map_over_dataset
+def parse_tsv(line):
+    """Parses `source<TAB>target` lines into {"source", "target"}; quotes are plain text."""
+    source, target = tf.io.decode_csv(
+        line, record_defaults=["", ""], field_delim="\t", use_quote_delim=False)
+    return {"source": source, "target": target}
+
+
+def _text_to_text_preprocessors(first: Sequence[Callable]) -> list:
+    return list(first) + [
+        seqio.preprocessors.tokenize,
+        seqio.CacheDatasetPlaceholder(),
+        seqio.preprocessors.append_eos_after_trim,
+    ]
+
+
+# ----------------------------------------------------------------------------
+# Data checks.
+
+
+def _tfds_data_dir(source: seqio.TfdsDataSource, tfds_data_dir: Optional[str]) -> str:
+    return (tfds_data_dir or source.tfds_dataset.data_dir or os.environ.get("TFDS_DATA_DIR")
+            or os.path.join(os.path.expanduser("~"), "tensorflow_datasets"))
+
+
+def _is_remote(path: str) -> bool:
+    return "://" in path
+
+
+def check_task_data(
+    task: Union[str, seqio.Task],
+    split: Optional[str] = None,
+    tfds_data_dir: Optional[str] = None,
+) -> None:
+    """Raises TaskDataUnavailableError unless `task`'s data for `split` is on disk.
+
+    TFDS tasks need `<data_dir>/<name>/<config>/<version>/dataset_info.json`
+    (data_dir: `tfds_data_dir`, else seqio's override, else $TFDS_DATA_DIR, else
+    ~/tensorflow_datasets); file tasks need every file of the split (all splits
+    when `split` is None). Remote paths (gs://...) are not checked.
+    """
+    if isinstance(task, str):
+        task = seqio.get_mixture_or_task(task)
+    source = task.source
+    if isinstance(source, seqio.TfdsDataSource):
+        name = source.tfds_dataset.name
+        data_dir = _tfds_data_dir(source, tfds_data_dir)
+        if not name or _is_remote(data_dir):
+            return
+        dataset, _, version = name.partition(":")
+        info = os.path.join(data_dir, *dataset.split("/"), version, "dataset_info.json")
+        if os.path.exists(info):
+            return
+        raise TaskDataUnavailableError(
+            f"Task '{task.name}' needs the TFDS dataset '{name}', which is not prepared in "
+            f"'{data_dir}' (missing {info}). This machine cannot download it (no network "
+            f"access to TFDS/GCS), and seqio would otherwise try and fail or hang. To provide "
+            f"it: on a connected machine run `tfds build {name} --data_dir=DIR`, copy DIR "
+            f"here and pass --tfds_data_dir=DIR (or set TFDS_DATA_DIR=DIR, or call "
+            f"seqio.set_tfds_data_dir_override(DIR)). To work offline instead, use a local "
+            f"corpus: speculative.tasks.register_tsv_task(name, {{'validation': "
+            f"'valid.tsv'}}, vocabulary), or the bundled '{MINI_TASK}' task."
+        )
+    if isinstance(source, seqio.FileDataSource):
+        splits = [split] if split is not None else list(source.splits)
+        for s in splits:
+            if s not in source.splits:
+                raise TaskDataUnavailableError(
+                    f"Task '{task.name}' has no split '{s}'; it has {sorted(source.splits)}")
+            missing = [f for f in source.list_shards(s)
+                       if not _is_remote(f) and not os.path.exists(f)]
+            if missing or not source.list_shards(s):
+                raise TaskDataUnavailableError(
+                    f"Task '{task.name}', split '{s}': no data file at {missing or '(no match)'}. "
+                    f"Build the corpus with `python scripts/build_corpus.py "
+                    f"--output_dir=DIR` and register it with register_tsv_task / "
+                    f"register_mini_task(DIR).")
+
+
+class CheckedTask(seqio.Task):
+    """A seqio.Task whose get_dataset first runs `check_task_data` (no silent download)."""
+
+    def get_dataset(self, sequence_length=None, split="train", use_cached=False,
+                    *args, **kwargs) -> tf.data.Dataset:
+        if not use_cached:
+            check_task_data(self, split)
+        return super().get_dataset(sequence_length, split, use_cached, *args, **kwargs)
+
+
+# ----------------------------------------------------------------------------
+# Registration.
+
+
+def _register(name: str, source, preprocessors, vocabulary, metric) -> seqio.Task:
+    seqio.TaskRegistry.remove(name)
+    return seqio.TaskRegistry.add(
+        name,
+        source=source,
+        output_features=output_features(vocabulary),
+        preprocessors=_text_to_text_preprocessors(preprocessors),
+        metric_fns=_metric_fns(metric),
+        task_cls=CheckedTask,
+    )
+
+
+def register_paper_tasks(tfds_data_dir: Optional[str] = None) -> None:
+    """(Re-)registers wmt_t2t_ende_v003 and cnn_dailymail_v002 as in T5."""
+    splits = ("train", "validation", "test")
+    _register(
+        WMT_ENDE_TASK,
+        seqio.TfdsDataSource(WMT_ENDE_TFDS, tfds_data_dir=tfds_data_dir, splits=splits),
+        [functools.partial(prefix_pair, prefix=EN_DE_PREFIX, source_key="en",
+                           target_key="de")],
+        default_vocabulary(), "bleu")
+    _register(
+        CNN_DM_TASK,
+        seqio.TfdsDataSource(CNN_DM_TFDS, tfds_data_dir=tfds_data_dir, splits=splits),
+        [functools.partial(prefix_pair, prefix=SUMMARIZE_PREFIX, source_key="article",
+                           target_key="highlights")],
+        default_vocabulary(), "rouge")
+
+
+def register_tsv_task(
+    name: str,
+    split_to_filepattern: Mapping[str, Union[str, Sequence[str]]],
+    vocabulary: seqio.Vocabulary,
+    prefix: str = EN_DE_PREFIX,
+    metric: MetricSpec = "bleu",
+) -> seqio.Task:
+    """Registers a text-to-text task reading `source<TAB>target` lines.
+
+    Args:
+        name: task name; an existing task of that name is replaced.
+        split_to_filepattern: e.g. {"train": "corpus/train.tsv", "validation": ...}.
+        vocabulary: used for inputs and targets.
+        prefix: prepended to each source to form `inputs`.
+        metric: "bleu", "rouge", None or a list of metric functions.
+    """
+    patterns = {split: (p if isinstance(p, str) else list(p))
+                for split, p in split_to_filepattern.items()}
+    return _register(
+        name, seqio.TextLineDataSource(patterns),
+        [parse_tsv, functools.partial(prefix_pair, prefix=prefix, source_key="source",
+                                      target_key="target")],
+        vocabulary, metric)
+
+
+def register_pairs_task(
+    name: str,
+    split_to_pairs: Mapping[str, Sequence[Tuple[str, str]]],
+    vocabulary: seqio.Vocabulary,
+    prefix: str = EN_DE_PREFIX,
+    metric: MetricSpec = "bleu",
+) -> seqio.Task:
+    """Registers a task over in-memory (source, target) pairs (tests, notebooks)."""
+    data = {split: ([s for s, _ in pairs], [t for _, t in pairs])
+            for split, pairs in split_to_pairs.items()}
+
+    def dataset_fn(split, shuffle_files, seed=None):
+        del shuffle_files, seed  # one in-memory "file"
+        sources, targets = data[split]
+        return tf.data.Dataset.from_tensor_slices(
+            {"source": tf.constant(sources, tf.string), "target": tf.constant(targets, tf.string)})
+
+    source = seqio.FunctionDataSource(
+        dataset_fn, splits=list(data),
+        num_input_examples={split: len(pairs) for split, pairs in split_to_pairs.items()})
+    return _register(
+        name, source,
+        [functools.partial(prefix_pair, prefix=prefix, source_key="source",
+                           target_key="target")],
+        vocabulary, metric)
+
+
+def register_mini_task(data_dir: Optional[str] = None, name: str = MINI_TASK) -> seqio.Task:
+    """Registers the gettext EnDe corpus in `data_dir` (default `mini_data_dir()`).
+
+    Splits are those whose file exists: train (train.tsv), validation
+    (valid.tsv), test (test.tsv); the vocabulary is `data_dir/spm.model`.
+    """
+    data_dir = os.path.abspath(data_dir or mini_data_dir())
+    vocabulary = mini_vocabulary(data_dir)
+    splits = {split: os.path.join(data_dir, f) for split, f in MINI_SPLIT_FILES.items()
+              if os.path.exists(os.path.join(data_dir, f))}
+    if not splits:
+        raise TaskDataUnavailableError(
+            f"no {sorted(MINI_SPLIT_FILES.values())} in {data_dir}; build them with "
+            f"`python scripts/build_corpus.py --output_dir={data_dir}`")
+    return register_tsv_task(name, splits, vocabulary, prefix=EN_DE_PREFIX, metric="bleu")
+
+
+register_paper_tasks()
+if os.path.exists(os.path.join(mini_data_dir(), SPM_MODEL)):
+    register_mini_task()
