@@ -158,6 +158,26 @@ def greedy_accepts(p_probs: Array, draft_tokens: Array, lenience: float = 1.0) -
     return accept
 
 
+def accept_probability(p_x: Array, q_x: Array, lenience: float = 1.0) -> Array:
+    """min(1, p(x) / (l q(x))): the chance a draft token x ~ q is kept (paper A.5 for l < 1).
+
+    Written so that nothing is divided by a zero draft probability: when `l * q(x) <= p(x)` the
+    token is always kept (this covers q(x) = 0).
+    """
+    scaled_q = lenience * q_x
+    reject_possible = scaled_q > p_x
+    return jnp.where(reject_possible, p_x / jnp.where(reject_possible, scaled_q, 1.0), 1.0)
+
+
+def residual_weights(p: Array, q: Array) -> Array:
+    """Unnormalised `max(0, p - q)` over `[..., V]`, or p where that is all zeros (p == q).
+
+    `sample` takes unnormalised weights, so the residual is never divided by its sum.
+    """
+    residual = jnp.maximum(p - q, 0.0)
+    return jnp.where(jnp.sum(residual, -1, keepdims=True) > 0, residual, p)
+
+
 def _leading_accepts(accept: Array) -> Array:
     """`[B, G]` bool -> `[B]` int32 count of leading True values."""
     return jnp.sum(jnp.cumprod(accept.astype(jnp.int32), axis=-1), axis=-1).astype(jnp.int32)
@@ -206,14 +226,12 @@ def speculative_sample(
     p_x = jnp.take_along_axis(p_probs[:, :gamma], draft_tokens[..., None], axis=-1)[..., 0]
     q_x = jnp.take_along_axis(q_probs, draft_tokens[..., None], axis=-1)[..., 0]
     u = jax.random.uniform(accept_rng, (batch, gamma), jnp.float32)
-    # Strict inequality: P(u * l * q < p) = min(1, p / (l q)) for u ~ U[0, 1); p = 0 never accepts.
-    accept = u * (lenience * q_x) < p_x
+    # u ~ U[0, 1), so P(u < a) = a exactly; a = 0 never accepts, a = 1 always does.
+    accept = u < accept_probability(p_x, q_x, lenience)
     n = _leading_accepts(accept)
 
     p_next = jnp.take_along_axis(p_probs, n[:, None, None], axis=1)[:, 0]  # [B, V]
     q_padded = jnp.concatenate([q_probs, jnp.zeros_like(q_probs[:, :1])], axis=1)  # q_{G+1} := 0
     q_next = jnp.take_along_axis(q_padded, n[:, None, None], axis=1)[:, 0]
-    residual = jnp.maximum(p_next - q_next, 0.0)
-    residual = jnp.where(jnp.sum(residual, -1, keepdims=True) > 0, residual, p_next)
-    next_token = sample(residual_rng, residual)
+    next_token = sample(residual_rng, residual_weights(p_next, q_next))
     return n, next_token
