@@ -1,0 +1,266 @@
+"""Exactness of the decode loops: greedy identity, joint law of sampled tokens, one compilation.
+
+The joint test enumerates the target's exact law of the first three generated tokens by teacher
+forcing (V^2 prefixes in one batch), draws >= 50,000 samples from `speculative_decode` as one
+batch, and applies a chi-square test. A deliberately wrong kernel must fail the same test.
+"""
+
+import itertools
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy import stats
+
+from conftest import random_params, tiny_config
+from speculative import decoding, sampling
+from speculative.models import t5
+from speculative.sampling import SamplingConfig
+
+VOCAB = 8
+N_SAMPLES = 50_000
+GREEDY = SamplingConfig(temperature=0.0)
+
+
+def _pair(module, seeds=(0, 1), **kw):
+    adapter = (decoding.DecoderOnlyModel if isinstance(module, t5.DecoderOnly)
+               else decoding.EncoderDecoderModel)
+    return tuple(adapter(module, random_params(module, s), **kw) for s in seeds)
+
+
+@pytest.fixture(scope="module")
+def encdec():
+    return _pair(t5.Transformer(tiny_config()))
+
+
+@pytest.fixture(scope="module")
+def deconly():
+    return _pair(t5.DecoderOnly(tiny_config()))
+
+
+def _prompts(lengths, width, seed=0):
+    rng = np.random.default_rng(seed)
+    out = np.zeros((len(lengths), width), np.int32)
+    for b, n in enumerate(lengths):
+        out[b, :n] = rng.integers(2, 16, n)
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# Greedy identity.
+
+
+@pytest.mark.parametrize("gamma", range(1, 9))
+def test_greedy_speculative_equals_greedy_target_encdec(encdec, gamma):
+    target, random_draft = encdec
+    inputs = _prompts([7, 3, 5, 1], 7)
+    ar = decoding.autoregressive_decode(target, inputs, rng=jax.random.PRNGKey(0),
+                                        sampling=GREEDY, max_decode_len=16)
+    for draft, expect_alpha in ((random_draft, None), (target, 1.0)):
+        sp = decoding.speculative_decode(target, draft, inputs, rng=jax.random.PRNGKey(0),
+                                         gamma=gamma, sampling=GREEDY, max_decode_len=16)
+        np.testing.assert_array_equal(sp.tokens, ar.tokens)
+        np.testing.assert_array_equal(sp.lengths, ar.lengths)
+        if expect_alpha:
+            assert sp.stats.alpha == expect_alpha
+            assert int(sp.stats.rounds) <= -(-16 // (gamma + 1))
+
+
+@pytest.mark.parametrize("gamma", [1, 2, 5, 8])
+def test_greedy_speculative_equals_greedy_target_decoder_only(deconly, gamma):
+    target, random_draft = deconly
+    prompts = _prompts([4, 0, 6, 2], 6, seed=1)
+    ar = decoding.autoregressive_decode(target, prompts, rng=jax.random.PRNGKey(0),
+                                        sampling=GREEDY, max_decode_len=12)
+    for draft in (random_draft, target):
+        sp = decoding.speculative_decode(target, draft, prompts, rng=jax.random.PRNGKey(0),
+                                         gamma=gamma, sampling=GREEDY, max_decode_len=12)
+        np.testing.assert_array_equal(sp.tokens, ar.tokens)
+
+
+def test_debug_python_loop_matches_jitted(encdec):
+    target, draft = encdec
+    inputs = _prompts([5, 2], 5)
+    kw = dict(rng=jax.random.PRNGKey(3), gamma=2, sampling=SamplingConfig(1.0), max_decode_len=3)
+    fast = decoding.speculative_decode(target, draft, inputs, **kw)
+    slow = decoding.speculative_decode(target, draft, inputs, debug=True, **kw)
+    np.testing.assert_array_equal(fast.tokens, slow.tokens)
+
+
+# ----------------------------------------------------------------------------------------------
+# Joint law of the first three sampled tokens.
+
+
+@pytest.fixture(scope="module")
+def joint_models():
+    module = t5.Transformer(tiny_config(vocab_size=VOCAB))
+    target, draft = _pair(module, seeds=(3, 4))
+    return module, target, draft, np.array([[3, 5, 2, 7, 1]], np.int32)
+
+
+def _exact_joint(module, params, enc, cfg):
+    """P(y1, y2, y3) under the target's adjusted distributions; tokens after EOS are 0."""
+    prefixes = np.array([[0, a, b] for a in range(VOCAB) for b in range(VOCAB)], np.int32)
+    logits = module.apply({"params": params}, np.repeat(enc, len(prefixes), 0), prefixes)
+    probs = np.asarray(sampling.adjusted_probs(logits, cfg), np.float64)
+    probs = probs.reshape(VOCAB, VOCAB, 3, VOCAB)
+    joint = np.zeros((VOCAB,) * 3)
+    eos = t5.EOS_ID
+    for y1 in range(VOCAB):
+        p1 = probs[0, 0, 0, y1]
+        if y1 == eos:
+            joint[y1, 0, 0] += p1
+            continue
+        for y2 in range(VOCAB):
+            p2 = p1 * probs[y1, 0, 1, y2]
+            if y2 == eos:
+                joint[y1, y2, 0] += p2
+                continue
+            joint[y1, y2] += p2 * probs[y1, y2, 2]
+    return joint.reshape(-1)
+
+
+def _joint_pvalue(samples, probs):
+    idx = samples[:, 0] * VOCAB * VOCAB + samples[:, 1] * VOCAB + samples[:, 2]
+    counts = np.bincount(idx, minlength=len(probs)).astype(np.float64)
+    assert counts[probs == 0].sum() == 0, "an impossible sequence was generated"
+    expected = probs * len(samples)
+    big = expected >= 5  # pool the sparse cells into one bin (chi-square validity)
+    obs, exp = counts[big], expected[big]
+    if expected[~big].sum() > 0:
+        obs, exp = np.r_[obs, counts[~big].sum()], np.r_[exp, expected[~big].sum()]
+    exp *= obs.sum() / exp.sum()
+    return stats.chisquare(obs, exp).pvalue
+
+
+def _sample_three(target, draft, enc, cfg, gamma, seed):
+    inputs = np.repeat(enc, N_SAMPLES, 0)
+    out = decoding.speculative_decode(target, draft, inputs, rng=jax.random.PRNGKey(seed),
+                                      gamma=gamma, sampling=cfg, max_decode_len=3)
+    return np.asarray(out.tokens)
+
+
+JOINT_CONFIGS = {
+    "t1": SamplingConfig(1.0),
+    "t0.7_topk3": SamplingConfig(0.7, top_k=3),
+    "topp0.8": SamplingConfig(1.0, top_p=0.8),
+}
+
+
+@pytest.mark.parametrize("gamma", [1, 3])
+@pytest.mark.parametrize("name", sorted(JOINT_CONFIGS))
+def test_joint_law_of_three_tokens_matches_target(joint_models, name, gamma):
+    module, target, draft, enc = joint_models
+    cfg = JOINT_CONFIGS[name]
+    probs = _exact_joint(module, target.params, enc, cfg)
+    assert np.sum(probs * N_SAMPLES >= 5) >= 20, "law too concentrated for a meaningful test"
+    samples = _sample_three(target, draft, enc, cfg, gamma, seed=gamma)
+    assert _joint_pvalue(samples, probs) > 1e-6
+
+
+_EXACT_KERNEL = sampling.speculative_sample
+
+
+def _kernel_resampling_from_p(p_probs, q_probs, draft_tokens, rng, lenience=1.0, *, greedy=False):
+    """A classic bug: on rejection, resample from p instead of norm(max(0, p - q))."""
+    n, _ = _EXACT_KERNEL(p_probs, q_probs, draft_tokens, rng, lenience)
+    p_next = jnp.take_along_axis(p_probs, n[:, None, None], axis=1)[:, 0]
+    return n, sampling.sample(jax.random.fold_in(rng, 7), p_next)
+
+
+def test_negative_control_wrong_residual_fails(joint_models, monkeypatch):
+    module, target, draft, enc = joint_models
+    cfg = JOINT_CONFIGS["t1"]
+    probs = _exact_joint(module, target.params, enc, cfg)
+    jax.clear_caches()
+    monkeypatch.setattr(decoding.sampling_lib, "speculative_sample", _kernel_resampling_from_p)
+    try:
+        samples = _sample_three(target, draft, enc, cfg, gamma=3, seed=5)
+    finally:
+        monkeypatch.undo()
+        jax.clear_caches()
+    assert _joint_pvalue(samples, probs) < 1e-6
+
+
+# ----------------------------------------------------------------------------------------------
+# Statistics, lenience, compilation, ends of sequences.
+
+
+def test_self_draft_accepts_everything_and_emits_gamma_plus_one(encdec):
+    target, _ = encdec
+    inputs = np.repeat(_prompts([6], 6), 64, 0)
+    out = decoding.speculative_decode(target, target, inputs, rng=jax.random.PRNGKey(1), gamma=3,
+                                      sampling=SamplingConfig(1.0), max_decode_len=16)
+    s = out.stats
+    assert int(jnp.sum(s.accepted)) >= 0.999 * int(jnp.sum(s.drafted))
+    # Each round emits gamma + 1 = 4 tokens unless the row ends (EOS or max_decode_len).
+    full_rounds = np.asarray(out.lengths) // 4
+    assert np.all(np.asarray(s.target_calls) <= full_rounds + 1)
+    assert s.alpha > 0.999
+
+
+def test_alpha_grows_as_lenience_falls(encdec):
+    target, draft = encdec
+    inputs = np.repeat(_prompts([6], 6), 256, 0)
+    alphas = []
+    for lenience in (1.0, 0.5, 0.1):
+        out = decoding.speculative_decode(target, draft, inputs, rng=jax.random.PRNGKey(2),
+                                          gamma=3, sampling=SamplingConfig(1.0),
+                                          max_decode_len=8, lenience=lenience)
+        alphas.append(out.stats.alpha)
+    assert alphas[0] < alphas[1] < alphas[2], alphas
+
+
+def test_compiles_once_for_new_inputs_and_acceptance_patterns(encdec, monkeypatch):
+    target, draft = encdec
+    counted = jax.jit(chex.assert_max_traces(decoding._speculative_impl, n=1),
+                      static_argnames=decoding._SPEC_STATIC)
+    monkeypatch.setattr(decoding, "_SPEC_JIT", counted)
+    kw = dict(gamma=3, sampling=SamplingConfig(1.0), max_decode_len=10)
+    a = decoding.speculative_decode(target, draft, _prompts([5, 3], 5, seed=1),
+                                    rng=jax.random.PRNGKey(0), **kw)
+    b = decoding.speculative_decode(target, target, _prompts([2, 4], 5, seed=2),
+                                    rng=jax.random.PRNGKey(1), **kw)
+    assert a.stats.summary()["accepted_per_position"] != b.stats.summary()["accepted_per_position"]
+
+
+def test_eos_and_lengths(encdec):
+    target, draft = encdec
+    out = decoding.speculative_decode(target, draft, np.repeat(_prompts([6], 6), 128, 0),
+                                      rng=jax.random.PRNGKey(4), gamma=4,
+                                      sampling=SamplingConfig(1.5), max_decode_len=12)
+    tokens, lengths = np.asarray(out.tokens), np.asarray(out.lengths)
+    assert np.any(lengths < 12), "expected some rows to end at EOS"
+    for row, n in zip(tokens, lengths):
+        assert not np.any(row[:n - 1] == t5.EOS_ID)
+        if n < 12:
+            assert row[n - 1] == t5.EOS_ID
+        assert np.all(row[n:] == 0)
+    np.testing.assert_array_equal(out.stats.generated, lengths)
+
+
+def test_bad_inputs_raise_clear_errors(encdec, deconly):
+    target, draft = encdec
+    inputs = _prompts([3], 3)
+    kw = dict(rng=jax.random.PRNGKey(0), sampling=GREEDY)
+    with pytest.raises(ValueError, match="gamma=0"):
+        decoding.speculative_decode(target, draft, inputs, gamma=0, max_decode_len=4, **kw)
+    with pytest.raises(ValueError, match="max_decode_len=0"):
+        decoding.speculative_decode(target, draft, inputs, gamma=2, max_decode_len=0, **kw)
+    with pytest.raises(ValueError, match="max_decode_len=0"):
+        decoding.autoregressive_decode(target, inputs, max_decode_len=0, **kw)
+    with pytest.raises(ValueError, match="lenience"):
+        decoding.speculative_decode(target, draft, inputs, gamma=2, max_decode_len=4,
+                                    lenience=1.5, **kw)
+    other = t5.Transformer(tiny_config(vocab_size=17))
+    big_draft = decoding.EncoderDecoderModel(other, random_params(other, 0))
+    with pytest.raises(ValueError, match="vocabularies differ"):
+        decoding.speculative_decode(target, big_draft, inputs, gamma=2, max_decode_len=4, **kw)
+    limited, _ = _pair(t5.DecoderOnly(tiny_config()), max_length=16)
+    with pytest.raises(ValueError, match="cache holds 16 tokens"):
+        decoding.speculative_decode(limited, deconly[1], _prompts([12], 12), gamma=2,
+                                    max_decode_len=4, **kw)
+    with pytest.raises(TypeError, match="t5.Transformer"):
+        decoding.EncoderDecoderModel(deconly[0].module, deconly[0].params)
