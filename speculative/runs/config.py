@@ -1,0 +1,81 @@
+"""T5X-style gin flags for the scripts: `--gin_file`, `--gin_bindings`, `--gin.NAME=VALUE`.
+
+    python scripts/benchmark.py --gin_file=configs/runs/benchmark.gin \
+        --gin.GAMMA=5 --gin.OUTPUT_DIR=\"/tmp/bench\"
+
+`--gin.NAME=VALUE` is rewritten into `--gin_bindings=NAME = VALUE` (t5x/gin_utils.py
+`rewrite_gin_args`); string values need literal quotes as in T5X. Files are searched in
+`--gin_search_paths` (default: the current directory and the repository root, so
+`configs/...` works from anywhere inside a checkout).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Callable, Optional, Sequence
+
+import gin
+from absl import app, flags
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def define_flags() -> None:
+    """Defines the gin flags once (scripts and tests may import several run modules)."""
+    if "gin_file" in flags.FLAGS:
+        return
+    flags.DEFINE_multi_string("gin_file", [], "Gin files to parse, in order (later override).")
+    flags.DEFINE_multi_string("gin_bindings", [], "Individual gin bindings, after the files.")
+    flags.DEFINE_list("gin_search_paths", [".", REPO_ROOT], "Where relative gin paths resolve.")
+
+
+def rewrite_gin_args(argv: Sequence[str]) -> list:
+    """`--gin.NAME=VALUE` -> `--gin_bindings=NAME = VALUE` (other arguments unchanged)."""
+    out = []
+    for arg in argv:
+        if arg.startswith("--gin.") and "=" in arg:
+            name, value = arg[len("--gin."):].split("=", 1)
+            out.append(f"--gin_bindings={name} = {value}")
+        else:
+            out.append(arg)
+    return out
+
+
+def parse_gin(gin_files: Sequence[str], gin_bindings: Sequence[str] = (),
+              search_paths: Sequence[str] = (".", REPO_ROOT)) -> None:
+    """Parses gin files and bindings; a missing file raises with the paths that were searched."""
+    for path in search_paths:
+        gin.add_config_file_search_path(path)
+    for name in gin_files:
+        if not any(os.path.exists(os.path.join(p, name)) for p in ("",) + tuple(search_paths)):
+            raise FileNotFoundError(
+                f"Gin file {name!r} not found in {list(search_paths)}; pass a path relative to "
+                "one of them or an absolute path.")
+    gin.parse_config_files_and_bindings(list(gin_files), list(gin_bindings), finalize_config=False)
+
+
+def write_config(output_dir: str, name: str = "config.gin") -> str:
+    """Saves the operative (resolved) gin config next to a run's results; returns its path."""
+    os.makedirs(output_dir, exist_ok=True)
+    path = os.path.join(output_dir, name)
+    with open(path, "w") as f:
+        f.write(gin.operative_config_str())
+    return path
+
+
+def run(main: Callable[[], None]) -> None:
+    """Entry point for scripts: defines flags, rewrites `--gin.X`, parses gin, calls `main()`.
+
+    absl prints the script's module docstring for `--help`, so every script's docstring says
+    what it does and shows an example command.
+    """
+    define_flags()
+
+    def _main(argv):
+        if len(argv) > 1:
+            raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+        parse_gin(flags.FLAGS.gin_file, flags.FLAGS.gin_bindings, flags.FLAGS.gin_search_paths)
+        main()
+
+    app.run(_main, argv=rewrite_gin_args(sys.argv))
