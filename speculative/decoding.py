@@ -198,6 +198,12 @@ def _validate(models, inputs, max_decode_len, gamma=None):
         raise ValueError(
             f"Target and draft vocabularies differ: target vocab_size={models[0].vocab_size}, "
             f"draft vocab_size={models[1].vocab_size}; the draft must use the target's vocabulary.")
+    if len(models) == 2 and (models[0].prefix_length(inputs.shape[1])
+                             != models[1].prefix_length(inputs.shape[1])):
+        raise ValueError(
+            "Target and draft read `inputs` differently (one is encoder-decoder, the other "
+            "decoder-only): wrap both the same way, e.g. DecoderOnlyModel for both or an n-gram "
+            "draft with decoder_only=True for a decoder-only target.")
     extra = 0 if gamma is None else gamma + 1
     for name, model in zip(("target", "draft"), models):
         need = model.prefix_length(inputs.shape[1]) + max_decode_len + extra

@@ -262,5 +262,7 @@ def test_bad_inputs_raise_clear_errors(encdec, deconly):
     with pytest.raises(ValueError, match="cache holds 16 tokens"):
         decoding.speculative_decode(limited, deconly[1], _prompts([12], 12), gamma=2,
                                     max_decode_len=4, **kw)
+    with pytest.raises(ValueError, match="read `inputs` differently"):
+        decoding.speculative_decode(deconly[0], draft, inputs, gamma=2, max_decode_len=4, **kw)
     with pytest.raises(TypeError, match="t5.Transformer"):
         decoding.EncoderDecoderModel(deconly[0].module, deconly[0].params)
