@@ -40,307 +40,323 @@ _ORACLE_MAX_RUN = 100_000
 
 
 def _show(x: np.ndarray, mask: np.ndarray) -> str:
-  """Formats the offending entries of `x` for an error message."""
-  x = np.asarray(x)
-  if x.ndim == 0:
-    return repr(x.item())
-  return f"{x[mask].ravel()[:5].tolist()} (first bad entries)"
+    """Formats the offending entries of `x` for an error message."""
+    x = np.asarray(x)
+    if x.ndim == 0:
+        return repr(x.item())
+    return f"{x[mask].ravel()[:5].tolist()} (first bad entries)"
 
 
 def _alpha(alpha: ArrayLike) -> np.ndarray:
-  a = np.asarray(alpha, dtype=np.float64)
-  bad = ~((a >= 0.0) & (a <= 1.0))  # Also catches NaN.
-  if np.any(bad):
-    raise ValueError(
-        f"alpha must lie in [0, 1], got alpha={_show(a, bad)}; pass the mean "
-        "acceptance rate E[beta] = E[sum_x min(p(x), q(x))] (Cor. 3.6).")
-  return a
+    a = np.asarray(alpha, dtype=np.float64)
+    bad = ~((a >= 0.0) & (a <= 1.0))  # Also catches NaN.
+    if np.any(bad):
+        raise ValueError(
+            f"alpha must lie in [0, 1], got alpha={_show(a, bad)}; pass the mean "
+            "acceptance rate E[beta] = E[sum_x min(p(x), q(x))] (Cor. 3.6)."
+        )
+    return a
 
 
 def _gamma(gamma: ArrayLike, name: str = "gamma", minimum: int = 0):
-  g = np.asarray(gamma)
-  gf = np.asarray(g, dtype=np.float64)
-  bad = ~(np.isfinite(gf) & (gf == np.round(gf)) & (gf >= minimum))
-  if g.dtype == np.bool_ or np.any(bad):
-    raise ValueError(
-        f"{name} must be an integer >= {minimum}, got {name}={_show(g, bad)}; "
-        f"pass the number of draft tokens per round as an int (e.g. {name}=4).")
-  return gf.astype(np.int64)
+    g = np.asarray(gamma)
+    gf = np.asarray(g, dtype=np.float64)
+    bad = ~(np.isfinite(gf) & (gf == np.round(gf)) & (gf >= minimum))
+    if g.dtype == np.bool_ or np.any(bad):
+        raise ValueError(
+            f"{name} must be an integer >= {minimum}, got {name}={_show(g, bad)}; "
+            f"pass the number of draft tokens per round as an int (e.g. {name}=4)."
+        )
+    return gf.astype(np.int64)
 
 
 def _nonneg(x: ArrayLike, name: str) -> np.ndarray:
-  v = np.asarray(x, dtype=np.float64)
-  bad = ~(v >= 0.0) | ~np.isfinite(v)
-  if np.any(bad):
-    raise ValueError(
-        f"{name} must be a finite number >= 0, got {name}={_show(v, bad)}; it "
-        "is a cost ratio draft/target (Def. 3.7 / 3.10), e.g. 0.02.")
-  return v
+    v = np.asarray(x, dtype=np.float64)
+    bad = ~(v >= 0.0) | ~np.isfinite(v)
+    if np.any(bad):
+        raise ValueError(
+            f"{name} must be a finite number >= 0, got {name}={_show(v, bad)}; it "
+            "is a cost ratio draft/target (Def. 3.7 / 3.10), e.g. 0.02."
+        )
+    return v
 
 
 def _verify_costs(verify_cost: VerifyCost, gamma: np.ndarray) -> np.ndarray:
-  """Returns T_target(gamma+1 tokens)/T_target(1 token) for each `gamma`.
+    """Returns T_target(gamma+1 tokens)/T_target(1 token) for each `gamma`.
 
-  By definition the ratio is exactly 1 at gamma = 0 (a plain decoding step), so
-  a callable is only evaluated for gamma >= 1 and a scalar only applies there.
-  """
-  gamma = np.asarray(gamma, dtype=np.int64)
-  if callable(verify_cost):
-    cache = {}
-    for g in np.unique(gamma[gamma > 0]).tolist():
-      cache[g] = float(verify_cost(int(g)))
-    costs = np.ones(gamma.shape, dtype=np.float64)
-    for g, value in cache.items():
-      costs[gamma == g] = value
-    shown = np.array(list(cache.values()), dtype=np.float64)
-    source = "verify_cost(gamma) returned"
-  else:
-    shown = np.asarray(verify_cost, dtype=np.float64)
-    costs = np.where(gamma > 0, shown, 1.0)
-    source = "got verify_cost="
-  bad = ~(shown > 0.0) | ~np.isfinite(shown)
-  if np.any(bad):
-    raise ValueError(
-        f"verify_cost must be finite and > 0, {source} {_show(shown, bad)}; it "
-        "is T_target(gamma+1 tokens) / T_target(1 token), 1.0 in the paper.")
-  return costs
+    By definition the ratio is exactly 1 at gamma = 0 (a plain decoding step), so
+    a callable is only evaluated for gamma >= 1 and a scalar only applies there.
+    """
+    gamma = np.asarray(gamma, dtype=np.int64)
+    if callable(verify_cost):
+        cache = {}
+        for g in np.unique(gamma[gamma > 0]).tolist():
+            cache[g] = float(verify_cost(int(g)))
+        costs = np.ones(gamma.shape, dtype=np.float64)
+        for g, value in cache.items():
+            costs[gamma == g] = value
+        shown = np.array(list(cache.values()), dtype=np.float64)
+        source = "verify_cost(gamma) returned"
+    else:
+        shown = np.asarray(verify_cost, dtype=np.float64)
+        costs = np.where(gamma > 0, shown, 1.0)
+        source = "got verify_cost="
+    bad = ~(shown > 0.0) | ~np.isfinite(shown)
+    if np.any(bad):
+        raise ValueError(
+            f"verify_cost must be finite and > 0, {source} {_show(shown, bad)}; it "
+            "is T_target(gamma+1 tokens) / T_target(1 token), 1.0 in the paper."
+        )
+    return costs
 
 
 def _out(x: np.ndarray):
-  x = np.asarray(x)
-  return float(x) if x.ndim == 0 else x
+    x = np.asarray(x)
+    return float(x) if x.ndim == 0 else x
 
 
 def _expected_tokens(a: np.ndarray, g: np.ndarray) -> np.ndarray:
-  """Eq. 1 on validated arrays, accurate near alpha = 1 (no cancellation)."""
-  with np.errstate(divide="ignore", invalid="ignore"):
-    # 1 - a**(g+1) = -expm1((g+1) log1p(a - 1)): no cancellation near a = 1.
-    numer = -np.expm1((g + 1) * np.log1p(a - 1.0))
-    value = numer / (1.0 - a)
-  value = np.where(a == 0.0, 1.0, value)
-  return np.where(a == 1.0, g + 1.0, value)
+    """Eq. 1 on validated arrays, accurate near alpha = 1 (no cancellation)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        # 1 - a**(g+1) = -expm1((g+1) log1p(a - 1)): no cancellation near a = 1.
+        numer = -np.expm1((g + 1) * np.log1p(a - 1.0))
+        value = numer / (1.0 - a)
+    value = np.where(a == 0.0, 1.0, value)
+    return np.where(a == 1.0, g + 1.0, value)
 
 
 def expected_tokens(alpha: ArrayLike, gamma: ArrayLike):
-  """Expected tokens emitted by one run of Algorithm 1, [L] Eq. (1).
+    """Expected tokens emitted by one run of Algorithm 1, [L] Eq. (1).
 
-  E[#tokens] = (1 - alpha^(gamma+1)) / (1 - alpha), the mean of a geometric
-  variable with success probability 1 - alpha capped at gamma + 1. At
-  alpha == 1 the exact limit gamma + 1 is returned; gamma == 0 gives 1.
+    E[#tokens] = (1 - alpha^(gamma+1)) / (1 - alpha), the mean of a geometric
+    variable with success probability 1 - alpha capped at gamma + 1. At
+    alpha == 1 the exact limit gamma + 1 is returned; gamma == 0 gives 1.
 
-  Args:
-    alpha: acceptance rate(s) in [0, 1].
-    gamma: draft length(s), non-negative integers. Broadcasts with `alpha`.
+    Args:
+      alpha: acceptance rate(s) in [0, 1].
+      gamma: draft length(s), non-negative integers. Broadcasts with `alpha`.
 
-  Returns:
-    float for scalar inputs, else an array of the broadcast shape.
-  """
-  return _out(_expected_tokens(_alpha(alpha), _gamma(gamma)))
+    Returns:
+      float for scalar inputs, else an array of the broadcast shape.
+    """
+    return _out(_expected_tokens(_alpha(alpha), _gamma(gamma)))
 
 
 def memory_access_factor(alpha: ArrayLike, gamma: ArrayLike):
-  """Factor by which reads of the target's weights and KV cache shrink ([L] §3.4).
+    """Factor by which reads of the target's weights and KV cache shrink ([L] §3.4).
 
-  The target's weights and KV cache are read once per run of Algorithm 1
-  (one parallel call on gamma + 1 positions) instead of once per token, so
-  baseline reads / speculative reads = E[#tokens per run] =
-  (1 - alpha^(gamma+1)) / (1 - alpha), i.e. Eq. (1). Values > 1 mean fewer
-  reads. The draft's own (much smaller) reads are not counted.
-  """
-  return expected_tokens(alpha, gamma)
+    The target's weights and KV cache are read once per run of Algorithm 1
+    (one parallel call on gamma + 1 positions) instead of once per token, so
+    baseline reads / speculative reads = E[#tokens per run] =
+    (1 - alpha^(gamma+1)) / (1 - alpha), i.e. Eq. (1). Values > 1 mean fewer
+    reads. The draft's own (much smaller) reads are not counted.
+    """
+    return expected_tokens(alpha, gamma)
 
 
-def speedup(alpha: ArrayLike, gamma: ArrayLike, c: ArrayLike,
-            verify_cost: VerifyCost = 1.0):
-  """Expected walltime improvement factor, [L] Theorem 3.8, generalised.
+def speedup(alpha: ArrayLike, gamma: ArrayLike, c: ArrayLike, verify_cost: VerifyCost = 1.0):
+    """Expected walltime improvement factor, [L] Theorem 3.8, generalised.
 
-  One round costs gamma * c + verify_cost target-step units and yields
-  Eq. (1) tokens, so
+    One round costs gamma * c + verify_cost target-step units and yields
+    Eq. (1) tokens, so
 
-    speedup = (1 - alpha^(gamma+1)) / ((1 - alpha) (gamma * c + verify_cost)).
+      speedup = (1 - alpha^(gamma+1)) / ((1 - alpha) (gamma * c + verify_cost)).
 
-  With verify_cost = 1 this is exactly Thm. 3.8 (the paper assumes gamma + 1
-  parallel target evaluations cost one serial one). At gamma = 0 the round is
-  a plain decoding step and the result is 1.
+    With verify_cost = 1 this is exactly Thm. 3.8 (the paper assumes gamma + 1
+    parallel target evaluations cost one serial one). At gamma = 0 the round is
+    a plain decoding step and the result is 1.
 
-  Args:
-    alpha: acceptance rate(s) in [0, 1].
-    gamma: draft length(s), non-negative integers.
-    c: draft/target cost coefficient(s) >= 0 (Def. 3.7).
-    verify_cost: T_target(gamma+1 tokens) / T_target(1 token), > 0. A scalar,
-      or a callable gamma -> cost (e.g. measured per gamma).
+    Args:
+      alpha: acceptance rate(s) in [0, 1].
+      gamma: draft length(s), non-negative integers.
+      c: draft/target cost coefficient(s) >= 0 (Def. 3.7).
+      verify_cost: T_target(gamma+1 tokens) / T_target(1 token), > 0. A scalar,
+        or a callable gamma -> cost (e.g. measured per gamma).
 
-  Returns:
-    float for scalar inputs, else an array of the broadcast shape.
-  """
-  a, g, c = _alpha(alpha), _gamma(gamma), _nonneg(c, "c")
-  cost = g * c + _verify_costs(verify_cost, g)
-  return _out(_expected_tokens(a, g) / cost)
+    Returns:
+      float for scalar inputs, else an array of the broadcast shape.
+    """
+    a, g, c = _alpha(alpha), _gamma(gamma), _nonneg(c, "c")
+    cost = g * c + _verify_costs(verify_cost, g)
+    return _out(_expected_tokens(a, g) / cost)
 
 
 def min_improvement(alpha: ArrayLike, c: ArrayLike):
-  """Guaranteed improvement (1 + alpha) / (1 + c), [L] Corollary 3.9.
+    """Guaranteed improvement (1 + alpha) / (1 + c), [L] Corollary 3.9.
 
-  This is Thm. 3.8 at gamma = 1; it exceeds 1 exactly when alpha > c.
-  """
-  a, c = _alpha(alpha), _nonneg(c, "c")
-  return _out((1.0 + a) / (1.0 + c))
+    This is Thm. 3.8 at gamma = 1; it exceeds 1 exactly when alpha > c.
+    """
+    a, c = _alpha(alpha), _nonneg(c, "c")
+    return _out((1.0 + a) / (1.0 + c))
 
 
 def operations_factor(alpha: ArrayLike, gamma: ArrayLike, c_hat: ArrayLike):
-  """Expected factor of increase in total arithmetic, [L] Theorem 3.11.
+    """Expected factor of increase in total arithmetic, [L] Theorem 3.11.
 
-  One run costs gamma draft steps (c_hat each) plus gamma + 1 target
-  positions, divided by Eq. (1) tokens:
-  (1 - alpha)(gamma * c_hat + gamma + 1) / (1 - alpha^(gamma+1)).
-  """
-  a, g, ch = _alpha(alpha), _gamma(gamma), _nonneg(c_hat, "c_hat")
-  return _out((g * ch + g + 1.0) / _expected_tokens(a, g))
+    One run costs gamma draft steps (c_hat each) plus gamma + 1 target
+    positions, divided by Eq. (1) tokens:
+    (1 - alpha)(gamma * c_hat + gamma + 1) / (1 - alpha^(gamma+1)).
+    """
+    a, g, ch = _alpha(alpha), _gamma(gamma), _nonneg(c_hat, "c_hat")
+    return _out((g * ch + g + 1.0) / _expected_tokens(a, g))
 
 
-def _speedup_curve(a: np.ndarray, c: np.ndarray, max_gamma: int,
-                   verify_cost: VerifyCost) -> np.ndarray:
-  """Thm. 3.8 for gamma = 1..max_gamma on a new trailing axis [..., max_gamma]."""
-  gammas = np.arange(1, max_gamma + 1)
-  costs = _verify_costs(verify_cost, gammas)
-  a, c = np.broadcast_arrays(a, c)
-  tokens = _expected_tokens(a[..., None], gammas)
-  return tokens / (gammas * c[..., None] + costs)
+def _speedup_curve(
+    a: np.ndarray, c: np.ndarray, max_gamma: int, verify_cost: VerifyCost
+) -> np.ndarray:
+    """Thm. 3.8 for gamma = 1..max_gamma on a new trailing axis [..., max_gamma]."""
+    gammas = np.arange(1, max_gamma + 1)
+    costs = _verify_costs(verify_cost, gammas)
+    a, c = np.broadcast_arrays(a, c)
+    tokens = _expected_tokens(a[..., None], gammas)
+    return tokens / (gammas * c[..., None] + costs)
 
 
 def _max_gamma(max_gamma: int) -> int:
-  return int(_gamma(max_gamma, name="max_gamma", minimum=1))
+    return int(_gamma(max_gamma, name="max_gamma", minimum=1))
 
 
-def optimal_gamma(alpha: float, c: float, max_gamma: int = 64,
-                  verify_cost: VerifyCost = 1.0) -> int:
-  """The integer gamma in 1..max_gamma maximising `speedup` ([L] §3.5, Fig. 3).
+def optimal_gamma(
+    alpha: float, c: float, max_gamma: int = 64, verify_cost: VerifyCost = 1.0
+) -> int:
+    """The integer gamma in 1..max_gamma maximising `speedup` ([L] §3.5, Fig. 3).
 
-  Ties go to the smallest gamma. With c = 0 and verify_cost = 1 the speedup
-  grows with gamma forever, so the answer is max_gamma.
+    Ties go to the smallest gamma. With c = 0 and verify_cost = 1 the speedup
+    grows with gamma forever, so the answer is max_gamma.
 
-  Args:
-    alpha: scalar acceptance rate in [0, 1].
-    c: scalar cost coefficient >= 0.
-    max_gamma: largest gamma searched, >= 1.
-    verify_cost: as in `speedup`.
+    Args:
+      alpha: scalar acceptance rate in [0, 1].
+      c: scalar cost coefficient >= 0.
+      max_gamma: largest gamma searched, >= 1.
+      verify_cost: as in `speedup`.
 
-  Returns:
-    The optimal gamma as a Python int.
-  """
-  a, c = _alpha(alpha), _nonneg(c, "c")
-  if a.ndim or c.ndim:
-    raise ValueError(
-        f"optimal_gamma takes scalars, got shapes {a.shape} and {c.shape}; use "
-        "optimal_gamma_table(alphas, cs) for a grid.")
-  curve = _speedup_curve(a, c, _max_gamma(max_gamma), verify_cost)
-  return int(np.argmax(curve)) + 1  # argmax returns the first maximum.
-
-
-def optimal_gamma_table(alphas: ArrayLike, cs: ArrayLike, max_gamma: int = 64,
-                        verify_cost: VerifyCost = 1.0) -> np.ndarray:
-  """Optimal gamma on an alpha x c grid, the data of [L] Figure 3.
-
-  Returns:
-    int64 array [len(alphas), len(cs)]; entry [i, j] equals
-    optimal_gamma(alphas[i], cs[j], max_gamma, verify_cost). Feed it back to
-    `speedup(alphas[:, None], table, cs[None, :])` for the achieved speedup.
-  """
-  a = np.atleast_1d(_alpha(alphas)).ravel()
-  c = np.atleast_1d(_nonneg(cs, "cs")).ravel()
-  curve = _speedup_curve(a[:, None], c[None, :], _max_gamma(max_gamma),
-                         verify_cost)
-  return np.argmax(curve, axis=-1).astype(np.int64) + 1
+    Returns:
+      The optimal gamma as a Python int.
+    """
+    a, c = _alpha(alpha), _nonneg(c, "c")
+    if a.ndim or c.ndim:
+        raise ValueError(
+            f"optimal_gamma takes scalars, got shapes {a.shape} and {c.shape}; use "
+            "optimal_gamma_table(alphas, cs) for a grid."
+        )
+    curve = _speedup_curve(a, c, _max_gamma(max_gamma), verify_cost)
+    return int(np.argmax(curve)) + 1  # argmax returns the first maximum.
 
 
-def oracle_dynamic_gamma_speedup(alpha: ArrayLike, c: ArrayLike,
-                                 verify_cost: VerifyCost = 1.0,
-                                 include_rejected_draft: bool = False):
-  """Upper bound with an oracle choosing gamma every round, [L] §3.5.
+def optimal_gamma_table(
+    alphas: ArrayLike, cs: ArrayLike, max_gamma: int = 64, verify_cost: VerifyCost = 1.0
+) -> np.ndarray:
+    """Optimal gamma on an alpha x c grid, the data of [L] Figure 3.
 
-  Model. Let K be the length of the run of drafts the target would accept
-  next; under the i.i.d. assumption P(K = k) = alpha^k (1 - alpha), uncapped.
-  The oracle sets this round's gamma = K: the draft proposes exactly the K
-  tokens that will be accepted, the target verifies them in one call and adds
-  its own token, so a round yields K + 1 tokens and E[#tokens] = 1 / (1 -
-  alpha), the paper's figure. The draft does E[K] = alpha / (1 - alpha) steps.
-  By renewal-reward the speedup is E[tokens] / E[cost] with
-  cost = c * K + verify_cost(K) (verify_cost(0) = 1: a round with K = 0 is a
-  plain target step). With verify_cost = 1:
-
-    speedup = 1 / (c * alpha + 1 - alpha).
-
-  Why this default: no draft step is wasted and every round still ends with a
-  target token, so it is the best any gamma schedule can do in this model
-  (with verify_cost = 1 and c <= 1 it is >= Thm. 3.8 at every fixed gamma:
-  per token, gamma*c + alpha^(gamma+1) >= c*(alpha + ... + alpha^(gamma+1))).
-  That is what an upper bound must be; as in the paper's footnote 4, target
-  verification is still paid for.
-
-  `include_rejected_draft=True` instead models "draft until the first
-  rejection": the draft also generates the (K+1)-th, rejected token, which
-  standard sampling needs because the correction token is drawn from
-  norm(max(0, p - q)) at that position. Then cost = c (K + 1) +
-  verify_cost(K + 1) and, with verify_cost = 1, speedup = 1 / (c + 1 - alpha).
-  This is realisable-looking but not a bound: for alpha < c it can fall below
-  fixed gamma = 1.
-
-  Args:
-    alpha: acceptance rate(s) in [0, 1]. At alpha = 1 the limit is returned
-      (1 / c, or inf at c = 0) for a scalar verify_cost.
-    c: cost coefficient(s) >= 0.
-    verify_cost: scalar or callable gamma -> cost, as in `speedup`; a callable
-      is averaged over the geometric K (requires alpha < 1).
-    include_rejected_draft: see above.
-
-  Returns:
-    float for scalar inputs, else an array of the broadcast shape.
-  """
-  a, c = np.broadcast_arrays(_alpha(alpha), _nonneg(c, "c"))
-  extra = 1.0 if include_rejected_draft else 0.0
-  with np.errstate(divide="ignore", invalid="ignore"):
-    if not callable(verify_cost):
-      v = float(_verify_costs(verify_cost, np.array(1)))
-      # Per token: E[cost] * (1 - alpha), using P(K = 0) = 1 - alpha.
-      if include_rejected_draft:
-        per_token = c + (1.0 - a) * v
-      else:
-        per_token = c * a + (1.0 - a) * ((1.0 - a) + a * v)
-      return _out(1.0 / per_token)
-    if np.any(a == 1.0):
-      raise ValueError(
-          "alpha=1 with a callable verify_cost has no finite oracle rounds; "
-          "pass alpha < 1 or a scalar verify_cost.")
-    a_max = float(np.max(a)) if a.size else 0.0
-    n = _ORACLE_MAX_RUN if a_max >= 1.0 else int(min(
-        _ORACLE_MAX_RUN, np.ceil(np.log(_ORACLE_TAIL) / np.log(max(a_max, 1e-300)))
-        + 1))
-    k = np.arange(max(n, 1))
-    v = _verify_costs(verify_cost, k + int(extra))
-    probs = (1.0 - a[..., None]) * a[..., None] ** k
-    probs[..., -1] += 1.0 - probs.sum(axis=-1)  # Tail mass on the last run.
-    mean_cost = c * (a / (1.0 - a) + extra) + probs @ v
-    return _out((1.0 / (1.0 - a)) / mean_cost)
+    Returns:
+      int64 array [len(alphas), len(cs)]; entry [i, j] equals
+      optimal_gamma(alphas[i], cs[j], max_gamma, verify_cost). Feed it back to
+      `speedup(alphas[:, None], table, cs[None, :])` for the achieved speedup.
+    """
+    a = np.atleast_1d(_alpha(alphas)).ravel()
+    c = np.atleast_1d(_nonneg(cs, "cs")).ravel()
+    curve = _speedup_curve(a[:, None], c[None, :], _max_gamma(max_gamma), verify_cost)
+    return np.argmax(curve, axis=-1).astype(np.int64) + 1
 
 
-def oracle_gain_over_fixed(alpha: ArrayLike, c: ArrayLike, max_gamma: int = 64,
-                           verify_cost: VerifyCost = 1.0,
-                           include_rejected_draft: bool = False):
-  """Oracle dynamic-gamma speedup / best fixed-gamma speedup ([L] §3.5).
+def oracle_dynamic_gamma_speedup(
+    alpha: ArrayLike,
+    c: ArrayLike,
+    verify_cost: VerifyCost = 1.0,
+    include_rejected_draft: bool = False,
+):
+    """Upper bound with an oracle choosing gamma every round, [L] §3.5.
 
-  The paper says the oracle's improvement "can be up to ~60% higher" than
-  with a fixed gamma "for typical values of c and alpha". With the default
-  model (max_gamma = 64, verify_cost = 1) the gain over alpha in [0.6, 0.9],
-  c in [0.01, 0.05] ranges from 1.07 to 1.475 (at alpha = 0.9, c = 0.05);
-  it reaches 1.55 at alpha = 0.95, c = 0.05, close to the paper's ~60%.
-  With include_rejected_draft=True the same box peaks at 1.43.
+    Model. Let K be the length of the run of drafts the target would accept
+    next; under the i.i.d. assumption P(K = k) = alpha^k (1 - alpha), uncapped.
+    The oracle sets this round's gamma = K: the draft proposes exactly the K
+    tokens that will be accepted, the target verifies them in one call and adds
+    its own token, so a round yields K + 1 tokens and E[#tokens] = 1 / (1 -
+    alpha), the paper's figure. The draft does E[K] = alpha / (1 - alpha) steps.
+    By renewal-reward the speedup is E[tokens] / E[cost] with
+    cost = c * K + verify_cost(K) (verify_cost(0) = 1: a round with K = 0 is a
+    plain target step). With verify_cost = 1:
 
-  Returns:
-    float for scalar inputs, else an array of the broadcast shape.
-  """
-  a, c = np.broadcast_arrays(_alpha(alpha), _nonneg(c, "c"))
-  best = np.max(_speedup_curve(a, c, _max_gamma(max_gamma), verify_cost),
-                axis=-1)
-  oracle = oracle_dynamic_gamma_speedup(a, c, verify_cost,
-                                        include_rejected_draft)
-  return _out(np.asarray(oracle) / best)
+      speedup = 1 / (c * alpha + 1 - alpha).
+
+    Why this default: no draft step is wasted and every round still ends with a
+    target token, so it is the best any gamma schedule can do in this model
+    (with verify_cost = 1 and c <= 1 it is >= Thm. 3.8 at every fixed gamma:
+    per token, gamma*c + alpha^(gamma+1) >= c*(alpha + ... + alpha^(gamma+1))).
+    That is what an upper bound must be; as in the paper's footnote 4, target
+    verification is still paid for.
+
+    `include_rejected_draft=True` instead models "draft until the first
+    rejection": the draft also generates the (K+1)-th, rejected token, which
+    standard sampling needs because the correction token is drawn from
+    norm(max(0, p - q)) at that position. Then cost = c (K + 1) +
+    verify_cost(K + 1) and, with verify_cost = 1, speedup = 1 / (c + 1 - alpha).
+    This is realisable-looking but not a bound: for alpha < c it can fall below
+    fixed gamma = 1.
+
+    Args:
+      alpha: acceptance rate(s) in [0, 1]. At alpha = 1 the limit is returned
+        (1 / c, or inf at c = 0) for a scalar verify_cost.
+      c: cost coefficient(s) >= 0.
+      verify_cost: scalar or callable gamma -> cost, as in `speedup`; a callable
+        is averaged over the geometric K (requires alpha < 1).
+      include_rejected_draft: see above.
+
+    Returns:
+      float for scalar inputs, else an array of the broadcast shape.
+    """
+    a, c = np.broadcast_arrays(_alpha(alpha), _nonneg(c, "c"))
+    extra = 1.0 if include_rejected_draft else 0.0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        if not callable(verify_cost):
+            v = float(_verify_costs(verify_cost, np.array(1)))
+            # Per token: E[cost] * (1 - alpha), using P(K = 0) = 1 - alpha.
+            if include_rejected_draft:
+                per_token = c + (1.0 - a) * v
+            else:
+                per_token = c * a + (1.0 - a) * ((1.0 - a) + a * v)
+            return _out(1.0 / per_token)
+        if np.any(a == 1.0):
+            raise ValueError(
+                "alpha=1 with a callable verify_cost has no finite oracle rounds; "
+                "pass alpha < 1 or a scalar verify_cost."
+            )
+        a_max = float(np.max(a)) if a.size else 0.0
+        n = (
+            _ORACLE_MAX_RUN
+            if a_max >= 1.0
+            else int(
+                min(_ORACLE_MAX_RUN, np.ceil(np.log(_ORACLE_TAIL) / np.log(max(a_max, 1e-300))) + 1)
+            )
+        )
+        k = np.arange(max(n, 1))
+        v = _verify_costs(verify_cost, k + int(extra))
+        probs = (1.0 - a[..., None]) * a[..., None] ** k
+        probs[..., -1] += 1.0 - probs.sum(axis=-1)  # Tail mass on the last run.
+        mean_cost = c * (a / (1.0 - a) + extra) + probs @ v
+        return _out((1.0 / (1.0 - a)) / mean_cost)
+
+
+def oracle_gain_over_fixed(
+    alpha: ArrayLike,
+    c: ArrayLike,
+    max_gamma: int = 64,
+    verify_cost: VerifyCost = 1.0,
+    include_rejected_draft: bool = False,
+):
+    """Oracle dynamic-gamma speedup / best fixed-gamma speedup ([L] §3.5).
+
+    The paper says the oracle's improvement "can be up to ~60% higher" than
+    with a fixed gamma "for typical values of c and alpha". With the default
+    model (max_gamma = 64, verify_cost = 1) the gain over alpha in [0.6, 0.9],
+    c in [0.01, 0.05] ranges from 1.07 to 1.475 (at alpha = 0.9, c = 0.05);
+    it reaches 1.55 at alpha = 0.95, c = 0.05, close to the paper's ~60%.
+    With include_rejected_draft=True the same box peaks at 1.43.
+
+    Returns:
+      float for scalar inputs, else an array of the broadcast shape.
+    """
+    a, c = np.broadcast_arrays(_alpha(alpha), _nonneg(c, "c"))
+    best = np.max(_speedup_curve(a, c, _max_gamma(max_gamma), verify_cost), axis=-1)
+    oracle = oracle_dynamic_gamma_speedup(a, c, verify_cost, include_rejected_draft)
+    return _out(np.asarray(oracle) / best)

@@ -12,15 +12,14 @@ import pytest
 
 from speculative import theory
 
-_SCRIPT = os.path.join(os.path.dirname(__file__), os.pardir, "scripts",
-                       "plot_theory.py")
+_SCRIPT = os.path.join(os.path.dirname(__file__), os.pardir, "scripts", "plot_theory.py")
 
 
 def _load_plot_script():
-  spec = importlib.util.spec_from_file_location("plot_theory", _SCRIPT)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
+    spec = importlib.util.spec_from_file_location("plot_theory", _SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 # [L] Table 1 (§3.5), c = c_hat = 0: (alpha, gamma, operations, speed).
@@ -36,8 +35,8 @@ TABLE1 = [
 
 @pytest.mark.parametrize("alpha,gamma,ops,speed", TABLE1)
 def test_table1(alpha, gamma, ops, speed):
-  assert round(theory.operations_factor(alpha, gamma, 0.0), 2) == ops
-  assert round(theory.speedup(alpha, gamma, 0.0), 2) == speed
+    assert round(theory.operations_factor(alpha, gamma, 0.0), 2) == ops
+    assert round(theory.speedup(alpha, gamma, 0.0), 2) == speed
 
 
 # [L] Table 4 (A.3): (row, alpha, gamma, c, printed Exp, recomputed Exp from
@@ -72,16 +71,19 @@ TABLE4_PRINT_MISMATCH = {"EnDe base T1", "EnDe large T1", "CNNDM large T1"}
 
 @pytest.mark.parametrize("row,alpha,gamma,c,printed,recomputed", TABLE4)
 def test_table4_expected_speedup(row, alpha, gamma, c, printed, recomputed):
-  value = theory.speedup(alpha, gamma, c)
-  assert round(value, 3) == recomputed
-  if row in TABLE4_PRINT_MISMATCH:
-    assert round(value, 1) != printed
-  else:
-    assert round(value, 1) == printed
-  # Within the rounding box of the printed alpha and c every row, including
-  # the 3 mismatches, can produce the printed Exp.
-  assert (round(theory.speedup(alpha - 0.005, gamma, c + 0.005), 1) <= printed
-          <= round(theory.speedup(alpha + 0.005, gamma, c - 0.005), 1))
+    value = theory.speedup(alpha, gamma, c)
+    assert round(value, 3) == recomputed
+    if row in TABLE4_PRINT_MISMATCH:
+        assert round(value, 1) != printed
+    else:
+        assert round(value, 1) == printed
+    # Within the rounding box of the printed alpha and c every row, including
+    # the 3 mismatches, can produce the printed Exp.
+    assert (
+        round(theory.speedup(alpha - 0.005, gamma, c + 0.005), 1)
+        <= printed
+        <= round(theory.speedup(alpha + 0.005, gamma, c - 0.005), 1)
+    )
 
 
 # paper.md Appendix "Derived values": optimal gamma (and its speedup) over
@@ -101,235 +103,244 @@ GRID = {
 
 @pytest.mark.parametrize("max_gamma", [50, 64])
 def test_optimal_gamma_grid(max_gamma):
-  alphas = np.array(sorted(GRID))
-  table = theory.optimal_gamma_table(alphas, GRID_CS, max_gamma=max_gamma)
-  assert table.shape == (len(alphas), len(GRID_CS))
-  for i, alpha in enumerate(alphas):
-    for j, c in enumerate(GRID_CS):
-      gamma, speed = GRID[alpha][j]
-      assert table[i, j] == gamma, (alpha, c)
-      assert theory.optimal_gamma(alpha, c, max_gamma=max_gamma) == gamma
-      assert round(theory.speedup(alpha, gamma, c), 2) == speed
+    alphas = np.array(sorted(GRID))
+    table = theory.optimal_gamma_table(alphas, GRID_CS, max_gamma=max_gamma)
+    assert table.shape == (len(alphas), len(GRID_CS))
+    for i, alpha in enumerate(alphas):
+        for j, c in enumerate(GRID_CS):
+            gamma, speed = GRID[alpha][j]
+            assert table[i, j] == gamma, (alpha, c)
+            assert theory.optimal_gamma(alpha, c, max_gamma=max_gamma) == gamma
+            assert round(theory.speedup(alpha, gamma, c), 2) == speed
 
 
 def _brute_force_speedup(alpha, gamma, c, verify_cost=1.0):
-  tokens = sum(alpha**k for k in range(gamma + 1))
-  return tokens / (gamma * c + verify_cost)
+    tokens = sum(alpha**k for k in range(gamma + 1))
+    return tokens / (gamma * c + verify_cost)
 
 
 def test_optimal_gamma_matches_brute_force():
-  rng = np.random.default_rng(0)
-  for _ in range(300):
-    alpha = float(rng.uniform(0.0, 1.0))
-    c = float(rng.choice([0.0, rng.uniform(0.0, 0.3), rng.uniform(0.0, 2.0)]))
-    verify = float(rng.choice([1.0, rng.uniform(1.0, 2.0)]))
-    max_gamma = int(rng.integers(1, 40))
-    speeds = [_brute_force_speedup(alpha, g, c, verify)
-              for g in range(1, max_gamma + 1)]
-    expected = int(np.argmax(speeds)) + 1
-    got = theory.optimal_gamma(alpha, c, max_gamma=max_gamma,
-                               verify_cost=verify)
-    # Different float evaluation orders could only disagree on a near-tie.
-    assert got == expected or np.isclose(speeds[got - 1], speeds[expected - 1],
-                                         rtol=1e-12), (alpha, c, verify)
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        alpha = float(rng.uniform(0.0, 1.0))
+        c = float(rng.choice([0.0, rng.uniform(0.0, 0.3), rng.uniform(0.0, 2.0)]))
+        verify = float(rng.choice([1.0, rng.uniform(1.0, 2.0)]))
+        max_gamma = int(rng.integers(1, 40))
+        speeds = [_brute_force_speedup(alpha, g, c, verify) for g in range(1, max_gamma + 1)]
+        expected = int(np.argmax(speeds)) + 1
+        got = theory.optimal_gamma(alpha, c, max_gamma=max_gamma, verify_cost=verify)
+        # Different float evaluation orders could only disagree on a near-tie.
+        assert got == expected or np.isclose(speeds[got - 1], speeds[expected - 1], rtol=1e-12), (
+            alpha,
+            c,
+            verify,
+        )
 
 
 def test_optimal_gamma_ties_and_edges():
-  # Speedup 1/(gamma c + 1) at alpha = 0 is largest at gamma = 1.
-  assert theory.optimal_gamma(0.0, 0.1) == 1
-  # alpha = 0, c = 0: every gamma gives 1; ties go to the smallest gamma.
-  assert theory.optimal_gamma(0.0, 0.0) == 1
-  # c = 0: speedup grows forever, so the cap is returned.
-  assert theory.optimal_gamma(0.5, 0.0, max_gamma=17) == 17
-  assert theory.optimal_gamma(0.8, 0.02, max_gamma=1) == 1
-  assert isinstance(theory.optimal_gamma(0.8, 0.02), int)
+    # Speedup 1/(gamma c + 1) at alpha = 0 is largest at gamma = 1.
+    assert theory.optimal_gamma(0.0, 0.1) == 1
+    # alpha = 0, c = 0: every gamma gives 1; ties go to the smallest gamma.
+    assert theory.optimal_gamma(0.0, 0.0) == 1
+    # c = 0: speedup grows forever, so the cap is returned.
+    assert theory.optimal_gamma(0.5, 0.0, max_gamma=17) == 17
+    assert theory.optimal_gamma(0.8, 0.02, max_gamma=1) == 1
+    assert isinstance(theory.optimal_gamma(0.8, 0.02), int)
 
 
 def test_min_improvement_is_speedup_at_gamma_one():
-  alphas = np.linspace(0.0, 1.0, 21)
-  for c in [0.0, 0.01, 0.11, 0.5, 2.0]:
-    np.testing.assert_allclose(theory.min_improvement(alphas, c),
-                               theory.speedup(alphas, 1, c), rtol=1e-14)
-  # Cor. 3.9: an improvement exists iff alpha > c.
-  assert theory.min_improvement(0.3, 0.2) > 1.0
-  assert theory.min_improvement(0.2, 0.2) == pytest.approx(1.0)
+    alphas = np.linspace(0.0, 1.0, 21)
+    for c in [0.0, 0.01, 0.11, 0.5, 2.0]:
+        np.testing.assert_allclose(
+            theory.min_improvement(alphas, c), theory.speedup(alphas, 1, c), rtol=1e-14
+        )
+    # Cor. 3.9: an improvement exists iff alpha > c.
+    assert theory.min_improvement(0.3, 0.2) > 1.0
+    assert theory.min_improvement(0.2, 0.2) == pytest.approx(1.0)
 
 
 def test_expected_tokens_limits():
-  for gamma in [0, 1, 3, 7, 20]:
-    assert theory.expected_tokens(1.0, gamma) == gamma + 1
-    assert theory.expected_tokens(0.0, gamma) == 1.0
-    assert theory.expected_tokens(1.0 - 1e-12, gamma) == pytest.approx(
-        gamma + 1, rel=1e-9)
-    assert theory.expected_tokens(0.5, gamma) == pytest.approx(
-        sum(0.5**k for k in range(gamma + 1)), rel=1e-14)
-  np.testing.assert_array_equal(
-      theory.expected_tokens(np.array([0.0, 0.3, 0.9, 1.0]), 0), np.ones(4))
-  # Vectorised, broadcasting alpha [3, 1] against gamma [4].
-  alphas = np.array([[0.2], [0.75], [1.0]])
-  gammas = np.array([0, 1, 3, 7])
-  got = theory.expected_tokens(alphas, gammas)
-  assert got.shape == (3, 4)
-  want = [[sum(a**k for k in range(g + 1)) for g in gammas]
-          for a in alphas[:, 0]]
-  np.testing.assert_allclose(got, want, rtol=1e-14)
-  # paper.md: Eq. 1 for Table 2 rows EnDe T0 small/base/large, CNNDM T1 small.
-  np.testing.assert_allclose(
-      theory.expected_tokens(np.array([0.75, 0.8, 0.82, 0.53]), [7, 7, 7, 5]),
-      [3.600, 4.161, 4.420, 2.081], atol=5e-4)
-  # Large gamma approaches 1/(1-alpha).
-  assert theory.expected_tokens(0.9, 2000) == pytest.approx(10.0)
+    for gamma in [0, 1, 3, 7, 20]:
+        assert theory.expected_tokens(1.0, gamma) == gamma + 1
+        assert theory.expected_tokens(0.0, gamma) == 1.0
+        assert theory.expected_tokens(1.0 - 1e-12, gamma) == pytest.approx(gamma + 1, rel=1e-9)
+        assert theory.expected_tokens(0.5, gamma) == pytest.approx(
+            sum(0.5**k for k in range(gamma + 1)), rel=1e-14
+        )
+    np.testing.assert_array_equal(
+        theory.expected_tokens(np.array([0.0, 0.3, 0.9, 1.0]), 0), np.ones(4)
+    )
+    # Vectorised, broadcasting alpha [3, 1] against gamma [4].
+    alphas = np.array([[0.2], [0.75], [1.0]])
+    gammas = np.array([0, 1, 3, 7])
+    got = theory.expected_tokens(alphas, gammas)
+    assert got.shape == (3, 4)
+    want = [[sum(a**k for k in range(g + 1)) for g in gammas] for a in alphas[:, 0]]
+    np.testing.assert_allclose(got, want, rtol=1e-14)
+    # paper.md: Eq. 1 for Table 2 rows EnDe T0 small/base/large, CNNDM T1 small.
+    np.testing.assert_allclose(
+        theory.expected_tokens(np.array([0.75, 0.8, 0.82, 0.53]), [7, 7, 7, 5]),
+        [3.600, 4.161, 4.420, 2.081],
+        atol=5e-4,
+    )
+    # Large gamma approaches 1/(1-alpha).
+    assert theory.expected_tokens(0.9, 2000) == pytest.approx(10.0)
 
 
 def test_memory_access_factor_is_eq1():
-  assert theory.memory_access_factor(0.8, 5) == pytest.approx(3.68928)
-  assert theory.memory_access_factor(0.0, 5) == 1.0
-  assert theory.memory_access_factor(1.0, 5) == 6.0
+    assert theory.memory_access_factor(0.8, 5) == pytest.approx(3.68928)
+    assert theory.memory_access_factor(0.0, 5) == 1.0
+    assert theory.memory_access_factor(1.0, 5) == 6.0
 
 
 def test_operations_factor():
-  # Plain decoding costs nothing extra; a useless draft costs gamma + 1 + ...
-  assert theory.operations_factor(0.7, 0, 0.3) == 1.0
-  assert theory.operations_factor(0.0, 3, 0.1) == pytest.approx(4.3)
-  assert theory.operations_factor(1.0, 3, 0.0) == 1.0
+    # Plain decoding costs nothing extra; a useless draft costs gamma + 1 + ...
+    assert theory.operations_factor(0.7, 0, 0.3) == 1.0
+    assert theory.operations_factor(0.0, 3, 0.1) == pytest.approx(4.3)
+    assert theory.operations_factor(1.0, 3, 0.0) == 1.0
 
 
 def test_verify_cost_lowers_speedup_and_optimal_gamma():
-  alpha, c = 0.8, 0.02
-  for gamma in [1, 4, 11]:
-    assert theory.speedup(alpha, gamma, c, verify_cost=1.3) < theory.speedup(
-        alpha, gamma, c)
-  assert theory.speedup(alpha, 0, c, verify_cost=1.3) == 1.0
-  base = theory.optimal_gamma(alpha, c)
-  # Verification cost growing with the number of positions scored.
-  growing = lambda g: 1.0 + 0.05 * g
-  assert theory.optimal_gamma(alpha, c, verify_cost=growing) < base
-  assert theory.speedup(alpha, 4, c, verify_cost=growing) == pytest.approx(
-      _brute_force_speedup(alpha, 4, c, 1.2))
-  # A callable equal to the constant reproduces the scalar exactly.
-  np.testing.assert_allclose(
-      theory.speedup(alpha, np.arange(1, 9), c, verify_cost=lambda g: 1.0),
-      theory.speedup(alpha, np.arange(1, 9), c))
-  table = theory.optimal_gamma_table([0.6, 0.9], [0.01, 0.1],
-                                     verify_cost=growing)
-  assert np.all(table < theory.optimal_gamma_table([0.6, 0.9], [0.01, 0.1]))
+    alpha, c = 0.8, 0.02
+    for gamma in [1, 4, 11]:
+        assert theory.speedup(alpha, gamma, c, verify_cost=1.3) < theory.speedup(alpha, gamma, c)
+    assert theory.speedup(alpha, 0, c, verify_cost=1.3) == 1.0
+    base = theory.optimal_gamma(alpha, c)
+    # Verification cost growing with the number of positions scored.
+    growing = lambda g: 1.0 + 0.05 * g
+    assert theory.optimal_gamma(alpha, c, verify_cost=growing) < base
+    assert theory.speedup(alpha, 4, c, verify_cost=growing) == pytest.approx(
+        _brute_force_speedup(alpha, 4, c, 1.2)
+    )
+    # A callable equal to the constant reproduces the scalar exactly.
+    np.testing.assert_allclose(
+        theory.speedup(alpha, np.arange(1, 9), c, verify_cost=lambda g: 1.0),
+        theory.speedup(alpha, np.arange(1, 9), c),
+    )
+    table = theory.optimal_gamma_table([0.6, 0.9], [0.01, 0.1], verify_cost=growing)
+    assert np.all(table < theory.optimal_gamma_table([0.6, 0.9], [0.01, 0.1]))
 
 
-@pytest.mark.parametrize("alpha,expected", [(0.75, 3.303), (0.75, 3.303),
-                                            (0.8, 3.865), (0.87, 4.907)])
+@pytest.mark.parametrize(
+    "alpha,expected", [(0.75, 3.303), (0.75, 3.303), (0.8, 3.865), (0.87, 4.907)]
+)
 def test_argmax_lenience_speedups(alpha, expected):
-  # [L] A.5: argmax lenience l = 1, 0.5, 0.3, 0.1 -> alpha; c = 0.015, gamma=8.
-  assert round(theory.speedup(alpha, 8, 0.015), 3) == expected
+    # [L] A.5: argmax lenience l = 1, 0.5, 0.3, 0.1 -> alpha; c = 0.015, gamma=8.
+    assert round(theory.speedup(alpha, 8, 0.015), 3) == expected
 
 
 def test_bigram_speedup():
-  # [L] §3.6 / §4.2: EnDe bigram, alpha = 0.2, c = 0, gamma = 3 -> "1.25X".
-  assert theory.speedup(0.2, 3, 0.0) == pytest.approx(1.248, abs=1e-12)
+    # [L] §3.6 / §4.2: EnDe bigram, alpha = 0.2, c = 0, gamma = 3 -> "1.25X".
+    assert theory.speedup(0.2, 3, 0.0) == pytest.approx(1.248, abs=1e-12)
 
 
 def test_oracle_dynamic_gamma_closed_forms():
-  assert theory.oracle_dynamic_gamma_speedup(0.8, 0.0) == pytest.approx(5.0)
-  assert theory.oracle_dynamic_gamma_speedup(0.8, 0.02) == pytest.approx(
-      1.0 / (0.02 * 0.8 + 0.2))
-  assert theory.oracle_dynamic_gamma_speedup(
-      0.8, 0.02, include_rejected_draft=True) == pytest.approx(1.0 / 0.22)
-  assert theory.oracle_dynamic_gamma_speedup(1.0, 0.1) == pytest.approx(10.0)
-  assert theory.oracle_dynamic_gamma_speedup(1.0, 0.0) == np.inf
-  assert theory.oracle_dynamic_gamma_speedup(0.0, 0.3) == 1.0
-  # A callable verify_cost is averaged over the geometric run length.
-  for include in [False, True]:
-    for scalar in [1.0, 1.4]:
-      assert theory.oracle_dynamic_gamma_speedup(
-          0.7, 0.03, verify_cost=lambda g, s=scalar: s,
-          include_rejected_draft=include) == pytest.approx(
-              theory.oracle_dynamic_gamma_speedup(
-                  0.7, 0.03, verify_cost=scalar,
-                  include_rejected_draft=include), rel=1e-10)
+    assert theory.oracle_dynamic_gamma_speedup(0.8, 0.0) == pytest.approx(5.0)
+    assert theory.oracle_dynamic_gamma_speedup(0.8, 0.02) == pytest.approx(1.0 / (0.02 * 0.8 + 0.2))
+    assert theory.oracle_dynamic_gamma_speedup(
+        0.8, 0.02, include_rejected_draft=True
+    ) == pytest.approx(1.0 / 0.22)
+    assert theory.oracle_dynamic_gamma_speedup(1.0, 0.1) == pytest.approx(10.0)
+    assert theory.oracle_dynamic_gamma_speedup(1.0, 0.0) == np.inf
+    assert theory.oracle_dynamic_gamma_speedup(0.0, 0.3) == 1.0
+    # A callable verify_cost is averaged over the geometric run length.
+    for include in [False, True]:
+        for scalar in [1.0, 1.4]:
+            assert theory.oracle_dynamic_gamma_speedup(
+                0.7, 0.03, verify_cost=lambda g, s=scalar: s, include_rejected_draft=include
+            ) == pytest.approx(
+                theory.oracle_dynamic_gamma_speedup(
+                    0.7, 0.03, verify_cost=scalar, include_rejected_draft=include
+                ),
+                rel=1e-10,
+            )
 
 
 def test_oracle_matches_monte_carlo():
-  # Simulate rounds: K ~ Geom, tokens K + 1, cost c K + v(K) (v(0) = 1).
-  rng = np.random.default_rng(1)
-  alpha, c = 0.8, 0.05
-  verify = lambda g: 1.0 + 0.02 * g
-  k = rng.geometric(1.0 - alpha, size=400_000) - 1
-  cost = c * k + np.where(k > 0, 1.0 + 0.02 * k, 1.0)
-  mc = (k + 1).sum() / cost.sum()
-  assert theory.oracle_dynamic_gamma_speedup(
-      alpha, c, verify_cost=verify) == pytest.approx(mc, rel=5e-3)
+    # Simulate rounds: K ~ Geom, tokens K + 1, cost c K + v(K) (v(0) = 1).
+    rng = np.random.default_rng(1)
+    alpha, c = 0.8, 0.05
+    verify = lambda g: 1.0 + 0.02 * g
+    k = rng.geometric(1.0 - alpha, size=400_000) - 1
+    cost = c * k + np.where(k > 0, 1.0 + 0.02 * k, 1.0)
+    mc = (k + 1).sum() / cost.sum()
+    assert theory.oracle_dynamic_gamma_speedup(alpha, c, verify_cost=verify) == pytest.approx(
+        mc, rel=5e-3
+    )
 
 
 def test_oracle_is_upper_bound_on_fixed_gamma():
-  alphas = np.linspace(0.0, 0.99, 34)[:, None]
-  cs = np.array([0.0, 0.01, 0.05, 0.2, 0.5, 1.0])[None, :]
-  gain = theory.oracle_gain_over_fixed(alphas, cs)
-  assert gain.shape == (34, 6)
-  assert np.all(gain >= 1.0 - 1e-12)
-  # Drafting the rejected token too is not a bound when alpha < c.
-  assert theory.oracle_gain_over_fixed(
-      0.1, 0.5, include_rejected_draft=True) < 1.0
+    alphas = np.linspace(0.0, 0.99, 34)[:, None]
+    cs = np.array([0.0, 0.01, 0.05, 0.2, 0.5, 1.0])[None, :]
+    gain = theory.oracle_gain_over_fixed(alphas, cs)
+    assert gain.shape == (34, 6)
+    assert np.all(gain >= 1.0 - 1e-12)
+    # Drafting the rejected token too is not a bound when alpha < c.
+    assert theory.oracle_gain_over_fixed(0.1, 0.5, include_rejected_draft=True) < 1.0
 
 
 def test_oracle_gain_typical_values():
-  # [L] §3.5: "up to ~60% higher ... for typical values of c and alpha".
-  # Over alpha in [0.6, 0.9] x c in [0.01, 0.05] we find gains 1.072 .. 1.4755
-  # (max at alpha = 0.9, c = 0.05; 1.426 with include_rejected_draft=True).
-  # Beyond the box, alpha = 0.95, c = 0.05 gives 1.554, i.e. the paper's ~60%.
-  alphas = np.linspace(0.6, 0.9, 31)[:, None]
-  cs = np.linspace(0.01, 0.05, 41)[None, :]
-  for include in [False, True]:
-    gain = theory.oracle_gain_over_fixed(alphas, cs,
-                                         include_rejected_draft=include)
-    assert np.all(gain > 1.0)
-    assert np.all(gain < 1.7)
-  gain = theory.oracle_gain_over_fixed(alphas, cs)
-  assert gain.max() == pytest.approx(1.4755, abs=1e-4)
-  assert theory.oracle_gain_over_fixed(0.95, 0.05) == pytest.approx(
-      1.554, abs=1e-3)
+    # [L] §3.5: "up to ~60% higher ... for typical values of c and alpha".
+    # Over alpha in [0.6, 0.9] x c in [0.01, 0.05] we find gains 1.072 .. 1.4755
+    # (max at alpha = 0.9, c = 0.05; 1.426 with include_rejected_draft=True).
+    # Beyond the box, alpha = 0.95, c = 0.05 gives 1.554, i.e. the paper's ~60%.
+    alphas = np.linspace(0.6, 0.9, 31)[:, None]
+    cs = np.linspace(0.01, 0.05, 41)[None, :]
+    for include in [False, True]:
+        gain = theory.oracle_gain_over_fixed(alphas, cs, include_rejected_draft=include)
+        assert np.all(gain > 1.0)
+        assert np.all(gain < 1.7)
+    gain = theory.oracle_gain_over_fixed(alphas, cs)
+    assert gain.max() == pytest.approx(1.4755, abs=1e-4)
+    assert theory.oracle_gain_over_fixed(0.95, 0.05) == pytest.approx(1.554, abs=1e-3)
 
 
-@pytest.mark.parametrize("call,bad", [
-    (lambda: theory.expected_tokens(1.2, 3), "1.2"),
-    (lambda: theory.expected_tokens(-0.1, 3), "-0.1"),
-    (lambda: theory.expected_tokens(np.array([0.5, 1.5]), 3), "1.5"),
-    (lambda: theory.expected_tokens(float("nan"), 3), "nan"),
-    (lambda: theory.expected_tokens(0.5, -1), "-1"),
-    (lambda: theory.expected_tokens(0.5, 2.5), "2.5"),
-    (lambda: theory.speedup(0.5, 3, -0.01), "-0.01"),
-    (lambda: theory.speedup(0.5, 3, 0.01, verify_cost=0.0), "0.0"),
-    (lambda: theory.speedup(0.5, 3, 0.01, verify_cost=lambda g: -2.0), "-2.0"),
-    (lambda: theory.operations_factor(0.5, 3, -1.0), "-1.0"),
-    (lambda: theory.min_improvement(2.0, 0.1), "2.0"),
-    (lambda: theory.optimal_gamma(0.5, 0.01, max_gamma=0), "0"),
-    (lambda: theory.optimal_gamma(0.5, 0.01, max_gamma=3.5), "3.5"),
-    (lambda: theory.optimal_gamma_table([0.5], [0.01], max_gamma=-4), "-4"),
-    (lambda: theory.oracle_dynamic_gamma_speedup(1.01, 0.1), "1.01"),
-    (lambda: theory.oracle_gain_over_fixed(0.8, -0.5), "-0.5"),
-])
+@pytest.mark.parametrize(
+    "call,bad",
+    [
+        (lambda: theory.expected_tokens(1.2, 3), "1.2"),
+        (lambda: theory.expected_tokens(-0.1, 3), "-0.1"),
+        (lambda: theory.expected_tokens(np.array([0.5, 1.5]), 3), "1.5"),
+        (lambda: theory.expected_tokens(float("nan"), 3), "nan"),
+        (lambda: theory.expected_tokens(0.5, -1), "-1"),
+        (lambda: theory.expected_tokens(0.5, 2.5), "2.5"),
+        (lambda: theory.speedup(0.5, 3, -0.01), "-0.01"),
+        (lambda: theory.speedup(0.5, 3, 0.01, verify_cost=0.0), "0.0"),
+        (lambda: theory.speedup(0.5, 3, 0.01, verify_cost=lambda g: -2.0), "-2.0"),
+        (lambda: theory.operations_factor(0.5, 3, -1.0), "-1.0"),
+        (lambda: theory.min_improvement(2.0, 0.1), "2.0"),
+        (lambda: theory.optimal_gamma(0.5, 0.01, max_gamma=0), "0"),
+        (lambda: theory.optimal_gamma(0.5, 0.01, max_gamma=3.5), "3.5"),
+        (lambda: theory.optimal_gamma_table([0.5], [0.01], max_gamma=-4), "-4"),
+        (lambda: theory.oracle_dynamic_gamma_speedup(1.01, 0.1), "1.01"),
+        (lambda: theory.oracle_gain_over_fixed(0.8, -0.5), "-0.5"),
+    ],
+)
 def test_bad_inputs_raise(call, bad):
-  with pytest.raises(ValueError, match=bad.replace(".", r"\.")):
-    call()
+    with pytest.raises(ValueError, match=bad.replace(".", r"\.")):
+        call()
 
 
 def test_plot_figure3(tmp_path):
-  plot_theory = _load_plot_script()
-  path = plot_theory.plot_figure3(str(tmp_path / "figure3_optimal_gamma.png"))
-  assert os.path.exists(path)
-  with open(path, "rb") as f:
-    assert f.read(8) == b"\x89PNG\r\n\x1a\n"
-  assert os.path.getsize(path) > 10_000
+    plot_theory = _load_plot_script()
+    path = plot_theory.plot_figure3(str(tmp_path / "figure3_optimal_gamma.png"))
+    assert os.path.exists(path)
+    with open(path, "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+    assert os.path.getsize(path) > 10_000
 
 
 def test_plot_speedup_vs_gamma(tmp_path):
-  plot_theory = _load_plot_script()
-  runs = [{"gamma": g, "speedup": s, "predicted_speedup": p}
-          for g, s, p in [(4, 2.2, 2.5), (1, 1.5, 1.7), (2, 1.9, 2.1)]]
-  path = plot_theory.plot_speedup_vs_gamma(runs, str(tmp_path / "s.png"))
-  with open(path, "rb") as f:
-    assert f.read(8) == b"\x89PNG\r\n\x1a\n"
-  assert os.path.getsize(path) > 5_000
-  with pytest.raises(ValueError, match="predicted_speedup"):
-    plot_theory.plot_speedup_vs_gamma([{"gamma": 1, "speedup": 1.0}],
-                                      str(tmp_path / "t.png"))
-  with pytest.raises(FileNotFoundError, match="missing.json"):
-    plot_theory.load_runs(str(tmp_path / "missing.json"))
+    plot_theory = _load_plot_script()
+    runs = [
+        {"gamma": g, "speedup": s, "predicted_speedup": p}
+        for g, s, p in [(4, 2.2, 2.5), (1, 1.5, 1.7), (2, 1.9, 2.1)]
+    ]
+    path = plot_theory.plot_speedup_vs_gamma(runs, str(tmp_path / "s.png"))
+    with open(path, "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+    assert os.path.getsize(path) > 5_000
+    with pytest.raises(ValueError, match="predicted_speedup"):
+        plot_theory.plot_speedup_vs_gamma([{"gamma": 1, "speedup": 1.0}], str(tmp_path / "t.png"))
+    with pytest.raises(FileNotFoundError, match="missing.json"):
+        plot_theory.load_runs(str(tmp_path / "missing.json"))
