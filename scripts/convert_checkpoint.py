@@ -1,0 +1,74 @@
+r"""Converts T5 checkpoints between Hugging Face and T5X's legacy format.
+
+HF -> T5X: reads an HF T5 directory (model.safetensors + config.json, e.g. from
+`T5ForConditionalGeneration.save_pretrained`) and writes a T5X legacy checkpoint
+(msgpack + gzip zarr, format version 3, readable by t5x and by
+`speculative.checkpoints.load_params`) at <t5x_dir>/checkpoint_<step>. The
+matching T5Config is logged.
+
+T5X -> HF (--to_hf): reads a T5X checkpoint (model dir: latest step; step dir; or
+the msgpack file; legacy or Orbax) and writes <hf_dir>/model.safetensors and
+<hf_dir>/config.json for transformers' T5ForConditionalGeneration. The model
+shape comes from --preset or from an HF --config_json; the checkpoint is checked
+against it before anything is written.
+
+All logic is in speculative/checkpoints.py; a progress bar counts parameters.
+
+Examples (from the repository root; t5_1_1_small in float32 is ~300 MB either way):
+
+  PYTHONPATH=. .venv/bin/python scripts/convert_checkpoint.py \
+      --hf_dir=/models/flan-t5-small --t5x_dir=/ckpts/flan_t5_small --step=0
+
+  PYTHONPATH=. .venv/bin/python scripts/convert_checkpoint.py --to_hf \
+      --t5x_dir=/ckpts/t5_1_1_small/checkpoint_1000000 --preset=t5_1_1_small \
+      --hf_dir=/models/t5_1_1_small_hf
+"""
+
+import json
+
+from absl import app
+from absl import flags
+from absl import logging
+
+from speculative import checkpoints
+from speculative.models import t5
+
+FLAGS = flags.FLAGS
+
+flags.DEFINE_string("hf_dir", None, "HF T5 directory (input, or output with --to_hf).")
+flags.DEFINE_string("t5x_dir", None, "T5X model dir (output), or checkpoint (input with --to_hf).")
+flags.DEFINE_integer("step", 0, "Step of the written T5X checkpoint (checkpoint_<step>).")
+flags.DEFINE_bool("to_hf", False, "Convert T5X -> HF instead of HF -> T5X.")
+flags.DEFINE_string("preset", None, f"With --to_hf: model preset, one of {sorted(t5.PRESETS)}.")
+flags.DEFINE_string("config_json", None, "With --to_hf: an HF config.json giving the model shape.")
+flags.DEFINE_string("dtype", None, "Cast parameters on conversion, e.g. 'bfloat16'.")
+flags.DEFINE_bool("overwrite", False, "Replace an existing checkpoint_<step>.")
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+    if not FLAGS.hf_dir or not FLAGS.t5x_dir:
+        raise app.UsageError("Both --hf_dir and --t5x_dir are required.")
+    if not FLAGS.to_hf:
+        config = checkpoints.load_hf_config(FLAGS.hf_dir)
+        params = checkpoints.load_params(FLAGS.hf_dir, FLAGS.dtype, config, progress=True)
+        step_dir = checkpoints.save_t5x(params, FLAGS.t5x_dir, FLAGS.step,
+                                        overwrite=FLAGS.overwrite, progress=True)
+        logging.info("Wrote %s for %s", step_dir, config)
+        return
+    if bool(FLAGS.preset) == bool(FLAGS.config_json):
+        raise app.UsageError("--to_hf needs exactly one of --preset or --config_json.")
+    if FLAGS.preset:
+        config = t5.preset(FLAGS.preset)
+    else:
+        with open(FLAGS.config_json) as f:
+            config = checkpoints.config_from_hf(json.load(f), checkpoints.load_metadata(
+                FLAGS.t5x_dir))
+    params = checkpoints.load_params(FLAGS.t5x_dir, FLAGS.dtype, config, progress=True)
+    checkpoints.save_hf_t5(params, config, FLAGS.hf_dir)
+    logging.info("Wrote %s for %s", FLAGS.hf_dir, config)
+
+
+if __name__ == "__main__":
+    app.run(main)
