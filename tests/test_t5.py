@@ -61,6 +61,8 @@ def test_presets_build(name):
     (dict(vocab_size=16, mlp_activations=("swishy",)), "Unknown MLP activation"),
     (dict(vocab_size=16, dtype="int32"), "dtype"),
     (dict(vocab_size=16, dropout_rate=1.5), "dropout_rate"),
+    (dict(vocab_size=16, relative_attention_num_buckets=32, relative_attention_max_distance=16),
+     "relative_attention_max_distance"),
 ])
 def test_bad_configs_raise(kwargs, match):
     with pytest.raises(ValueError, match=match):

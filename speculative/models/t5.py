@@ -111,9 +111,15 @@ class T5Config:
         if not jnp.issubdtype(dtype, jnp.floating):
             fail("dtype", self.dtype, "use a floating dtype such as 'float32' or 'bfloat16'.")
         object.__setattr__(self, "dtype", dtype.name)
-        if self.relative_attention_num_buckets < 2:
+        if self.relative_attention_num_buckets < 4:
             fail("relative_attention_num_buckets", self.relative_attention_num_buckets,
-                 "need at least 2 buckets.")
+                 "need at least 4 buckets (T5 uses 32).")
+        if self.relative_attention_max_distance <= self.relative_attention_num_buckets // 2:
+            # The log-spaced buckets start at num_buckets // 2; a smaller max distance divides
+            # by log(1) = 0 (T5X and HF share this degenerate arithmetic).
+            fail("relative_attention_max_distance", self.relative_attention_max_distance,
+                 f"must exceed relative_attention_num_buckets // 2 = "
+                 f"{self.relative_attention_num_buckets // 2} (T5 uses 128 with 32 buckets).")
 
     @property
     def compute_dtype(self):
