@@ -1,0 +1,268 @@
+"""The acceptance rate alpha of a draft, measured along text the target generates (Cor. 3.6).
+
+For each sampling setting, `run`
+
+  1. generates with the target alone (`decoding.autoregressive_decode` under that setting),
+     batch after batch of inputs, until `num_tokens` tokens (default 10,000, as in the paper §4);
+  2. teacher-forces the target and the draft on each generated sequence: `init` with the batch's
+     inputs, then one `extend` over [pending] + generated[:-1] (for an encoder-decoder the pending
+     token is BOS). This uses only the `DecodeModel` contract, so T5 and n-gram drafts alike work;
+  3. computes beta = sum_x min(p(x), q(x)) (Theorem 3.5) at every generated position up to and
+     including EOS, with p and q the *adjusted* distributions (`sampling.adjusted_probs`: the
+     same temperature / top-k / top-p for both). At temperature 0 p and q are one-hot and beta is
+     1 exactly when the draft's argmax equals the target's. With lenience l < 1 the relaxed test
+     of the paper's A.5 is used (`acceptance_rate(p, q, l)`; `greedy_accepts` at temperature 0);
+  4. reports alpha = mean(beta) with three standard errors and the i.i.d. diagnostics:
+
+     se_naive        std(beta) / sqrt(n): right only if the betas were independent;
+     se_cluster      sequence-clustered (cluster-robust) SE, clusters = generated sequences:
+                     sqrt(G / (G - 1) * sum_s (sum_{i in s} (beta_i - alpha))^2) / n;
+     se_batch_means  batch means over the betas in generation order (sequences concatenated),
+                     batches of floor(sqrt(n)) consecutive betas;
+     lag1_autocorrelation  pooled lag-1 autocorrelation of beta within sequences,
+                     sum_s sum_i (b_i - a)(b_{i+1} - a) / n_pairs  /  (sum (b_i - a)^2 / n);
+                     0 under the i.i.d. assumption behind Eq. 1; null when beta is constant;
+     effective_sample_size  n * (se_naive / se_cluster)^2;
+     histogram       counts of beta in `histogram_bins` equal bins over [0, 1].
+
+Results go to `<output_dir>/alpha.json` and the resolved gin config to `<output_dir>/config.gin`;
+a small table is printed. JSON (NaN written as null):
+
+    schema        "speculative.alpha/1"
+    config        target_model, draft_model, checkpoints, decoder_only, lenience, num_tokens,
+                  batch_size, max_decode_len, input_length, inputs {source, task, tsv_path, split},
+                  samplings, seed
+    environment   as in benchmark.json
+    settings      one per sampling: {sampling, num_tokens, num_sequences, mean_sequence_length,
+                  alpha, se_naive, se_cluster, se_batch_means, batch_length,
+                  lag1_autocorrelation, effective_sample_size,
+                  histogram {edges [bins + 1], counts [bins]}}
+
+Shape legend: B batch, L length, N max_decode_len, V vocab.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any, Dict, List, Optional, Sequence
+
+import gin
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from speculative import decoding
+from speculative import sampling as sampling_lib
+from speculative.runs import benchmark as bench
+from speculative.sampling import SamplingConfig
+
+SCHEMA = "speculative.alpha/1"
+RESULTS_FILE = "alpha.json"
+
+
+def _forced_logits(model, inputs, generated):
+    """Teacher forcing through the DecodeModel contract: `[B, N]` -> logits `[B, N, V]`."""
+    cache_len = model.prefix_length(inputs.shape[1]) + generated.shape[1] + 1
+    state = model.init(model.params, inputs, cache_len)
+    fed = jnp.concatenate([state.pending[:, None], generated[:, :-1]], axis=1)
+    logits, _ = model.extend(model.params, state, fed)
+    return jnp.asarray(logits, jnp.float32)
+
+
+@functools.partial(jax.jit, static_argnames=("sampling", "lenience"))
+def forced_betas(target, draft, inputs, generated, *, sampling: SamplingConfig,
+                 lenience: float = 1.0):
+    """beta at every position of `generated [B, N]` (positions past a row's end are junk)."""
+    p_logits = _forced_logits(target, inputs, generated)
+    q_logits = _forced_logits(draft, inputs, generated)
+    if sampling.greedy:
+        p = jax.nn.softmax(p_logits, axis=-1)
+        x = jnp.argmax(q_logits, axis=-1).astype(jnp.int32)
+        return sampling_lib.greedy_accepts(p, x, lenience).astype(jnp.float32)
+    p = sampling_lib.adjusted_probs(p_logits, sampling)
+    q = sampling_lib.adjusted_probs(q_logits, sampling)
+    return sampling_lib.acceptance_rate(p, q, lenience)
+
+
+def collect_betas(target, draft, batches, *, sampling: SamplingConfig, num_tokens: int,
+                  max_decode_len: int, lenience: float, rng) -> List[np.ndarray]:
+    """Per generated sequence, its betas (up to EOS); stops after exactly `num_tokens` betas
+    (the last sequence is cut) or when `batches` run out."""
+    sequences: List[np.ndarray] = []
+    total = 0
+    for i, inputs in enumerate(batches):
+        inputs = jnp.asarray(inputs, jnp.int32)
+        out = decoding.autoregressive_decode(target, inputs, rng=jax.random.fold_in(rng, i),
+                                             sampling=sampling, max_decode_len=max_decode_len)
+        betas = np.asarray(forced_betas(target, draft, inputs, out.tokens, sampling=sampling,
+                                        lenience=lenience), np.float64)
+        for row, length in zip(betas, np.asarray(out.lengths)):
+            take = min(int(length), num_tokens - total)
+            if take > 0:
+                sequences.append(row[:take])
+                total += take
+        if total >= num_tokens:
+            break
+    return sequences
+
+
+def beta_statistics(sequences: Sequence[np.ndarray], bins: int = 20) -> Dict[str, Any]:
+    """alpha, its standard errors, lag-1 autocorrelation and histogram (module docstring)."""
+    sequences = [np.asarray(s, np.float64) for s in sequences if len(s)]
+    if not sequences:
+        raise ValueError("No generated tokens to measure alpha on; check the inputs/task.")
+    beta = np.concatenate(sequences)
+    n = beta.size
+    alpha = float(beta.mean())
+    dev = beta - alpha
+    var = float(np.mean(dev ** 2))
+    nan = float("nan")
+    se_naive = float(beta.std(ddof=1) / math.sqrt(n)) if n > 1 else nan
+    groups = len(sequences)
+    sums = np.array([np.sum(s - alpha) for s in sequences])
+    se_cluster = (float(math.sqrt(groups / (groups - 1) * np.sum(sums ** 2)) / n)
+                  if groups > 1 else nan)
+    length = max(1, int(math.sqrt(n)))
+    num_batches = n // length
+    if num_batches > 1:
+        means = beta[:num_batches * length].reshape(num_batches, length).mean(axis=1)
+        se_batch = float(means.std(ddof=1) / math.sqrt(num_batches))
+    else:
+        se_batch = nan
+    pairs = [((s[:-1] - alpha) * (s[1:] - alpha)) for s in sequences if len(s) > 1]
+    num_pairs = sum(p.size for p in pairs)
+    lag1 = (float(sum(p.sum() for p in pairs) / num_pairs / var)
+            if num_pairs and var > 0 else nan)
+    ess = n * (se_naive / se_cluster) ** 2 if se_cluster and se_cluster > 0 else nan
+    counts, edges = np.histogram(beta, bins=bins, range=(0.0, 1.0))
+    return {
+        "num_tokens": int(n),
+        "num_sequences": groups,
+        "mean_sequence_length": n / groups,
+        "alpha": alpha,
+        "se_naive": se_naive,
+        "se_cluster": se_cluster,
+        "se_batch_means": se_batch,
+        "batch_length": length,
+        "lag1_autocorrelation": lag1,
+        "effective_sample_size": ess,
+        "histogram": {"edges": edges.tolist(), "counts": counts.tolist()},
+    }
+
+
+def format_table(settings: Sequence[Dict[str, Any]]) -> str:
+    def f(x, fmt):
+        return "-" if x is None or (isinstance(x, float) and not math.isfinite(x)) else fmt % x
+
+    lines = [f"{'temp':>5} {'top_k':>5} {'top_p':>5} {'tokens':>7} {'alpha':>7} {'se':>7} "
+             f"{'se_seq':>7} {'se_bm':>7} {'lag1':>6}"]
+    for s in settings:
+        sm = s["sampling"]
+        lines.append(
+            f"{sm['temperature']:>5g} {sm['top_k']:>5} {sm['top_p']:>5g} {s['num_tokens']:>7} "
+            f"{f(s['alpha'], '%.4f'):>7} {f(s['se_naive'], '%.4f'):>7} "
+            f"{f(s['se_cluster'], '%.4f'):>7} {f(s['se_batch_means'], '%.4f'):>7} "
+            f"{f(s['lag1_autocorrelation'], '%.3f'):>6}")
+    return "\n".join(lines)
+
+
+@gin.configurable
+def run(
+    *,
+    target_model=gin.REQUIRED,
+    draft_model=gin.REQUIRED,
+    target_checkpoint: Optional[str] = None,
+    draft_checkpoint: Optional[str] = None,
+    output_dir: str = gin.REQUIRED,
+    temperatures: Sequence[Any] = (0.0, 1.0),
+    top_k: int = 0,
+    top_p: float = 1.0,
+    lenience: float = 1.0,
+    num_tokens: int = 10_000,
+    batch_size: int = 8,
+    max_decode_len: int = 64,
+    input_length: int = 64,
+    task: Optional[str] = None,
+    split: str = "validation",
+    tsv_path: Optional[str] = None,
+    spm_path: Optional[str] = None,
+    histogram_bins: int = 20,
+    decoder_only: bool = False,
+    param_dtype: Optional[str] = None,
+    seed: int = 0,
+    draft_seed: Optional[int] = None,
+) -> Dict[str, Any]:
+    """Measures alpha for each sampling setting; writes `alpha.json` + `config.gin`.
+
+    Args:
+      target_model, draft_model: `T5Config`s (random weights unless a checkpoint is given) or
+        ready `DecodeModel`s (e.g. `ngram.BigramDraft`).
+      target_checkpoint, draft_checkpoint: checkpoint paths, or None for random weights (seeds
+        `seed` and `seed + 1`).
+      output_dir: where `alpha.json` and `config.gin` are written.
+      temperatures: floats >= 0 (0 = argmax) sharing `top_k`/`top_p`, or `SamplingConfig`s.
+      lenience: l in (0, 1] (paper A.5); 1 = exact speculative sampling.
+      num_tokens: generated tokens per setting (the paper: 10,000).
+      batch_size, max_decode_len, input_length: generation batches.
+      task / tsv_path (+ spm_path), split: inputs through `speculative.tasks`; neither = random
+        token ids (an endless source).
+      histogram_bins: bins of the beta histogram over [0, 1].
+      decoder_only, param_dtype, seed, draft_seed: as in `benchmark.run`.
+    """
+    output_dir = bench.check_output_dir(output_dir)
+    samplings = bench.sampling_configs(temperatures, top_k, top_p)
+    for name, value in (("num_tokens", num_tokens), ("batch_size", batch_size),
+                        ("max_decode_len", max_decode_len), ("input_length", input_length),
+                        ("histogram_bins", histogram_bins)):
+        bench.positive_ints([value], name, "an int >= 1")
+    sampling_lib._validate_lenience(lenience)  # pylint: disable=protected-access
+    target = bench.build_model(target_model, target_checkpoint, name="target",
+                               decoder_only=decoder_only, seed=seed, param_dtype=param_dtype)
+    draft = bench.build_model(draft_model, draft_checkpoint, name="draft",
+                              decoder_only=decoder_only,
+                              seed=seed + 1 if draft_seed is None else draft_seed,
+                              param_dtype=param_dtype)
+    if draft.vocab_size != target.vocab_size:
+        raise ValueError(f"Target vocab_size={target.vocab_size} and draft vocab_size="
+                         f"{draft.vocab_size} differ; the draft must use the target's vocabulary.")
+
+    source = dict(vocab_size=target.vocab_size, input_length=input_length, seed=seed, task=task,
+                  split=split, tsv_path=tsv_path, spm_path=spm_path)
+    settings = []
+    for index, sampling in enumerate(samplings):
+        sequences = collect_betas(
+            target, draft, bench.input_batches(batch_size, **source), sampling=sampling,
+            num_tokens=num_tokens, max_decode_len=max_decode_len, lenience=lenience,
+            rng=jax.random.fold_in(jax.random.PRNGKey(seed), index))
+        stats = beta_statistics(sequences, histogram_bins)
+        if stats["num_tokens"] < num_tokens:
+            print(f"warning: the inputs ran out after {stats['num_tokens']} of {num_tokens} "
+                  "tokens", flush=True)
+        settings.append({"sampling": bench.sampling_dict(sampling), **stats})
+
+    results = {
+        "schema": SCHEMA,
+        "config": {
+            "target_model": bench.describe_model(target_model),
+            "draft_model": bench.describe_model(draft_model),
+            "target_checkpoint": target_checkpoint,
+            "draft_checkpoint": draft_checkpoint,
+            "decoder_only": decoder_only,
+            "lenience": lenience,
+            "num_tokens": num_tokens,
+            "batch_size": batch_size,
+            "max_decode_len": max_decode_len,
+            "input_length": input_length,
+            "inputs": {"source": "random" if task is None and tsv_path is None else "task",
+                       "task": task, "tsv_path": tsv_path, "split": split},
+            "samplings": [bench.sampling_dict(s) for s in samplings],
+            "seed": seed,
+        },
+        "environment": bench.environment(),
+        "settings": settings,
+    }
+    print(format_table(settings), flush=True)
+    path = bench.write_json(results, output_dir, RESULTS_FILE)
+    print(f"wrote {path}", flush=True)
+    return results

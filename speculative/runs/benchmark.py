@@ -1,0 +1,699 @@
+"""Walltime benchmark of speculative vs autoregressive decoding, with the paper's cost model.
+
+For a target/draft pair, inputs, sampling settings, gammas and batch sizes, `run` measures
+
+  * the walltime of `decoding.autoregressive_decode` (the baseline) and of
+    `decoding.speculative_decode` for each gamma, after compilation. The first call of each program
+    is timed apart (compile_s = first call - steady-state median); then `repeats` rounds run every
+    program once each, the order rotated per round, so machine noise hits baseline and speculative
+    alike. Medians, quartiles and min/max are reported; speedup = baseline median / speculative
+    median, with the spread of the per-round paired ratios;
+  * the decode counters of `DecodeStats`: alpha (mean beta over the tested drafts), tokens per
+    target call, accepted drafts per position;
+  * the cost model of Theorem 3.8: c = T(draft extend of 1 token) / T(target extend of 1 token) and
+    verify_cost(gamma) = T(target extend of gamma+1 tokens) / T(target extend of 1 token), each
+    timed as a jitted `lax.fori_loop` of `extend` calls on the decode-size cache of the same batch
+    (no per-call dispatch, as inside the decode loops), and the predicted speedup
+    `theory.speedup(alpha, gamma, c, verify_cost)` next to the measured one.
+
+Results go to `<output_dir>/benchmark.json` (schema below and in docs/benchmark_schema.md) and
+the resolved gin config to `<output_dir>/config.gin`.
+
+Synthetic acceptance (`synthetic_acceptance=a`). The draft is replaced by `SyntheticDraft`, which
+wraps the *target*: at each decoder position j of row b a hash of (j, b, seed) gives u in [0, 1);
+when u < a the draft's logits are the target's own logits (so q = p after the same sampling
+adjustment and the drafted token is always accepted: beta = 1); otherwise the logits are one-hot
+on the target's *least* likely token (at temperature 0 it is never the argmax, so it is rejected;
+at temperature > 0, beta = p(least likely token), about 0, and exactly 0 under top-k/top-p). Each
+position is tested at most once (after a rejection the next round drafts the following position),
+so the acceptances are i.i.d. Bernoulli(a) - exactly the i.i.d. model behind Eq. 1 - and the
+measured alpha estimates a. The draft costs one target step (c is about 1, measured as usual), so
+this mode times the machinery (draft loop, verification, sampling kernel, rewinds) at a known
+acceptance rate: compare measured and predicted speedup, and tokens per target call with Eq. 1;
+do not expect a speedup > 1.
+
+JSON schema (`benchmark.json`; NaN and infinities are written as null):
+
+    schema        "speculative.benchmark/1"
+    config        target_model / draft_model (T5Config fields, or {"type": <class>} for other
+                  DecodeModels, or null), target_checkpoint, draft_checkpoint (null = random
+                  weights), decoder_only, synthetic_acceptance, lenience, gammas, batch_sizes,
+                  samplings [{temperature, top_k, top_p}], max_decode_len, input_length,
+                  inputs {source: "random"|"task", task, split, num_batches}, repeats,
+                  cost_steps, seed
+    environment   device, device_kind, platform, device_count, jax_version, jaxlib_version,
+                  python_version, cpu_count, time (UTC, ISO 8601)
+    costs         one per batch size: {batch_size, target_step_s, draft_step_s, c,
+                  target_verify_s {gamma: s}, verify_cost {gamma: ratio}}
+    runs          one per (sampling, batch size, gamma):
+      sampling {temperature, top_k, top_p}, batch_size, gamma, max_decode_len
+      timings.baseline / timings.speculative: {median_s, q25_s, q75_s, min_s, max_s, mean_s,
+                  repeats_s [..], first_call_s, compile_s}  (one repeat = all input batches)
+      speedup                baseline median / speculative median
+      speedup_spread         {min, median, max} of baseline_r / speculative_r over repeats r
+      baseline_tokens, speculative_tokens   tokens generated per repeat (they differ at
+                             temperature > 0: both are samples)
+      speedup_per_token      (baseline s/token) / (speculative s/token)
+      alpha                  mean beta over tested drafts (DecodeStats.alpha)
+      tokens_per_target_call generated / target calls (row-rounds)
+      expected_tokens_per_call  Eq. 1 at the measured alpha
+      accepted_per_position  [G] rounds whose i-th draft was accepted (all rows)
+      accepted_per_position_rate  the same / target calls (i.i.d. model: alpha^(i+1))
+      stats                  DecodeStats totals over all rows and batches (rounds, target_calls,
+                             draft_calls, drafted, accepted, generated, tested, ...) and
+                             per_row {target_calls, generated, tested, beta_sum} (batch order)
+      c, verify_cost         from `costs` for this batch size and gamma
+      predicted_speedup      theory.speedup(alpha, gamma, c, verify_cost)
+      predicted_speedup_paper  the same with verify_cost = 1 (Theorem 3.8 as printed)
+      measured_over_predicted  speedup / predicted_speedup
+
+Shape legend: B batch, L length, K chunk, G gamma, V vocab, N max_decode_len.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import functools
+import itertools
+import json
+import math
+import os
+import platform
+import time
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
+
+import gin
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+
+from speculative import decoding, theory
+from speculative.models import t5
+from speculative.runs import config as config_lib
+from speculative.runs import models as models_lib
+from speculative.sampling import SamplingConfig
+
+Array = jax.Array
+SCHEMA = "speculative.benchmark/1"
+RESULTS_FILE = "benchmark.json"
+
+
+# ----------------------------------------------------------------------------------------------
+# Validation and configuration helpers (shared with alpha.py).
+
+
+def positive_ints(values, name: str, what: str) -> List[int]:
+    """A non-empty list of ints >= 1 (a single int is accepted); errors name the bad value."""
+    if isinstance(values, (int, np.integer)) and not isinstance(values, bool):
+        values = [values]
+    if not isinstance(values, (list, tuple)):
+        raise TypeError(f"{name}={values!r} is invalid: give a list of ints >= 1 ({what}).")
+    if not values:
+        raise ValueError(f"{name}={list(values)!r} is empty: give at least one value ({what}), "
+                         "e.g. [1, 2, 4].")
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+            raise ValueError(f"{name} holds {v!r}, which is invalid: each entry must be an int "
+                             f">= 1 ({what}).")
+    return [int(v) for v in values]
+
+
+def sampling_configs(temperatures, top_k: int = 0, top_p: float = 1.0) -> List[SamplingConfig]:
+    """`temperatures` (numbers >= 0, 0 = argmax, or `SamplingConfig`s) -> SamplingConfigs.
+
+    Numbers share `top_k` and `top_p` (ignored at temperature 0, which is argmax).
+    """
+    if isinstance(temperatures, (int, float, SamplingConfig)) and not isinstance(temperatures,
+                                                                                 bool):
+        temperatures = [temperatures]
+    if not isinstance(temperatures, (list, tuple)):
+        raise TypeError(f"temperatures={temperatures!r} is invalid: give a list of temperatures "
+                        "(floats >= 0; 0 = argmax) or SamplingConfigs.")
+    if not temperatures:
+        raise ValueError("temperatures=[] is empty: give at least one temperature, e.g. "
+                         "[0.0, 1.0].")
+    out = []
+    for t in temperatures:
+        if isinstance(t, SamplingConfig):
+            out.append(t)
+        elif isinstance(t, (int, float, np.integer, np.floating)) and not isinstance(t, bool):
+            if t == 0:
+                out.append(SamplingConfig(temperature=0.0))
+            else:
+                out.append(SamplingConfig(temperature=float(t), top_k=top_k, top_p=top_p))
+        else:
+            raise TypeError(
+                f"Temperature {t!r} has unknown type {type(t).__name__}: use a float >= 0 (0 = "
+                "argmax) or a speculative.sampling.SamplingConfig.")
+    return out
+
+
+def sampling_dict(s: SamplingConfig) -> Dict[str, Any]:
+    return {"temperature": s.temperature, "top_k": s.top_k, "top_p": s.top_p}
+
+
+def _is_decode_model(obj) -> bool:
+    return all(hasattr(obj, a) for a in ("init", "extend", "rewind", "prefix_length"))
+
+
+def build_model(spec, checkpoint: Optional[str], *, name: str, decoder_only: bool, seed: int,
+                param_dtype: Optional[str] = None) -> decoding.DecodeModel:
+    """A `DecodeModel` from a `T5Config` (+ checkpoint, or random weights) or a DecodeModel."""
+    if isinstance(spec, t5.T5Config):
+        return models_lib.load_model(spec, checkpoint, decoder_only=decoder_only, seed=seed,
+                                     param_dtype=param_dtype)
+    if _is_decode_model(spec):
+        if checkpoint:
+            raise ValueError(
+                f"{name}_checkpoint={checkpoint!r} was given but {name}_model is a ready "
+                f"{type(spec).__name__}; checkpoints only apply to a T5Config.")
+        return spec
+    raise TypeError(
+        f"{name}_model={spec!r} is invalid: give a speculative.models.t5.T5Config (e.g. "
+        f"@t5_1_1_small/t5.T5Config()) or a DecodeModel instance.")
+
+
+def describe_model(spec) -> Optional[Dict[str, Any]]:
+    """JSON-ready description of a model spec."""
+    if spec is None:
+        return None
+    if isinstance(spec, t5.T5Config):
+        return {"type": "T5Config", **{k: (list(v) if isinstance(v, tuple) else v)
+                                       for k, v in dataclasses.asdict(spec).items()}}
+    return {"type": type(spec).__name__}
+
+
+def environment() -> Dict[str, Any]:
+    """Device and software versions, for the `environment` section of a results file."""
+    import jaxlib  # pylint: disable=import-outside-toplevel
+
+    device = jax.devices()[0]
+    return {
+        "device": str(device),
+        "device_kind": getattr(device, "device_kind", None),
+        "platform": device.platform,
+        "device_count": jax.device_count(),
+        "jax_version": jax.__version__,
+        "jaxlib_version": getattr(jaxlib, "__version__", None),
+        "python_version": platform.python_version(),
+        "cpu_count": os.cpu_count(),
+        "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def _json_ready(obj):
+    """NaN/inf -> None, numpy -> Python, tuples -> lists, dict keys -> str (recursively)."""
+    if isinstance(obj, dict):
+        return {str(k): _json_ready(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_json_ready(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return _json_ready(obj.tolist())
+    if isinstance(obj, (np.integer,)):
+        return int(obj)
+    if isinstance(obj, (float, np.floating)):
+        obj = float(obj)
+        return obj if math.isfinite(obj) else None
+    return obj
+
+
+def write_json(data: Dict[str, Any], output_dir: str, name: str) -> str:
+    """Writes `data` as strict JSON (NaN -> null) plus the resolved gin config; returns the path."""
+    os.makedirs(output_dir, exist_ok=True)
+    path = os.path.join(output_dir, name)
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(_json_ready(data), f, indent=1, allow_nan=False)
+        f.write("\n")
+    config_lib.write_config(output_dir)
+    return path
+
+
+def check_output_dir(output_dir) -> str:
+    if not isinstance(output_dir, str) or not output_dir:
+        raise ValueError(f"output_dir={output_dir!r} is invalid: give a directory path, e.g. "
+                         "--gin.OUTPUT_DIR=\\\"/tmp/bench\\\".")
+    return output_dir
+
+
+# ----------------------------------------------------------------------------------------------
+# Inputs: a seqio task (or a TSV file) through speculative.tasks, or random token ids.
+
+
+def _task_examples(task: Optional[str], tsv_path: Optional[str], spm_path: Optional[str],
+                   split: str, input_length: int) -> Iterator[np.ndarray]:
+    """Yields each example's `inputs` token ids (truncated to input_length, EOS kept)."""
+    import seqio  # pylint: disable=import-outside-toplevel
+
+    from speculative import tasks  # pylint: disable=import-outside-toplevel
+
+    if tsv_path:
+        vocab = (seqio.SentencePieceVocabulary(spm_path) if spm_path
+                 else tasks.mini_vocabulary())
+        task = task or "benchmark_tsv"
+        tasks.register_tsv_task(task, {split: tsv_path}, vocab)
+    try:
+        seqio_task = seqio.get_mixture_or_task(task)
+    except ValueError as e:
+        raise ValueError(f"task={task!r} is not a registered seqio task or mixture ({e}); use "
+                         "one of speculative.tasks' (e.g. 'mini_ende') or pass tsv_path.") from e
+    ds = seqio_task.get_dataset({"inputs": input_length, "targets": input_length}, split=split,
+                                shuffle=False)
+    for ex in ds.as_numpy_iterator():
+        yield np.asarray(ex["inputs"], np.int32)[:input_length]
+
+
+def input_batches(batch_size: int, *, vocab_size: int, input_length: int, seed: int,
+                  task: Optional[str] = None, split: str = "validation",
+                  tsv_path: Optional[str] = None, spm_path: Optional[str] = None
+                  ) -> Iterator[np.ndarray]:
+    """Yields `[B, L_in]` int32 batches: task inputs right-padded with 0, or random ids.
+
+    Random ids are uniform over [2, V) (no PAD/EOS) and the source is endless; a task source
+    stops at the end of its split (a last partial batch is dropped).
+    """
+    if task is None and tsv_path is None:
+        rng = np.random.default_rng(seed)
+        while True:
+            yield rng.integers(2, vocab_size, size=(batch_size, input_length), dtype=np.int32)
+    rows: List[np.ndarray] = []
+    for ids in _task_examples(task, tsv_path, spm_path, split, input_length):
+        if ids.size and int(ids.max()) >= vocab_size:
+            raise ValueError(
+                f"Task {task or tsv_path!r} has token id {int(ids.max())} but the models' "
+                f"vocab_size is {vocab_size}; use models built for the task's vocabulary.")
+        row = np.zeros((input_length,), np.int32)
+        row[:ids.size] = ids
+        rows.append(row)
+        if len(rows) == batch_size:
+            yield np.stack(rows)
+            rows = []
+
+
+def take_batches(num_batches: int, batch_size: int, **kwargs) -> List[np.ndarray]:
+    batches = list(itertools.islice(input_batches(batch_size, **kwargs), num_batches))
+    if len(batches) < num_batches:
+        raise ValueError(
+            f"The task {kwargs.get('task') or kwargs.get('tsv_path')!r} (split "
+            f"{kwargs.get('split')!r}) has only {len(batches)} full batches of {batch_size}; "
+            f"lower num_batches={num_batches} or the batch size.")
+    return batches
+
+
+# ----------------------------------------------------------------------------------------------
+# Synthetic acceptance: a draft with a known acceptance rate (see the module docstring).
+
+_NEG = -1e9
+
+
+def _hash_uniform(position: Array, row: Array, seed: int) -> Array:
+    """Uniform [0, 1) float32 from a 32-bit integer hash of (position, row, seed) (lowbias32)."""
+    x = (position.astype(jnp.uint32) * jnp.uint32(0x9E3779B1)) ^ (
+        row.astype(jnp.uint32) * jnp.uint32(0x85EBCA77)) ^ jnp.uint32(
+            (seed * 0xC2B2AE3D + 0x27D4EB2F) & 0xFFFFFFFF)
+    x = x ^ (x >> 16)
+    x = x * jnp.uint32(0x7FEB352D)
+    x = x ^ (x >> 15)
+    x = x * jnp.uint32(0x846CA68B)
+    x = x ^ (x >> 16)
+    return (x >> 8).astype(jnp.float32) / jnp.float32(1 << 24)
+
+
+def check_acceptance(value) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
+        raise ValueError(f"synthetic_acceptance={value!r} is invalid: give a float in [0, 1] "
+                         "(or None to use the real draft).")
+    return float(value)
+
+
+@struct.dataclass
+class SyntheticDraft:
+    """A draft `DecodeModel` that wraps the target and is accepted with probability `acceptance`.
+
+    `extend` runs the target's `extend`; for the token predicted after decoder position j of row
+    b (j = the row's cache length + chunk index) it keeps the target's logits when
+    `hash(j, b, seed) < acceptance` and otherwise puts all mass on the target's least likely
+    token. Under any `SamplingConfig` the kept positions give q = p (beta = 1) and the corrupted
+    ones beta = p(least likely) (0 at temperature 0 and under top-k/top-p, tiny otherwise).
+    """
+
+    base: Any  # the target DecodeModel (a pytree)
+    acceptance: Any = 1.0  # traced, so every value shares one compilation
+    seed: int = struct.field(pytree_node=False, default=0)
+
+    def __post_init__(self):
+        if isinstance(self.acceptance, (int, float, type(None))):  # not a tracer
+            check_acceptance(self.acceptance)
+
+    @property
+    def params(self):
+        return self.base.params
+
+    @property
+    def vocab_size(self) -> int:
+        return self.base.vocab_size
+
+    @property
+    def max_length(self):
+        return self.base.max_length
+
+    def prefix_length(self, input_length: int) -> int:
+        return self.base.prefix_length(input_length)
+
+    def init(self, params, inputs, max_len):
+        return self.base.init(params, inputs, max_len)
+
+    def rewind(self, state, lengths):
+        return self.base.rewind(state, lengths)
+
+    def extend(self, params, state, tokens):
+        batch, num = tokens.shape
+        position = state.lengths[:, None] + jnp.arange(num, dtype=jnp.int32)[None]  # [B, K]
+        row = jnp.broadcast_to(jnp.arange(batch, dtype=jnp.int32)[:, None], (batch, num))
+        logits, state = self.base.extend(params, state, tokens)
+        logits = jnp.asarray(logits, jnp.float32)
+        keep = _hash_uniform(position, row, self.seed) < self.acceptance
+        worst = jax.nn.one_hot(jnp.argmin(logits, axis=-1), logits.shape[-1], dtype=bool)
+        corrupted = jnp.where(worst, 0.0, _NEG)
+        return jnp.where(keep[..., None], logits, corrupted), state
+
+
+# ----------------------------------------------------------------------------------------------
+# Timing.
+
+
+def _timed(fn: Callable[[], Any]):
+    """(seconds, result) of one call, waiting for every output buffer."""
+    start = time.perf_counter()
+    result = jax.block_until_ready(fn())
+    return time.perf_counter() - start, result
+
+
+def spread(times: Sequence[float]) -> Dict[str, Any]:
+    """Median, quartiles, min/max and mean of repeated timings (seconds)."""
+    t = np.asarray(times, np.float64)
+    return {"median_s": float(np.median(t)), "q25_s": float(np.percentile(t, 25)),
+            "q75_s": float(np.percentile(t, 75)), "min_s": float(t.min()),
+            "max_s": float(t.max()), "mean_s": float(t.mean()), "repeats_s": t.tolist()}
+
+
+@functools.partial(jax.jit, static_argnames=("num_steps",))
+def _extend_steps(model, state, tokens, *, num_steps: int):
+    """`num_steps` extends of `tokens [B, K]` at one cache position (rewound after each)."""
+    start = state.lengths
+
+    def body(_, carry):
+        state, acc = carry
+        logits, state = model.extend(model.params, state, tokens)
+        # Summing all logits keeps XLA from pruning any of the [B, K, V] work.
+        return model.rewind(state, start), acc + jnp.sum(jnp.asarray(logits, jnp.float32))
+
+    _, acc = jax.lax.fori_loop(0, num_steps, body, (state, jnp.zeros((), jnp.float32)))
+    return acc
+
+
+def step_time(model, inputs: np.ndarray, num_tokens: int, *, cache_len: int, num_steps: int,
+              repeats: int, seed: int) -> float:
+    """Median seconds of one `extend` of `num_tokens` tokens per row (batch of `inputs`)."""
+    state = jax.block_until_ready(model.init(model.params, jnp.asarray(inputs), cache_len))
+    rng = np.random.default_rng(seed)
+    tokens = jnp.asarray(rng.integers(2, model.vocab_size, (inputs.shape[0], num_tokens)),
+                         jnp.int32)
+    fn = lambda: _extend_steps(model, state, tokens, num_steps=num_steps)  # noqa: E731
+    _timed(fn)  # compile
+    return float(np.median([_timed(fn)[0] for _ in range(repeats)])) / num_steps
+
+
+def measure_costs(target, draft, inputs: np.ndarray, gammas: Sequence[int], *,
+                  max_decode_len: int, num_steps: int, repeats: int, seed: int) -> Dict[str, Any]:
+    """c and verify_cost(gamma) for one batch (see the module docstring)."""
+    cache_len = max_decode_len + max(gammas) + 2
+    kw = dict(num_steps=num_steps, repeats=repeats, seed=seed)
+    t_len = target.prefix_length(inputs.shape[1]) + cache_len
+    d_len = draft.prefix_length(inputs.shape[1]) + cache_len
+    target_step = step_time(target, inputs, 1, cache_len=t_len, **kw)
+    draft_step = step_time(draft, inputs, 1, cache_len=d_len, **kw)
+    verify = {g: step_time(target, inputs, g + 1, cache_len=t_len, **kw) for g in gammas}
+    return {
+        "batch_size": int(inputs.shape[0]),
+        "target_step_s": target_step,
+        "draft_step_s": draft_step,
+        "c": draft_step / target_step,
+        "target_verify_s": verify,
+        "verify_cost": {g: t / target_step for g, t in verify.items()},
+    }
+
+
+def _merge_stats(results: Sequence[decoding.DecodeResult]) -> Dict[str, Any]:
+    """DecodeStats totals over several batches."""
+    def total(name, axis=None):
+        return sum(np.asarray(getattr(r.stats, name)).sum(axis=axis) for r in results)
+
+    target_calls = int(total("target_calls"))
+    generated = int(total("generated"))
+    tested = int(total("tested"))
+    per_pos = np.asarray(total("accepted_per_position", axis=0), np.int64)
+    nan = float("nan")
+
+    def rows(name):
+        return np.concatenate([np.asarray(getattr(r.stats, name)) for r in results]).tolist()
+
+    return {
+        "rounds": int(total("rounds")),
+        "target_calls": target_calls,
+        "draft_calls": int(total("draft_calls")),
+        "drafted": int(total("drafted")),
+        "accepted": int(total("accepted")),
+        "generated": generated,
+        "tested": tested,
+        "alpha": float(total("beta_sum")) / tested if tested else nan,
+        "tokens_per_target_call": generated / target_calls if target_calls else nan,
+        "accepted_per_position": per_pos.tolist(),
+        "accepted_per_position_rate": (per_pos / target_calls).tolist() if target_calls else [],
+        "per_row": {"target_calls": rows("target_calls"), "generated": rows("generated"),
+                    "tested": rows("tested"), "beta_sum": rows("beta_sum")},
+    }
+
+
+def _compare(baseline: Sequence[float], speculative: Sequence[float]) -> Dict[str, float]:
+    ratios = np.asarray(baseline) / np.asarray(speculative)
+    return {"min": float(ratios.min()), "median": float(np.median(ratios)),
+            "max": float(ratios.max())}
+
+
+def benchmark_setting(target, draft, batches: Sequence[np.ndarray], *, sampling: SamplingConfig,
+                      gammas: Sequence[int], max_decode_len: int, repeats: int, lenience: float,
+                      seed: int, costs: Dict[str, Any]) -> List[Dict[str, Any]]:
+    """Times the baseline and every gamma on `batches` (interleaved); one entry per gamma."""
+    keys = [jax.random.fold_in(jax.random.PRNGKey(seed), i) for i in range(len(batches))]
+    batches = [jnp.asarray(b, jnp.int32) for b in batches]
+
+    def baseline():
+        return [decoding.autoregressive_decode(target, x, rng=k, sampling=sampling,
+                                               max_decode_len=max_decode_len)
+                for x, k in zip(batches, keys)]
+
+    def speculative(gamma):
+        return lambda: [decoding.speculative_decode(
+            target, draft, x, rng=k, gamma=gamma, sampling=sampling,
+            max_decode_len=max_decode_len, lenience=lenience) for x, k in zip(batches, keys)]
+
+    programs = {"baseline": baseline, **{g: speculative(g) for g in gammas}}
+    first, outputs = {}, {}
+    for name, fn in programs.items():
+        first[name], outputs[name] = _timed(fn)
+    times = {name: [] for name in programs}
+    names = list(programs)
+    for r in range(repeats):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            times[name].append(_timed(programs[name])[0])
+
+    def timing(name):
+        out = spread(times[name])
+        out["first_call_s"] = first[name]
+        out["compile_s"] = first[name] - out["median_s"]
+        return out
+
+    base_timing = timing("baseline")
+    base_tokens = int(sum(np.asarray(r.lengths).sum() for r in outputs["baseline"]))
+    runs = []
+    for g in gammas:
+        stats = _merge_stats(outputs[g])
+        spec_timing = timing(g)
+        speedup = base_timing["median_s"] / spec_timing["median_s"]
+        c, verify = costs["c"], costs["verify_cost"][g]
+        alpha = stats["alpha"]
+        ok = math.isfinite(alpha)
+        alpha = min(max(alpha, 0.0), 1.0) if ok else alpha  # float sums may stray by 1 ulp
+        predicted = theory.speedup(alpha, g, c, verify) if ok else float("nan")
+        base_per_token = base_timing["median_s"] / max(base_tokens, 1)
+        spec_per_token = spec_timing["median_s"] / max(stats["generated"], 1)
+        runs.append({
+            "sampling": sampling_dict(sampling),
+            "batch_size": int(batches[0].shape[0]),
+            "gamma": g,
+            "max_decode_len": max_decode_len,
+            "timings": {"baseline": base_timing, "speculative": spec_timing},
+            "speedup": speedup,
+            "speedup_spread": _compare(times["baseline"], times[g]),
+            "baseline_tokens": base_tokens,
+            "speculative_tokens": stats["generated"],
+            "speedup_per_token": base_per_token / spec_per_token,
+            "alpha": alpha,
+            "tokens_per_target_call": stats["tokens_per_target_call"],
+            "expected_tokens_per_call": theory.expected_tokens(alpha, g) if ok else float("nan"),
+            "accepted_per_position": stats["accepted_per_position"],
+            "accepted_per_position_rate": stats["accepted_per_position_rate"],
+            "stats": stats,
+            "c": c,
+            "verify_cost": verify,
+            "predicted_speedup": predicted,
+            "predicted_speedup_paper": theory.speedup(alpha, g, c) if ok else float("nan"),
+            "measured_over_predicted": speedup / predicted if ok else float("nan"),
+        })
+    return runs
+
+
+def format_table(runs: Sequence[Dict[str, Any]]) -> str:
+    head = (f"{'temp':>5} {'B':>3} {'G':>3} {'base ms':>9} {'spec ms':>9} {'speedup':>8} "
+            f"{'pred':>6} {'alpha':>6} {'tok/call':>8} {'c':>6} {'verify':>6}")
+    lines = [head]
+    for r in runs:
+        t = r["timings"]
+        lines.append(
+            f"{r['sampling']['temperature']:>5g} {r['batch_size']:>3} {r['gamma']:>3} "
+            f"{1e3 * t['baseline']['median_s']:>9.2f} {1e3 * t['speculative']['median_s']:>9.2f} "
+            f"{r['speedup']:>8.3f} {r['predicted_speedup']:>6.3f} {r['alpha']:>6.3f} "
+            f"{r['tokens_per_target_call']:>8.3f} {r['c']:>6.3f} {r['verify_cost']:>6.3f}")
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------------------------
+# The run function.
+
+
+@gin.configurable
+def run(
+    *,
+    target_model=gin.REQUIRED,
+    draft_model=gin.REQUIRED,
+    target_checkpoint: Optional[str] = None,
+    draft_checkpoint: Optional[str] = None,
+    output_dir: str = gin.REQUIRED,
+    gammas: Sequence[int] = (1, 2, 3, 5, 7),
+    batch_sizes: Sequence[int] = (1,),
+    temperatures: Sequence[Any] = (0.0, 1.0),
+    top_k: int = 0,
+    top_p: float = 1.0,
+    lenience: float = 1.0,
+    max_decode_len: int = 64,
+    input_length: int = 64,
+    task: Optional[str] = None,
+    split: str = "validation",
+    tsv_path: Optional[str] = None,
+    spm_path: Optional[str] = None,
+    num_batches: int = 1,
+    repeats: int = 5,
+    cost_steps: int = 16,
+    synthetic_acceptance: Optional[float] = None,
+    decoder_only: bool = False,
+    param_dtype: Optional[str] = None,
+    seed: int = 0,
+    draft_seed: Optional[int] = None,
+) -> Dict[str, Any]:
+    """Benchmarks speculative vs autoregressive decoding; writes `benchmark.json` + `config.gin`.
+
+    Args:
+      target_model, draft_model: `T5Config`s (random weights unless a checkpoint is given) or
+        ready `DecodeModel`s (e.g. an n-gram draft). `draft_model` is unused (may be None) with
+        `synthetic_acceptance`.
+      target_checkpoint, draft_checkpoint: checkpoint paths (`checkpoints.load_params`), or None
+        for random weights (seeds `seed` and `seed + 1`).
+      output_dir: where `benchmark.json` and `config.gin` are written.
+      gammas, batch_sizes: lists of ints >= 1.
+      temperatures: floats >= 0 (0 = argmax) sharing `top_k`/`top_p`, or `SamplingConfig`s.
+      lenience: speculative_decode's lenience (1 = exact).
+      max_decode_len, input_length: decode length N and encoder input / prompt length L_in.
+      task / tsv_path (+ spm_path, default the mini corpus vocabulary), split: where inputs come
+        from (`speculative.tasks`); neither = random token ids.
+      num_batches: input batches per timed repeat (each batch size).
+      repeats: timed repeats per program after the compiling first call.
+      cost_steps: extend calls per timing of the cost model.
+      synthetic_acceptance: None, or a float in [0, 1]: use `SyntheticDraft` (module docstring).
+      decoder_only: build `t5.DecoderOnly` models (inputs are prompts).
+      param_dtype: cast loaded parameters (e.g. 'bfloat16').
+      seed: seeds random weights, random inputs and the decode PRNG keys.
+      draft_seed: seed of the draft's random weights (None = seed + 1; equal to `seed` with the
+        same config gives a draft identical to the target, alpha = 1).
+
+    Returns:
+      The results dict written to `benchmark.json`.
+    """
+    output_dir = check_output_dir(output_dir)
+    gammas = positive_ints(gammas, "gammas", "draft tokens per round")
+    batch_sizes = positive_ints(batch_sizes, "batch_sizes", "rows decoded together")
+    samplings = sampling_configs(temperatures, top_k, top_p)
+    for name, value in (("max_decode_len", max_decode_len), ("input_length", input_length),
+                        ("num_batches", num_batches), ("repeats", repeats),
+                        ("cost_steps", cost_steps)):
+        positive_ints([value], name, "an int >= 1")
+    if synthetic_acceptance is not None:
+        synthetic_acceptance = check_acceptance(synthetic_acceptance)
+    elif draft_model is None:
+        raise ValueError("draft_model=None needs synthetic_acceptance (a float in [0, 1]); "
+                         "otherwise give a draft T5Config or DecodeModel.")
+
+    target = build_model(target_model, target_checkpoint, name="target",
+                         decoder_only=decoder_only, seed=seed, param_dtype=param_dtype)
+    if synthetic_acceptance is not None:
+        draft = SyntheticDraft(target, synthetic_acceptance, seed)
+    else:
+        draft = build_model(draft_model, draft_checkpoint, name="draft",
+                            decoder_only=decoder_only,
+                            seed=seed + 1 if draft_seed is None else draft_seed,
+                            param_dtype=param_dtype)
+    if draft.vocab_size != target.vocab_size:
+        raise ValueError(f"Target vocab_size={target.vocab_size} and draft vocab_size="
+                         f"{draft.vocab_size} differ; the draft must use the target's vocabulary.")
+
+    config = {
+        "target_model": describe_model(target_model),
+        "draft_model": describe_model(draft_model),
+        "target_checkpoint": target_checkpoint,
+        "draft_checkpoint": draft_checkpoint,
+        "decoder_only": decoder_only,
+        "synthetic_acceptance": synthetic_acceptance,
+        "lenience": lenience,
+        "gammas": gammas,
+        "batch_sizes": batch_sizes,
+        "samplings": [sampling_dict(s) for s in samplings],
+        "max_decode_len": max_decode_len,
+        "input_length": input_length,
+        "inputs": {"source": "random" if task is None and tsv_path is None else "task",
+                   "task": task, "tsv_path": tsv_path, "split": split,
+                   "num_batches": num_batches},
+        "repeats": repeats,
+        "cost_steps": cost_steps,
+        "seed": seed,
+    }
+    costs, runs = [], []
+    for batch_size in batch_sizes:
+        batches = take_batches(num_batches, batch_size, vocab_size=target.vocab_size,
+                               input_length=input_length, seed=seed, task=task, split=split,
+                               tsv_path=tsv_path, spm_path=spm_path)
+        cost = measure_costs(target, draft, batches[0], gammas, max_decode_len=max_decode_len,
+                             num_steps=cost_steps, repeats=max(repeats, 3), seed=seed)
+        costs.append(cost)
+        for sampling in samplings:
+            runs.extend(benchmark_setting(
+                target, draft, batches, sampling=sampling, gammas=gammas,
+                max_decode_len=max_decode_len, repeats=repeats, lenience=lenience, seed=seed,
+                costs=cost))
+            print(format_table(runs[-len(gammas):]), flush=True)
+
+    results = {"schema": SCHEMA, "config": config, "environment": environment(),
+               "costs": costs, "runs": runs}
+    path = write_json(results, output_dir, RESULTS_FILE)
+    print(f"wrote {path}", flush=True)
+    return results

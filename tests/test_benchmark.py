@@ -1,0 +1,262 @@
+"""Tests for the benchmark and alpha runs (speculative/runs/{benchmark,alpha}.py and scripts).
+
+Tiny random T5 models (vocab 16) keep every compilation to seconds; shapes are shared between
+tests so jit caches are reused. Known answers: a draft identical to the target has alpha = 1 and
+emits gamma + 1 tokens per target call except at the end of a sequence; the synthetic draft is
+accepted at the requested rate; teacher-forced beta equals a full-forward computation.
+"""
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import gin
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from speculative import decoding, theory
+from speculative.models import t5
+from speculative.runs import alpha as alpha_lib
+from speculative.runs import benchmark
+from speculative.runs import config as config_lib
+from speculative.runs import models
+from speculative.sampling import SamplingConfig
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TINY = dict(vocab_size=16, emb_dim=16, num_heads=2, head_dim=8, mlp_dim=32,
+            num_encoder_layers=2, num_decoder_layers=2, mlp_activations=("gelu", "linear"),
+            dropout_rate=0.0)
+TINY_GIN = "from __gin__ import dynamic_registration\nfrom speculative.models import t5\n\n" + (
+    "".join(f"tiny/t5.T5Config.{k} = {v!r}\n" for k, v in TINY.items()))
+N, L_IN = 16, 8  # max_decode_len and input length shared by the tests (one compilation each)
+
+RUN_KEYS = {"sampling", "batch_size", "gamma", "max_decode_len", "timings", "speedup",
+            "speedup_spread", "baseline_tokens", "speculative_tokens", "speedup_per_token",
+            "alpha", "tokens_per_target_call", "expected_tokens_per_call",
+            "accepted_per_position", "accepted_per_position_rate", "stats", "c", "verify_cost",
+            "predicted_speedup", "predicted_speedup_paper", "measured_over_predicted"}
+TIMING_KEYS = {"median_s", "q25_s", "q75_s", "min_s", "max_s", "mean_s", "repeats_s",
+               "first_call_s", "compile_s"}
+SETTING_KEYS = {"sampling", "num_tokens", "num_sequences", "mean_sequence_length", "alpha",
+                "se_naive", "se_cluster", "se_batch_means", "batch_length",
+                "lag1_autocorrelation", "effective_sample_size", "histogram"}
+
+
+@pytest.fixture(autouse=True)
+def _clean_gin():
+    gin.clear_config()
+    yield
+    gin.clear_config()
+
+
+@pytest.fixture
+def tiny_gin(tmp_path):
+    path = tmp_path / "tiny.gin"
+    path.write_text(TINY_GIN)
+    return str(path)
+
+
+def _cfg():
+    return t5.T5Config(**TINY)
+
+
+def _common_bindings(out_dir):
+    return ["TARGET_MODEL = @tiny/t5.T5Config()", "DRAFT_MODEL = @tiny/t5.T5Config()",
+            "TARGET_CHECKPOINT = None", "DRAFT_CHECKPOINT = None",
+            f"OUTPUT_DIR = '{out_dir}'", f"MAX_DECODE_LEN = {N}", f"INPUT_LENGTH = {L_IN}",
+            "TEMPERATURES = [0.0]"]
+
+
+def test_benchmark_gin_identical_draft(tmp_path, tiny_gin):
+    """Draft == target: alpha = 1 and each row needs ceil(length / (gamma + 1)) target calls."""
+    out = tmp_path / "bench"
+    gamma = 3
+    config_lib.parse_gin(
+        ["configs/runs/benchmark.gin", tiny_gin],
+        _common_bindings(out) + [f"GAMMAS = [{gamma}]", "BATCH_SIZES = [4]", "REPEATS = 2",
+                                 "benchmark.run.draft_seed = 0", "benchmark.run.cost_steps = 2"])
+    benchmark.run()
+    data = json.loads((out / "benchmark.json").read_text())
+    assert data["schema"] == "speculative.benchmark/1"
+    assert {"config", "environment", "costs", "runs"} <= set(data)
+    assert {"device", "jax_version", "platform"} <= set(data["environment"])
+    assert data["config"]["gammas"] == [gamma] and data["config"]["target_checkpoint"] is None
+    assert data["config"]["target_model"]["vocab_size"] == 16
+    assert "benchmark.run.gammas = %GAMMAS" in (out / "config.gin").read_text()
+    [run] = data["runs"]
+    assert RUN_KEYS <= set(run)
+    for side in ("baseline", "speculative"):
+        assert TIMING_KEYS <= set(run["timings"][side])
+        assert len(run["timings"][side]["repeats_s"]) == 2
+    assert run["alpha"] == 1.0
+    rows = run["stats"]["per_row"]
+    expected_calls = [math.ceil(n / (gamma + 1)) for n in rows["generated"]]
+    assert rows["target_calls"] == expected_calls
+    assert run["speculative_tokens"] == run["baseline_tokens"]  # greedy: identical outputs
+    assert run["speedup"] == pytest.approx(
+        run["timings"]["baseline"]["median_s"] / run["timings"]["speculative"]["median_s"])
+    assert run["predicted_speedup"] == pytest.approx(
+        theory.speedup(1.0, gamma, run["c"], run["verify_cost"]))
+    [cost] = data["costs"]
+    assert cost["c"] > 0 and set(cost["verify_cost"]) == {str(gamma)}
+
+
+def test_synthetic_acceptance_gives_requested_alpha():
+    """At temperature 0 the synthetic draft is accepted with the requested probability."""
+    target = models.load_model(_cfg(), None, seed=0)
+    inputs = next(benchmark.input_batches(8, vocab_size=16, input_length=L_IN, seed=0))
+    sampling = SamplingConfig(temperature=0.0)
+    for requested in (0.0, 0.6, 1.0):
+        draft = benchmark.SyntheticDraft(target, requested, seed=0)
+        out = decoding.speculative_decode(target, draft, inputs, rng=jax.random.PRNGKey(0),
+                                          gamma=3, sampling=sampling, max_decode_len=2 * N)
+        tested = int(np.sum(out.stats.tested))
+        assert tested > 100
+        assert out.stats.alpha == pytest.approx(requested, abs=0.1), (requested, tested)
+        if requested in (0.0, 1.0):
+            assert out.stats.alpha == requested
+    with pytest.raises(ValueError, match="synthetic_acceptance=1.5"):
+        benchmark.SyntheticDraft(target, 1.5)
+
+
+@pytest.mark.parametrize("override, message", [
+    (dict(gammas=[0]), "gammas holds 0"),
+    (dict(gammas=[]), r"gammas=\[\] is empty"),
+    (dict(temperatures=["hot"]), "'hot' has unknown type str"),
+    (dict(temperatures=[-1.0]), "temperature=-1.0"),
+    (dict(batch_sizes=[0]), "batch_sizes holds 0"),
+    (dict(synthetic_acceptance=1.5), "synthetic_acceptance=1.5"),
+])
+def test_bad_benchmark_config_raises(tmp_path, override, message):
+    kwargs = dict(target_model=_cfg(), draft_model=_cfg(), output_dir=str(tmp_path))
+    kwargs.update(override)
+    with pytest.raises((ValueError, TypeError), match=message):
+        benchmark.run(**kwargs)
+
+
+def test_bad_alpha_config_raises(tmp_path):
+    with pytest.raises(ValueError, match="num_tokens holds 0"):
+        alpha_lib.run(target_model=_cfg(), draft_model=_cfg(), output_dir=str(tmp_path),
+                      num_tokens=0)
+    with pytest.raises(TypeError, match="draft_model='small'"):
+        alpha_lib.run(target_model=_cfg(), draft_model="small", output_dir=str(tmp_path))
+
+
+def test_measure_alpha_gin_identical_draft_is_one(tmp_path, tiny_gin):
+    out = tmp_path / "alpha"
+    config_lib.parse_gin(
+        ["configs/runs/measure_alpha.gin", tiny_gin],
+        _common_bindings(out) + ["TEMPERATURES = [0.0, 1.0]", "NUM_TOKENS = 100",
+                                 "BATCH_SIZE = 4", "alpha.run.draft_seed = 0"])
+    alpha_lib.run()
+    data = json.loads((out / "alpha.json").read_text())
+    assert data["schema"] == "speculative.alpha/1"
+    assert {"config", "environment", "settings"} <= set(data)
+    assert "alpha.run.num_tokens = %NUM_TOKENS" in (out / "config.gin").read_text()
+    greedy, sampled = data["settings"]
+    for s in (greedy, sampled):
+        assert SETTING_KEYS <= set(s)
+        assert s["num_tokens"] == 100
+        assert len(s["histogram"]["counts"]) == 20 and sum(s["histogram"]["counts"]) == 100
+    assert greedy["sampling"]["temperature"] == 0.0 and greedy["alpha"] == 1.0
+    assert greedy["lag1_autocorrelation"] is None  # beta is constant
+    assert sampled["alpha"] == pytest.approx(1.0, abs=1e-5)
+
+
+def test_forced_betas_match_full_forward():
+    """Teacher forcing through `extend` == beta from `Transformer.apply` on [BOS] + generated."""
+    cfg = _cfg()
+    target = models.load_model(cfg, None, seed=0)
+    draft = models.load_model(cfg, None, seed=1)
+    inputs = jnp.asarray(next(benchmark.input_batches(4, vocab_size=16, input_length=L_IN,
+                                                      seed=0)))
+    for temperature in (0.0, 1.0):
+        sampling = SamplingConfig(temperature=temperature)
+        out = decoding.autoregressive_decode(target, inputs, rng=jax.random.PRNGKey(3),
+                                             sampling=sampling, max_decode_len=N)
+        betas = np.asarray(alpha_lib.forced_betas(target, draft, inputs, out.tokens,
+                                                  sampling=sampling))
+        dec_in = jnp.concatenate([jnp.zeros((4, 1), jnp.int32), out.tokens[:, :-1]], axis=1)
+        p_logits = target.module.apply({"params": target.params}, inputs, dec_in)
+        q_logits = draft.module.apply({"params": draft.params}, inputs, dec_in)
+        if temperature == 0.0:
+            expected = np.asarray(jnp.argmax(p_logits, -1) == jnp.argmax(q_logits, -1), float)
+            # The target's argmax along its own greedy text is the text itself.
+            valid = np.arange(N)[None] < np.asarray(out.lengths)[:, None]
+            assert np.all(np.asarray(jnp.argmax(p_logits, -1))[valid]
+                          == np.asarray(out.tokens)[valid])
+        else:
+            p, q = jax.nn.softmax(p_logits, -1), jax.nn.softmax(q_logits, -1)
+            expected = np.asarray(jnp.sum(jnp.minimum(p, q), -1))
+        valid = np.arange(N)[None] < np.asarray(out.lengths)[:, None]
+        np.testing.assert_allclose(betas[valid], expected[valid], atol=1e-5)
+        if temperature == 1.0:
+            assert 0.0 < betas[valid].mean() < 1.0
+
+
+def test_beta_statistics_known_answer():
+    stats = alpha_lib.beta_statistics([np.array([1.0, 0.0, 1.0]), np.array([1.0, 1.0])], bins=4)
+    assert stats["alpha"] == pytest.approx(0.8)
+    assert stats["num_tokens"] == 5 and stats["num_sequences"] == 2
+    assert stats["se_naive"] == pytest.approx(np.std([1, 0, 1, 1, 1], ddof=1) / math.sqrt(5))
+    # Cluster sums of (beta - 0.8): -0.4 and 0.4 -> sqrt(2 * 0.32) / 5.
+    assert stats["se_cluster"] == pytest.approx(math.sqrt(2 * 0.32) / 5)
+    # Within-sequence pairs: (0.2, -0.8), (-0.8, 0.2), (0.2, 0.2); variance 0.16.
+    assert stats["lag1_autocorrelation"] == pytest.approx((-0.16 - 0.16 + 0.04) / 3 / 0.16)
+    assert stats["histogram"]["counts"] == [1, 0, 0, 4]
+    # Independent betas: all three standard errors agree and lag-1 is near 0.
+    rng = np.random.default_rng(0)
+    seqs = [rng.random(50) < 0.7 for _ in range(200)]
+    iid = alpha_lib.beta_statistics(seqs)
+    assert abs(iid["lag1_autocorrelation"]) < 0.05
+    assert iid["se_cluster"] == pytest.approx(iid["se_naive"], rel=0.2)
+    assert iid["se_batch_means"] == pytest.approx(iid["se_naive"], rel=0.3)
+    # Sequence-level correlation (each sequence all 0 or all 1) inflates the clustered SE.
+    blocks = [np.full(50, float(rng.random() < 0.7)) for _ in range(200)]
+    corr = alpha_lib.beta_statistics(blocks)
+    assert corr["se_cluster"] > 5 * corr["se_naive"]
+
+
+def test_task_inputs():
+    batches = benchmark.take_batches(2, 3, vocab_size=4000, input_length=12, seed=0,
+                                     task="mini_ende", split="validation")
+    assert [b.shape for b in batches] == [(3, 12), (3, 12)]
+    assert all(np.any(b == 1, axis=1).all() for b in batches)  # EOS kept after truncation
+    with pytest.raises(ValueError, match="vocab_size is 16"):
+        benchmark.take_batches(1, 2, vocab_size=16, input_length=12, seed=0, task="mini_ende")
+
+
+def _script(name, *args, timeout=120):
+    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=REPO)
+    return subprocess.run([sys.executable, os.path.join(REPO, "scripts", name), *args],
+                          capture_output=True, text=True, cwd=REPO, env=env, timeout=timeout)
+
+
+@pytest.mark.parametrize("script, first_line", [
+    ("benchmark.py", "Times speculative vs autoregressive decoding"),
+    ("measure_alpha.py", "Measures a draft's acceptance rate alpha"),
+])
+def test_script_help_shows_docstring(script, first_line):
+    result = _script(script, "--help")  # absl exits with 1 after printing the usage
+    assert first_line in result.stdout
+    assert "Example" in result.stdout and "--gin_file" in result.stdout
+
+
+def test_measure_alpha_cli(tmp_path, tiny_gin):
+    out = tmp_path / "cli"
+    result = _script(
+        "measure_alpha.py", f"--gin_file={tiny_gin}", "--gin_file=configs/runs/measure_alpha.gin",
+        "--gin.TARGET_MODEL=@tiny/t5.T5Config()", "--gin.DRAFT_MODEL=@tiny/t5.T5Config()",
+        "--gin.TARGET_CHECKPOINT=None", "--gin.DRAFT_CHECKPOINT=None",
+        f"--gin.OUTPUT_DIR='{out}'", "--gin.TEMPERATURES=[1.0]", "--gin.NUM_TOKENS=50",
+        "--gin.BATCH_SIZE=4", f"--gin.MAX_DECODE_LEN={N}", f"--gin.INPUT_LENGTH={L_IN}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    data = json.loads((out / "alpha.json").read_text())
+    [setting] = data["settings"]
+    assert setting["num_tokens"] == 50 and 0.0 < setting["alpha"] < 1.0
+    assert "alpha" in result.stdout and "se_seq" in result.stdout  # the printed table
+    assert (out / "config.gin").exists()
