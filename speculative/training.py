@@ -1,0 +1,604 @@
+"""A small optax trainer for `t5.Transformer` (teacher forcing) and sequence-level distillation.
+
+It trains the bundled EN->DE models (`speculative/data/mini/models/`) on the gettext corpus in
+`speculative/data/mini/` on CPU in minutes. The pieces, in data-flow order:
+
+    pairs = load_pairs(tsv)                      # [(english, german)]
+    tok = Tokenizer(spm_path)                    # inputs: PREFIX + en, + EOS; targets: de + EOS
+    examples = tokenize_pairs(pairs, tok, cfg)   # drops (or truncates) pairs longer than 48
+    for inputs, targets in batches(examples, cfg.buckets, cfg.batch_tokens, rng=rng): ...
+    state, metrics = train_step(state, inputs, targets, rng)   # jitted, state donated
+
+Batching: each pair goes to the smallest bucket length L >= max(len(input), len(target)); a batch
+of that bucket is `[batch_tokens // L, L]` for both inputs and targets (0 = padding, all-zero rows
+pad the last batch of a bucket), so a run compiles once per bucket. Pairs longer than the last
+bucket are dropped (`truncate=False`, the default) or cut to it, keeping EOS last (seqio's
+`append_eos_after_trim`).
+
+Loss: token-mean cross-entropy over non-padding target tokens, optionally with T5X's label
+smoothing (the constant that makes the optimum 0 is subtracted) and z-loss `z * log(Z)^2`.
+Reported losses are always the plain cross-entropy (nats per target token, EOS included).
+
+Distillation (`distill_targets`): the target model translates the training sources greedily and
+those outputs replace the references, so a draft learns to imitate the target's argmax (the
+quantity alpha at temperature 0 measures).
+
+Compute cost (`decoder_flops_per_token`): per generated token, decoder multiply-adds are
+`L_dec * (4 E I + 2 E I + 3 E F [2 E F for one activation] + 2 I (l_self + l_enc)) + E V`
+(self-attention q/k/v/o, cross-attention q/o, gated MLP, attention scores and weighted sum over
+l_self cached and l_enc encoder positions, output layer); FLOPs are twice that. The cross-attention
+keys/values are projected once per sentence and are not counted per token.
+
+Shape legend: B batch, L length, V vocab, E embed, I = heads * head_dim, F mlp_dim.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import time
+from typing import Any, Iterator, List, Optional, Sequence, Tuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from absl import logging
+from flax import struct
+
+from speculative import checkpoints
+from speculative import decoding
+from speculative import sampling as sampling_lib
+from speculative.models import t5
+
+Array = jax.Array
+Example = Tuple[np.ndarray, np.ndarray]  # (input ids, target ids), each ending in EOS
+
+PREFIX = "translate English to German: "  # == tasks.EN_DE_PREFIX (the mini_ende task)
+MINI_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "mini")
+PAD_ID, EOS_ID = t5.PAD_ID, t5.EOS_ID
+
+
+# ---------------------------------------------------------------------------------- configuration
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    """Optimisation and batching settings of one run (the model is a separate `T5Config`).
+
+    Attributes:
+      steps: optimizer updates.
+      batch_tokens: rows per batch are `batch_tokens // L` for bucket length L (per side).
+      buckets: padded lengths, ascending; the last is the maximum input and target length.
+      truncate: cut over-long pairs to the last bucket (keeping EOS) instead of dropping them.
+      optimizer: 'adamw' (b1 0.9, b2 0.98) or 'adafactor' (T5X's decay_rate 0.8).
+      learning_rate: peak learning rate, reached linearly after `warmup_steps`.
+      decay: after warmup, 'cosine' (to `final_lr_fraction` of the peak at `steps`), 'rsqrt'
+        (`peak * sqrt(warmup / step)`) or 'constant'.
+      weight_decay: AdamW decoupled weight decay on matrices (not on norms or biases tables).
+      grad_clip: global-norm clipping (0 = off).
+      label_smoothing: T5X-style label smoothing of the training loss (0 = off).
+      z_loss: coefficient of `log(Z)^2` (T5X uses 1e-4).
+    """
+
+    steps: int
+    batch_tokens: int = 2048
+    buckets: Tuple[int, ...] = (16, 24, 32, 48)
+    truncate: bool = False
+    optimizer: str = "adamw"
+    learning_rate: float = 1e-3
+    warmup_steps: int = 200
+    decay: str = "cosine"
+    final_lr_fraction: float = 0.1
+    weight_decay: float = 0.0
+    grad_clip: float = 1.0
+    label_smoothing: float = 0.0
+    z_loss: float = 1e-4
+
+    def __post_init__(self):
+        buckets = tuple(int(b) for b in self.buckets)
+        if not buckets or list(buckets) != sorted(set(buckets)) or buckets[0] < 2:
+            raise ValueError(f"TrainConfig.buckets={self.buckets!r}: give ascending lengths >= 2.")
+        object.__setattr__(self, "buckets", buckets)
+        if self.batch_tokens < buckets[-1]:
+            raise ValueError(f"TrainConfig.batch_tokens={self.batch_tokens} is smaller than the "
+                             f"longest bucket {buckets[-1]}; raise it.")
+        if self.optimizer not in ("adamw", "adafactor"):
+            raise ValueError(f"TrainConfig.optimizer={self.optimizer!r}: use 'adamw' or 'adafactor'.")
+        if self.decay not in ("cosine", "rsqrt", "constant"):
+            raise ValueError(f"TrainConfig.decay={self.decay!r}: use 'cosine', 'rsqrt' or 'constant'.")
+        if not 0.0 <= self.label_smoothing < 1.0:
+            raise ValueError(f"TrainConfig.label_smoothing={self.label_smoothing} must be in [0, 1).")
+
+    @property
+    def max_length(self) -> int:
+        return self.buckets[-1]
+
+
+# ---------------------------------------------------------------------------------------- data
+
+def load_pairs(path: str) -> List[Tuple[str, str]]:
+    """`source<TAB>target` lines (the corpus' TSV files) -> list of (source, target)."""
+    pairs = []
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            fields = line.rstrip("\n").split("\t")
+            if len(fields) != 2:
+                raise ValueError(f"{path}:{n}: expected 'source<TAB>target', got {line[:80]!r}.")
+            pairs.append((fields[0], fields[1]))
+    return pairs
+
+
+class Tokenizer:
+    """The corpus' SentencePiece model (pad 0, eos 1, unk 2), as the `mini_ende` task uses it."""
+
+    def __init__(self, spm_path: Optional[str] = None):
+        import sentencepiece  # pylint: disable=g-import-not-at-top
+
+        self.path = spm_path or os.path.join(MINI_DIR, "spm.model")
+        if not os.path.exists(self.path):
+            raise FileNotFoundError(f"No SentencePiece model at {self.path}; build the corpus "
+                                    "with scripts/build_corpus.py or pass data_dir.")
+        self.sp = sentencepiece.SentencePieceProcessor(model_file=self.path)
+        self.vocab_size = self.sp.get_piece_size()
+
+    def encode_inputs(self, sources: Sequence[str]) -> List[List[int]]:
+        return [ids + [EOS_ID] for ids in self.sp.encode([PREFIX + s for s in sources])]
+
+    def encode_targets(self, targets: Sequence[str]) -> List[List[int]]:
+        return [ids + [EOS_ID] for ids in self.sp.encode(list(targets))]
+
+    def decode(self, ids) -> str:
+        """Ids up to the first EOS (or padding) -> text."""
+        ids = [int(i) for i in ids]
+        for stop in (EOS_ID, PAD_ID):
+            if stop in ids:
+                ids = ids[:ids.index(stop)]
+        return self.sp.decode(ids)
+
+
+def _fit(ids: Sequence[int], max_len: int, truncate: bool) -> Optional[np.ndarray]:
+    if len(ids) <= max_len:
+        return np.asarray(ids, np.int32)
+    return np.asarray(list(ids[:max_len - 1]) + [EOS_ID], np.int32) if truncate else None
+
+
+def make_examples(inputs: Sequence[Sequence[int]], targets: Sequence[Sequence[int]],
+                  max_length: int, truncate: bool = False) -> Tuple[List[Example], int]:
+    """Pairs of id lists (each ending in EOS) -> (examples, how many were dropped)."""
+    examples, dropped = [], 0
+    for x, y in zip(inputs, targets):
+        x, y = _fit(x, max_length, truncate), _fit(y, max_length, truncate)
+        if x is None or y is None:
+            dropped += 1
+        else:
+            examples.append((x, y))
+    return examples, dropped
+
+
+def tokenize_pairs(pairs, tokenizer: Tokenizer, config: TrainConfig) -> Tuple[List[Example], int]:
+    """(source, target) strings -> (examples, dropped count), per `config.truncate`."""
+    return make_examples(tokenizer.encode_inputs([s for s, _ in pairs]),
+                         tokenizer.encode_targets([t for _, t in pairs]),
+                         config.max_length, config.truncate)
+
+
+def pad_rows(rows: Sequence[np.ndarray], length: int, num_rows: Optional[int] = None) -> np.ndarray:
+    """Right-pads 1-D id arrays with 0 into `[num_rows, length]` (extra rows all padding)."""
+    out = np.zeros((num_rows or len(rows), length), np.int32)
+    for i, r in enumerate(rows):
+        if len(r) > length:
+            raise ValueError(f"Row {i} has {len(r)} tokens, more than the padded length {length}.")
+        out[i, :len(r)] = r
+    return out
+
+
+def bucket_of(example: Example, buckets: Sequence[int]) -> int:
+    """Index of the smallest bucket holding both sides of `example`."""
+    n = max(len(example[0]), len(example[1]))
+    for i, b in enumerate(buckets):
+        if n <= b:
+            return i
+    raise ValueError(f"An example of length {n} exceeds the largest bucket {buckets[-1]}.")
+
+
+def batches(examples: Sequence[Example], buckets: Sequence[int], batch_tokens: int, *,
+            rng: Optional[np.random.Generator] = None) -> Iterator[Tuple[np.ndarray, np.ndarray]]:
+    """One pass over `examples` as padded `(inputs [B, L], targets [B, L])` batches.
+
+    B = batch_tokens // L per bucket; the last batch of a bucket is filled with all-zero rows
+    (zero loss weight). With `rng`, examples are shuffled within buckets and batches across
+    buckets; without it, buckets come in order with examples in their original order.
+    """
+    groups = [[] for _ in buckets]
+    for i, ex in enumerate(examples):
+        groups[bucket_of(ex, buckets)].append(i)
+    plan = []
+    for b, idx in enumerate(groups):
+        idx = np.asarray(idx, np.int64)
+        if rng is not None:
+            idx = rng.permutation(idx)
+        rows = max(1, batch_tokens // buckets[b])
+        plan += [(b, idx[s:s + rows], rows) for s in range(0, len(idx), rows)]
+    order = rng.permutation(len(plan)) if rng is not None else range(len(plan))
+    for k in order:
+        b, idx, rows = plan[k]
+        yield (pad_rows([examples[i][0] for i in idx], buckets[b], rows),
+               pad_rows([examples[i][1] for i in idx], buckets[b], rows))
+
+
+def shift_right(targets: Array) -> Array:
+    """Decoder inputs: BOS (0) then the targets without their last position."""
+    return jnp.pad(targets[:, :-1], ((0, 0), (1, 0)), constant_values=t5.BOS_ID)
+
+
+# ------------------------------------------------------------------------------ loss and optimizer
+
+def token_losses(logits: Array, targets: Array, label_smoothing: float = 0.0,
+                 z_loss: float = 0.0) -> Tuple[Array, Array]:
+    """Per-position (training loss, plain cross-entropy), both `[B, L]`, float32.
+
+    As T5X's `cross_entropy_with_logits`: smoothing spreads `label_smoothing` over the other V-1
+    ids and subtracts the entropy of that soft target, so a perfect model scores 0.
+    """
+    logits = logits.astype(jnp.float32)
+    log_z = jax.nn.logsumexp(logits, axis=-1)
+    log_p = logits - log_z[..., None]
+    ce = -jnp.take_along_axis(log_p, targets[..., None], axis=-1)[..., 0]
+    loss = ce
+    if label_smoothing:
+        vocab = logits.shape[-1]
+        on, off = 1.0 - label_smoothing, label_smoothing / (vocab - 1)
+        const = -(on * math.log(on) + (vocab - 1) * off * math.log(off + 1e-20))
+        loss = on * ce - off * (jnp.sum(log_p, axis=-1) + ce) - const
+    if z_loss:
+        loss = loss + z_loss * jnp.square(log_z)
+    return loss, ce
+
+
+def learning_rate_schedule(config: TrainConfig) -> optax.Schedule:
+    peak, warm = config.learning_rate, max(1, config.warmup_steps)
+
+    def schedule(step):
+        step = jnp.asarray(step, jnp.float32) + 1.0
+        warmup = peak * jnp.minimum(1.0, step / warm)
+        if config.decay == "constant":
+            return warmup
+        if config.decay == "rsqrt":
+            return jnp.where(step < warm, warmup, peak * jnp.sqrt(warm / step))
+        frac = jnp.clip((step - warm) / max(1, config.steps - warm), 0.0, 1.0)
+        cosine = config.final_lr_fraction + (1 - config.final_lr_fraction) * 0.5 * (
+            1 + jnp.cos(jnp.pi * frac))
+        return jnp.where(step < warm, warmup, peak * cosine)
+
+    return schedule
+
+
+def make_optimizer(config: TrainConfig) -> optax.GradientTransformation:
+    schedule = learning_rate_schedule(config)
+    chain = [optax.clip_by_global_norm(config.grad_clip)] if config.grad_clip else []
+    if config.optimizer == "adafactor":
+        chain.append(optax.adafactor(schedule, decay_rate=0.8, clipping_threshold=None,
+                                     multiply_by_parameter_scale=False))
+    else:
+        decay_mask = lambda params: jax.tree_util.tree_map(lambda p: p.ndim == 2, params)
+        chain.append(optax.adamw(schedule, b1=0.9, b2=0.98, eps=1e-9,
+                                 weight_decay=config.weight_decay, mask=decay_mask))
+    return optax.chain(*chain)
+
+
+@struct.dataclass
+class TrainState:
+    step: Array
+    params: Any
+    opt_state: Any
+
+
+def init_state(module: t5.Transformer, optimizer, rng: Array) -> TrainState:
+    """T5X initialisation (`t5.init_params`), float32 parameters, step 0."""
+    params = t5.init_params(module, rng)
+    return TrainState(step=jnp.zeros((), jnp.int32), params=params,
+                      opt_state=optimizer.init(params))
+
+
+def make_train_step(module: t5.Transformer, optimizer, config: TrainConfig):
+    """Returns jitted `step(state, inputs, targets, rng) -> (state, metrics)`; state is donated.
+
+    metrics: sums over the batch (`loss`, `ce`, `tokens`), so averages over many steps weight
+    tokens equally. Dropout runs when the model's `dropout_rate > 0`.
+    """
+    dropout = module.config.dropout_rate > 0
+
+    def loss_fn(params, inputs, targets, rng):
+        logits = module.apply({"params": params}, inputs, shift_right(targets), targets,
+                              enable_dropout=dropout, rngs={"dropout": rng} if dropout else None)
+        loss, ce = token_losses(logits, targets, config.label_smoothing, config.z_loss)
+        weights = (targets > 0).astype(jnp.float32)
+        tokens = jnp.sum(weights)
+        total = jnp.sum(loss * weights)
+        return total / jnp.maximum(tokens, 1.0), (total, jnp.sum(ce * weights), tokens)
+
+    def step(state: TrainState, inputs, targets, rng):
+        grads, (total, ce, tokens) = jax.grad(loss_fn, has_aux=True)(
+            state.params, inputs, targets, jax.random.fold_in(rng, state.step))
+        updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+        state = TrainState(step=state.step + 1, params=optax.apply_updates(state.params, updates),
+                           opt_state=opt_state)
+        return state, {"loss": total, "ce": ce, "tokens": tokens}
+
+    return jax.jit(step, donate_argnums=(0,))
+
+
+def make_eval_step(module: t5.Transformer):
+    """Jitted `(params, inputs, targets) -> (summed cross-entropy, target tokens)`."""
+
+    def step(params, inputs, targets):
+        logits = module.apply({"params": params}, inputs, shift_right(targets), targets)
+        _, ce = token_losses(logits, targets)
+        weights = (targets > 0).astype(jnp.float32)
+        return jnp.sum(ce * weights), jnp.sum(weights)
+
+    return jax.jit(step)
+
+
+def evaluate_loss(eval_step, params, examples, config: TrainConfig) -> float:
+    """Token-mean cross-entropy (nats) over all `examples` (independent of batching)."""
+    total, tokens = 0.0, 0.0
+    for inputs, targets in batches(examples, config.buckets, config.batch_tokens):
+        ce, n = eval_step(params, inputs, targets)
+        total, tokens = total + float(ce), tokens + float(n)
+    return total / max(tokens, 1.0)
+
+
+# ---------------------------------------------------------------------- decoding-based evaluation
+
+def _decode_batches(inputs: Sequence[np.ndarray], batch_size: int, length: int):
+    """Sorted by length (rows of similar length finish together); yields (indices, [B, length])."""
+    order = np.argsort([len(x) for x in inputs], kind="stable")
+    for s in range(0, len(order), batch_size):
+        idx = order[s:s + batch_size]
+        rows = [inputs[i] for i in idx]
+        # The last batch is filled with copies of its last row (not empty rows, which would
+        # decode to max_decode_len and keep the loop running); callers drop rows >= len(idx).
+        yield idx, pad_rows(rows + [rows[-1]] * (batch_size - len(rows)), length)
+
+
+def greedy_decode(module: t5.Transformer, params, inputs: Sequence[np.ndarray], *,
+                  max_decode_len: int, input_length: int, batch_size: int = 256) -> List[np.ndarray]:
+    """Greedy (temperature 0) outputs for each input, ids up to and including EOS.
+
+    Inputs are padded to `input_length` and batched to `batch_size` rows, so the decode loop
+    compiles once.
+    """
+    model = decoding.EncoderDecoderModel(module, params)
+    outputs: List[Optional[np.ndarray]] = [None] * len(inputs)
+    for idx, batch in _decode_batches(inputs, batch_size, input_length):
+        result = decoding.autoregressive_decode(
+            model, batch, rng=jax.random.PRNGKey(0), sampling=sampling_lib.SamplingConfig(0.0),
+            max_decode_len=max_decode_len)
+        tokens, lengths = np.asarray(result.tokens), np.asarray(result.lengths)
+        for row, i in enumerate(idx):
+            outputs[i] = tokens[row, :lengths[row]]
+    return outputs
+
+
+def bleu(module, params, pairs, tokenizer: Tokenizer, max_length: int) -> Tuple[float, List[str]]:
+    """Greedy corpus BLEU (`tasks.bleu`: sacrebleu, intl tokenizer) and the hypotheses."""
+    from speculative import tasks  # pylint: disable=g-import-not-at-top  (imports TensorFlow)
+
+    inputs = [x[:max_length - 1] + [EOS_ID] if len(x) > max_length else x
+              for x in tokenizer.encode_inputs([s for s, _ in pairs])]
+    outputs = greedy_decode(module, params, [np.asarray(x, np.int32) for x in inputs],
+                            max_decode_len=max_length, input_length=max_length)
+    hyps = [tokenizer.decode(o) for o in outputs]
+    return tasks.bleu([t for _, t in pairs], hyps)["bleu"], hyps
+
+
+def distill_targets(module, params, examples: Sequence[Example], max_length: int,
+                    cache_path: Optional[str] = None) -> List[Example]:
+    """Sequence-level distillation data: each input with the target model's greedy output.
+
+    Outputs that hit `max_length` without EOS get EOS as their last token. With `cache_path`
+    (an .npz), outputs are read from there when it exists (same inputs) and written otherwise.
+    """
+    inputs = [x for x, _ in examples]
+    if cache_path and os.path.exists(cache_path):
+        with np.load(cache_path) as data:
+            flat_in, flat_out = data["inputs"], data["outputs"]
+            in_split, out_split = np.cumsum(data["input_lengths"])[:-1], np.cumsum(
+                data["output_lengths"])[:-1]
+        cached_in = np.split(flat_in, in_split)
+        if len(cached_in) == len(inputs) and all(np.array_equal(a, b)
+                                                 for a, b in zip(cached_in, inputs)):
+            logging.info("Distillation targets read from %s", cache_path)
+            return list(zip(inputs, np.split(flat_out, out_split)))
+        logging.warning("%s holds other inputs; decoding again.", cache_path)
+    outputs = greedy_decode(module, params, inputs, max_decode_len=max_length,
+                            input_length=max_length)
+    outputs = [o if len(o) and o[-1] == EOS_ID else np.append(o[:max_length - 1], EOS_ID)
+               .astype(np.int32) for o in outputs]
+    if cache_path:
+        os.makedirs(os.path.dirname(os.path.abspath(cache_path)), exist_ok=True)
+        np.savez(cache_path, inputs=np.concatenate(inputs), outputs=np.concatenate(outputs),
+                 input_lengths=[len(x) for x in inputs], output_lengths=[len(o) for o in outputs])
+    return list(zip(inputs, outputs))
+
+
+def draft_alpha(target_module, target_params, draft_module, draft_params,
+                inputs: Sequence[np.ndarray], *, temperature: float, gamma: int, rng: Array,
+                max_decode_len: int, input_length: int, batch_size: int = 256) -> dict:
+    """Alpha (mean beta, Leviathan et al. §3.1) of a draft against the target, measured by
+    `speculative_decode` on `inputs`; plus accepted tokens per target call."""
+    target = decoding.EncoderDecoderModel(target_module, target_params)
+    draft = decoding.EncoderDecoderModel(draft_module, draft_params)
+    beta, tested, generated, calls = 0.0, 0, 0, 0
+    for k, (idx, batch) in enumerate(_decode_batches(inputs, batch_size, input_length)):
+        stats = decoding.speculative_decode(
+            target, draft, batch, rng=jax.random.fold_in(rng, k), gamma=gamma,
+            sampling=sampling_lib.SamplingConfig(temperature), max_decode_len=max_decode_len).stats
+        rows = len(idx)  # padding rows (all zero input) are left out of the counts
+        beta += float(np.sum(np.asarray(stats.beta_sum)[:rows]))
+        tested += int(np.sum(np.asarray(stats.tested)[:rows]))
+        generated += int(np.sum(np.asarray(stats.generated)[:rows]))
+        calls += int(np.sum(np.asarray(stats.target_calls)[:rows]))
+    return {"alpha": beta / max(tested, 1), "tokens_per_target_call": generated / max(calls, 1),
+            "temperature": temperature, "gamma": gamma, "sentences": len(inputs)}
+
+
+def decoder_flops_per_token(config: t5.T5Config, self_len: int = 16, enc_len: int = 20) -> dict:
+    """Decoder FLOPs per generated token (see the module docstring); 2 FLOPs per multiply-add."""
+    e, i, f, v = config.emb_dim, config.inner_dim, config.mlp_dim, config.vocab_size
+    mlp = (len(config.mlp_activations) + 1) * e * f
+    attention = 6 * e * i + 2 * i * (self_len + enc_len)
+    layers = config.num_decoder_layers * (attention + mlp)
+    return {"decoder_layers": 2 * layers, "output_layer": 2 * e * v, "total": 2 * (layers + e * v)}
+
+
+def num_params(params) -> int:
+    return int(sum(np.size(x) for x in jax.tree_util.tree_leaves(params)))
+
+
+# ---------------------------------------------------------------------------------- run function
+
+def train(*, model: t5.T5Config, model_dir: str, config: TrainConfig, seed: int,
+          name: Optional[str] = None, data_dir: Optional[str] = None, eval_every: int = 500,
+          log_every: int = 50, bleu_sentences: Optional[int] = None,
+          max_train_pairs: Optional[int] = None, distill: bool = False,
+          target_model: Optional[t5.T5Config] = None, target_checkpoint: Optional[str] = None,
+          distill_cache: Optional[str] = None, alpha_sentences: int = 256, alpha_gamma: int = 4,
+          card_subset: int = 64, export_dir: Optional[str] = None,
+          export_dtype: str = "bfloat16", gin_config: Optional[str] = None) -> dict:
+    """Trains `model` on the corpus in `data_dir` (default: the bundled one); returns a summary.
+
+    Writes to `model_dir`: `config.gin` (when `gin_config` is given), `metrics.jsonl` (train and
+    valid loss every `eval_every` steps), the float32 checkpoint `checkpoint_<steps>` (T5X legacy)
+    and `summary.json`. With `target_model` and `target_checkpoint` the trained model is measured
+    as a draft of that target (alpha at temperatures 0 and 1 on the first `alpha_sentences` valid
+    sentences, gamma `alpha_gamma`); with `distill=True` it is also trained on the target's greedy
+    translations of the training sources instead of the references. With `export_dir`, the final
+    parameters are also saved there in `export_dtype` as `<export_dir>/<name>/checkpoint_<steps>`
+    and the summary is merged into `<export_dir>/model_card.json` under `name`.
+    """
+    start = time.time()
+    name = name or os.path.basename(os.path.normpath(model_dir))
+    data_dir = data_dir or MINI_DIR
+    os.makedirs(model_dir, exist_ok=True)
+    if gin_config is not None:
+        with open(os.path.join(model_dir, "config.gin"), "w") as f:
+            f.write(gin_config)
+    tokenizer = Tokenizer(os.path.join(data_dir, "spm.model"))
+    if model.vocab_size != tokenizer.vocab_size:
+        raise ValueError(f"Model vocab_size={model.vocab_size} but the vocabulary in {data_dir} "
+                         f"has {tokenizer.vocab_size} pieces; set vocab_size={tokenizer.vocab_size}.")
+    if distill and not (target_model and target_checkpoint):
+        raise ValueError("distill=True needs target_model and target_checkpoint (the teacher).")
+    max_len = config.max_length
+    train_pairs = load_pairs(os.path.join(data_dir, "train.tsv"))[:max_train_pairs]
+    valid_pairs = load_pairs(os.path.join(data_dir, "valid.tsv"))
+    train_ex, dropped = tokenize_pairs(train_pairs, tokenizer, config)
+    valid_ex, valid_dropped = tokenize_pairs(valid_pairs, tokenizer, config)
+    subset_ex, _ = make_examples(tokenizer.encode_inputs([s for s, _ in valid_pairs[:card_subset]]),
+                                 tokenizer.encode_targets([t for _, t in valid_pairs[:card_subset]]),
+                                 max_len, truncate=True)
+    logging.info("train: %d pairs (%d longer than %d dropped); valid: %d (%d dropped)",
+                 len(train_ex), dropped, max_len, len(valid_ex), valid_dropped)
+
+    module = t5.Transformer(model)
+    teacher = None
+    if target_model is not None and target_checkpoint:
+        teacher = (t5.Transformer(target_model),
+                   checkpoints.load_params(target_checkpoint, dtype="float32", config=target_model))
+    if distill:
+        t0 = time.time()
+        train_ex = distill_targets(*teacher, train_ex, max_len, distill_cache)
+        logging.info("distillation targets: %.0f s", time.time() - t0)
+
+    optimizer = make_optimizer(config)
+    rng = jax.random.PRNGKey(seed)
+    init_rng, dropout_rng, alpha_rng = jax.random.split(rng, 3)
+    state = init_state(module, optimizer, init_rng)
+    train_step, eval_step = make_train_step(module, optimizer, config), make_eval_step(module)
+    data_rng = np.random.default_rng(seed)
+
+    def forever():
+        while True:
+            yield from batches(train_ex, config.buckets, config.batch_tokens, rng=data_rng)
+
+    log = open(os.path.join(model_dir, "metrics.jsonl"), "w")
+    stream, sums, window = forever(), [], []
+    train_start = last_log = time.time()
+    record = {}
+    for step in range(1, config.steps + 1):
+        inputs, targets = next(stream)
+        state, metrics = train_step(state, inputs, targets, dropout_rng)
+        sums.append(metrics)
+        if step % log_every == 0 or step == config.steps:
+            got = jax.device_get(sums)
+            window.extend(got)
+            sums = []
+            tokens = sum(m["tokens"] for m in got)
+            now = time.time()
+            logging.info("step %d  train_ce %.4f  %.0f target tok/s  %.0f s", step,
+                         sum(m["ce"] for m in got) / tokens, tokens / max(1e-9, now - last_log),
+                         now - train_start)
+            last_log = now
+        if step % eval_every == 0 or step == config.steps:
+            tokens = sum(m["tokens"] for m in window)
+            record = {"step": step, "train_loss": float(sum(m["ce"] for m in window) / tokens),
+                      "valid_loss": evaluate_loss(eval_step, state.params, valid_ex, config),
+                      "elapsed_s": time.time() - train_start}
+            window = []
+            log.write(json.dumps(record) + "\n")
+            log.flush()
+            logging.info("eval %s", record)
+    train_s = time.time() - train_start
+    params = jax.device_get(state.params)
+    checkpoints.save_t5x(params, model_dir, step=config.steps, overwrite=True)
+
+    bleu_pairs = valid_pairs[:bleu_sentences] if bleu_sentences else valid_pairs
+    t0 = time.time()
+    bleu_score, hyps = bleu(module, params, bleu_pairs, tokenizer, max_len)
+    with open(os.path.join(model_dir, "valid_greedy.txt"), "w", encoding="utf-8") as f:
+        f.write("\n".join(hyps) + "\n")
+    logging.info("valid BLEU %.2f on %d sentences (%.0f s)", bleu_score, len(bleu_pairs),
+                 time.time() - t0)
+    summary = {
+        "name": name, "config": dataclasses.asdict(model), "train_config": dataclasses.asdict(config),
+        "params": num_params(params), "decoder_flops_per_token": decoder_flops_per_token(model),
+        "steps": config.steps, "seed": seed, "distilled": distill,
+        "train_pairs": len(train_ex), "train_dropped": dropped, "train_wall_s": round(train_s, 1),
+        "final_train_loss": record["train_loss"], "final_valid_loss": record["valid_loss"],
+        "valid_bleu": bleu_score, "bleu_sentences": len(bleu_pairs),
+        "valid_subset": {"first_n_valid_pairs": card_subset, "truncate": True,
+                         "loss_float32": evaluate_loss(eval_step, params, subset_ex, config)},
+    }
+    if teacher is not None:
+        inputs = [x for x, _ in valid_ex[:alpha_sentences]]
+        summary["alpha"] = [draft_alpha(*teacher, module, params, inputs, temperature=temp,
+                                        gamma=alpha_gamma, rng=jax.random.fold_in(alpha_rng, k),
+                                        max_decode_len=max_len, input_length=max_len)
+                            for k, temp in enumerate((0.0, 1.0))]
+        target_flops = decoder_flops_per_token(target_model)["total"]
+        summary["flops_ratio_to_target"] = summary["decoder_flops_per_token"]["total"] / target_flops
+        logging.info("alpha %s", summary["alpha"])
+    summary["total_wall_s"] = round(time.time() - start, 1)
+    if export_dir:
+        exported = jax.tree_util.tree_map(lambda x: np.asarray(x, export_dtype), params)
+        path = checkpoints.save_t5x(exported, os.path.join(export_dir, name), step=config.steps,
+                                    overwrite=True)
+        subset_loss = evaluate_loss(eval_step, checkpoints.load_params(path, dtype="float32"),
+                                    subset_ex, config)
+        summary["valid_subset"]["loss_" + export_dtype] = subset_loss
+        summary["checkpoint"] = os.path.relpath(path, export_dir)
+        card_path = os.path.join(export_dir, "model_card.json")
+        card = {}
+        if os.path.exists(card_path):
+            with open(card_path) as f:
+                card = json.load(f)
+        card.setdefault("models", {})[name] = summary
+        with open(card_path, "w") as f:
+            json.dump(card, f, indent=1, sort_keys=True)
+    with open(os.path.join(model_dir, "summary.json"), "w") as f:
+        json.dump(summary, f, indent=1, sort_keys=True)
+    return summary
