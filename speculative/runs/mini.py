@@ -1,0 +1,128 @@
+"""The bundled offline models: a small EN->DE target and its drafts (`speculative/data/mini/`).
+
+    card = mini.model_card()                     # model_card.json: configs, losses, BLEU, alpha
+    target = mini.load("mini_target")            # a DecodeModel (T5X checkpoint in the bundle)
+    draft = mini.load(mini.best_draft())
+    inputs = mini.encode_sources(["Open file"], length=48)
+
+The models were trained by `scripts/train.py` on the gettext corpus of `scripts/build_corpus.py`
+(see `speculative/data/mini/models/MODEL_CARD.md`). Everything here reads files inside the
+package, so it works on a machine without the original catalogs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from speculative import decoding
+from speculative.models import t5
+
+BUNDLE_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data",
+                          "mini")
+MODELS_DIR = os.path.join(BUNDLE_DIR, "models")
+TARGET = "mini_target"
+PREFIX = "translate English to German: "
+
+
+def available() -> bool:
+    """Whether the trained models are bundled (they are, in a full checkout)."""
+    return os.path.exists(os.path.join(MODELS_DIR, "model_card.json"))
+
+
+def model_card() -> dict:
+    path = os.path.join(MODELS_DIR, "model_card.json")
+    if not os.path.exists(path):
+        raise FileNotFoundError(
+            f"No bundled models: {path} is missing. Train them with the recipe in "
+            "speculative/data/mini/models/MODEL_CARD.md (scripts/train.py), or use a full checkout.")
+    with open(path) as f:
+        return json.load(f)
+
+
+def _entry(name: str) -> dict:
+    models = model_card()["models"]
+    if name not in models:
+        raise ValueError(f"No bundled model {name!r}; the bundle has {sorted(models)}.")
+    return models[name]
+
+
+def config(name: str) -> t5.T5Config:
+    fields = dict(_entry(name)["config"])
+    fields["mlp_activations"] = tuple(fields["mlp_activations"])
+    return t5.T5Config(**fields)
+
+
+def load(name: str, param_dtype: str = "float32") -> decoding.DecodeModel:
+    """A bundled model as a DecodeModel: T5 checkpoints, or n-gram drafts stored as .npz."""
+    entry = _entry(name)
+    if "ngram" in entry:
+        from speculative.models import ngram  # pylint: disable=g-import-not-at-top
+
+        cls = {"unigram": ngram.UnigramDraft, "bigram": ngram.BigramDraft}[entry["ngram"]]
+        return cls.load(os.path.join(MODELS_DIR, entry["file"]))
+    from speculative.runs import models  # pylint: disable=g-import-not-at-top
+
+    return models.load_model(config(name), os.path.join(MODELS_DIR, entry["checkpoint"]),
+                             param_dtype=param_dtype)
+
+
+def drafts() -> List[str]:
+    return sorted(n for n in model_card()["models"] if n != TARGET)
+
+
+def best_draft() -> str:
+    """The draft the card names as best (highest measured speedup), else the highest alpha."""
+    card = model_card()
+    if card.get("best_draft"):
+        return card["best_draft"]
+
+    def alpha_t0(name):
+        alphas = _entry(name).get("alpha") or [{"alpha": -1.0}]
+        return alphas[0]["alpha"]
+
+    return max(drafts(), key=alpha_t0)
+
+
+def test_pairs(num: Optional[int] = None, split: str = "test") -> List[Tuple[str, str]]:
+    """(English source, German reference) pairs of a bundled split, in file order."""
+    pairs = []
+    with open(os.path.join(BUNDLE_DIR, f"{split}.tsv"), encoding="utf-8") as f:
+        for line in f:
+            source, target = line.rstrip("\n").split("\t")
+            pairs.append((source, target))
+            if num and len(pairs) == num:
+                break
+    return pairs
+
+
+class Vocabulary:
+    """The bundled SentencePiece model (pad 0, eos 1, unk 2), used as the `mini_ende` task does."""
+
+    def __init__(self, path: str = os.path.join(BUNDLE_DIR, "spm.model")):
+        import sentencepiece  # pylint: disable=g-import-not-at-top
+
+        self.sp = sentencepiece.SentencePieceProcessor(model_file=path)
+
+    def encode_sources(self, sources: Sequence[str], length: int) -> np.ndarray:
+        """`[B, length]` int32: prefix + source + EOS, right-padded with 0.
+
+        A source longer than `length` raises (nothing is silently cut).
+        """
+        out = np.zeros((len(sources), length), np.int32)
+        for b, ids in enumerate(self.sp.encode([PREFIX + s for s in sources])):
+            ids = ids + [t5.EOS_ID]
+            if len(ids) > length:
+                raise ValueError(f"Source {b} has {len(ids)} tokens with prefix and EOS, more "
+                                 f"than length={length}; raise the input length.")
+            out[b, :len(ids)] = ids
+        return out
+
+    def decode(self, ids: Sequence[int]) -> str:
+        ids = [int(i) for i in ids]
+        if t5.EOS_ID in ids:
+            ids = ids[:ids.index(t5.EOS_ID)]
+        return self.sp.decode(ids)
