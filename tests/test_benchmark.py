@@ -103,6 +103,8 @@ def test_benchmark_gin_identical_draft(tmp_path, tiny_gin):
         theory.speedup(1.0, gamma, run["c"], run["verify_cost"]))
     [cost] = data["costs"]
     assert cost["c"] > 0 and set(cost["verify_cost"]) == {str(gamma)}
+    assert set(cost["step_spread_s"]) == {"target", "draft", str(gamma)}
+    assert cost["from_min"]["c"] > 0 and set(cost["from_min"]["verify_cost"]) == {str(gamma)}
 
 
 def test_synthetic_acceptance_gives_requested_alpha():

@@ -13,8 +13,8 @@ For a target/draft pair, inputs, sampling settings, gammas and batch sizes, `run
   * the cost model of Theorem 3.8: c = T(draft extend of 1 token) / T(target extend of 1 token) and
     verify_cost(gamma) = T(target extend of gamma+1 tokens) / T(target extend of 1 token), each
     timed as a jitted `lax.fori_loop` of `extend` calls on the decode-size cache of the same batch
-    (no per-call dispatch, as inside the decode loops), and the predicted speedup
-    `theory.speedup(alpha, gamma, c, verify_cost)` next to the measured one.
+    (no per-call dispatch, as inside the decode loops; interleaved rounds, median), and the
+    predicted speedup `theory.speedup(alpha, gamma, c, verify_cost)` next to the measured one.
 
 Results go to `<output_dir>/benchmark.json` (schema below and in docs/benchmark_schema.md) and
 the resolved gin config to `<output_dir>/config.gin`.
@@ -44,7 +44,9 @@ JSON schema (`benchmark.json`; NaN and infinities are written as null):
     environment   device, device_kind, platform, device_count, jax_version, jaxlib_version,
                   python_version, cpu_count, time (UTC, ISO 8601)
     costs         one per batch size: {batch_size, target_step_s, draft_step_s, c,
-                  target_verify_s {gamma: s}, verify_cost {gamma: ratio}}
+                  target_verify_s {gamma: s}, verify_cost {gamma: ratio},
+                  from_min {c, verify_cost} (the same ratios from the fastest rounds),
+                  step_spread_s {target|draft|gamma: {min, q25, q75, max}} (s per step)}
     runs          one per (sampling, batch size, gamma):
       sampling {temperature, top_k, top_p}, batch_size, gamma, max_decode_len
       timings.baseline / timings.speculative: {median_s, q25_s, q75_s, min_s, max_s, mean_s,
@@ -413,35 +415,66 @@ def _extend_steps(model, state, tokens, *, num_steps: int):
     return acc
 
 
-def step_time(model, inputs: np.ndarray, num_tokens: int, *, cache_len: int, num_steps: int,
-              repeats: int, seed: int) -> float:
-    """Median seconds of one `extend` of `num_tokens` tokens per row (batch of `inputs`)."""
+def interleaved(programs: Dict[Any, Callable[[], Any]], repeats: int):
+    """Times each program's first call, then `repeats` rounds of every program in an order
+    rotated per round. Returns (first-call seconds, per-program lists of seconds, outputs of the
+    first calls)."""
+    first, outputs = {}, {}
+    for name, fn in programs.items():
+        first[name], outputs[name] = _timed(fn)
+    times = {name: [] for name in programs}
+    names = list(programs)
+    for r in range(repeats):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            times[name].append(_timed(programs[name])[0])
+    return first, times, outputs
+
+
+def _extend_program(model, inputs: np.ndarray, num_tokens: int, *, cache_len: int,
+                    num_steps: int, seed: int) -> Callable[[], Any]:
+    """A thunk running `num_steps` extends of `num_tokens` tokens per row (batch of `inputs`)."""
     state = jax.block_until_ready(model.init(model.params, jnp.asarray(inputs), cache_len))
     rng = np.random.default_rng(seed)
     tokens = jnp.asarray(rng.integers(2, model.vocab_size, (inputs.shape[0], num_tokens)),
                          jnp.int32)
-    fn = lambda: _extend_steps(model, state, tokens, num_steps=num_steps)  # noqa: E731
-    _timed(fn)  # compile
-    return float(np.median([_timed(fn)[0] for _ in range(repeats)])) / num_steps
+    return lambda: _extend_steps(model, state, tokens, num_steps=num_steps)
 
 
 def measure_costs(target, draft, inputs: np.ndarray, gammas: Sequence[int], *,
                   max_decode_len: int, num_steps: int, repeats: int, seed: int) -> Dict[str, Any]:
-    """c and verify_cost(gamma) for one batch (see the module docstring)."""
+    """c and verify_cost(gamma) for one batch (see the module docstring).
+
+    The step programs (target on 1 token, draft on 1 token, target on gamma + 1 tokens for each
+    gamma) are timed in interleaved rounds, like the decoders; each step time is the median
+    over rounds divided by `num_steps`.
+    """
     cache_len = max_decode_len + max(gammas) + 2
-    kw = dict(num_steps=num_steps, repeats=repeats, seed=seed)
+    kw = dict(num_steps=num_steps, seed=seed)
     t_len = target.prefix_length(inputs.shape[1]) + cache_len
     d_len = draft.prefix_length(inputs.shape[1]) + cache_len
-    target_step = step_time(target, inputs, 1, cache_len=t_len, **kw)
-    draft_step = step_time(draft, inputs, 1, cache_len=d_len, **kw)
-    verify = {g: step_time(target, inputs, g + 1, cache_len=t_len, **kw) for g in gammas}
+    programs = {"target": _extend_program(target, inputs, 1, cache_len=t_len, **kw),
+                "draft": _extend_program(draft, inputs, 1, cache_len=d_len, **kw)}
+    for g in gammas:
+        programs[g] = _extend_program(target, inputs, g + 1, cache_len=t_len, **kw)
+    _, times, _ = interleaved(programs, repeats)
+    per_step = {name: np.asarray(t) / num_steps for name, t in times.items()}
+    step = {name: float(np.median(t)) for name, t in per_step.items()}
+    fastest = {name: float(t.min()) for name, t in per_step.items()}
     return {
         "batch_size": int(inputs.shape[0]),
-        "target_step_s": target_step,
-        "draft_step_s": draft_step,
-        "c": draft_step / target_step,
-        "target_verify_s": verify,
-        "verify_cost": {g: t / target_step for g, t in verify.items()},
+        "target_step_s": step["target"],
+        "draft_step_s": step["draft"],
+        "c": step["draft"] / step["target"],
+        "target_verify_s": {g: step[g] for g in gammas},
+        "verify_cost": {g: step[g] / step["target"] for g in gammas},
+        # The same ratios from the fastest rounds: a check on the medians when the machine is
+        # shared (contention inflates medians, rarely minima).
+        "from_min": {"c": fastest["draft"] / fastest["target"],
+                     "verify_cost": {g: fastest[g] / fastest["target"] for g in gammas}},
+        "step_spread_s": {str(name): {"min": float(t.min()), "q25": float(np.percentile(t, 25)),
+                                      "q75": float(np.percentile(t, 75)),
+                                      "max": float(t.max())}
+                          for name, t in per_step.items()},
     }
 
 
@@ -500,14 +533,7 @@ def benchmark_setting(target, draft, batches: Sequence[np.ndarray], *, sampling:
             max_decode_len=max_decode_len, lenience=lenience) for x, k in zip(batches, keys)]
 
     programs = {"baseline": baseline, **{g: speculative(g) for g in gammas}}
-    first, outputs = {}, {}
-    for name, fn in programs.items():
-        first[name], outputs[name] = _timed(fn)
-    times = {name: [] for name in programs}
-    names = list(programs)
-    for r in range(repeats):
-        for name in names[r % len(names):] + names[:r % len(names)]:
-            times[name].append(_timed(programs[name])[0])
+    first, times, outputs = interleaved(programs, repeats)
 
     def timing(name):
         out = spread(times[name])
@@ -683,7 +709,7 @@ def run(
                                input_length=input_length, seed=seed, task=task, split=split,
                                tsv_path=tsv_path, spm_path=spm_path)
         cost = measure_costs(target, draft, batches[0], gammas, max_decode_len=max_decode_len,
-                             num_steps=cost_steps, repeats=max(repeats, 3), seed=seed)
+                             num_steps=cost_steps, repeats=max(2 * repeats, 5), seed=seed)
         costs.append(cost)
         for sampling in samplings:
             runs.extend(benchmark_setting(
