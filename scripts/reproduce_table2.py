@@ -1,0 +1,66 @@
+r"""Reproduces rows of the paper's Table 2: alpha, gamma, speedup, and Theorem 3.8's prediction.
+
+Each row is a gin file, configs/experiments/table2/<row>.gin (the paper's 12: ende_{small,base,
+large}_t{0,1} and cnndm_{small,base,large}_t{0,1}; target T5-XXL, the paper's gamma, its alpha
+and speedup in the header). For every row this runs speculative decoding and the baseline (the
+target alone, same pipeline, both timed without compilation; scripts/infer.py's run), measures
+c = draft step / target step time with single-token extend calls (or takes --c=0.02, or
+--c=paper for Table 4's values), and writes OUTPUT_DIR/table2.md and table2.json in the paper's
+format (Task, M_q, Temp, gamma, alpha, Speed) with Theorem 3.8 beside each row, plus every run's
+predictions.jsonl / metrics.json / config.gin under OUTPUT_DIR/<row>/{speculative,baseline}/.
+
+Checkpoints: the paper's fine-tuned T5 1.1 checkpoints are unpublished, so every paper row needs
+yours. Give them as a JSON file mapping row-name patterns (fnmatch, applied in order) to paths:
+
+  {"ende_*": {"target": "/ckpt/ende/t5_1_1_xxl"},
+   "ende_small_*": {"draft": "/ckpt/ende/t5_1_1_small"},
+   "ende_base_*": {"draft": "/ckpt/ende/t5_1_1_base"}, ...,
+   "cnndm_*": {"target": "/ckpt/cnndm/t5_1_1_xxl"}, "cnndm_small_*": {"draft": "..."}, ...}
+
+Example (two rows, the first 100 examples of each; expect alpha near 0.75 / 0.62 and speedups
+of roughly 3.4X / 2.6X on a TPU v4 with the paper's checkpoints):
+
+  python scripts/reproduce_table2.py --rows=ende_small_t0,ende_small_t1 \
+    --checkpoints=checkpoints.json --output_dir=/tmp/table2 \
+    --row_gin="NUM_EXAMPLES = 100"
+
+Check the rows resolve (no data, no models): add --dry_run. Other row sets (e.g. the offline mini
+models) are gin files of the same form in another directory: --rows_dir=DIR --rows=all. The run
+function is speculative.runs.table2.reproduce; --gin.reproduce.X=... binds its other arguments
+(e.g. --gin.reproduce.cost_repeats=50).
+"""
+
+from absl import flags
+
+from speculative.runs import config
+from speculative.runs import table2
+
+flags.DEFINE_list("rows", None, "Row names (gin file stems in --rows_dir), or 'all'.")
+flags.DEFINE_string("output_dir", None, "Where table2.md, table2.json and the runs go.")
+flags.DEFINE_string("checkpoints", None, "JSON file: {row pattern: {target:, draft:}}.")
+flags.DEFINE_string("rows_dir", None, "Directory of row gin files (default: the paper's 12).")
+flags.DEFINE_multi_string("row_gin", [], "Gin binding applied to every row, e.g. 'SEED = 1'.")
+flags.DEFINE_string("c", None, "c for Theorem 3.8: a number or 'paper'; default: measure it.")
+flags.DEFINE_bool("dry_run", False, "Only resolve each row's settings.")
+flags.DEFINE_string("tfds_data_dir", None, "Where the paper tasks' prepared TFDS data is.")
+
+FLAGS = flags.FLAGS
+
+
+def main():
+    kwargs = {"dry_run": FLAGS.dry_run} if FLAGS.dry_run else {}
+    for name in ("rows", "output_dir", "checkpoints", "rows_dir"):
+        if FLAGS[name].value is not None:
+            kwargs[name] = FLAGS[name].value
+    row_bindings = list(FLAGS.row_gin)
+    if FLAGS.tfds_data_dir:
+        row_bindings.append(f"infer.infer.tfds_data_dir = {FLAGS.tfds_data_dir!r}")
+    if row_bindings:
+        kwargs["row_bindings"] = row_bindings
+    if FLAGS.c is not None:
+        kwargs["c"] = FLAGS.c if FLAGS.c == "paper" else float(FLAGS.c)
+    table2.reproduce(**kwargs)
+
+
+if __name__ == "__main__":
+    config.run(main)

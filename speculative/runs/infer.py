@@ -1,0 +1,527 @@
+r"""Inference over a seqio task with speculative decoding (or the autoregressive baseline).
+
+The run behind `scripts/infer.py` and `configs/runs/infer.gin` (T5X's `infer.py` with
+`mode='predict'`, plus a draft model):
+
+    python scripts/infer.py --gin_file=configs/runs/infer.gin \
+      --gin_file=configs/models/t5_1_1_xxl.gin --gin_file=configs/models/t5_1_1_small.gin \
+      --gin.TARGET_MODEL="@t5_1_1_xxl/t5.T5Config()" \
+      --gin.DRAFT_MODEL="@t5_1_1_small/t5.T5Config()" \
+      --gin.TARGET_CHECKPOINT=\"/ckpt/xxl\" --gin.DRAFT_CHECKPOINT=\"/ckpt/small\" \
+      --gin.MIXTURE_OR_TASK_NAME=\"wmt_t2t_ende_v003\" \
+      --gin.TASK_FEATURE_LENGTHS="{'inputs': 256, 'targets': 256}" \
+      --gin.INFER_OUTPUT_DIR=\"/tmp/infer\"
+
+Pipeline (`run`):
+
+  1. check the task's data is on this machine (`tasks.check_task_data`): a paper task without its
+     TFDS data raises `TaskDataUnavailableError` here, before any model is loaded;
+  2. read `num_examples` examples of `split` in order (no shuffling), untrimmed;
+  3. load the target (and, when speculative, the draft): `models.load_model` with the checkpoint,
+     or random weights when the checkpoint is None (target seed `seed`, draft seed `seed + 1`);
+  4. batch with fixed shapes: inputs `[B, L_in]` padded with 0 to `task_feature_lengths['inputs']`,
+     `max_decode_len = task_feature_lengths['targets']`; the last partial batch is filled with
+     copies of its last example and those rows are dropped from every output and statistic;
+  5. decode each batch with `decoding.speculative_decode` (or `autoregressive_decode` when
+     `speculative=False`: same batches, same timing, same outputs); the first batch is decoded
+     once untimed to compile (one compile: every batch has the same shapes);
+  6. write to `output_dir`:
+       predictions.jsonl  one line per example: inputs, targets (reference), prediction,
+                          prediction_tokens, input_length, input_truncated, ended_with_eos,
+                          generated, target_calls, draft_calls, drafted, accepted, alpha,
+                          tokens_per_target_call
+       metrics.json       the task's metrics (tasks.bleu for translation, tasks.rouge for
+                          summarization), timings (decode seconds excluding compile, tokens/s),
+                          alpha and tokens per target call, truncation counts, the settings
+       config.gin         the resolved gin config (`config.write_config`)
+
+Too-long inputs are never cut silently. By default they are truncated the way seqio/T5X trim
+(first `L_in - 1` tokens + EOS), flagged per example (`input_truncated`), counted in
+`metrics.json["inputs"]["num_truncated"]` and logged; with `truncate_inputs=False` the first
+too-long input raises a ValueError instead. Predictions that reach `max_decode_len` without EOS
+are counted in `metrics.json["targets"]["num_hit_max_decode_len"]`.
+
+`alpha` is the paper's alpha (mean beta = sum_x min(p, q) over the drafted positions the accept
+test examined; at temperature 0 the fraction of draft tokens equal to the target's argmax);
+`tokens_per_target_call` is generated tokens / target calls (Eq. 1's expectation).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import time
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
+
+import gin
+import jax
+import numpy as np
+from absl import logging
+
+from speculative import decoding
+from speculative import sampling as sampling_lib
+from speculative import tasks
+from speculative.models import t5
+from speculative.runs import config as config_lib
+from speculative.runs import models as models_lib
+
+# InferSettings field -> the infer.gin macro that sets it (for error messages).
+MACROS = {"target_config": "TARGET_MODEL", "draft_config": "DRAFT_MODEL",
+          "target_checkpoint": "TARGET_CHECKPOINT", "draft_checkpoint": "DRAFT_CHECKPOINT",
+          "mixture_or_task_name": "MIXTURE_OR_TASK_NAME",
+          "task_feature_lengths": "TASK_FEATURE_LENGTHS", "output_dir": "INFER_OUTPUT_DIR"}
+
+PREDICTIONS_FILE = "predictions.jsonl"
+METRICS_FILE = "metrics.json"
+CONFIG_FILE = "config.gin"
+
+
+@dataclasses.dataclass(frozen=True)
+class InferSettings:
+    """Everything one inference run needs, resolved from gin (`infer(dry_run=True)` returns it)."""
+
+    target_config: t5.T5Config
+    draft_config: Optional[t5.T5Config]
+    target_checkpoint: Optional[str]
+    draft_checkpoint: Optional[str]
+    mixture_or_task_name: str
+    task_feature_lengths: Mapping[str, int]
+    output_dir: Optional[str]
+    gamma: int = 5
+    sampling: sampling_lib.SamplingConfig = sampling_lib.SamplingConfig(temperature=0.0)
+    batch_size: int = 1
+    split: str = "test"
+    num_examples: Optional[int] = None
+    seed: int = 0
+    speculative: bool = True
+    lenience: float = 1.0
+    truncate_inputs: bool = True
+    param_dtype: Optional[str] = None
+    tfds_data_dir: Optional[str] = None
+    progress: bool = True
+
+    def __post_init__(self):
+        def fail(name, value, fix):
+            raise ValueError(f"infer: {name}={value!r} is invalid: {fix}")
+
+        # A macro left at %gin.REQUIRED arrives as the gin.REQUIRED sentinel (gin only checks
+        # macros when the config is finalized).
+        missing = [MACROS.get(f.name, f.name) for f in dataclasses.fields(self)
+                   if getattr(self, f.name) is gin.REQUIRED]
+        if missing:
+            raise ValueError(
+                f"infer: {', '.join(missing)} {'is' if len(missing) == 1 else 'are'} "
+                "%gin.REQUIRED and not set; bind them, e.g. "
+                + " ".join(f"--gin.{m}=..." for m in missing) + " (see configs/runs/infer.gin).")
+
+        lengths = self.task_feature_lengths
+        if (not isinstance(lengths, Mapping) or set(lengths) < {"inputs", "targets"}
+                or not all(isinstance(lengths[k], int) and lengths[k] >= 1
+                           for k in ("inputs", "targets"))):
+            fail("TASK_FEATURE_LENGTHS", lengths,
+                 "give positive ints for both features, e.g. {'inputs': 64, 'targets': 64}.")
+        if not isinstance(self.target_config, t5.T5Config):
+            fail("TARGET_MODEL", self.target_config,
+                 "bind a T5Config, e.g. TARGET_MODEL = @t5_1_1_xxl/t5.T5Config().")
+        if self.speculative:
+            if not isinstance(self.draft_config, t5.T5Config):
+                fail("DRAFT_MODEL", self.draft_config,
+                     "speculative decoding needs a draft T5Config, e.g. DRAFT_MODEL = "
+                     "@t5_1_1_small/t5.T5Config() (or SPECULATIVE = False for the baseline).")
+            if self.draft_config.vocab_size != self.target_config.vocab_size:
+                fail("DRAFT_MODEL.vocab_size", self.draft_config.vocab_size,
+                     f"the draft must share the target's vocabulary "
+                     f"(vocab_size={self.target_config.vocab_size}).")
+            if not isinstance(self.gamma, int) or isinstance(self.gamma, bool) or self.gamma < 1:
+                fail("GAMMA", self.gamma, "draft at least one token per round (an int >= 1).")
+        if not isinstance(self.batch_size, int) or self.batch_size < 1:
+            fail("BATCH_SIZE", self.batch_size, "use an int >= 1.")
+        if self.num_examples is not None and (not isinstance(self.num_examples, int)
+                                              or self.num_examples < 1):
+            fail("NUM_EXAMPLES", self.num_examples, "use an int >= 1, or None for the whole split.")
+        if not isinstance(self.sampling, sampling_lib.SamplingConfig):
+            fail("sampling", self.sampling, "bind a @sampling.SamplingConfig().")
+
+    @property
+    def input_length(self) -> int:
+        return int(self.task_feature_lengths["inputs"])
+
+    @property
+    def max_decode_len(self) -> int:
+        return int(self.task_feature_lengths["targets"])
+
+    @property
+    def mode(self) -> str:
+        return "speculative" if self.speculative else "autoregressive"
+
+    def to_json(self) -> Dict[str, Any]:
+        out = {}
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if dataclasses.is_dataclass(value):
+                value = dataclasses.asdict(value)
+            elif isinstance(value, Mapping):
+                value = dict(value)
+            out[field.name] = value
+        return out
+
+
+@dataclasses.dataclass
+class Example:
+    """One task example: texts, its input ids (possibly truncated) and its original length."""
+
+    index: int
+    inputs_text: str
+    targets_text: str
+    input_ids: np.ndarray  # [<= L_in] int32, ends with EOS
+    input_length: int  # before truncation
+    truncated: bool
+
+
+@dataclasses.dataclass
+class InferResult:
+    settings: InferSettings
+    metrics: Dict[str, Any]
+    records: List[Dict[str, Any]]
+    output_files: Dict[str, str]
+
+
+# ----------------------------------------------------------------------------------------------
+# Data.
+
+
+def get_task(settings: InferSettings):
+    """The seqio task, after checking its data is here (TaskDataUnavailableError otherwise)."""
+    import seqio  # pylint: disable=g-import-not-at-top
+
+    if settings.tfds_data_dir:
+        seqio.set_tfds_data_dir_override(settings.tfds_data_dir)
+    try:
+        task = seqio.get_mixture_or_task(settings.mixture_or_task_name)
+    except ValueError as e:
+        raise ValueError(
+            f"infer: unknown MIXTURE_OR_TASK_NAME={settings.mixture_or_task_name!r}; "
+            "use a registered task (wmt_t2t_ende_v003, cnn_dailymail_v002, mini_ende, or one "
+            "added with tasks.register_tsv_task).") from e
+    if not isinstance(task, seqio.Task):
+        raise ValueError(
+            f"infer reads one task; {settings.mixture_or_task_name!r} is a mixture of "
+            f"{[t.name for t in task.tasks]}: pass one of them as MIXTURE_OR_TASK_NAME.")
+    tasks.check_task_data(task, settings.split, settings.tfds_data_dir)
+    return task
+
+
+def _text(value) -> str:
+    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
+
+
+def load_examples(settings: InferSettings, task=None) -> Tuple[Any, List[Example]]:
+    """Reads the split in order (untrimmed) and fits each input to `L_in` (see module doc)."""
+    task = task or get_task(settings)
+    ds = task.get_dataset(None, split=settings.split, shuffle=False, num_epochs=1)
+    if settings.num_examples is not None:
+        ds = ds.take(settings.num_examples)
+    limit = settings.input_length
+    examples = []
+    for i, ex in enumerate(ds.as_numpy_iterator()):
+        if "inputs" not in ex:
+            raise ValueError(f"Task {task.name!r} has no 'inputs' feature; infer decodes "
+                             "encoder-decoder tasks (inputs -> targets).")
+        ids = np.asarray(ex["inputs"], np.int32)
+        truncated = len(ids) > limit
+        if truncated:
+            if not settings.truncate_inputs:
+                raise ValueError(
+                    f"Example {i} of {task.name}/{settings.split} has {len(ids)} input tokens, "
+                    f"more than TASK_FEATURE_LENGTHS['inputs']={limit}. Raise the feature length,"
+                    " or set infer.truncate_inputs=True to truncate (seqio-style) and count them.")
+            ids = np.concatenate([ids[:limit - 1], [decoding.EOS_ID]]).astype(np.int32)
+        examples.append(Example(
+            index=i, inputs_text=_text(ex.get("inputs_pretokenized", b"")),
+            targets_text=_text(ex.get("targets_pretokenized", b"")), input_ids=ids,
+            input_length=int(len(ex["inputs"])), truncated=bool(truncated)))
+    if not examples:
+        raise ValueError(f"Task {task.name!r}, split {settings.split!r} has no examples.")
+    return task, examples
+
+
+def batches(examples: List[Example], batch_size: int,
+            input_length: int) -> Iterator[Tuple[np.ndarray, int]]:
+    """Yields `(inputs [B, L_in] int32, num_real)`; a partial last batch repeats its last row."""
+    for start in range(0, len(examples), batch_size):
+        chunk = examples[start:start + batch_size]
+        inputs = np.zeros((batch_size, input_length), np.int32)
+        for row in range(batch_size):
+            ids = chunk[min(row, len(chunk) - 1)].input_ids
+            inputs[row, :len(ids)] = ids
+        yield inputs, len(chunk)
+
+
+# ----------------------------------------------------------------------------------------------
+# Models and decoding.
+
+
+def load_models(settings: InferSettings) -> Tuple[decoding.DecodeModel, Optional[Any]]:
+    """`(target, draft)`; the draft is None for the baseline. No checkpoint = random weights."""
+    logging.info("Loading target %s", settings.target_checkpoint or "(random weights)")
+    target = models_lib.load_model(settings.target_config, settings.target_checkpoint,
+                                   seed=settings.seed, param_dtype=settings.param_dtype)
+    draft = None
+    if settings.speculative:
+        logging.info("Loading draft %s", settings.draft_checkpoint or "(random weights)")
+        draft = models_lib.load_model(settings.draft_config, settings.draft_checkpoint,
+                                      seed=settings.seed + 1, param_dtype=settings.param_dtype)
+    return target, draft
+
+
+def decode_batch(settings: InferSettings, target, draft, inputs: np.ndarray,
+                 rng) -> decoding.DecodeResult:
+    if settings.speculative:
+        if draft is None:
+            raise ValueError("speculative=True needs a draft model; load it with load_models.")
+        return decoding.speculative_decode(
+            target, draft, inputs, rng=rng, gamma=settings.gamma, sampling=settings.sampling,
+            max_decode_len=settings.max_decode_len, lenience=settings.lenience)
+    return decoding.autoregressive_decode(
+        target, inputs, rng=rng, sampling=settings.sampling,
+        max_decode_len=settings.max_decode_len)
+
+
+def _check_vocab(settings: InferSettings, vocabulary) -> None:
+    size = vocabulary.vocab_size
+    if settings.target_config.vocab_size < size:
+        raise ValueError(
+            f"TARGET_MODEL.vocab_size={settings.target_config.vocab_size} is smaller than the "
+            f"task's vocabulary ({size} ids, {settings.mixture_or_task_name}); use a model "
+            "trained with that vocabulary (its vocab_size must be at least the vocabulary's).")
+
+
+def _nan_to_none(x: float) -> Optional[float]:
+    return None if x is None or not math.isfinite(x) else float(x)
+
+
+def _row_records(examples, result, vocabulary, max_decode_len) -> List[Dict[str, Any]]:
+    tokens = np.asarray(result.tokens)
+    lengths = np.asarray(result.lengths)
+    st = jax.device_get(result.stats)
+    records = []
+    for row, ex in enumerate(examples):
+        n = int(lengths[row])
+        ids = tokens[row, :n].tolist()
+        tested = int(st.tested[row])
+        calls = int(st.target_calls[row])
+        ended = bool(n and ids[-1] == decoding.EOS_ID)
+        records.append({
+            "index": ex.index,
+            "inputs": ex.inputs_text,
+            "targets": ex.targets_text,
+            "prediction": vocabulary.decode(ids),
+            "prediction_tokens": ids,
+            "input_length": ex.input_length,
+            "input_truncated": ex.truncated,
+            "ended_with_eos": ended,
+            "hit_max_decode_len": bool(n >= max_decode_len and not ended),
+            "generated": int(st.generated[row]),
+            "target_calls": calls,
+            "draft_calls": int(st.draft_calls[row]),
+            "drafted": int(st.drafted[row]),
+            "accepted": int(st.accepted[row]),
+            "tested": tested,
+            "beta_sum": float(st.beta_sum[row]),
+            "alpha": float(st.beta_sum[row]) / tested if tested else None,
+            "tokens_per_target_call": int(st.generated[row]) / calls if calls else None,
+            "accepted_per_position": np.asarray(st.accepted_per_position[row]).tolist(),
+        })
+    return records
+
+
+def _summary(records: List[Dict[str, Any]]) -> Dict[str, Any]:
+    def total(key):
+        return sum(r[key] for r in records)
+
+    tested, calls = total("tested"), total("target_calls")
+    per_position = [sum(col) for col in zip(*[r["accepted_per_position"] for r in records])]
+    return {
+        "alpha": _nan_to_none(total("beta_sum") / tested) if tested else None,
+        "tokens_per_target_call": total("generated") / calls if calls else None,
+        "generated_tokens": total("generated"),
+        "mean_generated": total("generated") / len(records),
+        "target_calls": calls,
+        "draft_calls": total("draft_calls"),
+        "drafted": total("drafted"),
+        "accepted": total("accepted"),
+        "accepted_per_position": per_position,
+    }
+
+
+def _task_metrics(task, records) -> Dict[str, float]:
+    targets = [r["targets"] for r in records]
+    predictions = [r["prediction"] for r in records]
+    metrics = {}
+    for fn in task.predict_metric_fns:
+        metrics.update({k: float(v) for k, v in fn(targets, predictions).items()})
+    return metrics
+
+
+def run(settings: InferSettings, models: Optional[Tuple[Any, Any]] = None,
+        task=None, examples: Optional[List[Example]] = None) -> InferResult:
+    """Runs the pipeline of the module docstring; `models`/`examples` may be passed preloaded."""
+    if examples is None:
+        task, examples = load_examples(settings, task)
+    elif task is None:
+        task = get_task(settings)
+    vocabulary = task.output_features["targets"].vocabulary
+    _check_vocab(settings, vocabulary)
+    target, draft = models if models is not None else load_models(settings)
+    if settings.speculative and draft is None:
+        raise ValueError("speculative=True but no draft model was given.")
+
+    num_truncated = sum(ex.truncated for ex in examples)
+    if num_truncated:
+        logging.warning("%d of %d inputs are longer than TASK_FEATURE_LENGTHS['inputs']=%d and "
+                        "were truncated (counted in metrics.json).", num_truncated, len(examples),
+                        settings.input_length)
+
+    key = jax.random.PRNGKey(settings.seed)
+    all_batches = list(batches(examples, settings.batch_size, settings.input_length))
+
+    start = time.perf_counter()  # compile (and one decode of the first batch), untimed below
+    jax.block_until_ready(decode_batch(settings, target, draft, all_batches[0][0],
+                                       jax.random.fold_in(key, 0)))
+    compile_seconds = time.perf_counter() - start
+
+    from tqdm import tqdm  # pylint: disable=g-import-not-at-top
+
+    records, decode_seconds, rounds = [], 0.0, 0
+    progress = tqdm(all_batches, desc=f"{settings.mode} decoding", unit="batch",
+                    disable=not settings.progress)
+    offset = 0
+    for i, (inputs, num_real) in enumerate(progress):
+        start = time.perf_counter()
+        result = jax.block_until_ready(
+            decode_batch(settings, target, draft, inputs, jax.random.fold_in(key, i)))
+        decode_seconds += time.perf_counter() - start
+        rounds += int(result.stats.rounds)
+        records += _row_records(examples[offset:offset + num_real], result, vocabulary,
+                                settings.max_decode_len)
+        offset += num_real
+
+    summary = _summary(records)
+    summary["target_forwards"] = rounds  # batched target calls the run paid for
+    metrics = {
+        "task": task.name,
+        "split": settings.split,
+        "mode": settings.mode,
+        "num_examples": len(records),
+        "metrics": _task_metrics(task, records),
+        "timing": {
+            "decode_seconds": decode_seconds,
+            "compile_seconds": compile_seconds,
+            "tokens_per_second": summary["generated_tokens"] / decode_seconds
+            if decode_seconds else None,
+            "examples_per_second": len(records) / decode_seconds if decode_seconds else None,
+            "num_batches": len(all_batches),
+            "note": "decode_seconds excludes compilation: the first batch is decoded once "
+                    "untimed (compile_seconds) and then timed with the others.",
+        },
+        "decoding": summary,
+        "inputs": {"feature_length": settings.input_length, "num_truncated": num_truncated,
+                   "max_input_length": max(ex.input_length for ex in examples),
+                   "truncate_inputs": settings.truncate_inputs},
+        "targets": {"max_decode_len": settings.max_decode_len,
+                    "num_hit_max_decode_len": sum(r["hit_max_decode_len"] for r in records)},
+        "settings": settings.to_json(),
+    }
+    files = {}
+    if settings.output_dir:
+        files = write_outputs(settings.output_dir, records, metrics)
+    logging.info("%s: %d examples, %s, alpha %s, %.2f tokens/target call, %.1f tokens/s",
+                 settings.mode, len(records), metrics["metrics"], summary["alpha"],
+                 summary["tokens_per_target_call"] or 0.0,
+                 metrics["timing"]["tokens_per_second"] or 0.0)
+    return InferResult(settings=settings, metrics=metrics, records=records, output_files=files)
+
+
+def write_outputs(output_dir: str, records, metrics) -> Dict[str, str]:
+    """Writes predictions.jsonl, metrics.json and the resolved gin config; returns their paths."""
+    os.makedirs(output_dir, exist_ok=True)
+    files = {"predictions": os.path.join(output_dir, PREDICTIONS_FILE),
+             "metrics": os.path.join(output_dir, METRICS_FILE)}
+    with open(files["predictions"], "w", encoding="utf-8") as f:
+        for record in records:
+            f.write(json.dumps(record, ensure_ascii=False) + "\n")
+    files["config"] = config_lib.write_config(output_dir, CONFIG_FILE)
+    metrics = dict(metrics, files=files)
+    with open(files["metrics"], "w", encoding="utf-8") as f:
+        json.dump(metrics, f, indent=2, ensure_ascii=False)
+    return files
+
+
+# ----------------------------------------------------------------------------------------------
+# The gin entry point.
+
+
+@gin.configurable
+def infer(
+    *,
+    target_config: t5.T5Config = gin.REQUIRED,
+    draft_config: Optional[t5.T5Config] = gin.REQUIRED,
+    target_checkpoint: Optional[str] = gin.REQUIRED,
+    draft_checkpoint: Optional[str] = gin.REQUIRED,
+    mixture_or_task_name: str = gin.REQUIRED,
+    task_feature_lengths: Mapping[str, int] = gin.REQUIRED,
+    output_dir: Optional[str] = gin.REQUIRED,
+    gamma: int = 5,
+    sampling: sampling_lib.SamplingConfig = sampling_lib.SamplingConfig(temperature=0.0),
+    batch_size: int = 1,
+    split: str = "test",
+    num_examples: Optional[int] = None,
+    seed: int = 0,
+    speculative: bool = True,
+    lenience: float = 1.0,
+    truncate_inputs: bool = True,
+    param_dtype: Optional[str] = None,
+    tfds_data_dir: Optional[str] = None,
+    progress: bool = True,
+    dry_run: bool = False,
+):
+    """Speculative (or baseline) inference over a seqio task; see the module docstring.
+
+    Args:
+      target_config, draft_config: `T5Config`s (gin: TARGET_MODEL, DRAFT_MODEL). The draft is
+        unused (and may be None) when `speculative=False`.
+      target_checkpoint, draft_checkpoint: paths `checkpoints.load_params` reads, or None for
+        random weights (seed `seed` and `seed + 1`; tests and timing only).
+      mixture_or_task_name: a registered seqio task (not a mixture).
+      task_feature_lengths: {'inputs': L_in, 'targets': max_decode_len}.
+      output_dir: where predictions.jsonl, metrics.json and config.gin go (None: write nothing).
+      gamma: draft tokens per round.
+      sampling: applied to both models (temperature 0 = argmax; top_k / top_p).
+      batch_size: rows per decode call (the paper used 1).
+      split: the task split to read.
+      num_examples: the first N examples of the split; None = all.
+      seed: PRNG seed of the decode keys (batch i uses fold_in(key, i)) and of random weights.
+      speculative: False decodes with the target alone through the same pipeline (the baseline).
+      lenience: paper A.5; 1 is exact.
+      truncate_inputs: truncate (and count) too-long inputs; False makes them an error.
+      param_dtype: cast parameters on load (e.g. 'bfloat16').
+      tfds_data_dir: where the paper tasks' prepared TFDS data lives.
+      progress: show the tqdm bar over batches.
+      dry_run: return the resolved `InferSettings` without reading data or building models.
+
+    Returns:
+      `InferResult` (or `InferSettings` when `dry_run`).
+    """
+    settings = InferSettings(
+        target_config=target_config, draft_config=draft_config,
+        target_checkpoint=target_checkpoint, draft_checkpoint=draft_checkpoint,
+        mixture_or_task_name=mixture_or_task_name, task_feature_lengths=task_feature_lengths,
+        output_dir=output_dir, gamma=gamma, sampling=sampling, batch_size=batch_size,
+        split=split, num_examples=num_examples, seed=seed, speculative=speculative,
+        lenience=lenience, truncate_inputs=truncate_inputs, param_dtype=param_dtype,
+        tfds_data_dir=tfds_data_dir, progress=progress)
+    if dry_run:
+        return settings
+    return run(settings)

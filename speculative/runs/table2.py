@@ -1,0 +1,415 @@
+"""Reproduces the paper's Table 2 (walltime speedups), one gin file per row.
+
+A row is (task, target model + checkpoint, draft model + checkpoint, temperature, gamma): a gin file
+that includes `configs/runs/infer.gin` and the model files and sets MIXTURE_OR_TASK_NAME,
+TARGET_MODEL, DRAFT_MODEL, TEMPERATURE, GAMMA, ... plus a `table2.RowInfo` block with the labels
+printed in the table and the paper's numbers for that row (None for rows of our own, e.g. the
+offline mini models). The 12 paper rows are `configs/experiments/table2/*.gin`; their checkpoints
+(the paper's fine-tuned T5 1.1 models) are unpublished, so TARGET_CHECKPOINT and DRAFT_CHECKPOINT
+stay REQUIRED there and are supplied per row by `checkpoints` (see `checkpoint_bindings`).
+
+For each row `reproduce`:
+
+  1. parses the row's gin file (+ checkpoint bindings + `row_bindings`) and resolves the infer
+     settings (`infer.infer(dry_run=True)`); the task's data is checked before any model loads;
+  2. loads the target and draft once, runs `infer.run` speculatively and as the baseline (the
+     target alone through the same pipeline), each timed without compilation, into
+     `output_dir/<row>/{speculative,baseline}/` (predictions.jsonl, metrics.json, config.gin);
+  3. takes alpha from the speculative run and Speed = tokens/s speculative / tokens/s baseline;
+  4. gets c (Def. 3.7, draft step time / target step time): measured with single-token `extend`
+     calls of each model on the row's first batch (median of `cost_repeats`; the target is also
+     timed on gamma + 1 tokens to give the verify cost), or given (`c=0.02`), or the paper's
+     Table 4 value (`c='paper'`); the output says which;
+  5. predicts the speedup with Theorem 3.8, `theory.speedup(alpha, gamma, c)` (the paper's
+     assumption: verifying gamma + 1 tokens costs one target step), and, when measured, with the
+     measured verify cost as well;
+
+then prints and writes `output_dir/table2.md` and `output_dir/table2.json` in the paper's format
+(Task, M_q, Temp, gamma, alpha, Speed) with Theorem 3.8's prediction and the paper's numbers
+beside each row.
+
+A row set of our own (e.g. the bundled mini models) is a directory of files like
+
+    from __gin__ import dynamic_registration
+    from speculative.models import t5
+    from speculative.runs import table2
+    include 'configs/runs/infer.gin'
+    include 'path/to/mini_models.gin'            # binds mini_target/t5.T5Config, mini_small/...
+    TARGET_MODEL = @mini_target/t5.T5Config()
+    DRAFT_MODEL = @mini_small/t5.T5Config()
+    TARGET_CHECKPOINT = 'speculative/data/mini/models/target'
+    DRAFT_CHECKPOINT = 'speculative/data/mini/models/small'
+    MIXTURE_OR_TASK_NAME = 'mini_ende'
+    TASK_FEATURE_LENGTHS = {'inputs': 64, 'targets': 64}
+    GAMMA = 4
+    TEMPERATURE = 0.0
+    table2.RowInfo.task = 'mini EnDe'
+    table2.RowInfo.draft = 'mini-small'
+
+run with `reproduce(rows='all', rows_dir=that_directory, ...)`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import json
+import math
+import os
+import statistics
+import time
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
+
+import gin
+
+from speculative import theory
+from speculative.runs import config as config_lib
+
+_UNSET = object()
+DEFAULT_ROWS_DIR = os.path.join(config_lib.REPO_ROOT, "configs", "experiments", "table2")
+
+# The paper's Table 2 in its order (row name = gin file stem).
+PAPER_ROWS = (
+    "ende_small_t0", "ende_base_t0", "ende_large_t0",
+    "ende_small_t1", "ende_base_t1", "ende_large_t1",
+    "cnndm_small_t0", "cnndm_base_t0", "cnndm_large_t0",
+    "cnndm_small_t1", "cnndm_base_t1", "cnndm_large_t1",
+)
+
+
+@gin.configurable
+@dataclasses.dataclass(frozen=True)
+class RowInfo:
+    """A row's labels in the table and the paper's numbers for it (None when not a paper row).
+
+    Attributes:
+      task: the Task column (e.g. 'EnDe').
+      draft: the M_q column (e.g. 'T5-small').
+      target: M_p (Table 2's target is T5-XXL throughout).
+      best: the paper's star (best draft for the setting).
+      paper_alpha, paper_speed: Table 2.
+      paper_c, paper_expected: Table 4 (c and Theorem 3.8's expected speedup).
+    """
+
+    task: str = "?"
+    draft: str = "?"
+    target: str = "?"
+    best: bool = False
+    paper_alpha: Optional[float] = None
+    paper_speed: Optional[float] = None
+    paper_c: Optional[float] = None
+    paper_expected: Optional[float] = None
+
+
+@dataclasses.dataclass
+class RowResult:
+    name: str
+    gin_file: str
+    info: RowInfo
+    gamma: int
+    temperature: float
+    alpha: Optional[float] = None
+    speed: Optional[float] = None
+    c: Optional[float] = None
+    c_source: Optional[str] = None
+    verify_cost: Optional[float] = None
+    predicted: Optional[float] = None  # Thm 3.8, verify cost 1
+    predicted_measured_verify: Optional[float] = None
+    tokens_per_target_call: Optional[float] = None
+    speculative_tokens_per_second: Optional[float] = None
+    baseline_tokens_per_second: Optional[float] = None
+    task_metrics: Dict[str, Any] = dataclasses.field(default_factory=dict)
+    costs: Dict[str, float] = dataclasses.field(default_factory=dict)
+    settings: Any = None  # infer.InferSettings
+    output_dirs: Dict[str, str] = dataclasses.field(default_factory=dict)
+
+    def to_json(self) -> Dict[str, Any]:
+        out = {k: v for k, v in dataclasses.asdict(self).items() if k not in ("settings", "info")}
+        out["info"] = dataclasses.asdict(self.info)
+        out["settings"] = self.settings.to_json() if self.settings is not None else None
+        return out
+
+
+# ----------------------------------------------------------------------------------------------
+# Rows and their gin.
+
+
+def row_file(name: str, rows_dir: str = DEFAULT_ROWS_DIR) -> str:
+    """`<rows_dir>/<name>.gin`, or `name` itself when it is a path to a .gin file."""
+    path = name if name.endswith(".gin") else os.path.join(rows_dir, f"{name}.gin")
+    if not os.path.exists(path):
+        available = list_rows(rows_dir) if os.path.isdir(rows_dir) else []
+        raise FileNotFoundError(f"No row {name!r}: {path} does not exist. Rows in {rows_dir}: "
+                                f"{available}")
+    return path
+
+
+def list_rows(rows_dir: str = DEFAULT_ROWS_DIR) -> List[str]:
+    """Row names in `rows_dir`: the paper's order first, then the others sorted."""
+    names = sorted(f[:-4] for f in os.listdir(rows_dir) if f.endswith(".gin"))
+    return [n for n in PAPER_ROWS if n in names] + [n for n in names if n not in PAPER_ROWS]
+
+
+def _load_checkpoints(checkpoints) -> Dict[str, Dict[str, Optional[str]]]:
+    if checkpoints is None:
+        return {}
+    if isinstance(checkpoints, str):
+        with open(checkpoints, encoding="utf-8") as f:
+            checkpoints = json.load(f)
+    if not isinstance(checkpoints, Mapping):
+        raise ValueError(f"checkpoints={checkpoints!r}: give a JSON file or a mapping "
+                         "{row pattern: {'target': path, 'draft': path}}.")
+    for pattern, entry in checkpoints.items():
+        if not isinstance(entry, Mapping) or not set(entry) <= {"target", "draft"}:
+            raise ValueError(f"checkpoints[{pattern!r}]={entry!r}: each entry is "
+                             "{'target': path, 'draft': path} (either key may be left out).")
+    return dict(checkpoints)
+
+
+def checkpoint_bindings(name: str, checkpoints) -> List[str]:
+    """Gin bindings of TARGET_CHECKPOINT / DRAFT_CHECKPOINT for row `name`.
+
+    `checkpoints` maps fnmatch patterns of row names to {'target': path, 'draft': path}; every
+    matching pattern applies in order (later ones override), so the 12 paper rows need e.g.
+
+        {"ende_*":        {"target": "/ckpt/ende/t5_1_1_xxl/checkpoint_1010000"},
+         "ende_small_*":  {"draft": "/ckpt/ende/t5_1_1_small/checkpoint_1010000"},
+         "ende_base_*":   {"draft": "..."}, "ende_large_*": {"draft": "..."},
+         "cnndm_*":       {"target": "..."}, "cnndm_small_*": {"draft": "..."}, ...}
+    """
+    merged: Dict[str, Optional[str]] = {}
+    for pattern, entry in _load_checkpoints(checkpoints).items():
+        if fnmatch.fnmatchcase(name, pattern):
+            merged.update(entry)
+    macros = {"target": "TARGET_CHECKPOINT", "draft": "DRAFT_CHECKPOINT"}
+    return [f"{macros[k]} = {v!r}" for k, v in merged.items()]
+
+
+def resolve_row(name: str, *, rows_dir: str = DEFAULT_ROWS_DIR, checkpoints=None,
+                row_bindings: Sequence[str] = (), output_dir: Any = _UNSET):
+    """Parses row `name` (replacing the current gin config) -> `(RowInfo, InferSettings, path)`.
+
+    Nothing is read or built: the run function is called with `dry_run=True`. `output_dir`, when
+    given (None included), binds INFER_OUTPUT_DIR.
+    """
+    from speculative.runs import infer  # pylint: disable=g-import-not-at-top
+
+    path = row_file(name, rows_dir)
+    bindings = checkpoint_bindings(name, checkpoints) + list(row_bindings)
+    if output_dir is not _UNSET:
+        bindings.append(f"INFER_OUTPUT_DIR = {output_dir!r}")
+    gin.clear_config()
+    config_lib.parse_gin([path], bindings)
+    return RowInfo(), infer.infer(dry_run=True), path
+
+
+# ----------------------------------------------------------------------------------------------
+# c: draft step time / target step time.
+
+
+def _median_seconds(fn, repeats: int) -> float:
+    import jax  # pylint: disable=g-import-not-at-top
+
+    jax.block_until_ready(fn())  # compile
+    jax.block_until_ready(fn())  # warm
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        jax.block_until_ready(fn())
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def step_seconds(model, inputs, num_tokens: int, *, max_len: int, repeats: int = 20) -> float:
+    """Median seconds of one jitted `model.extend` on `num_tokens` tokens per row of `inputs`."""
+    import jax  # pylint: disable=g-import-not-at-top
+    import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+
+    inputs = jnp.asarray(inputs, jnp.int32)
+    state = jax.jit(model.init, static_argnums=2)(model.params, inputs, max_len)
+    tokens = jnp.zeros((inputs.shape[0], num_tokens), jnp.int32)
+    extend = jax.jit(lambda params, state, tokens: model.extend(params, state, tokens)[0])
+    return _median_seconds(lambda: extend(model.params, state, tokens), repeats)
+
+
+def measure_costs(target, draft, inputs, *, gamma: int, max_len: int,
+                  repeats: int = 20) -> Dict[str, float]:
+    """c and the verify cost from single-step timings (`[B, L_in]` inputs, caches of `max_len`).
+
+    Returns {'c', 'verify_cost', 'target_step_seconds', 'draft_step_seconds',
+    'target_verify_seconds'}: c = draft step / target step (one token each),
+    verify_cost = target on gamma + 1 tokens / target on one token.
+    """
+    target_step = step_seconds(target, inputs, 1, max_len=max_len, repeats=repeats)
+    draft_step = step_seconds(draft, inputs, 1, max_len=max_len, repeats=repeats)
+    verify = step_seconds(target, inputs, gamma + 1, max_len=max_len, repeats=repeats)
+    return {"c": draft_step / target_step, "verify_cost": verify / target_step,
+            "target_step_seconds": target_step, "draft_step_seconds": draft_step,
+            "target_verify_seconds": verify}
+
+
+# ----------------------------------------------------------------------------------------------
+# The table.
+
+
+def _fmt(x, spec=".2f", suffix="") -> str:
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "–"
+    return f"{x:{spec}}{suffix}"
+
+
+def _temp(t: float) -> str:
+    return f"{t:g}"
+
+
+def markdown(results: Sequence[RowResult], c_note: str) -> str:
+    """The table in the paper's format, Theorem 3.8 and the paper's values beside each row."""
+    lines = [
+        "| Task | M_q | Temp | γ | α | Speed | Thm 3.8 (c) | Thm 3.8, measured verify | "
+        "paper α | paper Speed | paper Thm 3.8 (c) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        info = r.info
+        pred = _fmt(r.predicted, ".2f", "X") + (f" ({r.c:.3f})" if r.c is not None else "")
+        paper_pred = _fmt(info.paper_expected, ".1f", "X") + (
+            f" ({info.paper_c:g})" if info.paper_c is not None else "")
+        lines.append(
+            f"| {info.task} | {info.draft}{' ★' if info.best else ''} | {_temp(r.temperature)} | "
+            f"{r.gamma} | {_fmt(r.alpha)} | {_fmt(r.speed, '.2f', 'X')} | {pred} | "
+            f"{_fmt(r.predicted_measured_verify, '.2f', 'X')} | {_fmt(info.paper_alpha, 'g')} | "
+            f"{_fmt(info.paper_speed, '.1f', 'X')} | {paper_pred} |")
+    notes = [
+        "",
+        f"Target M_p: {', '.join(sorted({r.info.target for r in results}))}. "
+        "Speed = tokens/s of speculative decoding / tokens/s of the baseline (the target alone, "
+        "same pipeline, compilation excluded). α = mean β over drafted positions (Cor. 3.6).",
+        f"c: {c_note}",
+        "Thm 3.8: (1 - α^(γ+1)) / ((1 - α)(γc + 1)) with the measured α; 'measured verify' "
+        "replaces the 1 (the cost of scoring γ+1 tokens in one target call, assumed equal to one "
+        "step) by the measured ratio. Paper columns: Table 2 (α, Speed) and Table 4 (Exp, c).",
+    ]
+    return "\n".join(lines + notes) + "\n"
+
+
+def _c_note(c, measured: bool, repeats: int, dry_run: bool = False) -> str:
+    if dry_run:
+        return "dry run: rows resolved only, nothing decoded or measured."
+    if measured:
+        return (f"measured per row as draft step / target step time with single-token extend "
+                f"calls on the row's first batch (median of {repeats}).")
+    if c == "paper":
+        return "given: the paper's Table 4 value for each row (not measured)."
+    return f"given: {c} for every row (gin-bound, not measured)."
+
+
+def _rebind(speculative: bool, row_out: Optional[str]):
+    """Binds SPECULATIVE and that run's INFER_OUTPUT_DIR; returns the resolved settings."""
+    from speculative.runs import infer  # pylint: disable=g-import-not-at-top
+
+    subdir = "speculative" if speculative else "baseline"
+    output_dir = os.path.join(row_out, subdir) if row_out else None
+    gin.parse_config([f"SPECULATIVE = {speculative}", f"INFER_OUTPUT_DIR = {output_dir!r}"])
+    return infer.infer(dry_run=True)
+
+
+@gin.configurable
+def reproduce(
+    rows: Union[str, Sequence[str]] = gin.REQUIRED,
+    output_dir: Optional[str] = gin.REQUIRED,
+    *,
+    rows_dir: str = DEFAULT_ROWS_DIR,
+    checkpoints: Union[None, str, Mapping[str, Mapping[str, Optional[str]]]] = None,
+    row_bindings: Sequence[str] = (),
+    c: Union[None, float, str] = None,
+    cost_repeats: int = 20,
+    dry_run: bool = False,
+) -> List[RowResult]:
+    """Runs `rows` (names in `rows_dir`, a comma-separated string, or 'all'); see module doc.
+
+    Args:
+      rows: row names, e.g. ['ende_small_t0', 'cnndm_small_t1'], or 'all'.
+      output_dir: where table2.md, table2.json and the per-row runs go (None: write nothing).
+      rows_dir: the directory of row gin files.
+      checkpoints: {row pattern: {'target': path, 'draft': path}} or a JSON file of it
+        (`checkpoint_bindings`).
+      row_bindings: extra gin bindings for every row, e.g. ['NUM_EXAMPLES = 100'].
+      c: None = measure it per row; a float = use it for every row; 'paper' = Table 4's c.
+      cost_repeats: timed repetitions per step when measuring c.
+      dry_run: only resolve every row's settings (no data, no models); Speed etc. stay None.
+
+    Returns:
+      one `RowResult` per row. The gin config is replaced by each row's in turn.
+    """
+    from speculative.runs import infer  # pylint: disable=g-import-not-at-top
+
+    if isinstance(rows, str):
+        rows = [r.strip() for r in rows.split(",") if r.strip()]
+    rows = list_rows(rows_dir) if list(rows) == ["all"] else list(rows)
+    if not rows:
+        raise ValueError("reproduce: no rows given; e.g. rows=['ende_small_t0'] or 'all'.")
+    if c is not None and c != "paper" and (not isinstance(c, (int, float)) or c < 0):
+        raise ValueError(f"c={c!r} is invalid: None (measure), a number >= 0, or 'paper'.")
+    for name in rows:  # fail early on a typo, before hours of decoding
+        row_file(name, rows_dir)
+
+    results = []
+    for name in rows:
+        row_out = os.path.join(output_dir, name) if output_dir else None
+        info, settings, path = resolve_row(
+            name, rows_dir=rows_dir, checkpoints=checkpoints, row_bindings=row_bindings,
+            output_dir=row_out)
+        result = RowResult(name=name, gin_file=path, info=info, gamma=settings.gamma,
+                           temperature=settings.sampling.temperature, settings=settings)
+        results.append(result)
+        if dry_run:
+            continue
+        # Each run's settings come from gin again, so its config.gin reruns it with
+        # scripts/infer.py (SPECULATIVE and INFER_OUTPUT_DIR as that run used them).
+        spec_settings = _rebind(True, row_out)
+        task, examples = infer.load_examples(spec_settings)  # data check before models
+        models = infer.load_models(spec_settings)
+        spec = infer.run(spec_settings, models, task=task, examples=examples)
+        base_settings = _rebind(False, row_out)
+        base = infer.run(base_settings, models, task=task, examples=examples)
+
+        result.alpha = spec.metrics["decoding"]["alpha"]
+        result.tokens_per_target_call = spec.metrics["decoding"]["tokens_per_target_call"]
+        result.speculative_tokens_per_second = spec.metrics["timing"]["tokens_per_second"]
+        result.baseline_tokens_per_second = base.metrics["timing"]["tokens_per_second"]
+        if result.speculative_tokens_per_second and result.baseline_tokens_per_second:
+            result.speed = result.speculative_tokens_per_second / result.baseline_tokens_per_second
+        result.task_metrics = {"speculative": spec.metrics["metrics"],
+                               "baseline": base.metrics["metrics"]}
+        result.output_dirs = {"speculative": spec_settings.output_dir,
+                              "baseline": base_settings.output_dir}
+
+        if c is None:
+            first_inputs, _ = next(infer.batches(examples, settings.batch_size,
+                                                 settings.input_length))
+            result.costs = measure_costs(
+                models[0], models[1], first_inputs, gamma=settings.gamma,
+                max_len=settings.max_decode_len + settings.gamma + 2, repeats=cost_repeats)
+            result.c, result.verify_cost = result.costs["c"], result.costs["verify_cost"]
+            result.c_source = "measured"
+        elif c == "paper":
+            result.c, result.c_source = info.paper_c, "paper Table 4"
+        else:
+            result.c, result.c_source = float(c), "given"
+        if result.alpha is not None and result.c is not None:
+            result.predicted = theory.speedup(result.alpha, settings.gamma, result.c)
+            if result.verify_cost is not None:
+                result.predicted_measured_verify = theory.speedup(
+                    result.alpha, settings.gamma, result.c, verify_cost=result.verify_cost)
+
+    c_note = _c_note(c, c is None, cost_repeats, dry_run)
+    table = markdown(results, c_note)
+    print(table)
+    if output_dir:
+        os.makedirs(output_dir, exist_ok=True)
+        with open(os.path.join(output_dir, "table2.md"), "w", encoding="utf-8") as f:
+            f.write(table)
+        with open(os.path.join(output_dir, "table2.json"), "w", encoding="utf-8") as f:
+            json.dump({"c_source": c_note, "dry_run": dry_run,
+                       "rows": [r.to_json() for r in results]}, f, indent=2)
+    return results

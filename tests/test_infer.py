@@ -1,0 +1,267 @@
+"""scripts/infer.py end to end (offline, tiny random models on mini_ende), the Table 2 rows and
+scripts/reproduce_table2.py.
+
+Known answers: at temperature 0 speculative and baseline predictions are identical token for
+token; the baseline makes one target call per token; the JSONL has one line per requested
+example (the padded rows of the last batch are dropped); the truncation count equals the
+too-long inputs; each Table 2 gin file resolves to the paper's gamma and temperature with a T5-XXL
+target; a paper task without its data fails with TaskDataUnavailableError before any model loads.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import gin
+import pytest
+
+from speculative import tasks
+from speculative import theory
+from speculative.runs import config as config_lib
+from speculative.runs import infer
+from speculative.runs import table2
+
+REPO = config_lib.REPO_ROOT
+INFER_GIN = os.path.join(REPO, "configs", "runs", "infer.gin")
+
+_TINY = dict(vocab_size=4000, emb_dim=16, num_heads=2, head_dim=8, mlp_dim=32,
+             mlp_activations=("gelu", "linear"), dropout_rate=0.0,
+             relative_attention_num_buckets=8, relative_attention_max_distance=16)
+TINY_GIN = "from __gin__ import dynamic_registration\nfrom speculative.models import t5\n"
+TINY_GIN += "".join(
+    f"{scope}/t5.T5Config:\n" + "".join(f"  {k} = {v!r}\n" for k, v in dict(
+        _TINY, num_encoder_layers=n, num_decoder_layers=n).items())
+    for scope, n in (("tiny_target", 2), ("tiny_draft", 1)))
+
+NUM_EXAMPLES = 5  # BATCH_SIZE 2: batches of 2, 2 and 1 (+ 1 padding row)
+LENGTHS = {"inputs": 16, "targets": 8}
+
+
+def _bindings(out_dir, **macros):
+    values = dict(TARGET_MODEL="@tiny_target/t5.T5Config()",
+                  DRAFT_MODEL="@tiny_draft/t5.T5Config()",
+                  TARGET_CHECKPOINT="None", DRAFT_CHECKPOINT="None",
+                  MIXTURE_OR_TASK_NAME=repr(tasks.MINI_TASK), TASK_FEATURE_LENGTHS=repr(LENGTHS),
+                  INFER_OUTPUT_DIR=repr(str(out_dir) if out_dir else None),
+                  NUM_EXAMPLES=str(NUM_EXAMPLES),
+                  BATCH_SIZE="2", GAMMA="3", TEMPERATURE="0.0")
+    values.update(macros)
+    return [f"{k} = {v}" for k, v in values.items()]
+
+
+def _env():
+    return dict(os.environ, JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="3")
+
+
+@pytest.fixture(autouse=True)
+def _clean_gin():
+    gin.clear_config()
+    yield
+    gin.clear_config()
+
+
+@pytest.fixture(scope="module")
+def tiny_gin(tmp_path_factory):
+    path = tmp_path_factory.mktemp("gin") / "tiny.gin"
+    path.write_text(TINY_GIN)
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def speculative_run(tiny_gin, tmp_path_factory):
+    """scripts/infer.py, speculative, in a subprocess; returns its output directory."""
+    out = tmp_path_factory.mktemp("spec")
+    cmd = [sys.executable, os.path.join(REPO, "scripts", "infer.py"),
+           f"--gin_file={INFER_GIN}", f"--gin_file={tiny_gin}"]
+    cmd += [f"--gin_bindings={b}" for b in _bindings(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=_env(), timeout=300, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return out, proc.stderr
+
+
+def _read_jsonl(path):
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f]
+
+
+RECORD_KEYS = {"index", "inputs", "targets", "prediction", "prediction_tokens", "input_length",
+               "input_truncated", "ended_with_eos", "hit_max_decode_len", "generated",
+               "target_calls", "draft_calls", "drafted", "accepted", "tested", "beta_sum",
+               "alpha", "tokens_per_target_call", "accepted_per_position"}
+
+
+def test_infer_script_end_to_end_and_baseline_identical(speculative_run, tiny_gin, tmp_path):
+    out, stderr = speculative_run
+    assert sorted(os.listdir(out)) == ["config.gin", "metrics.json", "predictions.jsonl"]
+    assert "speculative decoding" in stderr  # the tqdm bar over batches
+    spec = _read_jsonl(out / "predictions.jsonl")
+    assert len(spec) == NUM_EXAMPLES and [r["index"] for r in spec] == list(range(NUM_EXAMPLES))
+    for r in spec:
+        assert set(r) == RECORD_KEYS
+        assert r["inputs"].startswith(tasks.EN_DE_PREFIX) and r["targets"]
+        assert len(r["prediction_tokens"]) == r["generated"] <= LENGTHS["targets"]
+        assert 1 <= r["target_calls"] <= r["generated"]
+        assert r["draft_calls"] == 3 * r["target_calls"]
+        assert r["alpha"] is not None and 0.0 <= r["alpha"] <= 1.0
+        assert r["input_truncated"] == (r["input_length"] > LENGTHS["inputs"])
+
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["task"] == tasks.MINI_TASK and metrics["mode"] == "speculative"
+    assert metrics["num_examples"] == NUM_EXAMPLES
+    assert set(metrics["metrics"]) == {"bleu"} and 0.0 <= metrics["metrics"]["bleu"] <= 100.0
+    timing = metrics["timing"]
+    assert timing["decode_seconds"] > 0 and timing["compile_seconds"] > 0
+    assert timing["num_batches"] == 3
+    decoding = metrics["decoding"]
+    assert decoding["generated_tokens"] == sum(r["generated"] for r in spec)
+    assert timing["tokens_per_second"] == pytest.approx(
+        decoding["generated_tokens"] / timing["decode_seconds"])
+    assert decoding["tokens_per_target_call"] == pytest.approx(
+        decoding["generated_tokens"] / sum(r["target_calls"] for r in spec))
+    assert decoding["alpha"] == pytest.approx(
+        sum(r["beta_sum"] for r in spec) / sum(r["tested"] for r in spec))
+    truncated = sum(r["input_truncated"] for r in spec)
+    assert truncated > 0  # LENGTHS["inputs"] = 16 is short on purpose: counted, not silent
+    assert metrics["inputs"]["num_truncated"] == truncated
+    assert metrics["targets"]["num_hit_max_decode_len"] == sum(
+        r["hit_max_decode_len"] for r in spec)
+    config_text = (out / "config.gin").read_text()
+    assert "SPECULATIVE = True" in config_text and "GAMMA = 3" in config_text
+
+    # The baseline through the same run function (in-process): identical predictions at T = 0.
+    base_out = tmp_path / "base"
+    config_lib.parse_gin([INFER_GIN, tiny_gin],
+                         _bindings(base_out, SPECULATIVE="False", DRAFT_MODEL="None",
+                                   DRAFT_CHECKPOINT="None") + ["infer.infer.progress = False"])
+    result = infer.infer()
+    base = _read_jsonl(base_out / "predictions.jsonl")
+    assert [r["prediction_tokens"] for r in base] == [r["prediction_tokens"] for r in spec]
+    assert [r["prediction"] for r in base] == [r["prediction"] for r in spec]
+    assert all(r["target_calls"] == r["generated"] and r["alpha"] is None for r in base)
+    base_metrics = json.loads((base_out / "metrics.json").read_text())
+    assert base_metrics["mode"] == "autoregressive"
+    assert base_metrics["metrics"] == metrics["metrics"]
+    assert result.metrics["decoding"]["tokens_per_target_call"] == 1.0
+
+
+def test_truncation_can_be_an_error(tiny_gin, tmp_path, monkeypatch):
+    config_lib.parse_gin([INFER_GIN, tiny_gin],
+                         _bindings(tmp_path) + ["infer.infer.truncate_inputs = False"])
+    monkeypatch.setattr(infer, "load_models", lambda s: pytest.fail("models loaded"))
+    with pytest.raises(ValueError, match=r"more than TASK_FEATURE_LENGTHS\['inputs'\]=16"):
+        infer.infer()
+
+
+def test_paper_task_offline_fails_before_any_model_loads(tmp_path, monkeypatch):
+    monkeypatch.setenv("TFDS_DATA_DIR", str(tmp_path / "no_tfds"))
+    monkeypatch.setattr(infer.models_lib, "load_model",
+                        lambda *a, **k: pytest.fail("a model was loaded before the data check"))
+    info, settings, _ = table2.resolve_row(
+        "ende_small_t0", checkpoints={"*": {"target": str(tmp_path), "draft": str(tmp_path)}},
+        output_dir=str(tmp_path / "out"))
+    assert settings.mixture_or_task_name == tasks.WMT_ENDE_TASK
+    with pytest.raises(tasks.TaskDataUnavailableError, match="wmt_t2t_translate/de-en:1.0.0"):
+        infer.infer()
+    assert not os.path.exists(tmp_path / "out")
+
+
+def test_infer_script_paper_task_offline_prints_one_message(tmp_path):
+    env = dict(_env(), TFDS_DATA_DIR=str(tmp_path / "no_tfds"))
+    cmd = [sys.executable, os.path.join(REPO, "scripts", "infer.py"),
+           f"--gin_file={table2.row_file('ende_small_t0')}",
+           f'--gin.TARGET_CHECKPOINT="{tmp_path}"', f'--gin.DRAFT_CHECKPOINT="{tmp_path}"',
+           f'--gin.INFER_OUTPUT_DIR="{tmp_path / "out"}"']
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300, cwd=REPO)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    lines = [line for line in proc.stderr.splitlines() if "TaskDataUnavailableError" in line]
+    assert len(lines) == 1, proc.stderr[-3000:]
+    assert lines[0].startswith("TaskDataUnavailableError: Task 'wmt_t2t_ende_v003' needs the "
+                               "TFDS dataset 'wmt_t2t_translate/de-en:1.0.0'")
+    assert not os.path.exists(tmp_path / "out")
+
+
+# The paper's Table 2 (reference/paper.md §1): row -> (task, draft emb_dim, temperature, gamma).
+PAPER = {
+    "ende_small_t0": ("wmt_t2t_ende_v003", 512, 0.0, 7, 0.75, 3.4),
+    "ende_base_t0": ("wmt_t2t_ende_v003", 768, 0.0, 7, 0.8, 2.8),
+    "ende_large_t0": ("wmt_t2t_ende_v003", 1024, 0.0, 7, 0.82, 1.7),
+    "ende_small_t1": ("wmt_t2t_ende_v003", 512, 1.0, 7, 0.62, 2.6),
+    "ende_base_t1": ("wmt_t2t_ende_v003", 768, 1.0, 5, 0.68, 2.4),
+    "ende_large_t1": ("wmt_t2t_ende_v003", 1024, 1.0, 3, 0.71, 1.4),
+    "cnndm_small_t0": ("cnn_dailymail_v002", 512, 0.0, 5, 0.65, 3.1),
+    "cnndm_base_t0": ("cnn_dailymail_v002", 768, 0.0, 5, 0.73, 3.0),
+    "cnndm_large_t0": ("cnn_dailymail_v002", 1024, 0.0, 3, 0.74, 2.2),
+    "cnndm_small_t1": ("cnn_dailymail_v002", 512, 1.0, 5, 0.53, 2.3),
+    "cnndm_base_t1": ("cnn_dailymail_v002", 768, 1.0, 3, 0.55, 2.2),
+    "cnndm_large_t1": ("cnn_dailymail_v002", 1024, 1.0, 3, 0.56, 1.7),
+}
+
+
+def test_table2_gin_files_resolve_to_the_paper_rows(tmp_path):
+    assert table2.list_rows() == list(PAPER) == list(table2.PAPER_ROWS)
+    target_ckpt, draft_ckpt = str(tmp_path / "xxl"), str(tmp_path / "draft")
+    checkpoints = {"*": {"target": target_ckpt}, "*_t?": {"draft": draft_ckpt}}
+    for name, (task, draft_dim, temp, gamma, alpha, speed) in PAPER.items():
+        with open(table2.row_file(name), encoding="utf-8") as f:
+            header = f.read().split("\nfrom __gin__")[0]
+        assert f"alpha = {alpha:g}" in header and f"{speed:g}X" in header
+        assert "REQUIRED" in header and "python scripts/" in header
+        info, s, _ = table2.resolve_row(name, checkpoints=checkpoints,
+                                        output_dir=str(tmp_path / name))
+        assert (s.mixture_or_task_name, s.draft_config.emb_dim, s.sampling.temperature,
+                s.gamma) == (task, draft_dim, temp, gamma), name
+        assert s.target_config.emb_dim == 4096 and s.target_config.num_decoder_layers == 24
+        assert s.target_config.vocab_size == s.draft_config.vocab_size == 32128
+        assert (s.target_checkpoint, s.draft_checkpoint) == (target_ckpt, draft_ckpt)
+        assert s.output_dir == str(tmp_path / name)
+        assert s.batch_size == 1 and s.split == "test" and s.speculative
+        assert (info.paper_alpha, info.paper_speed, info.target) == (alpha, speed, "T5-XXL")
+    # The checkpoints are REQUIRED: resolving a row without them fails and names them.
+    with pytest.raises(ValueError, match="TARGET_CHECKPOINT, DRAFT_CHECKPOINT are %gin.REQUIRED"):
+        table2.resolve_row("ende_small_t0", output_dir=str(tmp_path))
+    # The driver's dry run resolves every row and writes the paper-format table.
+    results = table2.reproduce("all", str(tmp_path / "dry"), checkpoints=checkpoints,
+                               dry_run=True)
+    assert [r.name for r in results] == list(PAPER)
+    table = (tmp_path / "dry" / "table2.md").read_text()
+    assert table.startswith("| Task | M_q | Temp | γ | α | Speed |")
+    assert "| EnDe | T5-small ★ | 0 | 7 |" in table and "| CNNDM | T5-large | 1 | 3 |" in table
+
+
+def test_reproduce_table2_on_a_tiny_row(tiny_gin, tmp_path):
+    rows_dir = tmp_path / "rows"
+    rows_dir.mkdir()
+    (rows_dir / "tiny_t0.gin").write_text(
+        "from __gin__ import dynamic_registration\nfrom speculative.models import t5\n"
+        "from speculative.runs import table2\n"
+        f"include '{INFER_GIN}'\ninclude '{tiny_gin}'\n"
+        + "\n".join(_bindings(None, NUM_EXAMPLES="2"))
+        + "\ntable2.RowInfo.task = 'mini'\ntable2.RowInfo.draft = 'tiny'\n")
+    results = table2.reproduce(["tiny_t0"], str(tmp_path / "out"), rows_dir=str(rows_dir),
+                               row_bindings=["infer.infer.progress = False"], cost_repeats=3)
+    (r,) = results
+    assert r.c_source == "measured" and r.c > 0 and r.verify_cost > 0
+    assert r.speed > 0 and 0.0 <= r.alpha <= 1.0
+    assert r.predicted == pytest.approx(theory.speedup(r.alpha, 3, r.c))
+    assert r.predicted_measured_verify == pytest.approx(
+        theory.speedup(r.alpha, 3, r.c, verify_cost=r.verify_cost))
+    saved = json.loads((tmp_path / "out" / "table2.json").read_text())
+    assert saved["rows"][0]["alpha"] == r.alpha and "measured" in saved["c_source"]
+    table = (tmp_path / "out" / "table2.md").read_text()
+    assert "| mini | tiny | 0 | 3 |" in table and "c: measured" in table
+    for run in ("speculative", "baseline"):
+        run_dir = tmp_path / "out" / "tiny_t0" / run
+        assert len(_read_jsonl(run_dir / "predictions.jsonl")) == 2
+        assert f"SPECULATIVE = {run == 'speculative'}" in (run_dir / "config.gin").read_text()
+
+
+@pytest.mark.parametrize("script,first_line", [
+    ("infer.py", "Decodes a seqio task with speculative decoding"),
+    ("reproduce_table2.py", "Reproduces rows of the paper's Table 2"),
+])
+def test_script_help_prints_docstring_with_example(script, first_line):
+    proc = subprocess.run([sys.executable, os.path.join(REPO, "scripts", script), "--help"],
+                          capture_output=True, text=True, env=_env(), timeout=120, cwd=REPO)
+    assert proc.stdout.startswith(first_line), proc.stderr[-2000:]  # absl exits 1 on --help
+    assert f"python scripts/{script}" in proc.stdout
