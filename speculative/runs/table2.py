@@ -56,11 +56,10 @@ import fnmatch
 import json
 import math
 import os
-import statistics
-import time
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 import gin
+import numpy as np
 
 from speculative import theory
 from speculative.runs import config as config_lib
@@ -204,51 +203,6 @@ def resolve_row(name: str, *, rows_dir: str = DEFAULT_ROWS_DIR, checkpoints=None
 
 
 # ----------------------------------------------------------------------------------------------
-# c: draft step time / target step time.
-
-
-def _median_seconds(fn, repeats: int) -> float:
-    import jax  # pylint: disable=g-import-not-at-top
-
-    jax.block_until_ready(fn())  # compile
-    jax.block_until_ready(fn())  # warm
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        jax.block_until_ready(fn())
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
-def step_seconds(model, inputs, num_tokens: int, *, max_len: int, repeats: int = 20) -> float:
-    """Median seconds of one jitted `model.extend` on `num_tokens` tokens per row of `inputs`."""
-    import jax  # pylint: disable=g-import-not-at-top
-    import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
-
-    inputs = jnp.asarray(inputs, jnp.int32)
-    state = jax.jit(model.init, static_argnums=2)(model.params, inputs, max_len)
-    tokens = jnp.zeros((inputs.shape[0], num_tokens), jnp.int32)
-    extend = jax.jit(lambda params, state, tokens: model.extend(params, state, tokens)[0])
-    return _median_seconds(lambda: extend(model.params, state, tokens), repeats)
-
-
-def measure_costs(target, draft, inputs, *, gamma: int, max_len: int,
-                  repeats: int = 20) -> Dict[str, float]:
-    """c and the verify cost from single-step timings (`[B, L_in]` inputs, caches of `max_len`).
-
-    Returns {'c', 'verify_cost', 'target_step_seconds', 'draft_step_seconds',
-    'target_verify_seconds'}: c = draft step / target step (one token each),
-    verify_cost = target on gamma + 1 tokens / target on one token.
-    """
-    target_step = step_seconds(target, inputs, 1, max_len=max_len, repeats=repeats)
-    draft_step = step_seconds(draft, inputs, 1, max_len=max_len, repeats=repeats)
-    verify = step_seconds(target, inputs, gamma + 1, max_len=max_len, repeats=repeats)
-    return {"c": draft_step / target_step, "verify_cost": verify / target_step,
-            "target_step_seconds": target_step, "draft_step_seconds": draft_step,
-            "target_verify_seconds": verify}
-
-
-# ----------------------------------------------------------------------------------------------
 # The table.
 
 
@@ -387,10 +341,14 @@ def reproduce(
         if c is None:
             first_inputs, _ = next(infer.batches(examples, settings.batch_size,
                                                  settings.input_length))
-            result.costs = measure_costs(
-                models[0], models[1], first_inputs, gamma=settings.gamma,
-                max_len=settings.max_decode_len + settings.gamma + 2, repeats=cost_repeats)
-            result.c, result.verify_cost = result.costs["c"], result.costs["verify_cost"]
+            from speculative.runs import benchmark  # pylint: disable=g-import-not-at-top
+
+            result.costs = benchmark.measure_costs(
+                models[0], models[1], np.asarray(first_inputs), [settings.gamma],
+                max_decode_len=settings.max_decode_len, num_steps=8, repeats=cost_repeats,
+                seed=0)
+            result.c = result.costs["c"]
+            result.verify_cost = result.costs["verify_cost"][settings.gamma]
             result.c_source = "measured"
         elif c == "paper":
             result.c, result.c_source = info.paper_c, "paper Table 4"
