@@ -346,8 +346,15 @@ class _SpecState:
     stats: DecodeStats
 
 
-def _draft(draft, s: _SpecState, rngs, sampling, gamma):
-    """Proposes G tokens per row. Returns (draft_state, x [B, G], q [B, G, V])."""
+def _draft(draft, s: _SpecState, rngs, sampling, gamma, confidence, active):
+    """Proposes up to G tokens per row.
+
+    Returns (draft_state, x [B, G], q [B, G, V], num_drafted [B], fed []). A row stops drafting
+    before x_i (i >= 2) when the draft's top probability for it is below `confidence` (dynamic
+    gamma; 0 = always G). The loop exits once every active row has stopped, so stopped rows save
+    draft steps; `fed` counts the single-token draft steps run after the first (the draft cache
+    holds S + x_1..x_fed). Drafts past `num_drafted` are junk that the kernel ignores.
+    """
     target_len = s.target_state.lengths
     lag = s.lag.astype(jnp.int32)
     dstate = draft.rewind(s.draft_state, target_len - lag)
@@ -363,21 +370,32 @@ def _draft(draft, s: _SpecState, rngs, sampling, gamma):
         return sampling_lib.sample(rng, q), q
 
     x1, q1 = propose(logits, rngs[0])
+    batch = x1.shape[0]
+    x = jnp.zeros((batch, gamma), jnp.int32).at[:, 0].set(x1)
+    q = jnp.zeros((batch, gamma) + q1.shape[1:], q1.dtype).at[:, 0].set(q1)
+    num = jnp.ones((batch,), jnp.int32)
 
-    def step(carry, rng):
-        dstate, x = carry
-        logits, dstate = draft.extend(draft.params, dstate, x[:, None])
-        x, q = propose(logits[:, 0], rng)
-        return (dstate, x), (x, q)
+    def cond(carry):
+        i, _, _, _, _, going = carry
+        return (i < gamma) & jnp.any(going)
 
-    (dstate, _), (xs, qs) = jax.lax.scan(step, (dstate, x1), rngs[1:])
-    x = jnp.concatenate([x1[:, None], jnp.moveaxis(xs, 0, 1)], axis=1)
-    q = jnp.concatenate([q1[:, None], jnp.moveaxis(qs, 0, 1)], axis=1)
-    return dstate, x, q
+    def body(carry):
+        i, dstate, x, q, num, going = carry
+        logits, dstate = draft.extend(draft.params, dstate,
+                                      jax.lax.dynamic_slice_in_dim(x, i - 1, 1, axis=1))
+        xi, qi = propose(logits[:, 0], rngs[i])
+        going = going & (jnp.max(qi, axis=-1) >= confidence)
+        x = jax.lax.dynamic_update_slice_in_dim(x, xi[:, None], i, axis=1)
+        q = jax.lax.dynamic_update_slice_in_dim(q, qi[:, None], i, axis=1)
+        return i + 1, dstate, x, q, num + going.astype(jnp.int32), going
+
+    fed, dstate, x, q, num, _ = jax.lax.while_loop(
+        cond, body, (jnp.ones((), jnp.int32), dstate, x, q, num, active))
+    return dstate, x, q, num, fed - 1
 
 
 def _speculative_impl(target, draft, inputs, rng, *, gamma, sampling, max_decode_len,
-                      lenience=1.0, debug=False):
+                      lenience=1.0, draft_confidence=0.0, debug=False):
     batch = inputs.shape[0]
     tstate = target.init(target.params, inputs, _cache_len(target, inputs, max_decode_len, gamma))
     dstate = draft.init(draft.params, inputs, _cache_len(draft, inputs, max_decode_len, gamma))
@@ -401,17 +419,21 @@ def _speculative_impl(target, draft, inputs, rng, *, gamma, sampling, max_decode
         active = ~s.done
         target_len = s.target_state.lengths
 
-        dstate, x, q = _draft(draft, s, jax.random.split(draft_rng, gamma), sampling, gamma)
+        dstate, x, q, num_drafted, fed = _draft(
+            draft, s, jax.random.split(draft_rng, gamma), sampling, gamma, draft_confidence,
+            active)
         verify_tokens = jnp.concatenate([s.last[:, None], x], axis=1)  # [B, G+1]
         logits, tstate = target.extend(target.params, s.target_state, verify_tokens)
 
         if sampling.greedy:
             p = jax.nn.softmax(jnp.asarray(logits, jnp.float32), axis=-1)
-            n, t = sampling_lib.speculative_sample(p, q, x, accept_rng, lenience, greedy=True)
+            n, t = sampling_lib.speculative_sample(p, q, x, accept_rng, lenience, greedy=True,
+                                                   num_drafted=num_drafted)
             beta = sampling_lib.greedy_accepts(p, x, lenience).astype(jnp.float32)
         else:
             p = sampling_lib.adjusted_probs(logits, sampling)
-            n, t = sampling_lib.speculative_sample(p, q, x, accept_rng, lenience)
+            n, t = sampling_lib.speculative_sample(p, q, x, accept_rng, lenience,
+                                                   num_drafted=num_drafted)
             beta = sampling_lib.acceptance_rate(p[:, :gamma], q, lenience)
 
         idx = jnp.arange(gamma + 1)[None]
@@ -426,14 +448,14 @@ def _speculative_impl(target, draft, inputs, rng, *, gamma, sampling, max_decode
                          s.last)
 
         a = active.astype(jnp.int32)
-        tested = jnp.minimum(n + 1, gamma)
+        tested = jnp.minimum(n + 1, num_drafted)
         tested_mask = jnp.arange(gamma)[None] < tested[:, None]
         st = s.stats
         stats = DecodeStats(
             rounds=st.rounds + 1,
             target_calls=st.target_calls + a,
-            draft_calls=st.draft_calls + a * gamma,
-            drafted=st.drafted + a * gamma,
+            draft_calls=st.draft_calls + a * (fed + 1),
+            drafted=st.drafted + a * num_drafted,
             accepted=st.accepted + a * n,
             generated=num_generated,
             beta_sum=st.beta_sum + jnp.where(active, jnp.sum(beta * tested_mask, axis=1), 0.0),
@@ -443,7 +465,7 @@ def _speculative_impl(target, draft, inputs, rng, *, gamma, sampling, max_decode
         return _SpecState(
             target_state=tstate, draft_state=dstate,
             last=jnp.where(advance, t, s.last), prev=jnp.where(advance, prev, s.prev),
-            lag=jnp.where(advance, n == gamma, s.lag), tokens=tokens,
+            lag=jnp.where(advance, n > fed, s.lag), tokens=tokens,
             num_generated=num_generated, done=done, rng=rng, stats=stats)
 
     s = (_python_while if debug else jax.lax.while_loop)(cond, body, init)
@@ -451,7 +473,7 @@ def _speculative_impl(target, draft, inputs, rng, *, gamma, sampling, max_decode
                         stats=s.stats)
 
 
-_SPEC_STATIC = ("gamma", "sampling", "max_decode_len", "lenience", "debug")
+_SPEC_STATIC = ("gamma", "sampling", "max_decode_len", "lenience", "draft_confidence", "debug")
 _SPEC_JIT = jax.jit(_speculative_impl, static_argnames=_SPEC_STATIC)
 
 
@@ -465,9 +487,15 @@ def speculative_decode(
     sampling: sampling_lib.SamplingConfig,
     max_decode_len: int,
     lenience: float = 1.0,
+    draft_confidence: float = 0.0,
     debug: bool = False,
 ) -> DecodeResult:
     """Speculative decoding of `inputs [B, L_in]` (Algorithm 1), exact for `lenience=1`.
+
+    `gamma` is the most drafts per round. With `draft_confidence > 0` a row stops drafting
+    early when the draft's top probability for the next draft falls below it (dynamic gamma, as
+    HF's `assistant_confidence_threshold`); the stopping rule sees only the draft, so the output
+    stays exact. The draft loop exits when every row has stopped.
 
     The output has the target's distribution under `sampling` (the same adjustment is applied to
     p and q); at temperature 0 it equals `autoregressive_decode` token for token. Rows accept
@@ -477,8 +505,11 @@ def speculative_decode(
     inputs = jnp.asarray(inputs, jnp.int32)
     _validate((target, draft), inputs, max_decode_len, gamma)
     sampling_lib._validate_lenience(lenience)
+    if not 0.0 <= draft_confidence <= 1.0:
+        raise ValueError(f"draft_confidence={draft_confidence!r} must lie in [0, 1] (0 = always "
+                         "draft gamma tokens).")
     kwargs = dict(gamma=int(gamma), sampling=sampling, max_decode_len=int(max_decode_len),
-                  lenience=float(lenience))
+                  lenience=float(lenience), draft_confidence=float(draft_confidence))
     if debug:
         return _speculative_impl(target, draft, inputs, rng, debug=True, **kwargs)
     return _SPEC_JIT(target, draft, inputs, rng, **kwargs)

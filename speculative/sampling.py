@@ -191,6 +191,7 @@ def speculative_sample(
     lenience: float = 1.0,
     *,
     greedy: bool = False,
+    num_drafted: Array | None = None,
 ) -> Tuple[Array, Array]:
     """Speculative sampling for a batch; returns `(num_accepted [B], next_token [B])`.
 
@@ -205,6 +206,9 @@ def speculative_sample(
         the target's *unadjusted* distributions (softmax of the logits), drafts are the draft's
         argmax, and x_i is accepted iff it is the target's argmax or `p(x_i) >= l * max p`; the
         next token is the target's argmax at position n+1. Needs no randomness.
+      num_drafted: optional `[B]` int32 in [1, G]: row b drafted only its first `num_drafted[b]`
+        tokens (dynamic gamma); later positions are ignored, and when all drafted tokens are
+        accepted the bonus comes from `p_probs[:, num_drafted]`.
 
     Returns:
       `num_accepted` in [0, G] and the token emitted after the accepted drafts (the correction
@@ -217,8 +221,10 @@ def speculative_sample(
     batch, gamma = draft_tokens.shape
     draft_tokens = draft_tokens.astype(jnp.int32)
 
+    drafted = (jnp.ones((batch, gamma), bool) if num_drafted is None
+               else jnp.arange(gamma)[None] < num_drafted[:, None])
     if greedy:
-        n = _leading_accepts(greedy_accepts(p_probs, draft_tokens, lenience))
+        n = _leading_accepts(greedy_accepts(p_probs, draft_tokens, lenience) & drafted)
         target_best = jnp.argmax(p_probs, axis=-1).astype(jnp.int32)  # [B, G+1]
         return n, jnp.take_along_axis(target_best, n[:, None], axis=1)[:, 0]
 
@@ -228,10 +234,12 @@ def speculative_sample(
     u = jax.random.uniform(accept_rng, (batch, gamma), jnp.float32)
     # u ~ U[0, 1), so P(u < a) = a exactly; a = 0 never accepts, a = 1 always does.
     accept = u < accept_probability(p_x, q_x, lenience)
-    n = _leading_accepts(accept)
+    n = _leading_accepts(accept & drafted)
 
     p_next = jnp.take_along_axis(p_probs, n[:, None, None], axis=1)[:, 0]  # [B, V]
     q_padded = jnp.concatenate([q_probs, jnp.zeros_like(q_probs[:, :1])], axis=1)  # q_{G+1} := 0
     q_next = jnp.take_along_axis(q_padded, n[:, None, None], axis=1)[:, 0]
+    if num_drafted is not None:  # all drafted tokens accepted: the bonus comes from p alone
+        q_next = jnp.where((n < num_drafted)[:, None], q_next, 0.0)
     next_token = sample(residual_rng, residual_weights(p_next, q_next))
     return n, next_token

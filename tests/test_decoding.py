@@ -80,6 +80,20 @@ def test_greedy_speculative_equals_greedy_target_decoder_only(deconly, gamma):
         np.testing.assert_array_equal(sp.tokens, ar.tokens)
 
 
+@pytest.mark.parametrize("confidence", [0.3, 0.9])
+def test_greedy_identity_with_dynamic_gamma(encdec, confidence):
+    target, draft = encdec
+    inputs = _prompts([7, 3, 5, 1], 7)
+    ar = decoding.autoregressive_decode(target, inputs, rng=jax.random.PRNGKey(0),
+                                        sampling=GREEDY, max_decode_len=16)
+    for d in (draft, target):
+        sp = decoding.speculative_decode(target, d, inputs, rng=jax.random.PRNGKey(0), gamma=5,
+                                         sampling=GREEDY, max_decode_len=16,
+                                         draft_confidence=confidence)
+        np.testing.assert_array_equal(sp.tokens, ar.tokens)
+        assert int(jnp.sum(sp.stats.drafted)) <= 5 * int(jnp.sum(sp.stats.target_calls))
+
+
 def test_debug_python_loop_matches_jitted(encdec):
     target, draft = encdec
     inputs = _prompts([5, 2], 5)
@@ -135,11 +149,11 @@ def _joint_pvalue(samples, probs):
     return stats.chisquare(obs, exp).pvalue
 
 
-def _sample_three(target, draft, enc, cfg, gamma, seed):
+def _sample_three(target, draft, enc, cfg, gamma, seed, **kw):
     inputs = np.repeat(enc, N_SAMPLES, 0)
     out = decoding.speculative_decode(target, draft, inputs, rng=jax.random.PRNGKey(seed),
-                                      gamma=gamma, sampling=cfg, max_decode_len=3)
-    return np.asarray(out.tokens)
+                                      gamma=gamma, sampling=cfg, max_decode_len=3, **kw)
+    return np.asarray(out.tokens), out.stats
 
 
 JOINT_CONFIGS = {
@@ -156,16 +170,28 @@ def test_joint_law_of_three_tokens_matches_target(joint_models, name, gamma):
     cfg = JOINT_CONFIGS[name]
     probs = _exact_joint(module, target.params, enc, cfg)
     assert np.sum(probs * N_SAMPLES >= 5) >= 20, "law too concentrated for a meaningful test"
-    samples = _sample_three(target, draft, enc, cfg, gamma, seed=gamma)
+    samples, _ = _sample_three(target, draft, enc, cfg, gamma, seed=gamma)
+    assert _joint_pvalue(samples, probs) > 1e-6
+
+
+def test_joint_law_with_dynamic_gamma(joint_models):
+    """Rows stop drafting when the draft is unsure (draft_confidence): still the target's law."""
+    module, target, draft, enc = joint_models
+    cfg = JOINT_CONFIGS["t1"]
+    probs = _exact_joint(module, target.params, enc, cfg)
+    samples, stats = _sample_three(target, draft, enc, cfg, gamma=3, seed=9,
+                                   draft_confidence=0.4)
+    drafted, rounds = int(jnp.sum(stats.drafted)), int(jnp.sum(stats.target_calls))
+    assert rounds <= drafted < 3 * rounds, "the threshold should stop some rows early"
     assert _joint_pvalue(samples, probs) > 1e-6
 
 
 _EXACT_KERNEL = sampling.speculative_sample
 
 
-def _kernel_resampling_from_p(p_probs, q_probs, draft_tokens, rng, lenience=1.0, *, greedy=False):
+def _kernel_resampling_from_p(p_probs, q_probs, draft_tokens, rng, lenience=1.0, **kw):
     """A classic bug: on rejection, resample from p instead of norm(max(0, p - q))."""
-    n, _ = _EXACT_KERNEL(p_probs, q_probs, draft_tokens, rng, lenience)
+    n, _ = _EXACT_KERNEL(p_probs, q_probs, draft_tokens, rng, lenience, **kw)
     p_next = jnp.take_along_axis(p_probs, n[:, None, None], axis=1)[:, 0]
     return n, sampling.sample(jax.random.fold_in(rng, 7), p_next)
 
@@ -177,7 +203,7 @@ def test_negative_control_wrong_residual_fails(joint_models, monkeypatch):
     jax.clear_caches()
     monkeypatch.setattr(decoding.sampling_lib, "speculative_sample", _kernel_resampling_from_p)
     try:
-        samples = _sample_three(target, draft, enc, cfg, gamma=3, seed=5)
+        samples, _ = _sample_three(target, draft, enc, cfg, gamma=3, seed=5)
     finally:
         monkeypatch.undo()
         jax.clear_caches()
@@ -254,6 +280,9 @@ def test_bad_inputs_raise_clear_errors(encdec, deconly):
     with pytest.raises(ValueError, match="lenience"):
         decoding.speculative_decode(target, draft, inputs, gamma=2, max_decode_len=4,
                                     lenience=1.5, **kw)
+    with pytest.raises(ValueError, match="draft_confidence"):
+        decoding.speculative_decode(target, draft, inputs, gamma=2, max_decode_len=4,
+                                    draft_confidence=-0.1, **kw)
     other = t5.Transformer(tiny_config(vocab_size=17))
     big_draft = decoding.EncoderDecoderModel(other, random_params(other, 0))
     with pytest.raises(ValueError, match="vocabularies differ"):

@@ -133,6 +133,20 @@ def test_bonus_token_when_all_accepted():
     assert int(n[0]) == 3 and int(t[0]) == 4
 
 
+def test_num_drafted_takes_the_bonus_from_the_next_position():
+    """Row drafted 1 of 3 tokens (dynamic gamma): after accepting it, t ~ p_2, not a residual."""
+    v = 5
+    q = np.full((1, 3, v), 1.0 / v)
+    p = np.stack([q[0, 0], _one_hot(v, 3), _one_hot(v, 0), _one_hot(v, 0)])[None]
+    drafts = jnp.array([[2, 3, 3]])
+    n, t = sampling.speculative_sample(p, q, drafts, jax.random.PRNGKey(0),
+                                       num_drafted=jnp.array([1]))
+    assert (int(n[0]), int(t[0])) == (1, 3)  # x_1 ~ q = p_1 is accepted; t from p_2 = one-hot 3
+    n, t = sampling.speculative_sample(p, q, drafts, jax.random.PRNGKey(0), greedy=True,
+                                       num_drafted=jnp.array([1]))
+    assert int(n[0]) <= 1
+
+
 def test_greedy_kernel_and_argmax_lenience():
     p = jnp.array([[[0.5, 0.3, 0.2], [0.1, 0.6, 0.3], [0.2, 0.2, 0.6]]])
     q = jnp.zeros((1, 2, 3))
