@@ -107,20 +107,25 @@ def test_benchmark_gin_identical_draft(tmp_path, tiny_gin):
     assert cost["from_min"]["c"] > 0 and set(cost["from_min"]["verify_cost"]) == {str(gamma)}
 
 
-def test_synthetic_acceptance_gives_requested_alpha():
+def test_synthetic_acceptance_gives_requested_alpha(tmp_path):
     """At temperature 0 the synthetic draft is accepted with the requested probability."""
+    results = benchmark.run(
+        target_model=_cfg(), draft_model=None, output_dir=str(tmp_path),
+        synthetic_acceptance=0.6, gammas=[3], batch_sizes=[4], temperatures=[0.0],
+        max_decode_len=N, input_length=L_IN, num_batches=4, repeats=1, cost_steps=2)
+    [run] = results["runs"]
+    assert results["config"]["synthetic_acceptance"] == 0.6
+    assert run["stats"]["tested"] > 150
+    assert run["alpha"] == pytest.approx(0.6, abs=0.1)
+    assert run["speculative_tokens"] == run["baseline_tokens"]  # still exact greedy output
     target = models.load_model(_cfg(), None, seed=0)
-    inputs = next(benchmark.input_batches(8, vocab_size=16, input_length=L_IN, seed=0))
-    sampling = SamplingConfig(temperature=0.0)
-    for requested in (0.0, 0.6, 1.0):
+    inputs = next(benchmark.input_batches(4, vocab_size=16, input_length=L_IN, seed=0))
+    for requested in (0.0, 1.0):  # the same compilation: acceptance and seed are traced
         draft = benchmark.SyntheticDraft(target, requested, seed=0)
         out = decoding.speculative_decode(target, draft, inputs, rng=jax.random.PRNGKey(0),
-                                          gamma=3, sampling=sampling, max_decode_len=2 * N)
-        tested = int(np.sum(out.stats.tested))
-        assert tested > 100
-        assert out.stats.alpha == pytest.approx(requested, abs=0.1), (requested, tested)
-        if requested in (0.0, 1.0):
-            assert out.stats.alpha == requested
+                                          gamma=3, sampling=SamplingConfig(temperature=0.0),
+                                          max_decode_len=N)
+        assert out.stats.alpha == requested
     with pytest.raises(ValueError, match="synthetic_acceptance=1.5"):
         benchmark.SyntheticDraft(target, 1.5)
 
@@ -148,27 +153,6 @@ def test_bad_alpha_config_raises(tmp_path):
         alpha_lib.run(target_model=_cfg(), draft_model="small", output_dir=str(tmp_path))
 
 
-def test_measure_alpha_gin_identical_draft_is_one(tmp_path, tiny_gin):
-    out = tmp_path / "alpha"
-    config_lib.parse_gin(
-        ["configs/runs/measure_alpha.gin", tiny_gin],
-        _common_bindings(out) + ["TEMPERATURES = [0.0, 1.0]", "NUM_TOKENS = 100",
-                                 "BATCH_SIZE = 4", "alpha.run.draft_seed = 0"])
-    alpha_lib.run()
-    data = json.loads((out / "alpha.json").read_text())
-    assert data["schema"] == "speculative.alpha/1"
-    assert {"config", "environment", "settings"} <= set(data)
-    assert "alpha.run.num_tokens = %NUM_TOKENS" in (out / "config.gin").read_text()
-    greedy, sampled = data["settings"]
-    for s in (greedy, sampled):
-        assert SETTING_KEYS <= set(s)
-        assert s["num_tokens"] == 100
-        assert len(s["histogram"]["counts"]) == 20 and sum(s["histogram"]["counts"]) == 100
-    assert greedy["sampling"]["temperature"] == 0.0 and greedy["alpha"] == 1.0
-    assert greedy["lag1_autocorrelation"] is None  # beta is constant
-    assert sampled["alpha"] == pytest.approx(1.0, abs=1e-5)
-
-
 def test_forced_betas_match_full_forward():
     """Teacher forcing through `extend` == beta from `Transformer.apply` on [BOS] + generated."""
     cfg = _cfg()
@@ -176,6 +160,7 @@ def test_forced_betas_match_full_forward():
     draft = models.load_model(cfg, None, seed=1)
     inputs = jnp.asarray(next(benchmark.input_batches(4, vocab_size=16, input_length=L_IN,
                                                       seed=0)))
+    forward = jax.jit(lambda params, enc, dec: target.module.apply({"params": params}, enc, dec))
     for temperature in (0.0, 1.0):
         sampling = SamplingConfig(temperature=temperature)
         out = decoding.autoregressive_decode(target, inputs, rng=jax.random.PRNGKey(3),
@@ -183,8 +168,8 @@ def test_forced_betas_match_full_forward():
         betas = np.asarray(alpha_lib.forced_betas(target, draft, inputs, out.tokens,
                                                   sampling=sampling))
         dec_in = jnp.concatenate([jnp.zeros((4, 1), jnp.int32), out.tokens[:, :-1]], axis=1)
-        p_logits = target.module.apply({"params": target.params}, inputs, dec_in)
-        q_logits = draft.module.apply({"params": draft.params}, inputs, dec_in)
+        p_logits = forward(target.params, inputs, dec_in)
+        q_logits = forward(draft.params, inputs, dec_in)
         if temperature == 0.0:
             expected = np.asarray(jnp.argmax(p_logits, -1) == jnp.argmax(q_logits, -1), float)
             # The target's argmax along its own greedy text is the text itself.
@@ -248,17 +233,27 @@ def test_script_help_shows_docstring(script, first_line):
     assert "Example" in result.stdout and "--gin_file" in result.stdout
 
 
-def test_measure_alpha_cli(tmp_path, tiny_gin):
+def test_measure_alpha_cli_identical_draft_is_one(tmp_path, tiny_gin):
+    """The script end to end (gin file + --gin.X flags); a draft equal to the target: alpha = 1."""
     out = tmp_path / "cli"
     result = _script(
         "measure_alpha.py", f"--gin_file={tiny_gin}", "--gin_file=configs/runs/measure_alpha.gin",
         "--gin.TARGET_MODEL=@tiny/t5.T5Config()", "--gin.DRAFT_MODEL=@tiny/t5.T5Config()",
         "--gin.TARGET_CHECKPOINT=None", "--gin.DRAFT_CHECKPOINT=None",
-        f"--gin.OUTPUT_DIR='{out}'", "--gin.TEMPERATURES=[1.0]", "--gin.NUM_TOKENS=50",
+        "--gin.alpha.run.draft_seed=0",
+        f"--gin.OUTPUT_DIR='{out}'", "--gin.TEMPERATURES=[0.0, 1.0]", "--gin.NUM_TOKENS=100",
         "--gin.BATCH_SIZE=4", f"--gin.MAX_DECODE_LEN={N}", f"--gin.INPUT_LENGTH={L_IN}")
     assert result.returncode == 0, result.stderr[-3000:]
-    data = json.loads((out / "alpha.json").read_text())
-    [setting] = data["settings"]
-    assert setting["num_tokens"] == 50 and 0.0 < setting["alpha"] < 1.0
     assert "alpha" in result.stdout and "se_seq" in result.stdout  # the printed table
-    assert (out / "config.gin").exists()
+    data = json.loads((out / "alpha.json").read_text())
+    assert data["schema"] == "speculative.alpha/1"
+    assert {"config", "environment", "settings"} <= set(data)
+    assert "alpha.run.num_tokens = %NUM_TOKENS" in (out / "config.gin").read_text()
+    greedy, sampled = data["settings"]
+    for s in (greedy, sampled):
+        assert SETTING_KEYS <= set(s)
+        assert s["num_tokens"] == 100
+        assert len(s["histogram"]["counts"]) == 20 and sum(s["histogram"]["counts"]) == 100
+    assert greedy["sampling"]["temperature"] == 0.0 and greedy["alpha"] == 1.0
+    assert greedy["lag1_autocorrelation"] is None  # beta is constant
+    assert sampled["alpha"] == pytest.approx(1.0, abs=1e-5)

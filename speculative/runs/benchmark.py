@@ -20,17 +20,19 @@ Results go to `<output_dir>/benchmark.json` (schema below and in docs/benchmark_
 the resolved gin config to `<output_dir>/config.gin`.
 
 Synthetic acceptance (`synthetic_acceptance=a`). The draft is replaced by `SyntheticDraft`, which
-wraps the *target*: at each decoder position j of row b a hash of (j, b, seed) gives u in [0, 1);
-when u < a the draft's logits are the target's own logits (so q = p after the same sampling
-adjustment and the drafted token is always accepted: beta = 1); otherwise the logits are one-hot
-on the target's *least* likely token (at temperature 0 it is never the argmax, so it is rejected;
-at temperature > 0, beta = p(least likely token), about 0, and exactly 0 under top-k/top-p). Each
-position is tested at most once (after a rejection the next round drafts the following position),
-so the acceptances are i.i.d. Bernoulli(a) - exactly the i.i.d. model behind Eq. 1 - and the
-measured alpha estimates a. The draft costs one target step (c is about 1, measured as usual), so
-this mode times the machinery (draft loop, verification, sampling kernel, rewinds) at a known
-acceptance rate: compare measured and predicted speedup, and tokens per target call with Eq. 1;
-do not expect a speedup > 1.
+wraps the *target*: at each decoder position j of row b a hash of (j, b, seed) gives u in [0, 1)
+(one seed per input batch). When u < a the draft's logits are the target's own logits (so q = p
+after the same sampling adjustment and the drafted token is always accepted: beta = 1); otherwise
+the logits are one-hot on the target's *least* likely token (at temperature 0 it is never the
+argmax, so it is rejected; at temperature > 0, beta = p(least likely token), about 0, and exactly
+0 under top-k/top-p). Each position is tested at most once (after a rejection the next round
+drafts the following position), so the acceptances are i.i.d. Bernoulli(a) - exactly the i.i.d.
+model behind Eq. 1 - and the measured alpha estimates a, within about sqrt(a (1 - a) / tested)
+(tested = stats.tested). "Acceptance rate" here is therefore the paper's alpha = E[beta] with
+beta a 0/1 coin of bias a per drafted position. The draft costs one target step (c is about 1,
+measured as usual), so this mode times the machinery (draft loop, verification, sampling kernel,
+rewinds) at a known acceptance rate: compare measured and predicted speedup, and tokens per
+target call with Eq. 1; do not expect a speedup > 1.
 
 JSON schema (`benchmark.json`; NaN and infinities are written as null):
 
@@ -309,11 +311,11 @@ def take_batches(num_batches: int, batch_size: int, **kwargs) -> List[np.ndarray
 _NEG = -1e9
 
 
-def _hash_uniform(position: Array, row: Array, seed: int) -> Array:
+def _hash_uniform(position: Array, row: Array, seed) -> Array:
     """Uniform [0, 1) float32 from a 32-bit integer hash of (position, row, seed) (lowbias32)."""
+    salt = jnp.asarray(seed).astype(jnp.uint32) * jnp.uint32(0xC2B2AE3D) + jnp.uint32(0x27D4EB2F)
     x = (position.astype(jnp.uint32) * jnp.uint32(0x9E3779B1)) ^ (
-        row.astype(jnp.uint32) * jnp.uint32(0x85EBCA77)) ^ jnp.uint32(
-            (seed * 0xC2B2AE3D + 0x27D4EB2F) & 0xFFFFFFFF)
+        row.astype(jnp.uint32) * jnp.uint32(0x85EBCA77)) ^ salt
     x = x ^ (x >> 16)
     x = x * jnp.uint32(0x7FEB352D)
     x = x ^ (x >> 15)
@@ -341,8 +343,8 @@ class SyntheticDraft:
     """
 
     base: Any  # the target DecodeModel (a pytree)
-    acceptance: Any = 1.0  # traced, so every value shares one compilation
-    seed: int = struct.field(pytree_node=False, default=0)
+    acceptance: Any = 1.0  # traced (like seed), so every value shares one compilation
+    seed: Any = 0
 
     def __post_init__(self):
         if isinstance(self.acceptance, (int, float, type(None))):  # not a tracer
@@ -515,10 +517,14 @@ def _compare(baseline: Sequence[float], speculative: Sequence[float]) -> Dict[st
             "max": float(ratios.max())}
 
 
-def benchmark_setting(target, draft, batches: Sequence[np.ndarray], *, sampling: SamplingConfig,
-                      gammas: Sequence[int], max_decode_len: int, repeats: int, lenience: float,
-                      seed: int, costs: Dict[str, Any]) -> List[Dict[str, Any]]:
-    """Times the baseline and every gamma on `batches` (interleaved); one entry per gamma."""
+def benchmark_setting(target, drafts: Sequence[Any], batches: Sequence[np.ndarray], *,
+                      sampling: SamplingConfig, gammas: Sequence[int], max_decode_len: int,
+                      repeats: int, lenience: float, seed: int,
+                      costs: Dict[str, Any]) -> List[Dict[str, Any]]:
+    """Times the baseline and every gamma on `batches` (interleaved); one entry per gamma.
+
+    `drafts[i]` drafts for `batches[i]` (the same model, or synthetic drafts with distinct seeds).
+    """
     keys = [jax.random.fold_in(jax.random.PRNGKey(seed), i) for i in range(len(batches))]
     batches = [jnp.asarray(b, jnp.int32) for b in batches]
 
@@ -530,7 +536,8 @@ def benchmark_setting(target, draft, batches: Sequence[np.ndarray], *, sampling:
     def speculative(gamma):
         return lambda: [decoding.speculative_decode(
             target, draft, x, rng=k, gamma=gamma, sampling=sampling,
-            max_decode_len=max_decode_len, lenience=lenience) for x, k in zip(batches, keys)]
+            max_decode_len=max_decode_len, lenience=lenience)
+            for draft, x, k in zip(drafts, batches, keys)]
 
     programs = {"baseline": baseline, **{g: speculative(g) for g in gammas}}
     first, times, outputs = interleaved(programs, repeats)
@@ -673,12 +680,16 @@ def run(
     target = build_model(target_model, target_checkpoint, name="target",
                          decoder_only=decoder_only, seed=seed, param_dtype=param_dtype)
     if synthetic_acceptance is not None:
-        draft = SyntheticDraft(target, synthetic_acceptance, seed)
+        # One hash seed per input batch, so batches (rows 0..B-1 each) see fresh decisions.
+        drafts = [SyntheticDraft(target, synthetic_acceptance, seed * 1_000_003 + i)
+                  for i in range(num_batches)]
+        draft = drafts[0]
     else:
         draft = build_model(draft_model, draft_checkpoint, name="draft",
                             decoder_only=decoder_only,
                             seed=seed + 1 if draft_seed is None else draft_seed,
                             param_dtype=param_dtype)
+        drafts = [draft] * num_batches
     if draft.vocab_size != target.vocab_size:
         raise ValueError(f"Target vocab_size={target.vocab_size} and draft vocab_size="
                          f"{draft.vocab_size} differ; the draft must use the target's vocabulary.")
@@ -713,7 +724,7 @@ def run(
         costs.append(cost)
         for sampling in samplings:
             runs.extend(benchmark_setting(
-                target, draft, batches, sampling=sampling, gammas=gammas,
+                target, drafts, batches, sampling=sampling, gammas=gammas,
                 max_decode_len=max_decode_len, repeats=repeats, lenience=lenience, seed=seed,
                 costs=cost))
             print(format_table(runs[-len(gammas):]), flush=True)
