@@ -1,0 +1,222 @@
+"""Tests of speculative/training.py and of the bundled models it trained.
+
+Known answers: batches pad/truncate/drop as documented and hold every example once; label
+smoothing and z-loss match their closed forms; a few AdamW steps lower the loss on a tiny batch;
+a checkpoint written by `train` loads back with `checkpoints.load_params` and gives the logits of
+the trainer's own parameters; every bundled model scores the valid-subset loss recorded in
+model_card.json.
+"""
+
+import json
+import os
+import shutil
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from conftest import tiny_config
+from speculative import checkpoints
+from speculative import training
+from speculative.models import ngram
+from speculative.models import t5
+
+BUNDLE = os.path.join(training.MINI_DIR, "models")
+EOS = training.EOS_ID
+
+
+def _card():
+    path = os.path.join(BUNDLE, "model_card.json")
+    if not os.path.exists(path):
+        return {}
+    with open(path) as f:
+        return json.load(f)["models"]
+
+
+# ------------------------------------------------------------------------------------ batching
+
+def test_make_examples_drops_or_truncates_keeping_eos():
+    inputs = [[5, 6, EOS], [5, 6, 7, 8, 9, EOS], [4, EOS]]
+    targets = [[3, EOS], [3, EOS], [3, 4, 5, 6, 7, 8, EOS]]
+    kept, dropped = training.make_examples(inputs, targets, max_length=4)
+    assert dropped == 2 and len(kept) == 1
+    np.testing.assert_array_equal(kept[0][0], [5, 6, EOS])
+    cut, dropped = training.make_examples(inputs, targets, max_length=4, truncate=True)
+    assert dropped == 0
+    np.testing.assert_array_equal(cut[1][0], [5, 6, 7, EOS])  # seqio append_eos_after_trim
+    np.testing.assert_array_equal(cut[2][1], [3, 4, 5, EOS])
+
+
+def test_batches_bucket_pad_and_cover_every_example():
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(1, 9, size=(37, 2))
+    examples = [(np.arange(2, 2 + a, dtype=np.int32), np.arange(10, 10 + b, dtype=np.int32))
+                for a, b in lengths]
+    buckets, batch_tokens = (4, 8), 16
+    seen = []
+    for inputs, targets in training.batches(examples, buckets, batch_tokens,
+                                            rng=np.random.default_rng(1)):
+        length = inputs.shape[1]
+        assert length in buckets and inputs.shape == targets.shape == (batch_tokens // length,
+                                                                        length)
+        assert inputs.dtype == np.int32
+        for x, y in zip(inputs, targets):
+            if not x.any():  # a filler row: all padding on both sides
+                assert not y.any()
+                continue
+            n, m = int((x > 0).sum()), int((y > 0).sum())
+            assert not x[n:].any() and not y[m:].any()  # right padding only
+            assert max(n, m) <= length and (length == 4 or max(n, m) > 4)  # smallest bucket
+            seen.append((tuple(x[:n]), tuple(y[:m])))
+    assert sorted(seen) == sorted((tuple(x), tuple(y)) for x, y in examples)
+
+
+def test_tokenizer_matches_the_mini_ende_task():
+    from speculative import tasks
+
+    tok = training.Tokenizer()
+    vocab = tasks.mini_vocabulary()
+    assert training.PREFIX == tasks.EN_DE_PREFIX and tok.vocab_size == vocab.vocab_size
+    src, tgt = "Select _All", "A_lles markieren"
+    assert tok.encode_inputs([src])[0] == list(vocab.encode(tasks.EN_DE_PREFIX + src)) + [EOS]
+    assert tok.encode_targets([tgt])[0] == list(vocab.encode(tgt)) + [EOS]
+    assert tok.decode(tok.encode_targets([tgt])[0] + [0, 0]) == tgt
+
+
+# -------------------------------------------------------------------------------- loss, steps
+
+def test_token_losses_label_smoothing_and_z_loss_closed_forms():
+    logits = jnp.asarray(np.random.default_rng(0).normal(size=(2, 3, 5)), jnp.float32)
+    targets = jnp.asarray([[1, 2, 3], [4, 0, 1]])
+    loss, ce = training.token_losses(logits, targets)
+    log_p = jax.nn.log_softmax(logits)
+    np.testing.assert_allclose(ce, -jnp.take_along_axis(log_p, targets[..., None], -1)[..., 0],
+                               rtol=1e-6)
+    np.testing.assert_allclose(loss, ce)
+    smooth, _ = training.token_losses(logits, targets, label_smoothing=0.1)
+    soft = jax.nn.one_hot(targets, 5) * 0.9 + (1 - jax.nn.one_hot(targets, 5)) * 0.1 / 4
+    entropy = -(0.9 * np.log(0.9) + 4 * (0.1 / 4) * np.log(0.1 / 4))
+    np.testing.assert_allclose(smooth, -jnp.sum(soft * log_p, -1) - entropy, rtol=1e-5, atol=1e-6)
+    zl, _ = training.token_losses(logits, targets, z_loss=1e-2)
+    np.testing.assert_allclose(zl - ce, 1e-2 * jax.nn.logsumexp(logits, -1) ** 2, rtol=1e-5)
+
+
+def test_a_few_steps_lower_the_loss_on_a_tiny_batch():
+    module = t5.Transformer(tiny_config(vocab_size=32))
+    config = training.TrainConfig(steps=30, batch_tokens=32, buckets=(8,), learning_rate=1e-2,
+                                  warmup_steps=5)
+    rng = np.random.default_rng(0)
+    examples = [(np.append(rng.integers(2, 32, 6), EOS).astype(np.int32),
+                 np.append(rng.integers(2, 32, 5), EOS).astype(np.int32)) for _ in range(4)]
+    inputs, targets = next(training.batches(examples, config.buckets, config.batch_tokens))
+    optimizer = training.make_optimizer(config)
+    state = training.init_state(module, optimizer, jax.random.PRNGKey(0))
+    step, eval_step = training.make_train_step(module, optimizer, config), \
+        training.make_eval_step(module)
+    before = training.evaluate_loss(eval_step, state.params, examples, config)
+    for _ in range(config.steps):
+        state, metrics = step(state, inputs, targets, jax.random.PRNGKey(1))
+    after = training.evaluate_loss(eval_step, state.params, examples, config)
+    assert int(state.step) == config.steps and float(metrics["tokens"]) == 24
+    assert after < 0.5 * before, (before, after)
+
+
+def test_schedule_warmup_then_cosine_to_final_fraction():
+    config = training.TrainConfig(steps=100, warmup_steps=10, learning_rate=1.0,
+                                  final_lr_fraction=0.1)
+    lr = training.learning_rate_schedule(config)
+    np.testing.assert_allclose([lr(0), lr(4), lr(9), lr(99)], [0.1, 0.5, 1.0, 0.1], rtol=1e-5)
+    rsqrt = training.learning_rate_schedule(config.__class__(steps=100, warmup_steps=10,
+                                                             learning_rate=1.0, decay="rsqrt"))
+    np.testing.assert_allclose(rsqrt(39), 0.5, rtol=1e-5)
+
+
+# ------------------------------------------------------------------------- the trainer's files
+
+def test_trainer_checkpoint_loads_back_with_identical_logits(tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    shutil.copy(os.path.join(training.MINI_DIR, "spm.model"), data / "spm.model")
+    pairs = training.load_pairs(os.path.join(training.MINI_DIR, "valid.tsv"))
+    for split, rows in (("train", pairs[:48]), ("valid", pairs[48:56])):
+        (data / f"{split}.tsv").write_text("".join(f"{s}\t{t}\n" for s, t in rows), "utf-8")
+    model = tiny_config(vocab_size=4000, emb_dim=8, num_heads=2, head_dim=4, mlp_dim=8,
+                        num_encoder_layers=1, num_decoder_layers=1)
+    config = training.TrainConfig(steps=3, batch_tokens=384, buckets=(48,))
+    model_dir, export = tmp_path / "run", tmp_path / "bundle"
+    summary = training.train(model=model, model_dir=str(model_dir), config=config, seed=0,
+                             data_dir=str(data), eval_every=3, card_subset=4,
+                             export_dir=str(export), gin_config="# resolved config\n")
+    assert (model_dir / "config.gin").read_text() == "# resolved config\n"
+    assert sorted(os.listdir(model_dir)) == ["checkpoint_3", "config.gin", "metrics.jsonl",
+                                             "summary.json", "valid_greedy.txt"]
+    assert summary["bleu_sentences"] == 8 and summary["steps"] == 3
+    params = checkpoints.load_params(str(model_dir), config=model)
+    assert {np.asarray(x).dtype for x in jax.tree_util.tree_leaves(params)} == {np.float32}
+    # The trainer recorded the subset loss of its in-memory parameters; the reloaded ones
+    # (identical logits) reproduce it exactly.
+    tok = training.Tokenizer(str(data / "spm.model"))
+    subset, _ = training.make_examples(tok.encode_inputs([s for s, _ in pairs[:4]]),
+                                       tok.encode_targets([t for _, t in pairs[:4]]), 48, True)
+    eval_step = training.make_eval_step(t5.Transformer(model))
+    loss = training.evaluate_loss(eval_step, params, subset, config)
+    assert loss == summary["valid_subset"]["loss_float32"]
+    card = json.loads((export / "model_card.json").read_text())["models"]["run"]
+    assert card["checkpoint"] == "run/checkpoint_3"
+    exported = checkpoints.load_params(str(export / "run"))
+    assert {np.asarray(x).dtype.name for x in jax.tree_util.tree_leaves(exported)} == {"bfloat16"}
+    inputs, targets = next(training.batches(subset, (48,), 96))
+    logits = t5.Transformer(model).apply({"params": params}, inputs,
+                                         training.shift_right(targets), targets)
+    again = t5.Transformer(model).apply(
+        {"params": checkpoints.load_params(str(model_dir / "checkpoint_3"))}, inputs,
+        training.shift_right(targets), targets)
+    np.testing.assert_array_equal(logits, again)
+
+
+def test_flops_per_token_arithmetic():
+    cfg = t5.T5Config(vocab_size=4000, emb_dim=10, num_heads=2, head_dim=8, mlp_dim=32,
+                      num_encoder_layers=1, num_decoder_layers=1,
+                      mlp_activations=("gelu", "linear"), logits_via_embedding=True)
+    f = training.decoder_flops_per_token(cfg, self_len=16, enc_len=20)
+    layer = 6 * 10 * 16 + 3 * 10 * 32 + 2 * 16 * (16 + 20)
+    assert f == {"decoder_layers": 2 * layer, "output_layer": 2 * 10 * 4000,
+                 "total": 2 * (layer + 10 * 4000)}
+
+
+# ------------------------------------------------------------------------------ bundled models
+
+@pytest.mark.parametrize("name", sorted(n for n, e in _card().items() if "checkpoint" in e))
+def test_bundled_model_valid_subset_loss_matches_card(name):
+    entry = _card()[name]
+    config = t5.T5Config(**{k: tuple(v) if isinstance(v, list) else v
+                            for k, v in entry["config"].items()})
+    params = checkpoints.load_params(os.path.join(BUNDLE, entry["checkpoint"]), dtype="float32",
+                                     config=config)
+    n = entry["valid_subset"]["first_n_valid_pairs"]
+    pairs = training.load_pairs(os.path.join(training.MINI_DIR, "valid.tsv"))[:n]
+    tok = training.Tokenizer()
+    examples, _ = training.make_examples(tok.encode_inputs([s for s, _ in pairs]),
+                                         tok.encode_targets([t for _, t in pairs]), 48, True)
+    train_config = training.TrainConfig(steps=1, buckets=(48,), batch_tokens=48 * n)
+    loss = training.evaluate_loss(training.make_eval_step(t5.Transformer(config)), params,
+                                  examples, train_config)
+    assert loss == pytest.approx(entry["valid_subset"]["loss_bfloat16"], abs=2e-3)
+
+
+@pytest.mark.parametrize("name", sorted(n for n, e in _card().items() if "kind" in e))
+def test_bundled_ngram_drafts_load(name):
+    entry = _card()[name]
+    cls = ngram.UnigramDraft if entry["kind"] == "unigram" else ngram.BigramDraft
+    draft = cls.load(os.path.join(BUNDLE, entry["file"]))
+    log_probs = np.asarray(draft.params["log_probs"])
+    assert draft.vocab_size == 4000
+    np.testing.assert_allclose(np.exp(log_probs).sum(-1), 1.0, rtol=1e-4)
+
+
+def test_bundle_fits_the_size_budget():
+    if not os.path.isdir(BUNDLE):
+        pytest.skip("no bundled models")
+    size = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(BUNDLE) for f in fs)
+    assert size <= 25e6, size
