@@ -94,6 +94,7 @@ def test_greedy_identity_with_dynamic_gamma(encdec, confidence):
         assert int(jnp.sum(sp.stats.drafted)) <= 5 * int(jnp.sum(sp.stats.target_calls))
 
 
+@pytest.mark.slow  # the Python loop runs flax op by op: ~30 s on 2 cores
 def test_debug_python_loop_matches_jitted(encdec):
     target, draft = encdec
     inputs = _prompts([5, 2], 5)

@@ -1,5 +1,6 @@
 """T5 model: parameter tree, configs, and the K-token decode mode against the full forward."""
 
+import functools
 import json
 import os
 
@@ -78,6 +79,14 @@ def test_head_dim_derived_when_none():
     assert t5.T5Config(vocab_size=8, emb_dim=12, num_heads=3, head_dim=None).head_dim == 4
 
 
+def _jitted(model):
+    """(full forward, init_cache, extend) of `model`, jitted: eager flax is slow on CPU."""
+    full = jax.jit(model.apply)
+    init = jax.jit(functools.partial(model.apply, method="init_cache"), static_argnums=2)
+    extend = jax.jit(functools.partial(model.apply, method="extend"))
+    return full, init, extend
+
+
 def _chunks(rng, total):
     sizes = []
     while sum(sizes) < total:
@@ -97,12 +106,13 @@ def test_encoder_decoder_chunked_extend_equals_full_forward(logits_via_embedding
         enc[b, :n] = rng.integers(2, 16, n)
     dec = rng.integers(2, 16, (3, 24)).astype(np.int32)
     dec[:, 0] = 0  # BOS
-    full = model.apply(params, enc, dec)
+    apply, init_cache, extend = _jitted(model)
+    full = apply(params, enc, dec)
 
-    cache = model.apply(params, enc, 24, method="init_cache")
+    cache = init_cache(params, enc, 24)
     outs, pos = [], 0
     for k in _chunks(rng, 24):
-        logits, cache = model.apply(params, cache, dec[:, pos:pos + k], method="extend")
+        logits, cache = extend(params, cache, dec[:, pos:pos + k])
         outs.append(logits)
         pos += k
     np.testing.assert_allclose(np.concatenate(outs, 1), full, atol=1e-5)
@@ -114,13 +124,12 @@ def test_encoder_decoder_chunked_extend_equals_full_forward(logits_via_embedding
     cache = t5.rewind(cache, keep)
     outs = []
     for k in (2, 3):
-        logits, cache = model.apply(params, cache, new[:, :k] if not outs else new[:, 2:],
-                                    method="extend")
+        logits, cache = extend(params, cache, new[:, :k] if not outs else new[:, 2:])
         outs.append(logits)
     got = np.concatenate(outs, 1)
     for b in range(3):
         seq = np.concatenate([dec[b, :keep[b]], new[b]])[None]
-        ref = model.apply(params, enc[b:b + 1], seq)[0, keep[b]:]
+        ref = apply(params, enc[b:b + 1], seq)[0, keep[b]:]
         np.testing.assert_allclose(got[b], ref, atol=1e-5)
 
 
@@ -135,20 +144,21 @@ def test_decoder_only_prompts_of_different_lengths():
         prompts[b, :n] = rng.integers(2, 16, n)
     new = rng.integers(2, 16, (3, 9)).astype(np.int32)
 
-    cache = model.apply(params, prompts, 20, method="init_cache")
+    apply, init_cache, extend = _jitted(model)
+    cache = init_cache(params, prompts, 20)
     np.testing.assert_array_equal(cache.lengths, [5, 0, 3])  # [BOS] + prompt[:-1]
     first = np.where(np.array(lengths) > 0, prompts[np.arange(3), np.maximum(lengths, 1) - 1], 0)
     np.testing.assert_array_equal(cache.pending, first)
     feed = np.concatenate([np.asarray(cache.pending)[:, None], new], 1)
     outs, pos = [], 0
     for k in _chunks(rng, feed.shape[1]):
-        logits, cache = model.apply(params, cache, feed[:, pos:pos + k], method="extend")
+        logits, cache = extend(params, cache, feed[:, pos:pos + k])
         outs.append(logits)
         pos += k
     got = np.concatenate(outs, 1)
     for b, n in enumerate(lengths):
         seq = np.concatenate([[0], prompts[b, :n], new[b]])[None]
-        ref = model.apply(params, seq)[0, n:]
+        ref = apply(params, seq)[0, n:]
         np.testing.assert_allclose(got[b], ref, atol=1e-5)
 
 
