@@ -275,12 +275,13 @@ def _autoregressive_impl(model, inputs, rng, *, sampling, max_decode_len, debug=
         return jnp.any(~s.done) & (s.rounds < max_decode_len)
 
     def body(s):
-        rng, step_rng = jax.random.split(s.rng)
         old_len = s.model_state.lengths
         logits, mstate = model.extend(model.params, s.model_state, s.last[:, None])
         if sampling.greedy:
+            rng = s.rng
             token = jnp.argmax(logits[:, 0], axis=-1).astype(jnp.int32)
         else:
+            rng, step_rng = jax.random.split(s.rng)
             token = sampling_lib.sample(step_rng, sampling_lib.adjusted_probs(logits[:, 0], sampling))
         active = ~s.done
         tokens, num_generated, done, _ = _commit(
@@ -349,7 +350,8 @@ class _SpecState:
 def _draft(draft, s: _SpecState, rngs, sampling, gamma, confidence, active):
     """Proposes up to G tokens per row.
 
-    Returns (draft_state, x [B, G], q [B, G, V], num_drafted [B], fed []). A row stops drafting
+    Returns (draft_state, x [B, G], q [B, G, V], num_drafted [B], fed []); for argmax sampling q
+    is `[B, G, 1]` (its max, 1: the one-hot itself is never needed). A row stops drafting
     before x_i (i >= 2) when the draft's top probability for it is below `confidence` (dynamic
     gamma; 0 = always G). The loop exits once every active row has stopped, so stopped rows save
     draft steps; `fed` counts the single-token draft steps run after the first (the draft cache
@@ -364,15 +366,16 @@ def _draft(draft, s: _SpecState, rngs, sampling, gamma, confidence, active):
     logits = jnp.take_along_axis(logits, lag[:, None, None], axis=1)[:, 0]
 
     def propose(logits, rng):
+        if sampling.greedy:  # q would be one-hot at the argmax: keep only its size-1 summary
+            x = jnp.argmax(logits, axis=-1).astype(jnp.int32)
+            return x, jnp.ones(x.shape + (1,), jnp.float32)
         q = sampling_lib.adjusted_probs(logits, sampling)
-        if sampling.greedy:
-            return jnp.argmax(q, axis=-1).astype(jnp.int32), q
         return sampling_lib.sample(rng, q), q
 
-    x1, q1 = propose(logits, rngs[0])
+    x1, q1 = propose(logits, None if rngs is None else rngs[0])
     batch = x1.shape[0]
     x = jnp.zeros((batch, gamma), jnp.int32).at[:, 0].set(x1)
-    q = jnp.zeros((batch, gamma) + q1.shape[1:], q1.dtype).at[:, 0].set(q1)
+    q = jnp.zeros((batch, gamma) + q1.shape[1:], q1.dtype).at[:, 0].set(q1)  # [B, G, V or 1]
     num = jnp.ones((batch,), jnp.int32)
 
     def cond(carry):
@@ -383,7 +386,7 @@ def _draft(draft, s: _SpecState, rngs, sampling, gamma, confidence, active):
         i, dstate, x, q, num, going = carry
         logits, dstate = draft.extend(draft.params, dstate,
                                       jax.lax.dynamic_slice_in_dim(x, i - 1, 1, axis=1))
-        xi, qi = propose(logits[:, 0], rngs[i])
+        xi, qi = propose(logits[:, 0], None if rngs is None else rngs[i])
         going = going & (jnp.max(qi, axis=-1) >= confidence)
         x = jax.lax.dynamic_update_slice_in_dim(x, xi[:, None], i, axis=1)
         q = jax.lax.dynamic_update_slice_in_dim(q, qi[:, None], i, axis=1)
@@ -415,19 +418,24 @@ def _speculative_impl(target, draft, inputs, rng, *, gamma, sampling, max_decode
         return jnp.any(~s.done) & (s.stats.rounds < max_decode_len)
 
     def body(s):
-        rng, draft_rng, accept_rng = jax.random.split(s.rng, 3)
+        if sampling.greedy:  # deterministic: no keys to split
+            rng, draft_rngs, accept_rng = s.rng, None, s.rng
+        else:
+            rng, draft_rng, accept_rng = jax.random.split(s.rng, 3)
+            draft_rngs = jax.random.split(draft_rng, gamma)
         active = ~s.done
         target_len = s.target_state.lengths
 
         dstate, x, q, num_drafted, fed = _draft(
-            draft, s, jax.random.split(draft_rng, gamma), sampling, gamma, draft_confidence,
-            active)
+            draft, s, draft_rngs, sampling, gamma, draft_confidence, active)
         verify_tokens = jnp.concatenate([s.last[:, None], x], axis=1)  # [B, G+1]
         logits, tstate = target.extend(target.params, s.target_state, verify_tokens)
 
         if sampling.greedy:
-            p = jax.nn.softmax(jnp.asarray(logits, jnp.float32), axis=-1)
-            n, t = sampling_lib.speculative_sample(p, q, x, accept_rng, lenience, greedy=True,
+            # At l = 1 only the argmax matters: take it from the logits, as the baseline does.
+            p = (jax.nn.one_hot(jnp.argmax(logits, axis=-1), logits.shape[-1], dtype=jnp.float32)
+                 if lenience == 1.0 else jax.nn.softmax(jnp.asarray(logits, jnp.float32), -1))
+            n, t = sampling_lib.speculative_sample(p, None, x, accept_rng, lenience, greedy=True,
                                                    num_drafted=num_drafted)
             beta = sampling_lib.greedy_accepts(p, x, lenience).astype(jnp.float32)
         else:

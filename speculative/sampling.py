@@ -110,8 +110,21 @@ def adjusted_probs(logits: Array, config: SamplingConfig) -> Array:
 
 
 def sample(rng: Array, probs: Array) -> Array:
-    """Draws one token per row from (possibly unnormalised) probabilities `[..., V]`."""
-    return jax.random.categorical(rng, jnp.log(probs), axis=-1).astype(jnp.int32)
+    """Draws one token per row from (possibly unnormalised) probabilities `[..., V]`.
+
+    Inverse-CDF sampling with one uniform per row: token = the first index whose cumulative
+    weight exceeds `u * total`. A zero-weight token is never drawn (its cumulative weight equals
+    its predecessor's); `u * total` is kept below the total so that rounding cannot run past the
+    last token with weight. One uniform instead of V Gumbels matters on CPUs, where generating
+    random bits for a 32k vocabulary costs more than a small model's step.
+    """
+    probs = jnp.asarray(probs, jnp.float32)
+    cdf = jnp.cumsum(probs, axis=-1)
+    total = cdf[..., -1:]
+    u = jax.random.uniform(rng, total.shape, jnp.float32)
+    threshold = jnp.minimum(u * total, jnp.nextafter(total, 0.0))
+    index = jnp.sum(cdf <= threshold, axis=-1)
+    return jnp.minimum(index, probs.shape[-1] - 1).astype(jnp.int32)
 
 
 def acceptance_rate(p_probs: Array, q_probs: Array, lenience: float = 1.0) -> Array:
@@ -198,7 +211,8 @@ def speculative_sample(
     Args:
       p_probs: `[B, G+1, V]` target's adjusted distributions; `p_probs[:, i]` follows the prefix
         and the drafts `x_1..x_i`.
-      q_probs: `[B, G, V]` the distributions the drafts were sampled from.
+      q_probs: `[B, G, V]` the distributions the drafts were sampled from (may be None with
+        `greedy=True`, which never reads it).
       draft_tokens: `[B, G]` int32 drafts.
       rng: one PRNG key; split here into the accept test's and the correction's sub-keys.
       lenience: l in (0, 1] (paper A.5). 1 is exact speculative sampling.
@@ -215,6 +229,8 @@ def speculative_sample(
       from the residual, or the bonus token when all G drafts were accepted).
     """
     _validate_lenience(lenience)
+    if q_probs is None and greedy:  # argmax acceptance never reads q
+        q_probs = jnp.zeros(draft_tokens.shape + (p_probs.shape[-1],), jnp.float32)
     _validate_shapes(p_probs, q_probs, draft_tokens)
     p_probs = jnp.asarray(p_probs, jnp.float32)
     q_probs = jnp.asarray(q_probs, jnp.float32)

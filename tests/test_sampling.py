@@ -211,3 +211,15 @@ def test_kernel_rejects_bad_lenience_and_mismatched_vocab():
     with pytest.raises(ValueError, match="vocabularies differ"):
         sampling.speculative_sample(p, jnp.ones((1, 1, 5)) / 5, jnp.zeros((1, 1), jnp.int32),
                                     jax.random.PRNGKey(0))
+
+
+def test_sample_matches_weights_and_skips_zeros():
+    """Inverse-CDF sampling: unnormalised weights, zeros (also first/last) never drawn."""
+    weights = np.array([0.0, 3.0, 0.0, 1.0, 0.5, 0.0, 2.0, 0.0])
+    probs = weights / weights.sum()
+    draws = np.asarray(sampling.sample(jax.random.PRNGKey(5),
+                                       jnp.broadcast_to(jnp.asarray(weights), (200_000, 8))))
+    assert _chi2_pvalue(draws, probs) > 1e-6
+    one = np.asarray(sampling.sample(jax.random.PRNGKey(6),
+                                     jnp.broadcast_to(jnp.asarray(_one_hot(8, 7)), (1000, 8))))
+    assert np.all(one == 7)
