@@ -432,12 +432,8 @@ def _speculative_impl(target, draft, inputs, rng, *, gamma, sampling, max_decode
         logits, tstate = target.extend(target.params, s.target_state, verify_tokens)
 
         if sampling.greedy:
-            # At l = 1 only the argmax matters: take it from the logits, as the baseline does.
-            p = (jax.nn.one_hot(jnp.argmax(logits, axis=-1), logits.shape[-1], dtype=jnp.float32)
-                 if lenience == 1.0 else jax.nn.softmax(jnp.asarray(logits, jnp.float32), -1))
-            n, t = sampling_lib.speculative_sample(p, None, x, accept_rng, lenience, greedy=True,
-                                                   num_drafted=num_drafted)
-            beta = sampling_lib.greedy_accepts(p, x, lenience).astype(jnp.float32)
+            n, t, accept = sampling_lib.greedy_verify(logits, x, lenience, num_drafted)
+            beta = accept.astype(jnp.float32)  # deterministic acceptance: beta is 0 or 1
         else:
             p = sampling_lib.adjusted_probs(logits, sampling)
             n, t = sampling_lib.speculative_sample(p, q, x, accept_rng, lenience,

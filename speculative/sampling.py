@@ -171,6 +171,28 @@ def greedy_accepts(p_probs: Array, draft_tokens: Array, lenience: float = 1.0) -
     return accept
 
 
+def greedy_verify(target_logits: Array, draft_tokens: Array, lenience: float = 1.0,
+                  num_drafted: Array | None = None) -> Tuple[Array, Array, Array]:
+    """Argmax speculative decoding from the target's logits `[B, G+1, V]`.
+
+    Returns `(num_accepted [B], next_token [B], accept [B, G])`: the next token is the target's
+    argmax after the accepted drafts (a correction, or the bonus). At l = 1 this needs one argmax
+    over the vocabulary and no softmax, and the argmax is taken from the logits exactly as the
+    autoregressive baseline takes it.
+    """
+    batch, gamma = draft_tokens.shape
+    best = jnp.argmax(target_logits, axis=-1).astype(jnp.int32)  # [B, G+1]
+    if lenience < 1.0:
+        accept = greedy_accepts(jax.nn.softmax(jnp.asarray(target_logits, jnp.float32), -1),
+                                draft_tokens, lenience)
+    else:
+        accept = draft_tokens == best[:, :gamma]
+    if num_drafted is not None:
+        accept &= jnp.arange(gamma)[None] < num_drafted[:, None]
+    n = _leading_accepts(accept)
+    return n, jnp.take_along_axis(best, n[:, None], axis=1)[:, 0], accept
+
+
 def accept_probability(p_x: Array, q_x: Array, lenience: float = 1.0) -> Array:
     """min(1, p(x) / (l q(x))): the chance a draft token x ~ q is kept (paper A.5 for l < 1).
 
@@ -237,12 +259,11 @@ def speculative_sample(
     batch, gamma = draft_tokens.shape
     draft_tokens = draft_tokens.astype(jnp.int32)
 
+    if greedy:  # log p has p's argmax and softmax(log p) = p
+        n, next_token, _ = greedy_verify(jnp.log(p_probs), draft_tokens, lenience, num_drafted)
+        return n, next_token
     drafted = (jnp.ones((batch, gamma), bool) if num_drafted is None
                else jnp.arange(gamma)[None] < num_drafted[:, None])
-    if greedy:
-        n = _leading_accepts(greedy_accepts(p_probs, draft_tokens, lenience) & drafted)
-        target_best = jnp.argmax(p_probs, axis=-1).astype(jnp.int32)  # [B, G+1]
-        return n, jnp.take_along_axis(target_best, n[:, None], axis=1)[:, 0]
 
     accept_rng, residual_rng = jax.random.split(rng)
     p_x = jnp.take_along_axis(p_probs[:, :gamma], draft_tokens[..., None], axis=-1)[..., 0]
