@@ -520,7 +520,8 @@ def _compare(baseline: Sequence[float], speculative: Sequence[float]) -> Dict[st
 def benchmark_setting(target, drafts: Sequence[Any], batches: Sequence[np.ndarray], *,
                       sampling: SamplingConfig, gammas: Sequence[int], max_decode_len: int,
                       repeats: int, lenience: float, seed: int,
-                      costs: Dict[str, Any]) -> List[Dict[str, Any]]:
+                      costs: Dict[str, Any], draft_confidence: float = 0.0
+                      ) -> List[Dict[str, Any]]:
     """Times the baseline and every gamma on `batches` (interleaved); one entry per gamma.
 
     `drafts[i]` drafts for `batches[i]` (the same model, or synthetic drafts with distinct seeds).
@@ -536,7 +537,8 @@ def benchmark_setting(target, drafts: Sequence[Any], batches: Sequence[np.ndarra
     def speculative(gamma):
         return lambda: [decoding.speculative_decode(
             target, draft, x, rng=k, gamma=gamma, sampling=sampling,
-            max_decode_len=max_decode_len, lenience=lenience)
+            max_decode_len=max_decode_len, lenience=lenience,
+            draft_confidence=draft_confidence)
             for draft, x, k in zip(drafts, batches, keys)]
 
     programs = {"baseline": baseline, **{g: speculative(g) for g in gammas}}
@@ -620,6 +622,7 @@ def run(
     top_k: int = 0,
     top_p: float = 1.0,
     lenience: float = 1.0,
+    draft_confidence: float = 0.0,
     max_decode_len: int = 64,
     input_length: int = 64,
     task: Optional[str] = None,
@@ -647,6 +650,8 @@ def run(
       gammas, batch_sizes: lists of ints >= 1.
       temperatures: floats >= 0 (0 = argmax) sharing `top_k`/`top_p`, or `SamplingConfig`s.
       lenience: speculative_decode's lenience (1 = exact).
+      draft_confidence: dynamic gamma (speculative_decode): a row stops drafting when the
+        draft's top probability falls below it; 0 = always draft gamma tokens.
       max_decode_len, input_length: decode length N and encoder input / prompt length L_in.
       task / tsv_path (+ spm_path, default the mini corpus vocabulary), split: where inputs come
         from (`speculative.tasks`); neither = random token ids.
@@ -702,6 +707,7 @@ def run(
         "decoder_only": decoder_only,
         "synthetic_acceptance": synthetic_acceptance,
         "lenience": lenience,
+        "draft_confidence": draft_confidence,
         "gammas": gammas,
         "batch_sizes": batch_sizes,
         "samplings": [sampling_dict(s) for s in samplings],
@@ -726,7 +732,7 @@ def run(
             runs.extend(benchmark_setting(
                 target, drafts, batches, sampling=sampling, gammas=gammas,
                 max_decode_len=max_decode_len, repeats=repeats, lenience=lenience, seed=seed,
-                costs=cost))
+                costs=cost, draft_confidence=draft_confidence))
             print(format_table(runs[-len(gammas):]), flush=True)
 
     results = {"schema": SCHEMA, "config": config, "environment": environment(),

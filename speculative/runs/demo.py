@@ -59,7 +59,7 @@ def run(*, num_sentences: int = 8, gamma: Optional[int] = None, temperature: flo
         gamma = max(gammas, key=lambda g: theory.speedup(alpha, g, costs["c"],
                                                          costs["verify_cost"][g]))
     result = benchmark.benchmark_setting(
-        target, draft, batches, sampling=sampling, gammas=[gamma],
+        target, [draft] * len(batches), batches, sampling=sampling, gammas=[gamma],
         max_decode_len=max_decode_len, repeats=repeats, lenience=1.0, seed=seed,
         costs=costs)[0]
 

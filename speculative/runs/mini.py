@@ -29,8 +29,11 @@ PREFIX = "translate English to German: "
 
 
 def available() -> bool:
-    """Whether the trained models are bundled (they are, in a full checkout)."""
-    return os.path.exists(os.path.join(MODELS_DIR, "model_card.json"))
+    """Whether the trained target and at least one draft are bundled (a full checkout)."""
+    if not os.path.exists(os.path.join(MODELS_DIR, "model_card.json")):
+        return False
+    models = model_card().get("models", {})
+    return TARGET in models and len(models) > 1
 
 
 def model_card() -> dict:

@@ -116,9 +116,9 @@ def run(output_dir: str = "results/mini", num_alpha_tokens: int = 10_000,
         for t in TEMPERATURES:
             gamma = best_gamma(table3[name][str(t)]["alpha"], costs[name], gammas)
             run_ = benchmark.benchmark_setting(
-                target, drafts[name], bench_batches, sampling=SamplingConfig(t), gammas=[gamma],
-                max_decode_len=MAX_DECODE_LEN, repeats=repeats, lenience=1.0, seed=seed,
-                costs=costs[name])[0]
+                target, [drafts[name]] * len(bench_batches), bench_batches,
+                sampling=SamplingConfig(t), gammas=[gamma], max_decode_len=MAX_DECODE_LEN,
+                repeats=repeats, lenience=1.0, seed=seed, costs=costs[name])[0]
             table2.append(_row(run_, draft=name, temperature=t))
             print(table2[-1]["draft"], t, gamma, round(run_["speedup"], 2), flush=True)
     results["table2"] = table2
@@ -126,9 +126,9 @@ def run(output_dir: str = "results/mini", num_alpha_tokens: int = 10_000,
     best = max(t5_drafts, key=lambda n: max(r["speedup"] for r in table2
                                             if r["draft"] == n and r["temperature"] == 0.0))
     sweep = benchmark.benchmark_setting(
-        target, drafts[best], bench_batches, sampling=SamplingConfig(0.0), gammas=list(gammas),
-        max_decode_len=MAX_DECODE_LEN, repeats=repeats, lenience=1.0, seed=seed,
-        costs=costs[best])
+        target, [drafts[best]] * len(bench_batches), bench_batches, sampling=SamplingConfig(0.0),
+        gammas=list(gammas), max_decode_len=MAX_DECODE_LEN, repeats=repeats, lenience=1.0,
+        seed=seed, costs=costs[best])
     results["sweep"] = {"draft": best, "runs": [_row(r) for r in sweep]}
     plots.plot_speedup_vs_gamma(results["sweep"]["runs"],
                                 os.path.join(output_dir, "speedup_vs_gamma.png"))
