@@ -62,10 +62,10 @@ def config(name: str) -> t5.T5Config:
 def load(name: str, param_dtype: str = "float32") -> decoding.DecodeModel:
     """A bundled model as a DecodeModel: T5 checkpoints, or n-gram drafts stored as .npz."""
     entry = _entry(name)
-    if "ngram" in entry:
+    if not is_t5(name):
         from speculative.models import ngram  # pylint: disable=g-import-not-at-top
 
-        cls = {"unigram": ngram.UnigramDraft, "bigram": ngram.BigramDraft}[entry["ngram"]]
+        cls = {"unigram": ngram.UnigramDraft, "bigram": ngram.BigramDraft}[entry["kind"]]
         return cls.load(os.path.join(MODELS_DIR, entry["file"]))
     from speculative.runs import models  # pylint: disable=g-import-not-at-top
 
@@ -73,12 +73,21 @@ def load(name: str, param_dtype: str = "float32") -> decoding.DecodeModel:
                              param_dtype=param_dtype)
 
 
+def is_t5(name: str) -> bool:
+    """T5 checkpoints have a config; n-gram drafts are `.npz` files of a `kind`."""
+    return "kind" not in _entry(name)
+
+
 def drafts() -> List[str]:
     return sorted(n for n in model_card()["models"] if n != TARGET)
 
 
+def t5_drafts() -> List[str]:
+    return [n for n in drafts() if is_t5(n)]
+
+
 def best_draft() -> str:
-    """The draft the card names as best (highest measured speedup), else the highest alpha."""
+    """The draft the card names as best, else the T5 draft with the highest alpha at T=0."""
     card = model_card()
     if card.get("best_draft"):
         return card["best_draft"]
@@ -87,7 +96,7 @@ def best_draft() -> str:
         alphas = _entry(name).get("alpha") or [{"alpha": -1.0}]
         return alphas[0]["alpha"]
 
-    return max(drafts(), key=alpha_t0)
+    return max(t5_drafts(), key=alpha_t0)
 
 
 def test_pairs(num: Optional[int] = None, split: str = "test") -> List[Tuple[str, str]]:

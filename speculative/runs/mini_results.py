@@ -91,7 +91,7 @@ def run(output_dir: str = "results/mini", num_alpha_tokens: int = 10_000,
     target = mini.load(mini.TARGET)
     names = mini.drafts()
     drafts = {name: mini.load(name) for name in names}
-    t5_drafts = [n for n in names if "ngram" not in mini.model_card()["models"][n]]
+    t5_drafts = mini.t5_drafts()
     bench_batches = source_batches(num_sentences, 1)
     results = {"settings": {"num_alpha_tokens": num_alpha_tokens, "num_sentences":
                             len(bench_batches), "repeats": repeats, "gammas": list(gammas),
