@@ -23,11 +23,10 @@ Distillation (`distill_targets`): the target model translates the training sourc
 those outputs replace the references, so a draft learns to imitate the target's argmax (the
 quantity alpha at temperature 0 measures).
 
-Compute cost (`decoder_flops_per_token`): per generated token, decoder multiply-adds are
-`L_dec * (4 E I + 2 E I + 3 E F [2 E F for one activation] + 2 I (l_self + l_enc)) + E V`
-(self-attention q/k/v/o, cross-attention q/o, gated MLP, attention scores and weighted sum over
-l_self cached and l_enc encoder positions, output layer); FLOPs are twice that. The cross-attention
-keys/values are projected once per sentence and are not counted per token.
+Cost (`decoder_flops_per_token`): multiply-adds per generated token are `L_dec * (6 E I + 3 E F
++ 2 I (l_self + l_enc)) + E V` (self-attention q/k/v/o and cross-attention q/o projections, gated
+MLP, attention over l_self cached and l_enc encoder positions, output layer); FLOPs are twice
+that. Cross-attention keys/values are projected once per sentence, so they are not counted.
 
 Shape legend: B batch, L length, V vocab, E embed, I = heads * head_dim, F mlp_dim.
 """
@@ -35,6 +34,7 @@ Shape legend: B batch, L length, V vocab, E embed, I = heads * head_dim, F mlp_d
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import math
 import os
@@ -85,12 +85,12 @@ class TrainConfig:
     """
 
     steps: int
-    batch_tokens: int = 2048
-    buckets: Tuple[int, ...] = (16, 24, 32, 48)
+    batch_tokens: int = 1024
+    buckets: Tuple[int, ...] = (12, 16, 20, 24, 32, 48)
     truncate: bool = False
     optimizer: str = "adafactor"
     learning_rate: float = 2e-2
-    warmup_steps: int = 200
+    warmup_steps: int = 100
     decay: str = "cosine"
     final_lr_fraction: float = 0.1
     weight_decay: float = 0.0
@@ -99,19 +99,18 @@ class TrainConfig:
     z_loss: float = 1e-4
 
     def __post_init__(self):
-        buckets = tuple(int(b) for b in self.buckets)
-        if not buckets or list(buckets) != sorted(set(buckets)) or buckets[0] < 2:
-            raise ValueError(f"TrainConfig.buckets={self.buckets!r}: give ascending lengths >= 2.")
-        object.__setattr__(self, "buckets", buckets)
-        if self.batch_tokens < buckets[-1]:
-            raise ValueError(f"TrainConfig.batch_tokens={self.batch_tokens} is smaller than the "
-                             f"longest bucket {buckets[-1]}; raise it.")
-        if self.optimizer not in ("adamw", "adafactor"):
-            raise ValueError(f"TrainConfig.optimizer={self.optimizer!r}: use 'adamw' or 'adafactor'.")
-        if self.decay not in ("cosine", "rsqrt", "constant"):
-            raise ValueError(f"TrainConfig.decay={self.decay!r}: use 'cosine', 'rsqrt' or 'constant'.")
-        if not 0.0 <= self.label_smoothing < 1.0:
-            raise ValueError(f"TrainConfig.label_smoothing={self.label_smoothing} must be in [0, 1).")
+        b = tuple(int(x) for x in self.buckets)
+        object.__setattr__(self, "buckets", b)
+        for field, ok, fix in (
+                ("buckets", b and list(b) == sorted(set(b)) and b[0] >= 2, "ascending, >= 2"),
+                ("batch_tokens", b and self.batch_tokens >= b[-1], "at least the last bucket"),
+                ("optimizer", self.optimizer in ("adamw", "adafactor"), "'adafactor' or 'adamw'"),
+                ("decay", self.decay in ("cosine", "rsqrt", "constant"),
+                 "'cosine', 'rsqrt' or 'constant'"),
+                ("label_smoothing", 0.0 <= self.label_smoothing < 1.0, "in [0, 1)")):
+            if not ok:
+                raise ValueError(f"TrainConfig.{field}={getattr(self, field)!r} is invalid: use "
+                                 f"{fix}.")
 
     @property
     def max_length(self) -> int:
@@ -154,10 +153,8 @@ class Tokenizer:
     def decode(self, ids) -> str:
         """Ids up to the first EOS (or padding) -> text."""
         ids = [int(i) for i in ids]
-        for stop in (EOS_ID, PAD_ID):
-            if stop in ids:
-                ids = ids[:ids.index(stop)]
-        return self.sp.decode(ids)
+        return self.sp.decode(ids[:next((k for k, i in enumerate(ids) if i in (EOS_ID, PAD_ID)),
+                                        len(ids))])
 
 
 def _fit(ids: Sequence[int], max_len: int, truncate: bool) -> Optional[np.ndarray]:
@@ -169,14 +166,10 @@ def _fit(ids: Sequence[int], max_len: int, truncate: bool) -> Optional[np.ndarra
 def make_examples(inputs: Sequence[Sequence[int]], targets: Sequence[Sequence[int]],
                   max_length: int, truncate: bool = False) -> Tuple[List[Example], int]:
     """Pairs of id lists (each ending in EOS) -> (examples, how many were dropped)."""
-    examples, dropped = [], 0
-    for x, y in zip(inputs, targets):
-        x, y = _fit(x, max_length, truncate), _fit(y, max_length, truncate)
-        if x is None or y is None:
-            dropped += 1
-        else:
-            examples.append((x, y))
-    return examples, dropped
+    fitted = [(_fit(x, max_length, truncate), _fit(y, max_length, truncate))
+              for x, y in zip(inputs, targets)]
+    examples = [(x, y) for x, y in fitted if x is not None and y is not None]
+    return examples, len(fitted) - len(examples)
 
 
 def tokenize_pairs(pairs, tokenizer: Tokenizer, config: TrainConfig) -> Tuple[List[Example], int]:
@@ -196,15 +189,6 @@ def pad_rows(rows: Sequence[np.ndarray], length: int, num_rows: Optional[int] = 
     return out
 
 
-def bucket_of(example: Example, buckets: Sequence[int]) -> int:
-    """Index of the smallest bucket holding both sides of `example`."""
-    n = max(len(example[0]), len(example[1]))
-    for i, b in enumerate(buckets):
-        if n <= b:
-            return i
-    raise ValueError(f"An example of length {n} exceeds the largest bucket {buckets[-1]}.")
-
-
 def batches(examples: Sequence[Example], buckets: Sequence[int], batch_tokens: int, *,
             rng: Optional[np.random.Generator] = None) -> Iterator[Tuple[np.ndarray, np.ndarray]]:
     """One pass over `examples` as padded `(inputs [B, L], targets [B, L])` batches.
@@ -214,8 +198,12 @@ def batches(examples: Sequence[Example], buckets: Sequence[int], batch_tokens: i
     buckets; without it, buckets come in order with examples in their original order.
     """
     groups = [[] for _ in buckets]
-    for i, ex in enumerate(examples):
-        groups[bucket_of(ex, buckets)].append(i)
+    for i, (x, y) in enumerate(examples):
+        b = int(np.searchsorted(buckets, max(len(x), len(y))))  # smallest bucket >= length
+        if b == len(buckets):
+            raise ValueError(f"Example {i} has {max(len(x), len(y))} tokens, more than the "
+                             f"largest bucket {buckets[-1]}; drop or truncate it first.")
+        groups[b].append(i)
     plan = []
     for b, idx in enumerate(groups):
         idx = np.asarray(idx, np.int64)
@@ -369,7 +357,8 @@ def _decode_batches(inputs: Sequence[np.ndarray], batch_size: int, length: int):
 
 
 def greedy_decode(module: t5.Transformer, params, inputs: Sequence[np.ndarray], *,
-                  max_decode_len: int, input_length: int, batch_size: int = 256) -> List[np.ndarray]:
+                  max_decode_len: int, input_length: int,
+                  batch_size: int = 256) -> List[np.ndarray]:
     """Greedy (temperature 0) outputs for each input, ids up to and including EOS.
 
     Inputs are padded to `input_length` and batched to `batch_size` rows, so the decode loop
@@ -379,7 +368,8 @@ def greedy_decode(module: t5.Transformer, params, inputs: Sequence[np.ndarray], 
     outputs: List[Optional[np.ndarray]] = [None] * len(inputs)
     for idx, batch in _decode_batches(inputs, batch_size, input_length):
         result = decoding.autoregressive_decode(
-            model, batch, rng=jax.random.PRNGKey(0), sampling=sampling_lib.SamplingConfig(0.0),
+            model, batch, rng=jax.random.PRNGKey(0),  # unused: argmax needs no randomness
+            sampling=sampling_lib.SamplingConfig(0.0),
             max_decode_len=max_decode_len)
         tokens, lengths = np.asarray(result.tokens), np.asarray(result.lengths)
         for row, i in enumerate(idx):
@@ -404,54 +394,54 @@ def distill_targets(module, params, examples: Sequence[Example], max_length: int
     """Sequence-level distillation data: each input with the target model's greedy output.
 
     Outputs that hit `max_length` without EOS get EOS as their last token. With `cache_path`
-    (an .npz), outputs are read from there when it exists (same inputs) and written otherwise.
+    (an .npz), outputs are read from there if it was written for the same inputs and target
+    parameters, and written otherwise.
     """
-    inputs = [x for x, _ in examples]
+    inputs = pad_rows([x for x, _ in examples], max_length)
+    teacher = np.asarray([float(np.sum(np.abs(np.asarray(p, np.float64))))
+                          for p in jax.tree_util.tree_leaves(params)])  # parameter fingerprint
     if cache_path and os.path.exists(cache_path):
         with np.load(cache_path) as data:
-            flat_in, flat_out = data["inputs"], data["outputs"]
-            in_split, out_split = np.cumsum(data["input_lengths"])[:-1], np.cumsum(
-                data["output_lengths"])[:-1]
-        cached_in = np.split(flat_in, in_split)
-        if len(cached_in) == len(inputs) and all(np.array_equal(a, b)
-                                                 for a, b in zip(cached_in, inputs)):
-            logging.info("Distillation targets read from %s", cache_path)
-            return list(zip(inputs, np.split(flat_out, out_split)))
-        logging.warning("%s holds other inputs; decoding again.", cache_path)
-    outputs = greedy_decode(module, params, inputs, max_decode_len=max_length,
+            if np.array_equal(data["inputs"], inputs) and np.array_equal(data["teacher"], teacher):
+                logging.info("Distillation targets read from %s", cache_path)
+                return [(x, o[:np.count_nonzero(o)].astype(np.int32))
+                        for (x, _), o in zip(examples, data["outputs"])]
+        logging.warning("%s was written for other inputs or parameters; decoding again.",
+                        cache_path)
+    outputs = greedy_decode(module, params, [x for x, _ in examples], max_decode_len=max_length,
                             input_length=max_length)
     outputs = [o if len(o) and o[-1] == EOS_ID else np.append(o[:max_length - 1], EOS_ID)
                .astype(np.int32) for o in outputs]
     if cache_path:
         os.makedirs(os.path.dirname(os.path.abspath(cache_path)), exist_ok=True)
-        np.savez(cache_path, inputs=np.concatenate(inputs), outputs=np.concatenate(outputs),
-                 input_lengths=[len(x) for x in inputs], output_lengths=[len(o) for o in outputs])
-    return list(zip(inputs, outputs))
+        np.savez_compressed(cache_path, inputs=inputs, teacher=teacher,
+                            outputs=pad_rows(outputs, max_length))
+    return [(x, o) for (x, _), o in zip(examples, outputs)]
 
 
 def draft_alpha(target: decoding.DecodeModel, draft: decoding.DecodeModel,
-                inputs: Sequence[np.ndarray], *, temperature: float, gamma: int, rng: Array,
-                max_decode_len: int, input_length: int, batch_size: int = 256) -> dict:
-    """Alpha (mean beta, Leviathan et al. §3.1) of `draft` against `target`, measured by
-    `speculative_decode` on `inputs`; plus tokens per target call."""
-    beta, tested, generated, calls = 0.0, 0, 0, 0
-    for k, (idx, batch) in enumerate(_decode_batches(inputs, batch_size, input_length)):
-        stats = decoding.speculative_decode(
-            target, draft, batch, rng=jax.random.fold_in(rng, k), gamma=gamma,
-            sampling=sampling_lib.SamplingConfig(temperature), max_decode_len=max_decode_len).stats
-        rows = len(idx)  # the filler rows (copies) are left out of the counts
-        beta += float(np.sum(np.asarray(stats.beta_sum)[:rows]))
-        tested += int(np.sum(np.asarray(stats.tested)[:rows]))
-        generated += int(np.sum(np.asarray(stats.generated)[:rows]))
-        calls += int(np.sum(np.asarray(stats.target_calls)[:rows]))
-    return {"alpha": beta / max(tested, 1), "tokens_per_target_call": generated / max(calls, 1),
-            "temperature": temperature, "gamma": gamma, "sentences": len(inputs)}
-
-
-def _alphas(target, draft, inputs, rng, gamma: int, max_len: int) -> List[dict]:
-    return [draft_alpha(target, draft, inputs, temperature=temp, gamma=gamma,
-                        rng=jax.random.fold_in(rng, k), max_decode_len=max_len,
-                        input_length=max_len) for k, temp in enumerate((0.0, 1.0))]
+                inputs: Sequence[np.ndarray], *, rng: Array, gamma: int, max_length: int,
+                temperatures=(0.0, 1.0), batch_size: int = 256) -> List[dict]:
+    """Alpha (mean beta, Leviathan et al. §3.1) of `draft` against `target` at each temperature,
+    from `speculative_decode` stats on `inputs` (padded to `max_length`, also the decode limit);
+    plus generated tokens per target call."""
+    results = []
+    for t, temperature in enumerate(temperatures):
+        beta, tested, generated, calls = 0.0, 0, 0, 0
+        for k, (idx, batch) in enumerate(_decode_batches(inputs, batch_size, max_length)):
+            stats = decoding.speculative_decode(
+                target, draft, batch, rng=jax.random.fold_in(jax.random.fold_in(rng, t), k),
+                gamma=gamma, sampling=sampling_lib.SamplingConfig(temperature),
+                max_decode_len=max_length).stats
+            rows = len(idx)  # the filler rows (copies) are left out of the counts
+            beta += float(np.sum(np.asarray(stats.beta_sum)[:rows]))
+            tested += int(np.sum(np.asarray(stats.tested)[:rows]))
+            generated += int(np.sum(np.asarray(stats.generated)[:rows]))
+            calls += int(np.sum(np.asarray(stats.target_calls)[:rows]))
+        results.append({"alpha": beta / max(tested, 1), "temperature": temperature,
+                        "tokens_per_target_call": generated / max(calls, 1), "gamma": gamma,
+                        "sentences": len(inputs)})
+    return results
 
 
 def decoder_flops_per_token(config: t5.T5Config, self_len: int = 16, enc_len: int = 20) -> dict:
@@ -467,28 +457,50 @@ def num_params(params) -> int:
     return int(sum(np.size(x) for x in jax.tree_util.tree_leaves(params)))
 
 
-# ---------------------------------------------------------------------------------- run function
+# ---------------------------------------------------------------------------------- run functions
+
+def _write_json(path: str, obj) -> None:
+    with open(path, "w") as f:
+        json.dump(obj, f, indent=1, sort_keys=True)
+
+
+def _update_card(export_dir: str, name: str, entry: dict) -> None:
+    """Merges `entry` into `<export_dir>/model_card.json` under `models/<name>`."""
+    path = os.path.join(export_dir, "model_card.json")
+    card = {}
+    if os.path.exists(path):
+        with open(path) as f:
+            card = json.load(f)
+    card.setdefault("models", {})[name] = entry
+    _write_json(path, card)
+
+
+def _load_target(target_model: t5.T5Config, target_checkpoint: str):
+    params = checkpoints.load_params(target_checkpoint, dtype="float32", config=target_model)
+    return t5.Transformer(target_model), params
+
 
 def train(*, model: t5.T5Config, model_dir: str, config: TrainConfig, seed: int,
           name: Optional[str] = None, data_dir: Optional[str] = None, eval_every: int = 500,
           log_every: int = 50, bleu_sentences: Optional[int] = None,
           max_train_pairs: Optional[int] = None, distill: bool = False,
-          distill_pairs: Optional[int] = None,
+          distill_pairs: Optional[int] = None, distill_cache: Optional[str] = None,
           target_model: Optional[t5.T5Config] = None, target_checkpoint: Optional[str] = None,
-          distill_cache: Optional[str] = None, alpha_sentences: int = 256, alpha_gamma: int = 4,
-          card_subset: int = 64, export_dir: Optional[str] = None,
-          export_dtype: str = "bfloat16", gin_config: Optional[str] = None) -> dict:
+          alpha_sentences: int = 256, alpha_gamma: int = 4, card_subset: int = 64,
+          export_dir: Optional[str] = None, export_dtype: str = "bfloat16",
+          gin_config: Optional[str] = None) -> dict:
     """Trains `model` on the corpus in `data_dir` (default: the bundled one); returns a summary.
 
-    Writes to `model_dir`: `config.gin` (when `gin_config` is given), `metrics.jsonl` (train and
-    valid loss every `eval_every` steps), the float32 checkpoint `checkpoint_<steps>` (T5X legacy)
-    and `summary.json`. With `target_model` and `target_checkpoint` the trained model is measured
-    as a draft of that target (alpha at temperatures 0 and 1 on the first `alpha_sentences` valid
-    sentences, gamma `alpha_gamma`); with `distill=True` it is also trained on the target's greedy
-    translations of the training sources (a random `distill_pairs` of them, if set) instead of
-    the references. With `export_dir`, the final
-    parameters are also saved there in `export_dtype` as `<export_dir>/<name>/checkpoint_<steps>`
-    and the summary is merged into `<export_dir>/model_card.json` under `name`.
+    Writes to `model_dir`: `config.gin` (`gin_config`, if given), `metrics.jsonl` (train loss
+    over the last `eval_every` steps and valid loss), the float32 T5X checkpoint
+    `checkpoint_<steps>`, `valid_greedy.txt` and `summary.json`. With `target_model` and
+    `target_checkpoint`, the model is measured as a draft of that target (alpha at temperatures
+    0 and 1 on the first `alpha_sentences` valid sentences, gamma `alpha_gamma`); `distill=True`
+    also trains it on the target's greedy translations of the training sources (a random
+    `distill_pairs` of them, if set) instead of the references. With `export_dir`, the final
+    parameters are also saved in `export_dtype` as `<export_dir>/<name>/checkpoint_<steps>` and
+    the summary goes into `<export_dir>/model_card.json` under `name` (default: the basename
+    of `model_dir`).
     """
     start = time.time()
     name = name or os.path.basename(os.path.normpath(model_dir))
@@ -500,25 +512,21 @@ def train(*, model: t5.T5Config, model_dir: str, config: TrainConfig, seed: int,
     tokenizer = Tokenizer(os.path.join(data_dir, "spm.model"))
     if model.vocab_size != tokenizer.vocab_size:
         raise ValueError(f"Model vocab_size={model.vocab_size} but the vocabulary in {data_dir} "
-                         f"has {tokenizer.vocab_size} pieces; set vocab_size={tokenizer.vocab_size}.")
+                         f"has {tokenizer.vocab_size} pieces; set vocab_size="
+                         f"{tokenizer.vocab_size}.")
     if distill and not (target_model and target_checkpoint):
         raise ValueError("distill=True needs target_model and target_checkpoint (the teacher).")
     max_len = config.max_length
-    train_pairs = load_pairs(os.path.join(data_dir, "train.tsv"))[:max_train_pairs]
     valid_pairs = load_pairs(os.path.join(data_dir, "valid.tsv"))
-    train_ex, dropped = tokenize_pairs(train_pairs, tokenizer, config)
+    train_ex, dropped = tokenize_pairs(
+        load_pairs(os.path.join(data_dir, "train.tsv"))[:max_train_pairs], tokenizer, config)
     valid_ex, valid_dropped = tokenize_pairs(valid_pairs, tokenizer, config)
-    subset_ex, _ = make_examples(tokenizer.encode_inputs([s for s, _ in valid_pairs[:card_subset]]),
-                                 tokenizer.encode_targets([t for _, t in valid_pairs[:card_subset]]),
-                                 max_len, truncate=True)
+    subset_ex, _ = tokenize_pairs(valid_pairs[:card_subset], tokenizer,
+                                  dataclasses.replace(config, truncate=True))
     logging.info("train: %d pairs (%d longer than %d dropped); valid: %d (%d dropped)",
                  len(train_ex), dropped, max_len, len(valid_ex), valid_dropped)
-
     module = t5.Transformer(model)
-    teacher = None
-    if target_model is not None and target_checkpoint:
-        teacher = (t5.Transformer(target_model),
-                   checkpoints.load_params(target_checkpoint, dtype="float32", config=target_model))
+    teacher = _load_target(target_model, target_checkpoint) if target_checkpoint else None
     if distill:
         t0 = time.time()
         if distill_pairs:  # greedy decoding costs ~15 ms per sentence for mini_target on CPU
@@ -528,109 +536,86 @@ def train(*, model: t5.T5Config, model_dir: str, config: TrainConfig, seed: int,
         logging.info("distillation targets: %.0f s", time.time() - t0)
 
     optimizer = make_optimizer(config)
-    rng = jax.random.PRNGKey(seed)
-    init_rng, dropout_rng, alpha_rng = jax.random.split(rng, 3)
+    init_rng, dropout_rng, alpha_rng = jax.random.split(jax.random.PRNGKey(seed), 3)
     state = init_state(module, optimizer, init_rng)
     train_step, eval_step = make_train_step(module, optimizer, config), make_eval_step(module)
     data_rng = np.random.default_rng(seed)
-
-    def forever():
-        while True:
-            yield from batches(train_ex, config.buckets, config.batch_tokens, rng=data_rng)
-
-    log = open(os.path.join(model_dir, "metrics.jsonl"), "w")
-    stream, sums, window = forever(), [], []
+    stream = (b for _ in itertools.count()  # endless epochs, reshuffled each time
+              for b in batches(train_ex, config.buckets, config.batch_tokens, rng=data_rng))
+    pending, window, record = [], [], {}
     train_start = last_log = time.time()
-    record = {}
-    for step in range(1, config.steps + 1):
-        inputs, targets = next(stream)
-        state, metrics = train_step(state, inputs, targets, dropout_rng)
-        sums.append(metrics)
-        if step % log_every == 0 or step == config.steps:
-            got = jax.device_get(sums)
-            window.extend(got)
-            sums = []
-            tokens = sum(m["tokens"] for m in got)
-            now = time.time()
-            logging.info("step %d  train_ce %.4f  %.0f target tok/s  %.0f s", step,
-                         sum(m["ce"] for m in got) / tokens, tokens / max(1e-9, now - last_log),
-                         now - train_start)
-            last_log = now
-        if step % eval_every == 0 or step == config.steps:
-            tokens = sum(m["tokens"] for m in window)
-            record = {"step": step, "train_loss": float(sum(m["ce"] for m in window) / tokens),
-                      "valid_loss": evaluate_loss(eval_step, state.params, valid_ex, config),
-                      "elapsed_s": time.time() - train_start}
-            window = []
-            log.write(json.dumps(record) + "\n")
-            log.flush()
-            logging.info("eval %s", record)
+    with open(os.path.join(model_dir, "metrics.jsonl"), "w") as log:
+        for step in range(1, config.steps + 1):
+            state, metrics = train_step(state, *next(stream), dropout_rng)
+            pending.append(metrics)
+            if step % log_every == 0 or step == config.steps:
+                got, pending, now = jax.device_get(pending), [], time.time()
+                window += got
+                tokens = sum(m["tokens"] for m in got)
+                logging.info("step %d  train_ce %.4f  %.0f target tok/s  %.0f s", step,
+                             sum(m["ce"] for m in got) / tokens, tokens / (now - last_log),
+                             now - train_start)
+                last_log = now
+            if step % eval_every == 0 or step == config.steps:
+                record = {"step": step, "train_loss": float(
+                    sum(m["ce"] for m in window) / sum(m["tokens"] for m in window)),
+                          "valid_loss": evaluate_loss(eval_step, state.params, valid_ex, config),
+                          "elapsed_s": time.time() - train_start}
+                window = []
+                log.write(json.dumps(record) + "\n")
+                log.flush()
+                logging.info("eval %s", record)
     train_s = time.time() - train_start
     params = jax.device_get(state.params)
     checkpoints.save_t5x(params, model_dir, step=config.steps, overwrite=True)
 
     bleu_pairs = valid_pairs[:bleu_sentences] if bleu_sentences else valid_pairs
-    t0 = time.time()
     bleu_score, hyps = bleu(module, params, bleu_pairs, tokenizer, max_len)
     with open(os.path.join(model_dir, "valid_greedy.txt"), "w", encoding="utf-8") as f:
         f.write("\n".join(hyps) + "\n")
-    logging.info("valid BLEU %.2f on %d sentences (%.0f s)", bleu_score, len(bleu_pairs),
-                 time.time() - t0)
+    logging.info("valid BLEU %.2f on %d sentences", bleu_score, len(bleu_pairs))
+    flops = decoder_flops_per_token(model)
     summary = {
-        "name": name, "config": dataclasses.asdict(model), "train_config": dataclasses.asdict(config),
-        "params": num_params(params), "decoder_flops_per_token": decoder_flops_per_token(model),
-        "steps": config.steps, "seed": seed, "distilled": distill,
-        "train_pairs": len(train_ex), "train_dropped": dropped, "train_wall_s": round(train_s, 1),
-        "final_train_loss": record["train_loss"], "final_valid_loss": record["valid_loss"],
-        "valid_bleu": bleu_score, "bleu_sentences": len(bleu_pairs),
+        "name": name, "config": dataclasses.asdict(model),
+        "train_config": dataclasses.asdict(config),
+        "params": num_params(params), "decoder_flops_per_token": flops, "steps": config.steps,
+        "seed": seed, "distilled": distill, "train_pairs": len(train_ex), "train_dropped": dropped,
+        "train_wall_s": round(train_s, 1), "final_train_loss": record["train_loss"],
+        "final_valid_loss": record["valid_loss"], "valid_bleu": bleu_score,
+        "bleu_sentences": len(bleu_pairs),
         "valid_subset": {"first_n_valid_pairs": card_subset, "truncate": True,
                          "loss_float32": evaluate_loss(eval_step, params, subset_ex, config)},
     }
     if teacher is not None:
-        inputs = [x for x, _ in valid_ex[:alpha_sentences]]
-        summary["alpha"] = _alphas(decoding.EncoderDecoderModel(*teacher),
-                                   decoding.EncoderDecoderModel(module, params), inputs, alpha_rng,
-                                   alpha_gamma, max_len)
-        target_flops = decoder_flops_per_token(target_model)["total"]
-        summary["flops_ratio_to_target"] = summary["decoder_flops_per_token"]["total"] / target_flops
+        summary["alpha"] = draft_alpha(
+            decoding.EncoderDecoderModel(*teacher), decoding.EncoderDecoderModel(module, params),
+            [x for x, _ in valid_ex[:alpha_sentences]], rng=alpha_rng, gamma=alpha_gamma,
+            max_length=max_len)
+        summary["flops_ratio_to_target"] = flops["total"] / decoder_flops_per_token(
+            target_model)["total"]
         logging.info("alpha %s", summary["alpha"])
     summary["total_wall_s"] = round(time.time() - start, 1)
     if export_dir:
         exported = jax.tree_util.tree_map(lambda x: np.asarray(x, export_dtype), params)
         path = checkpoints.save_t5x(exported, os.path.join(export_dir, name), step=config.steps,
                                     overwrite=True)
-        subset_loss = evaluate_loss(eval_step, checkpoints.load_params(path, dtype="float32"),
-                                    subset_ex, config)
-        summary["valid_subset"]["loss_" + export_dtype] = subset_loss
+        summary["valid_subset"]["loss_" + export_dtype] = evaluate_loss(
+            eval_step, checkpoints.load_params(path, dtype="float32"), subset_ex, config)
         summary["checkpoint"] = os.path.relpath(path, export_dir)
         _update_card(export_dir, name, summary)
-    with open(os.path.join(model_dir, "summary.json"), "w") as f:
-        json.dump(summary, f, indent=1, sort_keys=True)
+    _write_json(os.path.join(model_dir, "summary.json"), summary)
     return summary
-
-
-def _update_card(export_dir: str, name: str, entry: dict) -> None:
-    """Merges `entry` into `<export_dir>/model_card.json` under `models/<name>`."""
-    path = os.path.join(export_dir, "model_card.json")
-    card = {}
-    if os.path.exists(path):
-        with open(path) as f:
-            card = json.load(f)
-    card.setdefault("models", {})[name] = entry
-    with open(path, "w") as f:
-        json.dump(card, f, indent=1, sort_keys=True)
 
 
 def fit_ngram_drafts(*, export_dir: str, target_model: t5.T5Config, target_checkpoint: str,
                      seed: int, model_dir: str, data_dir: Optional[str] = None,
-                     max_length: int = 48,
-                     smoothing: float = 0.01, alpha_sentences: int = 256,
+                     max_length: int = 48, smoothing: float = 0.01, alpha_sentences: int = 256,
                      alpha_gamma: int = 4, gin_config: Optional[str] = None) -> dict:
     """Fits unigram and bigram drafts (models/ngram.py) on the tokenized training references
-    (target side, EOS included; pairs longer than `max_length` dropped), saves them as
-    `<export_dir>/mini_{unigram,bigram}.npz` (compressed; `ngram.*Draft.load` reads them) and
-    records their alpha against the target in `model_card.json`, as `train` does for drafts;
-    `model_dir` gets `config.gin` and `summary.json`."""
+    (target side, EOS included; pairs over `max_length` dropped), saves them compressed as
+    `<export_dir>/mini_{unigram,bigram}.npz` (`ngram.*Draft.load` reads them) and records them,
+    with their alpha against the target, in `model_card.json`; `model_dir` gets `config.gin`
+    and `summary.json`."""
     from speculative.models import ngram  # pylint: disable=g-import-not-at-top
 
     data_dir = data_dir or MINI_DIR
@@ -639,15 +624,16 @@ def fit_ngram_drafts(*, export_dir: str, target_model: t5.T5Config, target_check
     train_ex, dropped = tokenize_pairs(load_pairs(os.path.join(data_dir, "train.tsv")),
                                        tokenizer, config)
     valid_ex, _ = tokenize_pairs(load_pairs(os.path.join(data_dir, "valid.tsv")), tokenizer, config)
-    target = decoding.EncoderDecoderModel(t5.Transformer(target_model), checkpoints.load_params(
-        target_checkpoint, dtype="float32", config=target_model))
-    inputs = [x for x, _ in valid_ex[:alpha_sentences]]
+    target = decoding.EncoderDecoderModel(*_load_target(target_model, target_checkpoint))
     os.makedirs(export_dir, exist_ok=True)
+    os.makedirs(model_dir, exist_ok=True)
+    if gin_config is not None:
+        with open(os.path.join(model_dir, "config.gin"), "w") as f:
+            f.write(gin_config)
     summaries = {}
     for k, (kind, fit) in enumerate((("unigram", ngram.fit_unigram), ("bigram", ngram.fit_bigram))):
-        start = time.time()
+        start, name = time.time(), f"mini_{kind}"
         draft = fit([y for _, y in train_ex], tokenizer.vocab_size, smoothing)
-        name = f"mini_{kind}"
         path = os.path.join(export_dir, name + ".npz")
         np.savez_compressed(path, kind=np.asarray(kind),
                             log_probs=np.asarray(draft.params["log_probs"], np.float32))
@@ -655,15 +641,11 @@ def fit_ngram_drafts(*, export_dir: str, target_model: t5.T5Config, target_check
             "name": name, "kind": kind, "file": os.path.basename(path), "smoothing": smoothing,
             "params": num_params(draft.params), "train_pairs": len(train_ex),
             "train_dropped": dropped, "fit_wall_s": round(time.time() - start, 1),
-            "alpha": _alphas(target, type(draft).load(path), inputs,
-                             jax.random.fold_in(jax.random.PRNGKey(seed), k), alpha_gamma,
-                             max_length)}
+            "alpha": draft_alpha(target, type(draft).load(path),
+                                 [x for x, _ in valid_ex[:alpha_sentences]],
+                                 rng=jax.random.fold_in(jax.random.PRNGKey(seed), k),
+                                 gamma=alpha_gamma, max_length=max_length)}
         logging.info("%s: %s", name, summaries[name])
         _update_card(export_dir, name, summaries[name])
-    os.makedirs(model_dir, exist_ok=True)
-    if gin_config is not None:
-        with open(os.path.join(model_dir, "config.gin"), "w") as f:
-            f.write(gin_config)
-    with open(os.path.join(model_dir, "summary.json"), "w") as f:
-        json.dump(summaries, f, indent=1, sort_keys=True)
+    _write_json(os.path.join(model_dir, "summary.json"), summaries)
     return summaries
