@@ -480,6 +480,12 @@ def measure_costs(target, draft, inputs: np.ndarray, gammas: Sequence[int], *,
     }
 
 
+def best_gamma(alpha: float, costs: Dict[str, Any], gammas: Sequence[int]) -> int:
+    """The gamma in `gammas` that Theorem 3.8 favours, with the measured c and verify cost of
+    `costs` (from `measure_costs`, which must cover every gamma)."""
+    return max(gammas, key=lambda g: theory.speedup(alpha, g, costs["c"], costs["verify_cost"][g]))
+
+
 def _merge_stats(results: Sequence[decoding.DecodeResult]) -> Dict[str, Any]:
     """DecodeStats totals over several batches."""
     def total(name, axis=None):

@@ -16,7 +16,7 @@ from typing import Optional
 import jax
 import numpy as np
 
-from speculative import decoding, theory
+from speculative import decoding
 from speculative.models import t5
 from speculative.runs import benchmark, mini, models
 from speculative.sampling import SamplingConfig
@@ -56,8 +56,7 @@ def run(*, num_sentences: int = 8, gamma: Optional[int] = None, temperature: flo
                                             rng=jax.random.PRNGKey(seed), gamma=4,
                                             sampling=sampling, max_decode_len=max_decode_len)
         alpha = min(probe.stats.alpha, 1.0)
-        gamma = max(gammas, key=lambda g: theory.speedup(alpha, g, costs["c"],
-                                                         costs["verify_cost"][g]))
+        gamma = benchmark.best_gamma(alpha, costs, gammas)
     result = benchmark.benchmark_setting(
         target, [draft] * len(batches), batches, sampling=sampling, gammas=[gamma],
         max_decode_len=max_decode_len, repeats=repeats, lenience=1.0, seed=seed,

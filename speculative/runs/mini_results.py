@@ -30,7 +30,6 @@ from typing import Dict, List, Optional, Sequence
 import jax
 import numpy as np
 
-from speculative import theory
 from speculative.runs import alpha as alpha_lib
 from speculative.runs import benchmark, mini, plots
 from speculative.sampling import SamplingConfig
@@ -62,11 +61,6 @@ def measure_alpha(target, draft, temperature: float, num_tokens: int, seed: int)
         rng=jax.random.PRNGKey(seed))
     stats = alpha_lib.beta_statistics(betas)
     return {k: stats[k] for k in ("alpha", "se_cluster", "num_tokens", "lag1_autocorrelation")}
-
-
-def best_gamma(alpha: float, costs: Dict, gammas: Sequence[int]) -> int:
-    """Theorem 3.8 with the measured c and verify cost, maximised over `gammas`."""
-    return max(gammas, key=lambda g: theory.speedup(alpha, g, costs["c"], costs["verify_cost"][g]))
 
 
 def _row(run: Dict, **extra) -> Dict:
@@ -114,7 +108,7 @@ def run(output_dir: str = "results/mini", num_alpha_tokens: int = 10_000,
     table2 = []
     for name in t5_drafts:
         for t in TEMPERATURES:
-            gamma = best_gamma(table3[name][str(t)]["alpha"], costs[name], gammas)
+            gamma = benchmark.best_gamma(table3[name][str(t)]["alpha"], costs[name], gammas)
             run_ = benchmark.benchmark_setting(
                 target, [drafts[name]] * len(bench_batches), bench_batches,
                 sampling=SamplingConfig(t), gammas=[gamma], max_decode_len=MAX_DECODE_LEN,
