@@ -142,6 +142,32 @@ def expected_tokens(alpha: ArrayLike, gamma: ArrayLike):
     return _out(_expected_tokens(_alpha(alpha), _gamma(gamma)))
 
 
+def expected_rounds(alpha: float, gamma: int, num_tokens: int) -> float:
+    """Expected rounds of Algorithm 1 until a sequence holds `num_tokens` tokens.
+
+    Eq. (1) gives the mean yield of one round; a finite sequence also pays for its last round,
+    which may emit more tokens than the sequence still needs (the rest are cut at EOS). Under the
+    i.i.d. model a round emits k tokens with probability alpha^(k-1) (1 - alpha) for k <= gamma
+    and alpha^gamma for k = gamma + 1, so with r(m) the expected rounds to emit at least m tokens,
+
+      r(m) = 1 + sum_k P(k) r(m - k),   r(m <= 0) = 0,
+
+    computed exactly in O(num_tokens * gamma). r(n) ~ n / E[#tokens] for large n; r(1) = 1.
+    """
+    a = float(_alpha(alpha))
+    g = int(_gamma(gamma))
+    if isinstance(num_tokens, bool) or not isinstance(num_tokens, (int, np.integer)) \
+            or num_tokens < 0:
+        raise ValueError(f"num_tokens={num_tokens!r} is invalid: give the sequence length in "
+                         "tokens, an int >= 0.")
+    n = int(num_tokens)
+    probs = [a ** (k - 1) * (1.0 - a) for k in range(1, g + 1)] + [a ** g]
+    r = np.zeros(n + 1)
+    for m in range(1, n + 1):
+        r[m] = 1.0 + sum(p * r[max(m - k, 0)] for k, p in enumerate(probs, start=1))
+    return float(r[n])
+
+
 def memory_access_factor(alpha: ArrayLike, gamma: ArrayLike):
     """Factor by which reads of the target's weights and KV cache shrink ([L] §3.4).
 

@@ -101,10 +101,64 @@ def test_benchmark_gin_identical_draft(tmp_path, tiny_gin):
         run["timings"]["baseline"]["median_s"] / run["timings"]["speculative"]["median_s"])
     assert run["predicted_speedup"] == pytest.approx(
         theory.speedup(1.0, gamma, run["c"], run["verify_cost"]))
+    # The decode-loop prediction (LOOP_ROUNDS defaults to 32): at alpha = 1 each batch costs its
+    # start-up plus ceil(longest / (gamma + 1)) rounds.
+    loop = run["loop_costs"]
+    assert loop["num_rounds"] == 32 and loop["baseline_step_s"] > 0
+    assert loop["speculative_round_s"] > 0 and loop["speculative_init_s"] > 0
+    assert loop["round_cost"] == pytest.approx(loop["speculative_round_s"]
+                                               / loop["baseline_step_s"])
+    longest = max(rows["generated"])
+    assert run["predicted_walltime"]["speculative_s"] == pytest.approx(
+        loop["speculative_init_s"] + math.ceil(longest / (gamma + 1))
+        * loop["speculative_round_s"])
+    assert run["predicted_walltime"]["baseline_s"] == pytest.approx(
+        loop["baseline_init_s"] + longest * loop["baseline_step_s"])
+    assert run["measured_over_predicted_loop"] == pytest.approx(
+        run["speedup"] / run["predicted_speedup_loop"])
     [cost] = data["costs"]
     assert cost["c"] > 0 and set(cost["verify_cost"]) == {str(gamma)}
     assert set(cost["step_spread_s"]) == {"target", "draft", str(gamma)}
     assert cost["from_min"]["c"] > 0 and set(cost["from_min"]["verify_cost"]) == {str(gamma)}
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_loop_rounds_runs_full_rounds(temperature):
+    """`_loop_rounds` runs the real loop body exactly num_rounds times, each a full round at the
+    start of the sequence (rewound, no row done), whatever the acceptance."""
+    target = models.load_model(_cfg(), None, seed=0)
+    inputs = next(benchmark.input_batches(2, vocab_size=16, input_length=L_IN, seed=0))
+    sampling = SamplingConfig(temperature=temperature)
+    kw = dict(sampling=sampling, max_decode_len=N)
+    rng = jax.random.PRNGKey(0)
+    s = benchmark._loop_rounds(target, target, inputs, rng, gamma=3, num_rounds=5, **kw)
+    assert int(s.stats.rounds) == 5
+    np.testing.assert_array_equal(s.stats.target_calls, [5, 5])
+    # Draft == target accepts every draft: 3 per round, and nothing is ever committed for good.
+    np.testing.assert_array_equal(s.stats.accepted, [15, 15])
+    np.testing.assert_array_equal(s.num_generated, [0, 0])
+    np.testing.assert_array_equal(s.target_state.lengths, [0, 0])
+    base = benchmark._loop_rounds(target, None, inputs, rng, gamma=None, num_rounds=7, **kw)
+    assert int(base.rounds) == 7
+    np.testing.assert_array_equal(base.calls, [7, 7])
+    start = benchmark._loop_rounds(target, target, inputs, rng, gamma=3, num_rounds=0, **kw)
+    assert int(start.stats.rounds) == 0
+    costs = benchmark.measure_loop_costs(target, target, inputs, [1, 3], sampling=sampling,
+                                         max_decode_len=N, num_rounds=4, repeats=3, seed=0)
+    assert costs["baseline_step_s"] > 0 and set(costs["round_cost"]) == {1, 3}
+    assert all(v > 0 for v in costs["speculative_round_s"].values())
+
+
+def test_predict_walltime_known_answer():
+    costs = {"baseline_init_s": 2.0, "baseline_step_s": 1.0,
+             "speculative_init_s": {2: 3.0}, "speculative_round_s": {2: 2.5},
+             "round_cost": {2: 2.5}}
+    out = benchmark.predict_walltime(0.5, 2, costs, [10, 4], [10, 5])
+    assert out["baseline_s"] == pytest.approx(2 * 2.0 + 14 * 1.0)
+    rounds = theory.expected_rounds(0.5, 2, 10) + theory.expected_rounds(0.5, 2, 5)
+    assert out["speculative_s"] == pytest.approx(2 * 3.0 + 2.5 * rounds)
+    assert out["speedup"] == pytest.approx(out["baseline_s"] / out["speculative_s"])
+    assert out["speedup_per_token"] == pytest.approx(theory.expected_tokens(0.5, 2) / 2.5)
 
 
 def test_synthetic_acceptance_gives_requested_alpha(tmp_path):
@@ -137,6 +191,7 @@ def test_synthetic_acceptance_gives_requested_alpha(tmp_path):
     (dict(temperatures=[-1.0]), "temperature=-1.0"),
     (dict(batch_sizes=[0]), "batch_sizes holds 0"),
     (dict(synthetic_acceptance=1.5), "synthetic_acceptance=1.5"),
+    (dict(loop_rounds=-1), "loop_rounds=-1"),
 ])
 def test_bad_benchmark_config_raises(tmp_path, override, message):
     kwargs = dict(target_model=_cfg(), draft_model=_cfg(), output_dir=str(tmp_path))

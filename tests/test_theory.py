@@ -269,6 +269,28 @@ def test_oracle_matches_monte_carlo():
     )
 
 
+def test_expected_rounds_known_answers_and_monte_carlo():
+    # alpha = 0: one token per round; alpha = 1: gamma + 1 per round (the last may overshoot).
+    assert theory.expected_rounds(0.0, 3, 10) == 10.0
+    assert theory.expected_rounds(1.0, 3, 10) == 3.0  # ceil(10 / 4)
+    assert theory.expected_rounds(0.6, 4, 0) == 0.0
+    assert theory.expected_rounds(0.6, 4, 1) == 1.0
+    # gamma = 1, n = 2: one round if the draft is accepted, else two.
+    assert theory.expected_rounds(0.3, 1, 2) == pytest.approx(0.3 * 1 + 0.7 * 2)
+    # Long sequences: n / Eq. 1 plus a bounded overshoot term.
+    n = 2000
+    ratio = theory.expected_rounds(0.7, 3, n) * theory.expected_tokens(0.7, 3) / n
+    assert ratio == pytest.approx(1.0, abs=2e-3)
+    # Monte Carlo of Algorithm 1's round yields under the i.i.d. model.
+    rng = np.random.default_rng(0)
+    alpha, gamma, tokens = 0.65, 3, 13
+    accepted = np.minimum(rng.geometric(1.0 - alpha, size=(100_000, tokens)) - 1, gamma)
+    reached = np.cumsum(accepted + 1, axis=1) >= tokens
+    rounds = np.argmax(reached, axis=1) + 1
+    assert theory.expected_rounds(alpha, gamma, tokens) == pytest.approx(rounds.mean(),
+                                                                         rel=5e-3)
+
+
 def test_oracle_is_upper_bound_on_fixed_gamma():
     alphas = np.linspace(0.0, 0.99, 34)[:, None]
     cs = np.array([0.0, 0.01, 0.05, 0.2, 0.5, 1.0])[None, :]
@@ -314,6 +336,8 @@ def test_oracle_gain_typical_values():
         (lambda: theory.optimal_gamma_table([0.5], [0.01], max_gamma=-4), "-4"),
         (lambda: theory.oracle_dynamic_gamma_speedup(1.01, 0.1), "1.01"),
         (lambda: theory.oracle_gain_over_fixed(0.8, -0.5), "-0.5"),
+        (lambda: theory.expected_rounds(0.5, 3, -2), "num_tokens=-2"),
+        (lambda: theory.expected_rounds(1.5, 3, 10), "1.5"),
     ],
 )
 def test_bad_inputs_raise(call, bad):

@@ -42,7 +42,7 @@ JSON schema (`benchmark.json`; NaN and infinities are written as null):
                   weights), decoder_only, synthetic_acceptance, lenience, gammas, batch_sizes,
                   samplings [{temperature, top_k, top_p}], max_decode_len, input_length,
                   inputs {source: "random"|"task", task, split, num_batches}, repeats,
-                  cost_steps, seed
+                  cost_steps, loop_rounds, seed
     environment   device, device_kind, platform, device_count, jax_version, jaxlib_version,
                   python_version, cpu_count, time (UTC, ISO 8601)
     costs         one per batch size: {batch_size, target_step_s, draft_step_s, c,
@@ -70,6 +70,13 @@ JSON schema (`benchmark.json`; NaN and infinities are written as null):
       predicted_speedup      theory.speedup(alpha, gamma, c, verify_cost)
       predicted_speedup_paper  the same with verify_cost = 1 (Theorem 3.8 as printed)
       measured_over_predicted  speedup / predicted_speedup
+      (with loop_rounds > 0:)
+      loop_costs             measure_loop_costs for this gamma: baseline_init_s, baseline_step_s,
+                             speculative_init_s, speculative_round_s, round_cost, num_rounds
+      predicted_walltime     predict_walltime: {baseline_s, speculative_s, speedup,
+                             speedup_per_token}
+      predicted_speedup_loop       predicted_walltime.speedup
+      measured_over_predicted_loop speedup / predicted_speedup_loop
 
 Shape legend: B batch, L length, K chunk, G gamma, V vocab, N max_decode_len.
 """
@@ -480,6 +487,117 @@ def measure_costs(target, draft, inputs: np.ndarray, gammas: Sequence[int], *,
     }
 
 
+@functools.partial(jax.jit, static_argnames=("gamma", "sampling", "max_decode_len",
+                                             "num_rounds"))
+def _loop_rounds(target, draft, inputs, rng, *, gamma: Optional[int], sampling: SamplingConfig,
+                 max_decode_len: int, num_rounds: int):
+    """The decode program itself (init + loop body), run for exactly `num_rounds` iterations.
+
+    `gamma=None` is the baseline loop (`draft` unused), else the speculative loop. After each
+    iteration the caches are rewound to their initial lengths and no row is done, so every
+    iteration does the work of one full round (one step) at the start of the sequence, whatever
+    was accepted; the tokens fed stay data-dependent, as in the real loop.
+    """
+    if gamma is None:
+        init, _, body = decoding._autoregressive_loop(
+            target, inputs, rng, sampling=sampling, max_decode_len=max_decode_len)
+
+        def reset(s):
+            return s.replace(model_state=target.rewind(s.model_state, init.model_state.lengths),
+                             num_generated=init.num_generated, done=init.done)
+    else:
+        init, _, body = decoding._speculative_loop(
+            target, draft, inputs, rng, gamma=gamma, sampling=sampling,
+            max_decode_len=max_decode_len)
+
+        def reset(s):
+            return s.replace(
+                target_state=target.rewind(s.target_state, init.target_state.lengths),
+                draft_state=draft.rewind(s.draft_state, init.draft_state.lengths),
+                lag=init.lag, prev=init.prev, num_generated=init.num_generated, done=init.done)
+
+    return jax.lax.fori_loop(0, num_rounds, lambda _, s: reset(body(s)), init)
+
+
+def _loop_cost_programs(target, draft, inputs, gammas: Sequence[int], *,
+                       sampling: SamplingConfig, max_decode_len: int, num_rounds: int,
+                       seed: int) -> Dict[Any, Callable[[], Any]]:
+    """Thunks of `_loop_rounds` with 0 and `num_rounds` iterations, for the baseline (gamma
+    None) and every gamma; keys ("loop", gamma, iterations)."""
+    x = jnp.asarray(inputs, jnp.int32)
+    rng = jax.random.PRNGKey(seed)
+    return {("loop", g, n): functools.partial(
+                _loop_rounds, target, draft, x, rng, gamma=g, sampling=sampling,
+                max_decode_len=max_decode_len, num_rounds=n)
+            for g in [None] + list(gammas) for n in (0, num_rounds)}
+
+
+def _loop_costs(times: Dict[Any, Sequence[float]], gammas: Sequence[int], *, batch_size: int,
+                sampling: SamplingConfig, num_rounds: int) -> Dict[str, Any]:
+    """`measure_loop_costs`' dict from the timings of `_loop_cost_programs`."""
+    med = {k: float(np.median(t)) for k, t in times.items()
+           if isinstance(k, tuple) and k[0] == "loop"}
+
+    def per_round(g):
+        # Paired per repeat (the two programs run next to each other in every round), then the
+        # median: drifts in machine speed cancel within a pair.
+        pairs = np.asarray(times[("loop", g, num_rounds)]) - np.asarray(times[("loop", g, 0)])
+        return max(float(np.median(pairs)), 0.0) / num_rounds
+
+    step = per_round(None)
+    return {
+        "batch_size": batch_size,
+        "sampling": sampling_dict(sampling),
+        "num_rounds": num_rounds,
+        "baseline_init_s": med[("loop", None, 0)],
+        "baseline_step_s": step,
+        "speculative_init_s": {g: med[("loop", g, 0)] for g in gammas},
+        "speculative_round_s": {g: per_round(g) for g in gammas},
+        "round_cost": {g: per_round(g) / step for g in gammas},
+    }
+
+
+def measure_loop_costs(target, draft, inputs: np.ndarray, gammas: Sequence[int], *,
+                       sampling: SamplingConfig, max_decode_len: int, num_rounds: int,
+                       repeats: int, seed: int) -> Dict[str, Any]:
+    """Costs of the decode programs themselves, for `predict_walltime`.
+
+    Theorem 3.8 prices a round as gamma draft steps + one verify call, each timed alone. The
+    real loops also pay the sampling kernel, commits, rewinds and the encoder (or prefill) once
+    per sequence, and XLA schedules a model call inside the loop differently from a bare loop of
+    calls. Here each program is timed as compiled for decoding: `_loop_rounds` with 0 and with
+    `num_rounds` iterations, interleaved; the 0-iteration program is the per-sequence start-up
+    (encoders, caches), and the difference / num_rounds is the cost of one iteration.
+    `benchmark_setting(loop_rounds=...)` times the same programs interleaved with the decoders.
+    """
+    programs = _loop_cost_programs(target, draft, inputs, gammas, sampling=sampling,
+                                   max_decode_len=max_decode_len, num_rounds=num_rounds,
+                                   seed=seed)
+    _, times, _ = interleaved(programs, repeats)
+    return _loop_costs(times, gammas, batch_size=int(inputs.shape[0]), sampling=sampling,
+                       num_rounds=num_rounds)
+
+
+def predict_walltime(alpha: float, gamma: int, loop_costs: Dict[str, Any],
+                     baseline_lengths: Sequence[int], speculative_lengths: Sequence[int]
+                     ) -> Dict[str, float]:
+    """Walltime of both decoders over a set of batches, predicted from `measure_loop_costs`.
+
+    A batch costs its start-up plus one loop iteration per step: the baseline runs as many
+    steps as its longest row has tokens; the speculative loop runs `theory.expected_rounds`
+    (the i.i.d. model at `alpha`) for its longest row. `*_lengths` are those longest rows, one
+    per batch. Returns the predicted seconds and their ratio (`speedup`); `speedup_per_token`
+    is the long-sequence limit, Eq. 1 / round cost (Theorem 3.8 with in-loop costs).
+    """
+    base = sum(loop_costs["baseline_init_s"] + n * loop_costs["baseline_step_s"]
+               for n in baseline_lengths)
+    spec = sum(loop_costs["speculative_init_s"][gamma] + theory.expected_rounds(alpha, gamma, n)
+               * loop_costs["speculative_round_s"][gamma] for n in speculative_lengths)
+    return {"baseline_s": base, "speculative_s": spec, "speedup": base / spec,
+            "speedup_per_token": theory.expected_tokens(alpha, gamma)
+            / loop_costs["round_cost"][gamma]}
+
+
 def best_gamma(alpha: float, costs: Dict[str, Any], gammas: Sequence[int]) -> int:
     """The gamma in `gammas` that Theorem 3.8 favours, with the measured c and verify cost of
     `costs` (from `measure_costs`, which must cover every gamma)."""
@@ -526,11 +644,14 @@ def _compare(baseline: Sequence[float], speculative: Sequence[float]) -> Dict[st
 def benchmark_setting(target, drafts: Sequence[Any], batches: Sequence[np.ndarray], *,
                       sampling: SamplingConfig, gammas: Sequence[int], max_decode_len: int,
                       repeats: int, lenience: float, seed: int,
-                      costs: Dict[str, Any], draft_confidence: float = 0.0
-                      ) -> List[Dict[str, Any]]:
+                      costs: Dict[str, Any], draft_confidence: float = 0.0,
+                      loop_rounds: int = 0) -> List[Dict[str, Any]]:
     """Times the baseline and every gamma on `batches` (interleaved); one entry per gamma.
 
     `drafts[i]` drafts for `batches[i]` (the same model, or synthetic drafts with distinct seeds).
+    With `loop_rounds > 0` the programs of `measure_loop_costs` (on `batches[0]`, that many
+    iterations) join the same interleaved rounds, so the costs and the speedup they predict
+    (`predict_walltime`) come from the same minutes of machine time as the measured speedup.
     """
     keys = [jax.random.fold_in(jax.random.PRNGKey(seed), i) for i in range(len(batches))]
     batches = [jnp.asarray(b, jnp.int32) for b in batches]
@@ -548,7 +669,14 @@ def benchmark_setting(target, drafts: Sequence[Any], batches: Sequence[np.ndarra
             for draft, x, k in zip(drafts, batches, keys)]
 
     programs = {"baseline": baseline, **{g: speculative(g) for g in gammas}}
+    if loop_rounds:
+        programs.update(_loop_cost_programs(
+            target, drafts[0], batches[0], gammas, sampling=sampling,
+            max_decode_len=max_decode_len, num_rounds=loop_rounds, seed=seed))
     first, times, outputs = interleaved(programs, repeats)
+    loop_costs = (_loop_costs(times, gammas, batch_size=int(batches[0].shape[0]),
+                              sampling=sampling, num_rounds=loop_rounds)
+                  if loop_rounds else None)
 
     def timing(name):
         out = spread(times[name])
@@ -593,6 +721,17 @@ def benchmark_setting(target, drafts: Sequence[Any], batches: Sequence[np.ndarra
             "predicted_speedup_paper": theory.speedup(alpha, g, c) if ok else float("nan"),
             "measured_over_predicted": speedup / predicted if ok else float("nan"),
         })
+        if loop_costs is not None and ok:
+            walltime = predict_walltime(
+                alpha, g, loop_costs,
+                [int(np.max(r.lengths)) for r in outputs["baseline"]],
+                [int(np.max(r.lengths)) for r in outputs[g]])
+            runs[-1].update({
+                "loop_costs": {k: (v[g] if isinstance(v, dict) and g in v else v)
+                               for k, v in loop_costs.items()},
+                "predicted_walltime": walltime,
+                "predicted_speedup_loop": walltime["speedup"],
+                "measured_over_predicted_loop": speedup / walltime["speedup"]})
     return runs
 
 
@@ -638,6 +777,7 @@ def run(
     num_batches: int = 1,
     repeats: int = 5,
     cost_steps: int = 16,
+    loop_rounds: int = 32,
     synthetic_acceptance: Optional[float] = None,
     decoder_only: bool = False,
     param_dtype: Optional[str] = None,
@@ -664,6 +804,8 @@ def run(
       num_batches: input batches per timed repeat (each batch size).
       repeats: timed repeats per program after the compiling first call.
       cost_steps: extend calls per timing of the cost model.
+      loop_rounds: iterations of the decode-loop cost programs (`measure_loop_costs`), timed
+        in the same interleaved rounds as the decoders; 0 = skip that prediction.
       synthetic_acceptance: None, or a float in [0, 1]: use `SyntheticDraft` (module docstring).
       decoder_only: build `t5.DecoderOnly` models (inputs are prompts).
       param_dtype: cast loaded parameters (e.g. 'bfloat16').
@@ -682,6 +824,9 @@ def run(
                         ("num_batches", num_batches), ("repeats", repeats),
                         ("cost_steps", cost_steps)):
         positive_ints([value], name, "an int >= 1")
+    if isinstance(loop_rounds, bool) or not isinstance(loop_rounds, int) or loop_rounds < 0:
+        raise ValueError(f"loop_rounds={loop_rounds!r} is invalid: give an int >= 0 (0 skips the "
+                         "decode-loop cost prediction; 32 is typical).")
     if synthetic_acceptance is not None:
         synthetic_acceptance = check_acceptance(synthetic_acceptance)
     elif draft_model is None:
@@ -724,6 +869,7 @@ def run(
                    "num_batches": num_batches},
         "repeats": repeats,
         "cost_steps": cost_steps,
+        "loop_rounds": loop_rounds,
         "seed": seed,
     }
     costs, runs = [], []
@@ -738,7 +884,7 @@ def run(
             runs.extend(benchmark_setting(
                 target, drafts, batches, sampling=sampling, gammas=gammas,
                 max_decode_len=max_decode_len, repeats=repeats, lenience=lenience, seed=seed,
-                costs=cost, draft_confidence=draft_confidence))
+                costs=cost, draft_confidence=draft_confidence, loop_rounds=loop_rounds))
             print(format_table(runs[-len(gammas):]), flush=True)
 
     results = {"schema": SCHEMA, "config": config, "environment": environment(),
