@@ -81,7 +81,8 @@ def plot_speedup_vs_gamma(runs: Sequence[Mapping[str, Any]], path: str) -> str:
 
     Args:
       runs: dicts with keys `gamma`, `speedup` (measured) and
-        `predicted_speedup` (Thm. 3.8 from measured alpha, c, verify cost).
+        `predicted_speedup` (Thm. 3.8 from measured alpha, c, verify cost); with
+        `predicted_speedup_loop` in every entry, the decode-loop prediction is drawn too.
       path: output PNG path.
     """
     missing = [
@@ -97,6 +98,9 @@ def plot_speedup_vs_gamma(runs: Sequence[Mapping[str, Any]], path: str) -> str:
     fig, ax = plt.subplots(figsize=(5.5, 4))
     ax.plot(gamma, [r["speedup"] for r in runs], "o-", label="measured")
     ax.plot(gamma, [r["predicted_speedup"] for r in runs], "s--", label="predicted (Thm. 3.8)")
+    if all("predicted_speedup_loop" in r for r in runs):
+        ax.plot(gamma, [r["predicted_speedup_loop"] for r in runs], "^:",
+                label="predicted (decode-loop costs)")
     ax.axhline(1.0, color="gray", lw=0.8)
     ax.set(xlabel=r"$\gamma$", ylabel="speedup over autoregressive", title=r"Speedup vs. $\gamma$")
     ax.grid(True, alpha=0.3)
