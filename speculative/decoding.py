@@ -262,8 +262,7 @@ class _ARState:
     calls: Array  # [B]
 
 
-def _autoregressive_loop(model, inputs, rng, *, sampling, max_decode_len):
-    """(initial state, cond, body) of the baseline loop; one body call = one target step."""
+def _autoregressive_impl(model, inputs, rng, *, sampling, max_decode_len, debug=False):
     batch = inputs.shape[0]
     state = model.init(model.params, inputs, _cache_len(model, inputs, max_decode_len, 0))
     init = _ARState(
@@ -295,13 +294,6 @@ def _autoregressive_loop(model, inputs, rng, *, sampling, max_decode_len):
             num_generated=num_generated, done=done, rng=rng, rounds=s.rounds + 1,
             calls=s.calls + active.astype(jnp.int32))
 
-    return init, cond, body
-
-
-def _autoregressive_impl(model, inputs, rng, *, sampling, max_decode_len, debug=False):
-    batch = inputs.shape[0]
-    init, cond, body = _autoregressive_loop(model, inputs, rng, sampling=sampling,
-                                            max_decode_len=max_decode_len)
     s = (_python_while if debug else jax.lax.while_loop)(cond, body, init)
     zeros = jnp.zeros((batch,), jnp.int32)
     stats = DecodeStats(
@@ -405,9 +397,8 @@ def _draft(draft, s: _SpecState, rngs, sampling, gamma, confidence, active):
     return dstate, x, q, num, fed - 1
 
 
-def _speculative_loop(target, draft, inputs, rng, *, gamma, sampling, max_decode_len,
-                      lenience=1.0, draft_confidence=0.0):
-    """(initial state, cond, body) of the speculative loop; one body call = one round."""
+def _speculative_impl(target, draft, inputs, rng, *, gamma, sampling, max_decode_len,
+                      lenience=1.0, draft_confidence=0.0, debug=False):
     batch = inputs.shape[0]
     tstate = target.init(target.params, inputs, _cache_len(target, inputs, max_decode_len, gamma))
     dstate = draft.init(draft.params, inputs, _cache_len(draft, inputs, max_decode_len, gamma))
@@ -481,14 +472,6 @@ def _speculative_loop(target, draft, inputs, rng, *, gamma, sampling, max_decode
             lag=jnp.where(advance, n > fed, s.lag), tokens=tokens,
             num_generated=num_generated, done=done, rng=rng, stats=stats)
 
-    return init, cond, body
-
-
-def _speculative_impl(target, draft, inputs, rng, *, gamma, sampling, max_decode_len,
-                      lenience=1.0, draft_confidence=0.0, debug=False):
-    init, cond, body = _speculative_loop(
-        target, draft, inputs, rng, gamma=gamma, sampling=sampling,
-        max_decode_len=max_decode_len, lenience=lenience, draft_confidence=draft_confidence)
     s = (_python_while if debug else jax.lax.while_loop)(cond, body, init)
     return DecodeResult(tokens=s.tokens[:, :max_decode_len], lengths=s.num_generated,
                         stats=s.stats)

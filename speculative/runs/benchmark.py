@@ -1,4 +1,4 @@
-"""Walltime benchmark of speculative vs autoregressive decoding, with the paper's cost model.
+"""Walltime benchmark of speculative vs autoregressive decoding, with two cost models.
 
 For a target/draft pair, inputs, sampling settings, gammas and batch sizes, `run` measures
 
@@ -14,7 +14,10 @@ For a target/draft pair, inputs, sampling settings, gammas and batch sizes, `run
     verify_cost(gamma) = T(target extend of gamma+1 tokens) / T(target extend of 1 token), each
     timed as a jitted `lax.fori_loop` of `extend` calls on the decode-size cache of the same batch
     (no per-call dispatch, as inside the decode loops; interleaved rounds, median), and the
-    predicted speedup `theory.speedup(alpha, gamma, c, verify_cost)` next to the measured one.
+    predicted speedup `theory.speedup(alpha, gamma, c, verify_cost)` next to the measured one;
+  * the decode-loop cost model (`speculative.runs.costs`): start-up and per-iteration cost of the
+    decode programs themselves, fitted on `calibration_batches` further input batches timed in
+    the same interleaved rounds, and the walltimes they predict at the measured alpha.
 
 Results go to `<output_dir>/benchmark.json` (schema below and in docs/benchmark_schema.md) and
 the resolved gin config to `<output_dir>/config.gin`.
@@ -42,7 +45,7 @@ JSON schema (`benchmark.json`; NaN and infinities are written as null):
                   weights), decoder_only, synthetic_acceptance, lenience, gammas, batch_sizes,
                   samplings [{temperature, top_k, top_p}], max_decode_len, input_length,
                   inputs {source: "random"|"task", task, split, num_batches}, repeats,
-                  cost_steps, loop_rounds, seed
+                  cost_steps, calibration_batches, seed
     environment   device, device_kind, platform, device_count, jax_version, jaxlib_version,
                   python_version, cpu_count, time (UTC, ISO 8601)
     costs         one per batch size: {batch_size, target_step_s, draft_step_s, c,
@@ -70,10 +73,12 @@ JSON schema (`benchmark.json`; NaN and infinities are written as null):
       predicted_speedup      theory.speedup(alpha, gamma, c, verify_cost)
       predicted_speedup_paper  the same with verify_cost = 1 (Theorem 3.8 as printed)
       measured_over_predicted  speedup / predicted_speedup
-      (with loop_rounds > 0:)
-      loop_costs             measure_loop_costs for this gamma: baseline_init_s, baseline_step_s,
-                             speculative_init_s, speculative_round_s, round_cost, num_rounds
-      predicted_walltime     predict_walltime: {baseline_s, speculative_s, speedup,
+      (with calibration_batches > 0:)
+      loop_costs             costs.fit_loop_costs for this gamma: calibration_sequences,
+                             baseline / speculative {start_s, iteration_s, iterations,
+                             median_s}, round_cost (round / baseline step); or {error} when no
+                             line could be fitted (then predicted_speedup_loop is null)
+      predicted_walltime     costs.predict_walltime: {baseline_s, speculative_s, speedup,
                              speedup_per_token}
       predicted_speedup_loop       predicted_walltime.speedup
       measured_over_predicted_loop speedup / predicted_speedup_loop
@@ -85,14 +90,12 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import functools
 import itertools
 import json
 import math
 import os
 import platform
-import time
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
+from typing import Any, Dict, Iterator, List, Optional, Sequence
 
 import gin
 import jax
@@ -103,6 +106,7 @@ from flax import struct
 from speculative import decoding, theory
 from speculative.models import t5
 from speculative.runs import config as config_lib
+from speculative.runs import costs as costs_lib
 from speculative.runs import models as models_lib
 from speculative.sampling import SamplingConfig
 
@@ -391,217 +395,7 @@ class SyntheticDraft:
 
 
 # ----------------------------------------------------------------------------------------------
-# Timing.
-
-
-def _timed(fn: Callable[[], Any]):
-    """(seconds, result) of one call, waiting for every output buffer."""
-    start = time.perf_counter()
-    result = jax.block_until_ready(fn())
-    return time.perf_counter() - start, result
-
-
-def spread(times: Sequence[float]) -> Dict[str, Any]:
-    """Median, quartiles, min/max and mean of repeated timings (seconds)."""
-    t = np.asarray(times, np.float64)
-    return {"median_s": float(np.median(t)), "q25_s": float(np.percentile(t, 25)),
-            "q75_s": float(np.percentile(t, 75)), "min_s": float(t.min()),
-            "max_s": float(t.max()), "mean_s": float(t.mean()), "repeats_s": t.tolist()}
-
-
-@functools.partial(jax.jit, static_argnames=("num_steps",))
-def _extend_steps(model, state, tokens, *, num_steps: int):
-    """`num_steps` extends of `tokens [B, K]` at one cache position (rewound after each)."""
-    start = state.lengths
-
-    def body(_, carry):
-        state, acc = carry
-        logits, state = model.extend(model.params, state, tokens)
-        # Summing all logits keeps XLA from pruning any of the [B, K, V] work.
-        return model.rewind(state, start), acc + jnp.sum(jnp.asarray(logits, jnp.float32))
-
-    _, acc = jax.lax.fori_loop(0, num_steps, body, (state, jnp.zeros((), jnp.float32)))
-    return acc
-
-
-def interleaved(programs: Dict[Any, Callable[[], Any]], repeats: int):
-    """Times each program's first call, then `repeats` rounds of every program in an order
-    rotated per round. Returns (first-call seconds, per-program lists of seconds, outputs of the
-    first calls)."""
-    first, outputs = {}, {}
-    for name, fn in programs.items():
-        first[name], outputs[name] = _timed(fn)
-    times = {name: [] for name in programs}
-    names = list(programs)
-    for r in range(repeats):
-        for name in names[r % len(names):] + names[:r % len(names)]:
-            times[name].append(_timed(programs[name])[0])
-    return first, times, outputs
-
-
-def _extend_program(model, inputs: np.ndarray, num_tokens: int, *, cache_len: int,
-                    num_steps: int, seed: int) -> Callable[[], Any]:
-    """A thunk running `num_steps` extends of `num_tokens` tokens per row (batch of `inputs`)."""
-    state = jax.block_until_ready(model.init(model.params, jnp.asarray(inputs), cache_len))
-    rng = np.random.default_rng(seed)
-    tokens = jnp.asarray(rng.integers(2, model.vocab_size, (inputs.shape[0], num_tokens)),
-                         jnp.int32)
-    return lambda: _extend_steps(model, state, tokens, num_steps=num_steps)
-
-
-def measure_costs(target, draft, inputs: np.ndarray, gammas: Sequence[int], *,
-                  max_decode_len: int, num_steps: int, repeats: int, seed: int) -> Dict[str, Any]:
-    """c and verify_cost(gamma) for one batch (see the module docstring).
-
-    The step programs (target on 1 token, draft on 1 token, target on gamma + 1 tokens for each
-    gamma) are timed in interleaved rounds, like the decoders; each step time is the median
-    over rounds divided by `num_steps`.
-    """
-    cache_len = max_decode_len + max(gammas) + 2
-    kw = dict(num_steps=num_steps, seed=seed)
-    t_len = target.prefix_length(inputs.shape[1]) + cache_len
-    d_len = draft.prefix_length(inputs.shape[1]) + cache_len
-    programs = {"target": _extend_program(target, inputs, 1, cache_len=t_len, **kw),
-                "draft": _extend_program(draft, inputs, 1, cache_len=d_len, **kw)}
-    for g in gammas:
-        programs[g] = _extend_program(target, inputs, g + 1, cache_len=t_len, **kw)
-    _, times, _ = interleaved(programs, repeats)
-    per_step = {name: np.asarray(t) / num_steps for name, t in times.items()}
-    step = {name: float(np.median(t)) for name, t in per_step.items()}
-    fastest = {name: float(t.min()) for name, t in per_step.items()}
-    return {
-        "batch_size": int(inputs.shape[0]),
-        "target_step_s": step["target"],
-        "draft_step_s": step["draft"],
-        "c": step["draft"] / step["target"],
-        "target_verify_s": {g: step[g] for g in gammas},
-        "verify_cost": {g: step[g] / step["target"] for g in gammas},
-        # The same ratios from the fastest rounds: a check on the medians when the machine is
-        # shared (contention inflates medians, rarely minima).
-        "from_min": {"c": fastest["draft"] / fastest["target"],
-                     "verify_cost": {g: fastest[g] / fastest["target"] for g in gammas}},
-        "step_spread_s": {str(name): {"min": float(t.min()), "q25": float(np.percentile(t, 25)),
-                                      "q75": float(np.percentile(t, 75)),
-                                      "max": float(t.max())}
-                          for name, t in per_step.items()},
-    }
-
-
-@functools.partial(jax.jit, static_argnames=("gamma", "sampling", "max_decode_len",
-                                             "num_rounds"))
-def _loop_rounds(target, draft, inputs, rng, *, gamma: Optional[int], sampling: SamplingConfig,
-                 max_decode_len: int, num_rounds: int):
-    """The decode program itself (init + loop body), run for exactly `num_rounds` iterations.
-
-    `gamma=None` is the baseline loop (`draft` unused), else the speculative loop. After each
-    iteration the caches are rewound to their initial lengths and no row is done, so every
-    iteration does the work of one full round (one step) at the start of the sequence, whatever
-    was accepted; the tokens fed stay data-dependent, as in the real loop.
-    """
-    if gamma is None:
-        init, _, body = decoding._autoregressive_loop(
-            target, inputs, rng, sampling=sampling, max_decode_len=max_decode_len)
-
-        def reset(s):
-            return s.replace(model_state=target.rewind(s.model_state, init.model_state.lengths),
-                             num_generated=init.num_generated, done=init.done)
-    else:
-        init, _, body = decoding._speculative_loop(
-            target, draft, inputs, rng, gamma=gamma, sampling=sampling,
-            max_decode_len=max_decode_len)
-
-        def reset(s):
-            return s.replace(
-                target_state=target.rewind(s.target_state, init.target_state.lengths),
-                draft_state=draft.rewind(s.draft_state, init.draft_state.lengths),
-                lag=init.lag, prev=init.prev, num_generated=init.num_generated, done=init.done)
-
-    return jax.lax.fori_loop(0, num_rounds, lambda _, s: reset(body(s)), init)
-
-
-def _loop_cost_programs(target, draft, inputs, gammas: Sequence[int], *,
-                       sampling: SamplingConfig, max_decode_len: int, num_rounds: int,
-                       seed: int) -> Dict[Any, Callable[[], Any]]:
-    """Thunks of `_loop_rounds` with 0 and `num_rounds` iterations, for the baseline (gamma
-    None) and every gamma; keys ("loop", gamma, iterations)."""
-    x = jnp.asarray(inputs, jnp.int32)
-    rng = jax.random.PRNGKey(seed)
-    return {("loop", g, n): functools.partial(
-                _loop_rounds, target, draft, x, rng, gamma=g, sampling=sampling,
-                max_decode_len=max_decode_len, num_rounds=n)
-            for g in [None] + list(gammas) for n in (0, num_rounds)}
-
-
-def _loop_costs(times: Dict[Any, Sequence[float]], gammas: Sequence[int], *, batch_size: int,
-                sampling: SamplingConfig, num_rounds: int) -> Dict[str, Any]:
-    """`measure_loop_costs`' dict from the timings of `_loop_cost_programs`."""
-    med = {k: float(np.median(t)) for k, t in times.items()
-           if isinstance(k, tuple) and k[0] == "loop"}
-
-    def per_round(g):
-        # Paired per repeat (the two programs run next to each other in every round), then the
-        # median: drifts in machine speed cancel within a pair.
-        pairs = np.asarray(times[("loop", g, num_rounds)]) - np.asarray(times[("loop", g, 0)])
-        return max(float(np.median(pairs)), 0.0) / num_rounds
-
-    step = per_round(None)
-    return {
-        "batch_size": batch_size,
-        "sampling": sampling_dict(sampling),
-        "num_rounds": num_rounds,
-        "baseline_init_s": med[("loop", None, 0)],
-        "baseline_step_s": step,
-        "speculative_init_s": {g: med[("loop", g, 0)] for g in gammas},
-        "speculative_round_s": {g: per_round(g) for g in gammas},
-        "round_cost": {g: per_round(g) / step for g in gammas},
-    }
-
-
-def measure_loop_costs(target, draft, inputs: np.ndarray, gammas: Sequence[int], *,
-                       sampling: SamplingConfig, max_decode_len: int, num_rounds: int,
-                       repeats: int, seed: int) -> Dict[str, Any]:
-    """Costs of the decode programs themselves, for `predict_walltime`.
-
-    Theorem 3.8 prices a round as gamma draft steps + one verify call, each timed alone. The
-    real loops also pay the sampling kernel, commits, rewinds and the encoder (or prefill) once
-    per sequence, and XLA schedules a model call inside the loop differently from a bare loop of
-    calls. Here each program is timed as compiled for decoding: `_loop_rounds` with 0 and with
-    `num_rounds` iterations, interleaved; the 0-iteration program is the per-sequence start-up
-    (encoders, caches), and the difference / num_rounds is the cost of one iteration.
-    `benchmark_setting(loop_rounds=...)` times the same programs interleaved with the decoders.
-    """
-    programs = _loop_cost_programs(target, draft, inputs, gammas, sampling=sampling,
-                                   max_decode_len=max_decode_len, num_rounds=num_rounds,
-                                   seed=seed)
-    _, times, _ = interleaved(programs, repeats)
-    return _loop_costs(times, gammas, batch_size=int(inputs.shape[0]), sampling=sampling,
-                       num_rounds=num_rounds)
-
-
-def predict_walltime(alpha: float, gamma: int, loop_costs: Dict[str, Any],
-                     baseline_lengths: Sequence[int], speculative_lengths: Sequence[int]
-                     ) -> Dict[str, float]:
-    """Walltime of both decoders over a set of batches, predicted from `measure_loop_costs`.
-
-    A batch costs its start-up plus one loop iteration per step: the baseline runs as many
-    steps as its longest row has tokens; the speculative loop runs `theory.expected_rounds`
-    (the i.i.d. model at `alpha`) for its longest row. `*_lengths` are those longest rows, one
-    per batch. Returns the predicted seconds and their ratio (`speedup`); `speedup_per_token`
-    is the long-sequence limit, Eq. 1 / round cost (Theorem 3.8 with in-loop costs).
-    """
-    base = sum(loop_costs["baseline_init_s"] + n * loop_costs["baseline_step_s"]
-               for n in baseline_lengths)
-    spec = sum(loop_costs["speculative_init_s"][gamma] + theory.expected_rounds(alpha, gamma, n)
-               * loop_costs["speculative_round_s"][gamma] for n in speculative_lengths)
-    return {"baseline_s": base, "speculative_s": spec, "speedup": base / spec,
-            "speedup_per_token": theory.expected_tokens(alpha, gamma)
-            / loop_costs["round_cost"][gamma]}
-
-
-def best_gamma(alpha: float, costs: Dict[str, Any], gammas: Sequence[int]) -> int:
-    """The gamma in `gammas` that Theorem 3.8 favours, with the measured c and verify cost of
-    `costs` (from `measure_costs`, which must cover every gamma)."""
-    return max(gammas, key=lambda g: theory.speedup(alpha, g, costs["c"], costs["verify_cost"][g]))
+# One setting: baseline and speculative programs, interleaved.
 
 
 def _merge_stats(results: Sequence[decoding.DecodeResult]) -> Dict[str, Any]:
@@ -645,13 +439,13 @@ def benchmark_setting(target, drafts: Sequence[Any], batches: Sequence[np.ndarra
                       sampling: SamplingConfig, gammas: Sequence[int], max_decode_len: int,
                       repeats: int, lenience: float, seed: int,
                       costs: Dict[str, Any], draft_confidence: float = 0.0,
-                      loop_rounds: int = 0) -> List[Dict[str, Any]]:
+                      calibration: Sequence[np.ndarray] = ()) -> List[Dict[str, Any]]:
     """Times the baseline and every gamma on `batches` (interleaved); one entry per gamma.
 
     `drafts[i]` drafts for `batches[i]` (the same model, or synthetic drafts with distinct seeds).
-    With `loop_rounds > 0` the programs of `measure_loop_costs` (on `batches[0]`, that many
-    iterations) join the same interleaved rounds, so the costs and the speedup they predict
-    (`predict_walltime`) come from the same minutes of machine time as the measured speedup.
+    With `calibration` batches (other inputs than `batches`, decoded with `drafts[0]`), the
+    decode-loop cost model of `costs` is fitted from their timings, taken in the same
+    interleaved rounds as the measured decoders, and each entry gets its prediction.
     """
     keys = [jax.random.fold_in(jax.random.PRNGKey(seed), i) for i in range(len(batches))]
     batches = [jnp.asarray(b, jnp.int32) for b in batches]
@@ -669,17 +463,19 @@ def benchmark_setting(target, drafts: Sequence[Any], batches: Sequence[np.ndarra
             for draft, x, k in zip(drafts, batches, keys)]
 
     programs = {"baseline": baseline, **{g: speculative(g) for g in gammas}}
-    if loop_rounds:
-        programs.update(_loop_cost_programs(
-            target, drafts[0], batches[0], gammas, sampling=sampling,
-            max_decode_len=max_decode_len, num_rounds=loop_rounds, seed=seed))
-    first, times, outputs = interleaved(programs, repeats)
-    loop_costs = (_loop_costs(times, gammas, batch_size=int(batches[0].shape[0]),
-                              sampling=sampling, num_rounds=loop_rounds)
-                  if loop_rounds else None)
+    programs.update(costs_lib.calibration_programs(
+        target, drafts[0], calibration, gammas, sampling=sampling, max_decode_len=max_decode_len,
+        lenience=lenience, draft_confidence=draft_confidence, seed=seed))
+    first, times, outputs = costs_lib.interleaved(programs, repeats)
+    loop_costs = None
+    if calibration:
+        try:
+            loop_costs = costs_lib.fit_loop_costs(times, outputs, gammas)
+        except ValueError as e:  # e.g. no calibration sequence ended before max_decode_len
+            loop_costs = {"error": str(e)}
 
     def timing(name):
-        out = spread(times[name])
+        out = costs_lib.spread(times[name])
         out["first_call_s"] = first[name]
         out["compile_s"] = first[name] - out["median_s"]
         return out
@@ -721,17 +517,23 @@ def benchmark_setting(target, drafts: Sequence[Any], batches: Sequence[np.ndarra
             "predicted_speedup_paper": theory.speedup(alpha, g, c) if ok else float("nan"),
             "measured_over_predicted": speedup / predicted if ok else float("nan"),
         })
-        if loop_costs is not None and ok:
-            walltime = predict_walltime(
-                alpha, g, loop_costs,
-                [int(np.max(r.lengths)) for r in outputs["baseline"]],
-                [int(np.max(r.lengths)) for r in outputs[g]])
-            runs[-1].update({
-                "loop_costs": {k: (v[g] if isinstance(v, dict) and g in v else v)
-                               for k, v in loop_costs.items()},
-                "predicted_walltime": walltime,
-                "predicted_speedup_loop": walltime["speedup"],
-                "measured_over_predicted_loop": speedup / walltime["speedup"]})
+        if loop_costs is None:
+            continue
+        if "error" in loop_costs or not ok:
+            runs[-1]["loop_costs"] = loop_costs
+            runs[-1]["predicted_speedup_loop"] = float("nan")
+            continue
+        walltime = costs_lib.predict_walltime(
+            alpha, g, loop_costs, [int(r.stats.rounds) for r in outputs["baseline"]],
+            [int(np.max(r.lengths)) for r in outputs[g]])
+        runs[-1].update({
+            "loop_costs": {"calibration_sequences": loop_costs["calibration_sequences"],
+                           "baseline": loop_costs["baseline"],
+                           "speculative": loop_costs["speculative"][g],
+                           "round_cost": loop_costs["round_cost"][g]},
+            "predicted_walltime": walltime,
+            "predicted_speedup_loop": walltime["speedup"],
+            "measured_over_predicted_loop": speedup / walltime["speedup"]})
     return runs
 
 
@@ -777,7 +579,7 @@ def run(
     num_batches: int = 1,
     repeats: int = 5,
     cost_steps: int = 16,
-    loop_rounds: int = 32,
+    calibration_batches: int = 8,
     synthetic_acceptance: Optional[float] = None,
     decoder_only: bool = False,
     param_dtype: Optional[str] = None,
@@ -804,8 +606,10 @@ def run(
       num_batches: input batches per timed repeat (each batch size).
       repeats: timed repeats per program after the compiling first call.
       cost_steps: extend calls per timing of the cost model.
-      loop_rounds: iterations of the decode-loop cost programs (`measure_loop_costs`), timed
-        in the same interleaved rounds as the decoders; 0 = skip that prediction.
+      calibration_batches: further input batches (after the `num_batches` timed ones) on which
+        the decode-loop cost model is fitted (`speculative.runs.costs`), timed in the same
+        interleaved rounds as the decoders; 0 = skip that prediction. It needs sequences of
+        different lengths (trained models on real inputs), not random ones that never end.
       synthetic_acceptance: None, or a float in [0, 1]: use `SyntheticDraft` (module docstring).
       decoder_only: build `t5.DecoderOnly` models (inputs are prompts).
       param_dtype: cast loaded parameters (e.g. 'bfloat16').
@@ -824,9 +628,10 @@ def run(
                         ("num_batches", num_batches), ("repeats", repeats),
                         ("cost_steps", cost_steps)):
         positive_ints([value], name, "an int >= 1")
-    if isinstance(loop_rounds, bool) or not isinstance(loop_rounds, int) or loop_rounds < 0:
-        raise ValueError(f"loop_rounds={loop_rounds!r} is invalid: give an int >= 0 (0 skips the "
-                         "decode-loop cost prediction; 32 is typical).")
+    if (isinstance(calibration_batches, bool) or not isinstance(calibration_batches, int)
+            or calibration_batches < 0):
+        raise ValueError(f"calibration_batches={calibration_batches!r} is invalid: give an int "
+                         ">= 0 (0 skips the decode-loop cost prediction; 8 is typical).")
     if synthetic_acceptance is not None:
         synthetic_acceptance = check_acceptance(synthetic_acceptance)
     elif draft_model is None:
@@ -869,22 +674,26 @@ def run(
                    "num_batches": num_batches},
         "repeats": repeats,
         "cost_steps": cost_steps,
-        "loop_rounds": loop_rounds,
+        "calibration_batches": calibration_batches,
         "seed": seed,
     }
     costs, runs = [], []
     for batch_size in batch_sizes:
-        batches = take_batches(num_batches, batch_size, vocab_size=target.vocab_size,
-                               input_length=input_length, seed=seed, task=task, split=split,
-                               tsv_path=tsv_path, spm_path=spm_path)
-        cost = measure_costs(target, draft, batches[0], gammas, max_decode_len=max_decode_len,
-                             num_steps=cost_steps, repeats=max(2 * repeats, 5), seed=seed)
+        batches = take_batches(num_batches + calibration_batches, batch_size,
+                               vocab_size=target.vocab_size, input_length=input_length,
+                               seed=seed, task=task, split=split, tsv_path=tsv_path,
+                               spm_path=spm_path)
+        batches, calibration = batches[:num_batches], batches[num_batches:]
+        cost = costs_lib.measure_costs(target, draft, batches[0], gammas,
+                                       max_decode_len=max_decode_len, num_steps=cost_steps,
+                                       repeats=max(2 * repeats, 5), seed=seed)
         costs.append(cost)
         for sampling in samplings:
             runs.extend(benchmark_setting(
                 target, drafts, batches, sampling=sampling, gammas=gammas,
                 max_decode_len=max_decode_len, repeats=repeats, lenience=lenience, seed=seed,
-                costs=cost, draft_confidence=draft_confidence, loop_rounds=loop_rounds))
+                costs=cost, draft_confidence=draft_confidence,
+                calibration=calibration))
             print(format_table(runs[-len(gammas):]), flush=True)
 
     results = {"schema": SCHEMA, "config": config, "environment": environment(),

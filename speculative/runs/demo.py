@@ -18,7 +18,7 @@ import numpy as np
 
 from speculative import decoding
 from speculative.models import t5
-from speculative.runs import benchmark, mini, models
+from speculative.runs import benchmark, costs as costs_lib, mini, models
 from speculative.sampling import SamplingConfig
 
 
@@ -45,10 +45,12 @@ def run(*, num_sentences: int = 8, gamma: Optional[int] = None, temperature: flo
     vocab = mini.Vocabulary()
     pairs = mini.test_pairs(num_sentences)
     batches = [vocab.encode_sources([src], input_length) for src, _ in pairs]
+    # Other test sentences, on which the decode-loop cost model is fitted.
+    calibration = mini.source_batches(8, 1, input_length, skip=num_sentences)
     sampling = SamplingConfig(temperature)
 
     gammas = [gamma] if gamma else list(range(1, 6))
-    costs = benchmark.measure_costs(target, draft, batches[0], gammas,
+    costs = costs_lib.measure_costs(target, draft, batches[0], gammas,
                                     max_decode_len=max_decode_len, num_steps=16, repeats=3,
                                     seed=seed)
     if not gamma:  # pick gamma by Theorem 3.8 from a quick alpha estimate
@@ -56,11 +58,11 @@ def run(*, num_sentences: int = 8, gamma: Optional[int] = None, temperature: flo
                                             rng=jax.random.PRNGKey(seed), gamma=4,
                                             sampling=sampling, max_decode_len=max_decode_len)
         alpha = min(probe.stats.alpha, 1.0)
-        gamma = benchmark.best_gamma(alpha, costs, gammas)
+        gamma = costs_lib.best_gamma(alpha, costs, gammas)
     result = benchmark.benchmark_setting(
         target, [draft] * len(batches), batches, sampling=sampling, gammas=[gamma],
         max_decode_len=max_decode_len, repeats=repeats, lenience=1.0, seed=seed,
-        costs=costs, loop_rounds=32)[0]
+        costs=costs, calibration=calibration)[0]
 
     identical = True
     print(f"\nTarget {mini.TARGET} | draft {draft_name} | gamma {gamma} | temperature "
@@ -93,7 +95,8 @@ def run(*, num_sentences: int = 8, gamma: Optional[int] = None, temperature: flo
     print(f"baseline {summary['baseline_s']:.3f} s | speculative {summary['speculative_s']:.3f} s"
           f" | speedup {summary['speedup']:.2f}x")
     print(f"predicted: {summary['predicted_speedup']:.2f}x by Theorem 3.8 (measured c and verify "
-          f"cost), {summary['predicted_speedup_loop']:.2f}x by the decode-loop cost model")
+          f"cost), {summary['predicted_speedup_loop']:.2f}x by the decode-loop cost model "
+          "(speculative/runs/costs.py)")
     if temperature == 0:
         print("speculative output identical to the target's greedy output: "
               + ("yes" if identical else "NO"))

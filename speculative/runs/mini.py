@@ -111,6 +111,24 @@ def test_pairs(num: Optional[int] = None, split: str = "test") -> List[Tuple[str
     return pairs
 
 
+def source_batches(num: Optional[int], batch_size: int, length: int, split: str = "test",
+                   skip: int = 0) -> List[np.ndarray]:
+    """Encoded sources of a bundled split that fit `length` tokens (prefix and EOS included), in
+    file order after the first `skip` that fit, `num` of them (None = all), in `[batch_size,
+    length]` batches (the last may be smaller). Longer sources are skipped, never cut."""
+    vocab = Vocabulary()
+    rows = []
+    for source, _ in test_pairs(split=split):
+        try:
+            rows.append(vocab.encode_sources([source], length)[0])
+        except ValueError:
+            continue
+        if num and len(rows) == skip + num:
+            break
+    rows = rows[skip:]
+    return [np.stack(rows[i:i + batch_size]) for i in range(0, len(rows), batch_size)]
+
+
 class Vocabulary:
     """The bundled SentencePiece model (pad 0, eos 1, unk 2), used as the `mini_ende` task does."""
 

@@ -14,9 +14,9 @@ One command writes `results/mini/`:
   paper's setting) on test sentences, interleaved repeats, medians.
 * Table 4 analogue (`table4.md`): for the same rows, two predictions against the measured
   speedup: Theorem 3.8 from the run's alpha and the measured c and verify cost (single model
-  calls timed alone), and the decode-loop cost model (`benchmark.measure_loop_costs` /
-  `predict_walltime`: the decode programs' own cost per step and per round, plus the encoders
-  once per sentence, timed in the same interleaved rounds as the decoders).
+  calls timed alone), and the decode-loop cost model (`speculative.runs.costs`: the decode
+  programs' own start-up and cost per step and per round, fitted on validation sentences timed
+  in the same interleaved rounds as the decoders, and the i.i.d. model's expected rounds).
 * `speedup_vs_gamma.png`: measured and predicted speedup over gamma = 1..8 for the best draft at
   temperature 0; `results.json` holds every number.
 
@@ -32,41 +32,26 @@ from __future__ import annotations
 import json
 import os
 import re
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, Sequence
 
 import jax
-import numpy as np
 
 from speculative.runs import alpha as alpha_lib
-from speculative.runs import benchmark, mini, plots
+from speculative.runs import benchmark, costs as costs_lib, mini, plots
 from speculative.sampling import SamplingConfig
 
 TEMPERATURES = (0.0, 1.0)
 INPUT_LENGTH = 48
 MAX_DECODE_LEN = 48
-LOOP_ROUNDS = 64  # iterations of the decode-loop cost programs
+NUM_CALIBRATION = 12  # validation sentences on which the decode-loop cost model is fitted
 README_MARKER = "<!-- RESULTS -->"
-
-
-def source_batches(num: Optional[int], batch_size: int) -> List[np.ndarray]:
-    """Test-split sources that fit INPUT_LENGTH, encoded, in batches of `batch_size`."""
-    vocab = mini.Vocabulary()
-    rows = []
-    for source, _ in mini.test_pairs():
-        try:
-            rows.append(vocab.encode_sources([source], INPUT_LENGTH)[0])
-        except ValueError:
-            continue  # longer than INPUT_LENGTH: counted in results.json, not silently cut
-        if num and len(rows) == num:
-            break
-    return [np.stack(rows[i:i + batch_size]) for i in range(0, len(rows), batch_size)]
 
 
 def measure_alpha(target, draft, temperature: float, num_tokens: int, seed: int) -> Dict:
     """Cor. 3.6 along target-generated text (runs/alpha.py), batches of 64 test sources."""
     betas = alpha_lib.collect_betas(
-        target, draft, source_batches(None, 64), sampling=SamplingConfig(temperature),
-        num_tokens=num_tokens, max_decode_len=MAX_DECODE_LEN, lenience=1.0,
+        target, draft, mini.source_batches(None, 64, INPUT_LENGTH),
+        sampling=SamplingConfig(temperature), num_tokens=num_tokens, max_decode_len=MAX_DECODE_LEN, lenience=1.0,
         rng=jax.random.PRNGKey(seed))
     stats = alpha_lib.beta_statistics(betas)
     return {k: stats[k] for k in ("alpha", "se_cluster", "num_tokens", "lag1_autocorrelation")}
@@ -80,7 +65,10 @@ def _row(run: Dict, **extra) -> Dict:
             "round_cost": run["loop_costs"]["round_cost"],
             "predicted_speedup_loop": run["predicted_speedup_loop"],
             "measured_over_predicted_loop": run["measured_over_predicted_loop"],
-            "tokens_per_target_call": run["tokens_per_target_call"]}
+            "tokens_per_target_call": run["tokens_per_target_call"],
+            "baseline_s": run["timings"]["baseline"]["median_s"],
+            "speculative_s": run["timings"]["speculative"]["median_s"],
+            "predicted_walltime": run["predicted_walltime"], "loop_costs": run["loop_costs"]}
 
 
 def _markdown(header: Sequence[str], rows: Sequence[Sequence]) -> str:
@@ -91,18 +79,20 @@ def _markdown(header: Sequence[str], rows: Sequence[Sequence]) -> str:
 
 def run(output_dir: str = "results/mini", num_alpha_tokens: int = 10_000,
         num_sentences: int = 24, repeats: int = 15, gammas: Sequence[int] = tuple(range(1, 9)),
-        seed: int = 0, loop_rounds: int = LOOP_ROUNDS) -> Dict:
+        seed: int = 0, num_calibration: int = NUM_CALIBRATION) -> Dict:
     """Measures everything and writes the tables (see the module docstring)."""
     os.makedirs(output_dir, exist_ok=True)
     target = mini.load(mini.TARGET)
     names = mini.drafts()
     drafts = {name: mini.load(name) for name in names}
     t5_drafts = mini.t5_drafts()
-    bench_batches = source_batches(num_sentences, 1)
+    bench_batches = mini.source_batches(num_sentences, 1, INPUT_LENGTH)
+    calibration = mini.source_batches(num_calibration, 1, INPUT_LENGTH, split="valid")
     results = {"settings": {"num_alpha_tokens": num_alpha_tokens, "num_sentences":
                             len(bench_batches), "repeats": repeats, "gammas": list(gammas),
                             "input_length": INPUT_LENGTH, "max_decode_len": MAX_DECODE_LEN,
-                            "loop_rounds": loop_rounds, "seed": seed, "environment": benchmark.environment()}}
+                            "num_calibration": len(calibration), "seed": seed,
+                            "environment": benchmark.environment()}}
 
     table3 = {}
     for name in names:
@@ -111,7 +101,7 @@ def run(output_dir: str = "results/mini", num_alpha_tokens: int = 10_000,
         print(name, {t: round(v["alpha"], 3) for t, v in table3[name].items()}, flush=True)
     results["table3"] = table3
 
-    costs = {name: benchmark.measure_costs(target, drafts[name], bench_batches[0], gammas,
+    costs = {name: costs_lib.measure_costs(target, drafts[name], bench_batches[0], gammas,
                                            max_decode_len=MAX_DECODE_LEN, num_steps=32,
                                            repeats=7, seed=seed)
              for name in t5_drafts}
@@ -120,12 +110,12 @@ def run(output_dir: str = "results/mini", num_alpha_tokens: int = 10_000,
     table2 = []
     for name in t5_drafts:
         for t in TEMPERATURES:
-            gamma = benchmark.best_gamma(table3[name][str(t)]["alpha"], costs[name], gammas)
+            gamma = costs_lib.best_gamma(table3[name][str(t)]["alpha"], costs[name], gammas)
             run_ = benchmark.benchmark_setting(
                 target, [drafts[name]] * len(bench_batches), bench_batches,
                 sampling=SamplingConfig(t), gammas=[gamma], max_decode_len=MAX_DECODE_LEN,
                 repeats=repeats, lenience=1.0, seed=seed, costs=costs[name],
-                loop_rounds=loop_rounds)[0]
+                calibration=calibration)[0]
             table2.append(_row(run_, draft=name, temperature=t))
             print(table2[-1]["draft"], t, gamma, round(run_["speedup"], 2), flush=True)
     results["table2"] = table2
@@ -135,7 +125,7 @@ def run(output_dir: str = "results/mini", num_alpha_tokens: int = 10_000,
     sweep = benchmark.benchmark_setting(
         target, [drafts[best]] * len(bench_batches), bench_batches, sampling=SamplingConfig(0.0),
         gammas=list(gammas), max_decode_len=MAX_DECODE_LEN, repeats=repeats, lenience=1.0,
-        seed=seed, costs=costs[best], loop_rounds=loop_rounds // 2)
+        seed=seed, costs=costs[best], calibration=calibration)
     results["sweep"] = {"draft": best, "runs": [_row(r) for r in sweep]}
     plots.plot_speedup_vs_gamma(results["sweep"]["runs"],
                                 os.path.join(output_dir, "speedup_vs_gamma.png"))
@@ -232,9 +222,11 @@ def readme_section(results: Dict, output_dir: str = "results/mini") -> str:
         "Table 4 analogue: two predictions of each measured speedup (Emp). Exp (Thm 3.8) is the "
         "paper's formula with the run's α, the measured c and the measured verify cost (target "
         "on γ + 1 tokens / on 1 token). Exp (loop) is the decode-loop cost model: the decode "
-        "programs' own cost per baseline step and per round (round cost = round / step) and the "
-        "encoders once per sentence, timed in the same interleaved repeats "
-        "(`benchmark.measure_loop_costs`, `predict_walltime`, docs/benchmark_schema.md):",
+        "programs' own start-up (encoders) and cost per baseline step and per round (round cost "
+        "= round / step), fitted on "
+        f"{s['num_calibration']} validation sentences timed in the same interleaved repeats, with "
+        "the i.i.d. model's expected rounds at the run's α (`speculative/runs/costs.py`, "
+        "docs/benchmark_schema.md):",
         "",
         table("table4.md"),
         "",

@@ -341,9 +341,9 @@ def reproduce(
         if c is None:
             first_inputs, _ = next(infer.batches(examples, settings.batch_size,
                                                  settings.input_length))
-            from speculative.runs import benchmark  # pylint: disable=g-import-not-at-top
+            from speculative.runs import costs  # pylint: disable=g-import-not-at-top
 
-            result.costs = benchmark.measure_costs(
+            result.costs = costs.measure_costs(
                 models[0], models[1], np.asarray(first_inputs), [settings.gamma],
                 max_decode_len=settings.max_decode_len, num_steps=8, repeats=cost_repeats,
                 seed=0)

@@ -1,0 +1,218 @@
+"""Timing and the cost models that predict speculative decoding's walltime.
+
+Two predictions of the speedup of `decoding.speculative_decode` over `autoregressive_decode`:
+
+* Theorem 3.8 (`measure_costs`): c = T(draft extend of 1 token) / T(target extend of 1 token)
+  and verify_cost(gamma) = T(target extend of gamma + 1 tokens) / T(target extend of 1 token),
+  each timed as a jitted `lax.fori_loop` of `extend` calls, then `theory.speedup`. It prices a
+  round as gamma draft calls + one verify call, each timed alone.
+* The decode-loop cost model (`calibration_programs`, `fit_loop_costs`, `predict_walltime`).
+  The real loops also pay the acceptance kernel, commits and rewinds, the encoder (or prompt
+  prefill) once per sequence, and a model call compiled inside the loop may cost more than in a
+  bare loop of calls (20-50% more on XLA:CPU for the mini models). So the decode programs
+  themselves are timed on calibration inputs (other sequences than the benchmarked ones), one
+  call per sequence, and a least-squares line of time against the loop's iterations
+  (`DecodeStats.rounds`) gives each program's start-up cost and its cost per iteration (one
+  baseline step, one speculative round). The walltime of a set of sequences is then predicted
+  from start-ups, baseline steps (one per token of the longest row) and the i.i.d. model's
+  expected rounds (`theory.expected_rounds` at the measured alpha).
+
+`interleaved` times several programs in rounds with a rotated order, so machine noise hits all of
+them alike; `benchmark.benchmark_setting` puts the calibration programs in the same rounds as the
+decoders it measures.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from typing import Any, Callable, Dict, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from speculative import decoding, theory
+from speculative.sampling import SamplingConfig
+
+Array = jax.Array
+
+
+def _timed(fn: Callable[[], Any]):
+    """(seconds, result) of one call, waiting for every output buffer."""
+    start = time.perf_counter()
+    result = jax.block_until_ready(fn())
+    return time.perf_counter() - start, result
+
+
+def spread(times: Sequence[float]) -> Dict[str, Any]:
+    """Median, quartiles, min/max and mean of repeated timings (seconds)."""
+    t = np.asarray(times, np.float64)
+    return {"median_s": float(np.median(t)), "q25_s": float(np.percentile(t, 25)),
+            "q75_s": float(np.percentile(t, 75)), "min_s": float(t.min()),
+            "max_s": float(t.max()), "mean_s": float(t.mean()), "repeats_s": t.tolist()}
+
+
+@functools.partial(jax.jit, static_argnames=("num_steps",))
+def _extend_steps(model, state, tokens, *, num_steps: int):
+    """`num_steps` extends of `tokens [B, K]` at one cache position (rewound after each)."""
+    start = state.lengths
+
+    def body(_, carry):
+        state, acc = carry
+        logits, state = model.extend(model.params, state, tokens)
+        # Summing all logits keeps XLA from pruning any of the [B, K, V] work.
+        return model.rewind(state, start), acc + jnp.sum(jnp.asarray(logits, jnp.float32))
+
+    _, acc = jax.lax.fori_loop(0, num_steps, body, (state, jnp.zeros((), jnp.float32)))
+    return acc
+
+
+def interleaved(programs: Dict[Any, Callable[[], Any]], repeats: int):
+    """Times each program's first call, then `repeats` rounds of every program in an order
+    rotated per round. Returns (first-call seconds, per-program lists of seconds, outputs of the
+    first calls)."""
+    first, outputs = {}, {}
+    for name, fn in programs.items():
+        first[name], outputs[name] = _timed(fn)
+    times = {name: [] for name in programs}
+    names = list(programs)
+    for r in range(repeats):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            times[name].append(_timed(programs[name])[0])
+    return first, times, outputs
+
+
+def _extend_program(model, inputs: np.ndarray, num_tokens: int, *, cache_len: int,
+                    num_steps: int, seed: int) -> Callable[[], Any]:
+    """A thunk running `num_steps` extends of `num_tokens` tokens per row (batch of `inputs`)."""
+    state = jax.block_until_ready(model.init(model.params, jnp.asarray(inputs), cache_len))
+    rng = np.random.default_rng(seed)
+    tokens = jnp.asarray(rng.integers(2, model.vocab_size, (inputs.shape[0], num_tokens)),
+                         jnp.int32)
+    return lambda: _extend_steps(model, state, tokens, num_steps=num_steps)
+
+
+def measure_costs(target, draft, inputs: np.ndarray, gammas: Sequence[int], *,
+                  max_decode_len: int, num_steps: int, repeats: int, seed: int) -> Dict[str, Any]:
+    """c and verify_cost(gamma) for one batch (see the module docstring).
+
+    The step programs (target on 1 token, draft on 1 token, target on gamma + 1 tokens for each
+    gamma) are timed in interleaved rounds, like the decoders; each step time is the median
+    over rounds divided by `num_steps`.
+    """
+    cache_len = max_decode_len + max(gammas) + 2
+    kw = dict(num_steps=num_steps, seed=seed)
+    t_len = target.prefix_length(inputs.shape[1]) + cache_len
+    d_len = draft.prefix_length(inputs.shape[1]) + cache_len
+    programs = {"target": _extend_program(target, inputs, 1, cache_len=t_len, **kw),
+                "draft": _extend_program(draft, inputs, 1, cache_len=d_len, **kw)}
+    for g in gammas:
+        programs[g] = _extend_program(target, inputs, g + 1, cache_len=t_len, **kw)
+    _, times, _ = interleaved(programs, repeats)
+    per_step = {name: np.asarray(t) / num_steps for name, t in times.items()}
+    step = {name: float(np.median(t)) for name, t in per_step.items()}
+    fastest = {name: float(t.min()) for name, t in per_step.items()}
+    return {
+        "batch_size": int(inputs.shape[0]),
+        "target_step_s": step["target"],
+        "draft_step_s": step["draft"],
+        "c": step["draft"] / step["target"],
+        "target_verify_s": {g: step[g] for g in gammas},
+        "verify_cost": {g: step[g] / step["target"] for g in gammas},
+        # The same ratios from the fastest rounds: a check on the medians when the machine is
+        # shared (contention inflates medians, rarely minima).
+        "from_min": {"c": fastest["draft"] / fastest["target"],
+                     "verify_cost": {g: fastest[g] / fastest["target"] for g in gammas}},
+        "step_spread_s": {str(name): {"min": float(t.min()), "q25": float(np.percentile(t, 25)),
+                                      "q75": float(np.percentile(t, 75)),
+                                      "max": float(t.max())}
+                          for name, t in per_step.items()},
+    }
+
+
+def best_gamma(alpha: float, costs: Dict[str, Any], gammas: Sequence[int]) -> int:
+    """The gamma in `gammas` that Theorem 3.8 favours, with the measured c and verify cost of
+    `costs` (from `measure_costs`, which must cover every gamma)."""
+    return max(gammas, key=lambda g: theory.speedup(alpha, g, costs["c"], costs["verify_cost"][g]))
+
+
+# ----------------------------------------------------------------------------------------------
+# The decode-loop cost model.
+
+
+def fit_line(x: Sequence[float], y: Sequence[float]):
+    """(intercept, slope) of the least-squares line y = intercept + slope * x."""
+    x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
+    if np.unique(x).size < 2:
+        raise ValueError(
+            f"Cannot fit a cost per loop iteration: every calibration sequence ran "
+            f"{int(x[0]) if x.size else 0} iterations. Calibrate on sequences of different "
+            "lengths (real inputs and trained models end at EOS; random ones rarely do).")
+    slope, intercept = np.polyfit(x, y, 1)
+    return float(intercept), float(slope)
+
+
+def calibration_programs(target, draft, batches: Sequence[np.ndarray], gammas: Sequence[int], *,
+                         sampling: SamplingConfig, max_decode_len: int, lenience: float = 1.0,
+                         draft_confidence: float = 0.0, seed: int = 0
+                         ) -> Dict[Any, Callable[[], Any]]:
+    """One thunk per (decoder, calibration batch): keys ("calibration", None, i) for the
+    baseline and ("calibration", gamma, i) for speculative decoding with that gamma."""
+    programs = {}
+    for i, x in enumerate(batches):
+        x = jnp.asarray(x, jnp.int32)
+        key = jax.random.fold_in(jax.random.PRNGKey(seed + 7919), i)
+        programs[("calibration", None, i)] = functools.partial(
+            decoding.autoregressive_decode, target, x, rng=key, sampling=sampling,
+            max_decode_len=max_decode_len)
+        for g in gammas:
+            programs[("calibration", g, i)] = functools.partial(
+                decoding.speculative_decode, target, draft, x, rng=key, gamma=g,
+                sampling=sampling, max_decode_len=max_decode_len, lenience=lenience,
+                draft_confidence=draft_confidence)
+    return programs
+
+
+def fit_loop_costs(times: Dict[Any, Sequence[float]], outputs: Dict[Any, Any],
+                   gammas: Sequence[int]) -> Dict[str, Any]:
+    """Start-up and per-iteration cost of each decode program, from `calibration_programs`'
+    timings (`interleaved`'s times and first-call outputs).
+
+    Returns {"calibration_sequences", "baseline": {start_s, iteration_s, iterations, median_s},
+    "speculative": {gamma: the same}, "round_cost": {gamma: round / baseline step}}.
+    """
+    num = len({k[2] for k in times if isinstance(k, tuple) and k[0] == "calibration"})
+
+    def fit(kind):
+        iterations = [int(outputs[("calibration", kind, i)].stats.rounds) for i in range(num)]
+        medians = [float(np.median(times[("calibration", kind, i)])) for i in range(num)]
+        start, per_iteration = fit_line(iterations, medians)
+        return {"start_s": start, "iteration_s": per_iteration, "iterations": iterations,
+                "median_s": medians}
+
+    base = fit(None)
+    spec = {g: fit(g) for g in gammas}
+    return {"calibration_sequences": num, "baseline": base, "speculative": spec,
+            "round_cost": {g: spec[g]["iteration_s"] / base["iteration_s"] for g in gammas}}
+
+
+def predict_walltime(alpha: float, gamma: int, loop_costs: Dict[str, Any],
+                     baseline_iterations: Sequence[int], speculative_lengths: Sequence[int]
+                     ) -> Dict[str, float]:
+    """Walltime of both decoders over a set of batches, from `fit_loop_costs`.
+
+    A batch costs its program's start-up plus one iteration per loop step: the baseline runs
+    `baseline_iterations[b]` steps (one per token of the batch's longest row); the speculative
+    loop runs `theory.expected_rounds(alpha, gamma, n)` rounds for its longest row of n =
+    `speculative_lengths[b]` tokens (the i.i.d. model). Returns the predicted seconds, their
+    ratio `speedup`, and `speedup_per_token`, the long-sequence limit Eq. 1 / round cost
+    (Theorem 3.8 with the decode programs' own costs).
+    """
+    b, s = loop_costs["baseline"], loop_costs["speculative"][gamma]
+    base = sum(b["start_s"] + n * b["iteration_s"] for n in baseline_iterations)
+    spec = sum(s["start_s"] + theory.expected_rounds(alpha, gamma, n) * s["iteration_s"]
+               for n in speculative_lengths)
+    return {"baseline_s": base, "speculative_s": spec, "speedup": base / spec,
+            "speedup_per_token": theory.expected_tokens(alpha, gamma)
+            / loop_costs["round_cost"][gamma]}
