@@ -147,6 +147,19 @@ class Tokenizer:
     def encode_inputs(self, sources: Sequence[str]) -> List[List[int]]:
         return [ids + [EOS_ID] for ids in self.sp.encode([PREFIX + s for s in sources])]
 
+    def encode_sources(self, sources: Sequence[str], length: int) -> np.ndarray:
+        """`[B, length]` int32 encoder inputs: prefix + source + EOS, right-padded with 0.
+
+        A source longer than `length` raises (nothing is silently cut).
+        """
+        out = np.zeros((len(sources), length), np.int32)
+        for b, ids in enumerate(self.encode_inputs(sources)):
+            if len(ids) > length:
+                raise ValueError(f"Source {b} has {len(ids)} tokens with prefix and EOS, more "
+                                 f"than length={length}; raise the input length.")
+            out[b, :len(ids)] = ids
+        return out
+
     def encode_targets(self, targets: Sequence[str]) -> List[List[int]]:
         return [ids + [EOS_ID] for ids in self.sp.encode(list(targets))]
 

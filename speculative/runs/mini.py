@@ -3,7 +3,7 @@
     card = mini.model_card()                     # model_card.json: configs, losses, BLEU, alpha
     target = mini.load("mini_target")            # a DecodeModel (T5X checkpoint in the bundle)
     draft = mini.load(mini.best_draft())
-    inputs = mini.encode_sources(["Open file"], length=48)
+    inputs = mini.Vocabulary().encode_sources(["Open file"], length=48)  # [1, 48] int32
 
 The models were trained by `scripts/train.py` on the gettext corpus of `scripts/build_corpus.py`
 (see `speculative/data/mini/models/MODEL_CARD.md`). Everything here reads files inside the
@@ -14,18 +14,18 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import List, Optional, Tuple
 
 import numpy as np
 
-from speculative import decoding
+from speculative import decoding, training
 from speculative.models import t5
 
 BUNDLE_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data",
                           "mini")
 MODELS_DIR = os.path.join(BUNDLE_DIR, "models")
 TARGET = "mini_target"
-PREFIX = "translate English to German: "
+PREFIX = training.PREFIX  # "translate English to German: " (the mini_ende task)
 
 
 def available() -> bool:
@@ -129,30 +129,9 @@ def source_batches(num: Optional[int], batch_size: int, length: int, split: str 
     return [np.stack(rows[i:i + batch_size]) for i in range(0, len(rows), batch_size)]
 
 
-class Vocabulary:
-    """The bundled SentencePiece model (pad 0, eos 1, unk 2), used as the `mini_ende` task does."""
+class Vocabulary(training.Tokenizer):
+    """The bundled SentencePiece model (pad 0, eos 1, unk 2), used as the `mini_ende` task does:
+    `encode_sources` (prefix + source + EOS, padded; too long raises) and `decode`."""
 
     def __init__(self, path: str = os.path.join(BUNDLE_DIR, "spm.model")):
-        import sentencepiece  # pylint: disable=g-import-not-at-top
-
-        self.sp = sentencepiece.SentencePieceProcessor(model_file=path)
-
-    def encode_sources(self, sources: Sequence[str], length: int) -> np.ndarray:
-        """`[B, length]` int32: prefix + source + EOS, right-padded with 0.
-
-        A source longer than `length` raises (nothing is silently cut).
-        """
-        out = np.zeros((len(sources), length), np.int32)
-        for b, ids in enumerate(self.sp.encode([PREFIX + s for s in sources])):
-            ids = ids + [t5.EOS_ID]
-            if len(ids) > length:
-                raise ValueError(f"Source {b} has {len(ids)} tokens with prefix and EOS, more "
-                                 f"than length={length}; raise the input length.")
-            out[b, :len(ids)] = ids
-        return out
-
-    def decode(self, ids: Sequence[int]) -> str:
-        ids = [int(i) for i in ids]
-        if t5.EOS_ID in ids:
-            ids = ids[:ids.index(t5.EOS_ID)]
-        return self.sp.decode(ids)
+        super().__init__(path)
