@@ -352,8 +352,8 @@ def _draft(draft, s: _SpecState, rngs, sampling, gamma, confidence, active):
 
     Returns (draft_state, x [B, G], q [B, G, V], num_drafted [B], fed []); for argmax sampling q
     is `[B, G, 1]` (its max, 1: the one-hot itself is never needed). A row stops drafting
-    before x_i (i >= 2) when the draft's top probability for it is below `confidence` (dynamic
-    gamma; 0 = always G). The loop exits once every active row has stopped, so stopped rows save
+    before x_i (i >= 2) when the draft's top probability for it (the max of q; at temperature 0,
+    of the softmax of the draft's logits) is below `confidence` (dynamic gamma; 0 = always G). The loop exits once every active row has stopped, so stopped rows save
     draft steps; `fed` counts the single-token draft steps run after the first (the draft cache
     holds S + x_1..x_fed). Drafts past `num_drafted` are junk that the kernel ignores.
     """
@@ -387,7 +387,12 @@ def _draft(draft, s: _SpecState, rngs, sampling, gamma, confidence, active):
         logits, dstate = draft.extend(draft.params, dstate,
                                       jax.lax.dynamic_slice_in_dim(x, i - 1, 1, axis=1))
         xi, qi = propose(logits[:, 0], None if rngs is None else rngs[i])
-        going = going & (jnp.max(qi, axis=-1) >= confidence)
+        if confidence > 0.0:  # static: no cost without dynamic gamma
+            # The draft's top probability: of q when sampling; at temperature 0 q is one-hot, so
+            # of the softmax of its logits (the argmax's probability).
+            top = (jnp.max(jax.nn.softmax(jnp.asarray(logits[:, 0], jnp.float32)), axis=-1)
+                   if sampling.greedy else jnp.max(qi, axis=-1))
+            going = going & (top >= confidence)
         x = jax.lax.dynamic_update_slice_in_dim(x, xi[:, None], i, axis=1)
         q = jax.lax.dynamic_update_slice_in_dim(q, qi[:, None], i, axis=1)
         return i + 1, dstate, x, q, num + going.astype(jnp.int32), going

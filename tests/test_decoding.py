@@ -91,7 +91,10 @@ def test_greedy_identity_with_dynamic_gamma(encdec, confidence):
                                          sampling=GREEDY, max_decode_len=16,
                                          draft_confidence=confidence)
         np.testing.assert_array_equal(sp.tokens, ar.tokens)
-        assert int(jnp.sum(sp.stats.drafted)) <= 5 * int(jnp.sum(sp.stats.target_calls))
+        drafted, rounds = int(jnp.sum(sp.stats.drafted)), int(jnp.sum(sp.stats.target_calls))
+        assert rounds <= drafted <= 5 * rounds
+        if d is draft:  # the random tiny draft is unsure: the threshold must stop rows early
+            assert drafted < 5 * rounds, "dynamic gamma never stopped drafting at temperature 0"
 
 
 @pytest.mark.slow  # the Python loop runs flax op by op: ~30 s on 2 cores
