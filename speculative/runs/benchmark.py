@@ -538,15 +538,19 @@ def benchmark_setting(target, drafts: Sequence[Any], batches: Sequence[np.ndarra
 
 
 def format_table(runs: Sequence[Dict[str, Any]]) -> str:
+    """One line per run: timings, speedup, both predictions (pred = Theorem 3.8, loop = the
+    decode-loop cost model, '-' without calibration), alpha and the cost ratios."""
     head = (f"{'temp':>5} {'B':>3} {'G':>3} {'base ms':>9} {'spec ms':>9} {'speedup':>8} "
-            f"{'pred':>6} {'alpha':>6} {'tok/call':>8} {'c':>6} {'verify':>6}")
+            f"{'pred':>6} {'loop':>6} {'alpha':>6} {'tok/call':>8} {'c':>6} {'verify':>6}")
     lines = [head]
     for r in runs:
         t = r["timings"]
+        loop = r.get("predicted_speedup_loop", float("nan"))
+        loop = f"{loop:>6.3f}" if loop is not None and math.isfinite(loop) else f"{'-':>6}"
         lines.append(
             f"{r['sampling']['temperature']:>5g} {r['batch_size']:>3} {r['gamma']:>3} "
             f"{1e3 * t['baseline']['median_s']:>9.2f} {1e3 * t['speculative']['median_s']:>9.2f} "
-            f"{r['speedup']:>8.3f} {r['predicted_speedup']:>6.3f} {r['alpha']:>6.3f} "
+            f"{r['speedup']:>8.3f} {r['predicted_speedup']:>6.3f} {loop} {r['alpha']:>6.3f} "
             f"{r['tokens_per_target_call']:>8.3f} {r['c']:>6.3f} {r['verify_cost']:>6.3f}")
     return "\n".join(lines)
 
