@@ -219,13 +219,8 @@ def run(
     sampling_lib._validate_lenience(lenience)  # pylint: disable=protected-access
     target = bench.build_model(target_model, target_checkpoint, name="target",
                                decoder_only=decoder_only, seed=seed, param_dtype=param_dtype)
-    draft = bench.build_model(draft_model, draft_checkpoint, name="draft",
-                              decoder_only=decoder_only,
-                              seed=seed + 1 if draft_seed is None else draft_seed,
-                              param_dtype=param_dtype)
-    if draft.vocab_size != target.vocab_size:
-        raise ValueError(f"Target vocab_size={target.vocab_size} and draft vocab_size="
-                         f"{draft.vocab_size} differ; the draft must use the target's vocabulary.")
+    draft = bench.build_draft(draft_model, draft_checkpoint, target, decoder_only=decoder_only,
+                              seed=seed, draft_seed=draft_seed, param_dtype=param_dtype)
 
     source = dict(vocab_size=target.vocab_size, input_length=input_length, seed=seed, task=task,
                   split=split, tsv_path=tsv_path, spm_path=spm_path)

@@ -190,6 +190,23 @@ def build_model(spec, checkpoint: Optional[str], *, name: str, decoder_only: boo
         f"@t5_1_1_small/t5.T5Config()) or a DecodeModel instance.")
 
 
+def check_same_vocab(target, draft) -> None:
+    if draft.vocab_size != target.vocab_size:
+        raise ValueError(f"Target vocab_size={target.vocab_size} and draft vocab_size="
+                         f"{draft.vocab_size} differ; the draft must use the target's vocabulary.")
+
+
+def build_draft(spec, checkpoint: Optional[str], target, *, decoder_only: bool, seed: int,
+                draft_seed: Optional[int], param_dtype: Optional[str]) -> decoding.DecodeModel:
+    """The draft for `target` (`build_model`; random weights seeded `seed + 1` unless
+    `draft_seed`), checked to share the target's vocabulary."""
+    draft = build_model(spec, checkpoint, name="draft", decoder_only=decoder_only,
+                        seed=seed + 1 if draft_seed is None else draft_seed,
+                        param_dtype=param_dtype)
+    check_same_vocab(target, draft)
+    return draft
+
+
 def describe_model(spec) -> Optional[Dict[str, Any]]:
     """JSON-ready description of a model spec."""
     if spec is None:
@@ -650,14 +667,9 @@ def run(
                   for i in range(num_batches)]
         draft = drafts[0]
     else:
-        draft = build_model(draft_model, draft_checkpoint, name="draft",
-                            decoder_only=decoder_only,
-                            seed=seed + 1 if draft_seed is None else draft_seed,
-                            param_dtype=param_dtype)
+        draft = build_draft(draft_model, draft_checkpoint, target, decoder_only=decoder_only,
+                            seed=seed, draft_seed=draft_seed, param_dtype=param_dtype)
         drafts = [draft] * num_batches
-    if draft.vocab_size != target.vocab_size:
-        raise ValueError(f"Target vocab_size={target.vocab_size} and draft vocab_size="
-                         f"{draft.vocab_size} differ; the draft must use the target's vocabulary.")
 
     config = {
         "target_model": describe_model(target_model),
