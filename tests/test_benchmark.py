@@ -206,6 +206,8 @@ def test_synthetic_acceptance_gives_requested_alpha(tmp_path):
     (dict(batch_sizes=[0]), "batch_sizes holds 0"),
     (dict(synthetic_acceptance=1.5), "synthetic_acceptance=1.5"),
     (dict(calibration_batches=-1), "calibration_batches=-1"),
+    (dict(draft_model=t5.T5Config(**{**TINY, "vocab_size": 32})),
+     "Target vocab_size=16 and draft vocab_size=32 differ"),
 ])
 def test_bad_benchmark_config_raises(tmp_path, override, message):
     kwargs = dict(target_model=_cfg(), draft_model=_cfg(), output_dir=str(tmp_path))
@@ -220,6 +222,9 @@ def test_bad_alpha_config_raises(tmp_path):
                       num_tokens=0)
     with pytest.raises(TypeError, match="draft_model='small'"):
         alpha_lib.run(target_model=_cfg(), draft_model="small", output_dir=str(tmp_path))
+    with pytest.raises(ValueError, match="draft vocab_size=32 differ"):
+        alpha_lib.run(target_model=_cfg(), output_dir=str(tmp_path),
+                      draft_model=t5.T5Config(**{**TINY, "vocab_size": 32}))
 
 
 def test_forced_betas_match_full_forward():
