@@ -120,3 +120,18 @@ def test_alpha_reproduces_to_two_decimals():
         got = mini_results.measure_alpha(target, mini.load(name), 0.0,
                                          settings["num_alpha_tokens"], settings["seed"])
         assert round(got["alpha"], 2) == round(row["0.0"]["alpha"], 2), name
+
+
+def test_dynamic_gamma_rows_share_one_baseline():
+    """mini_results.dynamic_gamma: fixed and dynamic gamma against one interleaved baseline; a
+    higher confidence threshold drafts fewer tokens per round (at temperature 0, deterministic)."""
+    target, draft = mini.load(mini.TARGET), mini.load("mini_draft_30")
+    batches = mini.source_batches(6, 1, mini_results.INPUT_LENGTH)
+    rows = mini_results.dynamic_gamma(target, draft, batches, GREEDY, 2, repeats=1, seed=0,
+                                      draft_name="mini_draft_30")
+    assert [r["confidence"] for r in rows] == list(mini_results.DYNAMIC_CONFIDENCES)
+    assert len({r["fixed_speedup"] for r in rows}) == 1  # one fixed-gamma program
+    drafted = [r["drafted_per_round"] for r in rows]
+    assert all(1.0 <= d <= mini_results.DYNAMIC_MAX_GAMMA for d in drafted)
+    assert drafted == sorted(drafted, reverse=True) and drafted[0] > drafted[-1]
+    assert all(r["speedup"] > 0 and r["draft"] == "mini_draft_30" for r in rows)
