@@ -37,7 +37,6 @@ from typing import Dict, List, Sequence
 import jax
 import numpy as np
 
-from speculative import decoding
 from speculative.runs import alpha as alpha_lib
 from speculative.runs import benchmark, costs as costs_lib, mini, plots
 from speculative.sampling import SamplingConfig
@@ -80,18 +79,10 @@ def dynamic_gamma(target, draft, batches, sampling: SamplingConfig, fixed_gamma:
     """Baseline, speculative decoding with `fixed_gamma`, and dynamic gamma (up to
     DYNAMIC_MAX_GAMMA drafts, each of DYNAMIC_CONFIDENCES), timed in one interleaved run; one
     row per confidence, with both speedups over the same baseline."""
-    keys = [jax.random.fold_in(jax.random.PRNGKey(seed), i) for i in range(len(batches))]
-    kw = dict(sampling=sampling, max_decode_len=MAX_DECODE_LEN)
-
-    def speculative(gamma, confidence):
-        return lambda: [decoding.speculative_decode(target, draft, x, rng=k, gamma=gamma,
-                                                    draft_confidence=confidence, **kw)
-                        for x, k in zip(batches, keys)]
-
-    programs = {"baseline": lambda: [decoding.autoregressive_decode(target, x, rng=k, **kw)
-                                     for x, k in zip(batches, keys)],
-                "fixed": speculative(fixed_gamma, 0.0),
-                **{c: speculative(DYNAMIC_MAX_GAMMA, c) for c in DYNAMIC_CONFIDENCES}}
+    programs = benchmark.decode_programs(
+        target, [draft] * len(batches), batches,
+        {"fixed": (fixed_gamma, 0.0), **{c: (DYNAMIC_MAX_GAMMA, c) for c in DYNAMIC_CONFIDENCES}},
+        sampling=sampling, max_decode_len=MAX_DECODE_LEN, seed=seed)
     _, times, outputs = costs_lib.interleaved(programs, repeats)
     base = float(np.median(times["baseline"]))
 
