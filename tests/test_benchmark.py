@@ -140,7 +140,7 @@ def test_decode_loop_cost_model(temperature):
             target, x, rng=k, sampling=sampling, max_decode_len=N)),
                          ("speculative", lambda x, k: decoding.speculative_decode(
             target, target, x, rng=k, gamma=3, sampling=sampling, max_decode_len=N))):
-        rounds = [int(decode(x, jax.random.fold_in(jax.random.PRNGKey(7919), i)).stats.rounds)
+        rounds = [int(decode(x, jax.random.fold_in(jax.random.PRNGKey(7919 + i), 0)).stats.rounds)
                   for i, x in enumerate(batches[2:])]
         assert loop[kind]["iterations"] == rounds
         assert len(set(rounds)) > 1  # the tiny random model ends rows at EOS at varied lengths

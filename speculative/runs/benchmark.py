@@ -95,7 +95,7 @@ import json
 import math
 import os
 import platform
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence
 
 import gin
 import jax
@@ -452,30 +452,6 @@ def _compare(baseline: Sequence[float], speculative: Sequence[float]) -> Dict[st
             "max": float(ratios.max())}
 
 
-def decode_programs(target, drafts: Sequence[Any], batches: Sequence[np.ndarray],
-                    speculative: Dict[Any, Tuple[int, float]], *, sampling: SamplingConfig,
-                    max_decode_len: int, lenience: float = 1.0, seed: int = 0
-                    ) -> Dict[Any, Callable[[], Any]]:
-    """Thunks that decode every batch: "baseline" (`autoregressive_decode`) and, for each key of
-    `speculative`, `speculative_decode` with its (gamma, draft_confidence); `drafts[i]` drafts
-    for `batches[i]`. Batch i uses the PRNG key fold_in(PRNGKey(seed), i) in every program."""
-    keys = [jax.random.fold_in(jax.random.PRNGKey(seed), i) for i in range(len(batches))]
-    batches = [jnp.asarray(b, jnp.int32) for b in batches]
-
-    def baseline():
-        return [decoding.autoregressive_decode(target, x, rng=k, sampling=sampling,
-                                               max_decode_len=max_decode_len)
-                for x, k in zip(batches, keys)]
-
-    def run(gamma, confidence):
-        return lambda: [decoding.speculative_decode(
-            target, draft, x, rng=k, gamma=gamma, sampling=sampling,
-            max_decode_len=max_decode_len, lenience=lenience, draft_confidence=confidence)
-            for draft, x, k in zip(drafts, batches, keys)]
-
-    return {"baseline": baseline, **{name: run(*setting) for name, setting in speculative.items()}}
-
-
 def benchmark_setting(target, drafts: Sequence[Any], batches: Sequence[np.ndarray], *,
                       sampling: SamplingConfig, gammas: Sequence[int], max_decode_len: int,
                       repeats: int, lenience: float, seed: int,
@@ -488,7 +464,7 @@ def benchmark_setting(target, drafts: Sequence[Any], batches: Sequence[np.ndarra
     decode-loop cost model of `costs` is fitted from their timings, taken in the same
     interleaved rounds as the measured decoders, and each entry gets its prediction.
     """
-    programs = decode_programs(
+    programs = costs_lib.decode_programs(
         target, drafts, batches, {g: (g, draft_confidence) for g in gammas}, sampling=sampling,
         max_decode_len=max_decode_len, lenience=lenience, seed=seed)
     programs.update(costs_lib.calibration_programs(

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import functools
 import time
-from typing import Any, Callable, Dict, Sequence
+from typing import Any, Callable, Dict, Sequence, Tuple
 
 import jax
 import jax.numpy as jnp
@@ -141,6 +141,30 @@ def best_gamma(alpha: float, costs: Dict[str, Any], gammas: Sequence[int]) -> in
 # The decode-loop cost model.
 
 
+def decode_programs(target, drafts: Sequence[Any], batches: Sequence[np.ndarray],
+                    speculative: Dict[Any, Tuple[int, float]], *, sampling: SamplingConfig,
+                    max_decode_len: int, lenience: float = 1.0, seed: int = 0
+                    ) -> Dict[Any, Callable[[], Any]]:
+    """Thunks that decode every batch: "baseline" (`autoregressive_decode`) and, for each key of
+    `speculative`, `speculative_decode` with its (gamma, draft_confidence); `drafts[i]` drafts
+    for `batches[i]`. Batch i uses the PRNG key fold_in(PRNGKey(seed), i) in every program."""
+    keys = [jax.random.fold_in(jax.random.PRNGKey(seed), i) for i in range(len(batches))]
+    batches = [jnp.asarray(b, jnp.int32) for b in batches]
+
+    def baseline():
+        return [decoding.autoregressive_decode(target, x, rng=k, sampling=sampling,
+                                               max_decode_len=max_decode_len)
+                for x, k in zip(batches, keys)]
+
+    def run(gamma, confidence):
+        return lambda: [decoding.speculative_decode(
+            target, draft, x, rng=k, gamma=gamma, sampling=sampling,
+            max_decode_len=max_decode_len, lenience=lenience, draft_confidence=confidence)
+            for draft, x, k in zip(drafts, batches, keys)]
+
+    return {"baseline": baseline, **{name: run(*setting) for name, setting in speculative.items()}}
+
+
 def fit_line(x: Sequence[float], y: Sequence[float]):
     """(intercept, slope) of the least-squares line y = intercept + slope * x."""
     x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
@@ -160,17 +184,12 @@ def calibration_programs(target, draft, batches: Sequence[np.ndarray], gammas: S
     """One thunk per (decoder, calibration batch): keys ("calibration", None, i) for the
     baseline and ("calibration", gamma, i) for speculative decoding with that gamma."""
     programs = {}
-    for i, x in enumerate(batches):
-        x = jnp.asarray(x, jnp.int32)
-        key = jax.random.fold_in(jax.random.PRNGKey(seed + 7919), i)
-        programs[("calibration", None, i)] = functools.partial(
-            decoding.autoregressive_decode, target, x, rng=key, sampling=sampling,
-            max_decode_len=max_decode_len)
-        for g in gammas:
-            programs[("calibration", g, i)] = functools.partial(
-                decoding.speculative_decode, target, draft, x, rng=key, gamma=g,
-                sampling=sampling, max_decode_len=max_decode_len, lenience=lenience,
-                draft_confidence=draft_confidence)
+    for i, x in enumerate(batches):  # one program per batch, each with its own PRNG key
+        single = decode_programs(
+            target, [draft], [x], {g: (g, draft_confidence) for g in gammas}, sampling=sampling,
+            max_decode_len=max_decode_len, lenience=lenience, seed=seed + 7919 + i)
+        for kind, name in [(None, "baseline")] + [(g, g) for g in gammas]:
+            programs[("calibration", kind, i)] = lambda f=single[name]: f()[0]  # its one result
     return programs
 
 

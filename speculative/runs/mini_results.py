@@ -54,8 +54,8 @@ def measure_alpha(target, draft, temperature: float, num_tokens: int, seed: int)
     """Cor. 3.6 along target-generated text (runs/alpha.py), batches of 64 test sources."""
     betas = alpha_lib.collect_betas(
         target, draft, mini.source_batches(None, 64, INPUT_LENGTH),
-        sampling=SamplingConfig(temperature), num_tokens=num_tokens, max_decode_len=MAX_DECODE_LEN, lenience=1.0,
-        rng=jax.random.PRNGKey(seed))
+        sampling=SamplingConfig(temperature), num_tokens=num_tokens,
+        max_decode_len=MAX_DECODE_LEN, lenience=1.0, rng=jax.random.PRNGKey(seed))
     stats = alpha_lib.beta_statistics(betas)
     return {k: stats[k] for k in ("alpha", "se_cluster", "num_tokens", "lag1_autocorrelation")}
 
@@ -79,7 +79,7 @@ def dynamic_gamma(target, draft, batches, sampling: SamplingConfig, fixed_gamma:
     """Baseline, speculative decoding with `fixed_gamma`, and dynamic gamma (up to
     DYNAMIC_MAX_GAMMA drafts, each of DYNAMIC_CONFIDENCES), timed in one interleaved run; one
     row per confidence, with both speedups over the same baseline."""
-    programs = benchmark.decode_programs(
+    programs = costs_lib.decode_programs(
         target, [draft] * len(batches), batches,
         {"fixed": (fixed_gamma, 0.0), **{c: (DYNAMIC_MAX_GAMMA, c) for c in DYNAMIC_CONFIDENCES}},
         sampling=sampling, max_decode_len=MAX_DECODE_LEN, seed=seed)
@@ -95,8 +95,8 @@ def dynamic_gamma(target, draft, batches, sampling: SamplingConfig, fixed_gamma:
     rows = []
     for c in DYNAMIC_CONFIDENCES:
         speedup, tokens, drafted, alpha = summary(c)
-        rows.append({"draft": draft_name, "temperature": sampling.temperature, "max_gamma": DYNAMIC_MAX_GAMMA,
-                     "confidence": c, "speedup": speedup, "alpha": alpha,
+        rows.append({"draft": draft_name, "temperature": sampling.temperature,
+                     "max_gamma": DYNAMIC_MAX_GAMMA, "confidence": c, "speedup": speedup, "alpha": alpha,
                      "tokens_per_target_call": tokens, "drafted_per_round": drafted,
                      "fixed_gamma": fixed_gamma, "fixed_speedup": fixed_speedup,
                      "fixed_tokens_per_target_call": fixed_tokens})
@@ -301,8 +301,8 @@ def readme_section(results: Dict, output_dir: str = "results/mini") -> str:
         "round as γ draft calls and one verify call, each timed alone, while the loop also pays "
         "the acceptance kernel, commits and rewinds, the encoders once per sentence, and (on "
         "XLA:CPU) more per model call inside the loop than in a bare loop of calls. The "
-        f"decode-loop cost model prices those too (round cost {_range([r['round_cost'] for r in t2])}"
-        f" baseline steps) and gives Emp/Exp {_range(loop)}, within {100 * worst:.0f}% on every "
+        "decode-loop cost model prices those too (round cost "
+        f"{_range([r['round_cost'] for r in t2])} baseline steps) and gives Emp/Exp {_range(loop)}, within {100 * worst:.0f}% on every "
         "row. Timings come from a shared 2-core machine; rerunning moves single speedups by "
         "about 10%, which is why each prediction is timed in the same repeats as its "
         f"measurement. The γ sweep for {sweep['draft']} at temperature 0 peaks at γ = "
