@@ -36,8 +36,6 @@ Shape legend: B batch, L length, K chunk, G gamma, V vocab, N max_decode_len.
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 from typing import Any, Optional, Protocol, Tuple
 
 import flax.linen as nn
@@ -353,9 +351,10 @@ def _draft(draft, s: _SpecState, rngs, sampling, gamma, confidence, active):
     Returns (draft_state, x [B, G], q [B, G, V], num_drafted [B], fed []); for argmax sampling q
     is `[B, G, 1]` (its max, 1: the one-hot itself is never needed). A row stops drafting
     before x_i (i >= 2) when the draft's top probability for it (the max of q; at temperature 0,
-    of the softmax of the draft's logits) is below `confidence` (dynamic gamma; 0 = always G). The loop exits once every active row has stopped, so stopped rows save
-    draft steps; `fed` counts the single-token draft steps run after the first (the draft cache
-    holds S + x_1..x_fed). Drafts past `num_drafted` are junk that the kernel ignores.
+    of the softmax of the draft's logits) is below `confidence` (dynamic gamma; 0 = always G).
+    The loop exits once every active row has stopped, so stopped rows save draft steps; `fed`
+    counts the single-token draft steps run after the first (the draft cache holds
+    S + x_1..x_fed). Drafts past `num_drafted` are junk that the kernel ignores.
     """
     target_len = s.target_state.lengths
     lag = s.lag.astype(jnp.int32)
