@@ -472,6 +472,69 @@ def num_params(params) -> int:
 
 # ---------------------------------------------------------------------------------- run functions
 
+class ResumableRun:
+    """The resumable training state of one run in `model_dir` (see `train`).
+
+    `train_state.msgpack` holds `flax.serialization.to_bytes` of the `TrainState` plus the step
+    and the training seconds so far; `train_state.json` records the settings it was trained
+    with, and `restore` refuses a state written under other settings instead of mixing runs.
+    Both are written to a temporary name and renamed, so a run stopped mid-write leaves the
+    previous state intact.
+    """
+
+    def __init__(self, model_dir: str, settings: dict):
+        self.model_dir, self.settings = model_dir, json.loads(json.dumps(settings))
+        self.path = os.path.join(model_dir, "train_state.msgpack")
+        self.meta_path = os.path.join(model_dir, "train_state.json")
+
+    def restore(self, state: TrainState) -> Tuple[TrainState, int, float]:
+        """-> (state, first step to run, training seconds already spent)."""
+        from flax import serialization  # pylint: disable=g-import-not-at-top
+
+        if not os.path.exists(self.path):
+            return state, 1, 0.0
+        with open(self.meta_path) as f:
+            meta = json.load(f)
+        if meta["settings"] != self.settings:
+            diff = sorted(k for k in set(meta["settings"]) | set(self.settings)
+                          if meta["settings"].get(k) != self.settings.get(k))
+            raise ValueError(f"{self.path} was written by a run with other settings ({diff}); "
+                             "use another model_dir or delete the state to start over.")
+        with open(self.path, "rb") as f:
+            saved = serialization.from_bytes({"state": state, "step": 0, "train_s": 0.0},
+                                             f.read())
+        logging.info("Resuming %s from step %d", self.model_dir, int(saved["step"]))
+        return saved["state"], int(saved["step"]) + 1, float(saved["train_s"])
+
+    def save(self, state: TrainState, step: int, train_s: float) -> None:
+        from flax import serialization  # pylint: disable=g-import-not-at-top
+
+        blob = serialization.to_bytes({"state": jax.device_get(state), "step": step,
+                                       "train_s": train_s})
+        _atomic_write(self.path, blob)
+        _atomic_write(self.meta_path, json.dumps({"settings": self.settings, "step": step},
+                                                 indent=1).encode())
+
+    def last_record(self) -> dict:
+        with open(os.path.join(self.model_dir, "metrics.jsonl")) as f:
+            return json.loads(f.read().splitlines()[-1])
+
+    def finish(self) -> None:
+        """The run is complete (checkpoint and summary written): the state is not needed."""
+        for path in (self.path, self.meta_path):
+            if os.path.exists(path):
+                os.remove(path)
+
+
+def _atomic_write(path: str, data: bytes) -> None:
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
 def _write_json(path: str, obj) -> None:
     with open(path, "w") as f:
         json.dump(obj, f, indent=1, sort_keys=True)
@@ -501,7 +564,7 @@ def train(*, model: t5.T5Config, model_dir: str, config: TrainConfig, seed: int,
           target_model: Optional[t5.T5Config] = None, target_checkpoint: Optional[str] = None,
           alpha_sentences: int = 256, alpha_gamma: int = 4, card_subset: int = 64,
           export_dir: Optional[str] = None, export_dtype: str = "bfloat16",
-          gin_config: Optional[str] = None) -> dict:
+          checkpoint_every: int = 0, gin_config: Optional[str] = None) -> dict:
     """Trains `model` on the corpus in `data_dir` (default: the bundled one); returns a summary.
 
     Writes to `model_dir`: `config.gin` (`gin_config`, if given), `metrics.jsonl` (train loss
@@ -514,6 +577,12 @@ def train(*, model: t5.T5Config, model_dir: str, config: TrainConfig, seed: int,
     parameters are also saved in `export_dtype` as `<export_dir>/<name>/checkpoint_<steps>` and
     the summary goes into `<export_dir>/model_card.json` under `name` (default: the basename
     of `model_dir`).
+
+    With `checkpoint_every > 0` the run is resumable: every that many steps the whole training
+    state (parameters, optimizer state, step) goes atomically to `model_dir/train_state.msgpack`,
+    and a later call with the same model and settings continues from it. The data stream is
+    replayed up to the saved step, so a resumed run sees the same batches as an uninterrupted
+    one (only the train loss of the first logged window after a resume covers fewer steps).
     """
     start = time.time()
     name = name or os.path.basename(os.path.normpath(model_dir))
@@ -551,14 +620,20 @@ def train(*, model: t5.T5Config, model_dir: str, config: TrainConfig, seed: int,
     optimizer = make_optimizer(config)
     init_rng, dropout_rng, alpha_rng = jax.random.split(jax.random.PRNGKey(seed), 3)
     state = init_state(module, optimizer, init_rng)
+    resume = ResumableRun(model_dir, {"model": dataclasses.asdict(model), "seed": seed,
+                                      "train_config": dataclasses.asdict(config),
+                                      "distill": distill, "train_pairs": len(train_ex)})
+    state, first_step, prior_s = resume.restore(state)
     train_step, eval_step = make_train_step(module, optimizer, config), make_eval_step(module)
     data_rng = np.random.default_rng(seed)
     stream = (b for _ in itertools.count()  # endless epochs, reshuffled each time
               for b in batches(train_ex, config.buckets, config.batch_tokens, rng=data_rng))
+    for _ in range(first_step - 1):  # replay the batches a resumed run has already trained on
+        next(stream)
     pending, window, record = [], [], {}
-    train_start = last_log = time.time()
-    with open(os.path.join(model_dir, "metrics.jsonl"), "w") as log:
-        for step in range(1, config.steps + 1):
+    train_start = last_log = time.time() - prior_s
+    with open(os.path.join(model_dir, "metrics.jsonl"), "a" if first_step > 1 else "w") as log:
+        for step in range(first_step, config.steps + 1):
             state, metrics = train_step(state, *next(stream), dropout_rng)
             pending.append(metrics)
             if step % log_every == 0 or step == config.steps:
@@ -570,6 +645,7 @@ def train(*, model: t5.T5Config, model_dir: str, config: TrainConfig, seed: int,
                              now - train_start)
                 last_log = now
             if step % eval_every == 0 or step == config.steps:
+                window, pending = window + jax.device_get(pending), []  # steps not logged yet
                 record = {"step": step, "train_loss": float(
                     sum(m["ce"] for m in window) / sum(m["tokens"] for m in window)),
                           "valid_loss": evaluate_loss(eval_step, state.params, valid_ex, config),
@@ -578,6 +654,10 @@ def train(*, model: t5.T5Config, model_dir: str, config: TrainConfig, seed: int,
                 log.write(json.dumps(record) + "\n")
                 log.flush()
                 logging.info("eval %s", record)
+            if checkpoint_every and (step % checkpoint_every == 0 or step == config.steps):
+                resume.save(state, step, time.time() - train_start)
+    if not record:  # resumed at the last step: the final record is the last one logged
+        record = resume.last_record()
     train_s = time.time() - train_start
     params = jax.device_get(state.params)
     checkpoints.save_t5x(params, model_dir, step=config.steps, overwrite=True)
@@ -617,6 +697,7 @@ def train(*, model: t5.T5Config, model_dir: str, config: TrainConfig, seed: int,
         summary["checkpoint"] = os.path.relpath(path, export_dir)
         _update_card(export_dir, name, summary)
     _write_json(os.path.join(model_dir, "summary.json"), summary)
+    resume.finish()
     return summary
 
 

@@ -134,13 +134,19 @@ def test_schedule_warmup_then_cosine_to_final_fraction():
 
 # ------------------------------------------------------------------------- the trainer's files
 
-def test_trainer_checkpoint_loads_back_with_identical_logits(tmp_path):
+def _small_corpus(tmp_path):
+    """48 train and 8 valid pairs (from the bundled valid split) with the bundled vocabulary."""
     data = tmp_path / "data"
     data.mkdir()
     shutil.copy(os.path.join(training.MINI_DIR, "spm.model"), data / "spm.model")
     pairs = training.load_pairs(os.path.join(training.MINI_DIR, "valid.tsv"))
     for split, rows in (("train", pairs[:48]), ("valid", pairs[48:56])):
         (data / f"{split}.tsv").write_text("".join(f"{s}\t{t}\n" for s, t in rows), "utf-8")
+    return data, pairs
+
+
+def test_trainer_checkpoint_loads_back_with_identical_logits(tmp_path):
+    data, pairs = _small_corpus(tmp_path)
     model = tiny_config(vocab_size=4000, emb_dim=8, num_heads=2, head_dim=4, mlp_dim=8,
                         num_encoder_layers=1, num_decoder_layers=1)
     config = training.TrainConfig(steps=3, batch_tokens=384, buckets=(48,))
@@ -174,6 +180,42 @@ def test_trainer_checkpoint_loads_back_with_identical_logits(tmp_path):
         {"params": checkpoints.load_params(str(model_dir / "checkpoint_3"))}, inputs,
         training.shift_right(targets), targets)
     np.testing.assert_array_equal(logits, again)
+
+
+def test_interrupted_run_resumes_to_the_same_parameters(tmp_path, monkeypatch):
+    """A run stopped after its step-4 state was saved, then restarted with the same command,
+    ends with exactly the parameters and losses of an uninterrupted run; a restart with other
+    settings is refused instead of mixing two runs."""
+    data, _ = _small_corpus(tmp_path)
+    model = tiny_config(vocab_size=4000, emb_dim=8, num_heads=2, head_dim=4, mlp_dim=8,
+                        num_encoder_layers=1, num_decoder_layers=1)
+    kw = dict(model=model, config=training.TrainConfig(steps=6, batch_tokens=96, buckets=(48,)),
+              seed=0, data_dir=str(data), eval_every=3, card_subset=4, checkpoint_every=2)
+    whole = training.train(model_dir=str(tmp_path / "whole"), **kw)
+
+    save = training.ResumableRun.save
+
+    def stop_after_step_4(self, state, step, seconds):
+        save(self, state, step, seconds)
+        if step == 4:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(training.ResumableRun, "save", stop_after_step_4)
+    with pytest.raises(KeyboardInterrupt):
+        training.train(model_dir=str(tmp_path / "resumed"), **kw)
+    monkeypatch.setattr(training.ResumableRun, "save", save)
+    assert "train_state.msgpack" in os.listdir(tmp_path / "resumed")
+    with pytest.raises(ValueError, match="other settings.*seed"):
+        training.train(model_dir=str(tmp_path / "resumed"), **{**kw, "seed": 1})
+    resumed = training.train(model_dir=str(tmp_path / "resumed"), **kw)
+    assert resumed["final_valid_loss"] == whole["final_valid_loss"]
+    assert "train_state.msgpack" not in os.listdir(tmp_path / "resumed")  # removed when done
+    for a, b in zip(jax.tree_util.tree_leaves(checkpoints.load_params(str(tmp_path / "whole"))),
+                    jax.tree_util.tree_leaves(checkpoints.load_params(str(tmp_path / "resumed")))):
+        np.testing.assert_array_equal(a, b)
+    steps = [json.loads(line)["step"] for line in
+             (tmp_path / "resumed" / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [3, 6]
 
 
 def test_flops_per_token_arithmetic():
