@@ -21,7 +21,11 @@ Reported losses are always the plain cross-entropy (nats per target token, EOS i
 
 Distillation (`distill_targets`): the target model translates the training sources greedily and
 those outputs replace the references, so a draft learns to imitate the target's argmax (the
-quantity alpha at temperature 0 measures).
+quantity alpha at temperature 0 measures). Drafts trained for alpha (`TrainConfig.objective`)
+go further on the same text: `teacher_distributions` records the target's top-k distribution
+at every position, and the draft minimises either the KL from it ('kl') or one minus the
+acceptance probability sum_x min(p, q) itself ('tv', total variation), the quantity whose mean
+is alpha at temperature 1.
 
 Cost (`decoder_flops_per_token`): multiply-adds per generated token are `L_dec * (6 E I + 3 E F
 + 2 I (l_self + l_enc)) + E V` (self-attention q/k/v/o and cross-attention q/o projections, gated
@@ -59,6 +63,7 @@ Example = Tuple[np.ndarray, np.ndarray]  # (input ids, target ids), each ending 
 PREFIX = "translate English to German: "  # == tasks.EN_DE_PREFIX (the mini_ende task)
 MINI_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "mini")
 PAD_ID, EOS_ID = t5.PAD_ID, t5.EOS_ID
+OBJECTIVES = ("ce", "kl", "tv")
 
 
 # ---------------------------------------------------------------------------------- configuration
@@ -82,6 +87,14 @@ class TrainConfig:
       grad_clip: global-norm clipping (0 = off).
       label_smoothing: T5X-style label smoothing of the training loss (0 = off).
       z_loss: coefficient of `log(Z)^2` (T5X uses 1e-4).
+      objective: what the model learns from each target position. 'ce': the token (references,
+        or the teacher's greedy tokens with distillation). 'kl': the teacher's distribution at
+        temperature 1 (cross-entropy against its top-`teacher_top_k` probabilities, renormalised:
+        KL up to a constant). 'tv': acceptance itself, `1 - sum_x min(p(x), q(x))` over the
+        teacher's top-k (the paper's beta: minimising it maximises alpha at temperature 1).
+        'kl' and 'tv' need a teacher (`train(distill=True, ...)`).
+      teacher_top_k: how many of the teacher's most likely tokens per position 'kl' and 'tv'
+        keep (the rest of its mass, usually < 1e-3 for a trained target, is left out).
     """
 
     steps: int
@@ -97,6 +110,8 @@ class TrainConfig:
     grad_clip: float = 1.0
     label_smoothing: float = 0.0
     z_loss: float = 1e-4
+    objective: str = "ce"
+    teacher_top_k: int = 32
 
     def __post_init__(self):
         b = tuple(int(x) for x in self.buckets)
@@ -107,7 +122,9 @@ class TrainConfig:
                 ("optimizer", self.optimizer in ("adamw", "adafactor"), "'adafactor' or 'adamw'"),
                 ("decay", self.decay in ("cosine", "rsqrt", "constant"),
                  "'cosine', 'rsqrt' or 'constant'"),
-                ("label_smoothing", 0.0 <= self.label_smoothing < 1.0, "in [0, 1)")):
+                ("label_smoothing", 0.0 <= self.label_smoothing < 1.0, "in [0, 1)"),
+                ("objective", self.objective in OBJECTIVES, f"one of {OBJECTIVES}"),
+                ("teacher_top_k", self.teacher_top_k >= 1, "a positive int")):
             if not ok:
                 raise ValueError(f"TrainConfig.{field}={getattr(self, field)!r} is invalid: use "
                                  f"{fix}.")
@@ -193,8 +210,11 @@ def tokenize_pairs(pairs, tokenizer: Tokenizer, config: TrainConfig) -> Tuple[Li
 
 
 def pad_rows(rows: Sequence[np.ndarray], length: int, num_rows: Optional[int] = None) -> np.ndarray:
-    """Right-pads 1-D id arrays with 0 into `[num_rows, length]` (extra rows all padding)."""
-    out = np.zeros((num_rows or len(rows), length), np.int32)
+    """Right-pads arrays `[l, ...]` with 0 into `[num_rows, length, ...]` (extra rows all
+    padding); int32 for id rows, else the rows' dtype."""
+    first = np.asarray(rows[0]) if len(rows) else np.zeros((0,), np.int32)
+    dtype = np.int32 if np.issubdtype(first.dtype, np.integer) else first.dtype
+    out = np.zeros((num_rows or len(rows), length) + first.shape[1:], dtype)
     for i, r in enumerate(rows):
         if len(r) > length:
             raise ValueError(f"Row {i} has {len(r)} tokens, more than the padded length {length}.")
@@ -203,15 +223,16 @@ def pad_rows(rows: Sequence[np.ndarray], length: int, num_rows: Optional[int] = 
 
 
 def batches(examples: Sequence[Example], buckets: Sequence[int], batch_tokens: int, *,
-            rng: Optional[np.random.Generator] = None) -> Iterator[Tuple[np.ndarray, np.ndarray]]:
-    """One pass over `examples` as padded `(inputs [B, L], targets [B, L])` batches.
+            rng: Optional[np.random.Generator] = None) -> Iterator[Tuple[np.ndarray, ...]]:
+    """One pass over `examples` as padded `(inputs [B, L], targets [B, L])` batches (and, for
+    examples with a teacher's distributions, `teacher ids [B, L, k]`, `teacher probs [B, L, k]`).
 
     B = batch_tokens // L per bucket; the last batch of a bucket is filled with all-zero rows
     (zero loss weight). With `rng`, examples are shuffled within buckets and batches across
     buckets; without it, buckets come in order with examples in their original order.
     """
     groups = [[] for _ in buckets]
-    for i, (x, y) in enumerate(examples):
+    for i, (x, y, *_) in enumerate(examples):
         b = int(np.searchsorted(buckets, max(len(x), len(y))))  # smallest bucket >= length
         if b == len(buckets):
             raise ValueError(f"Example {i} has {max(len(x), len(y))} tokens, more than the "
@@ -227,8 +248,8 @@ def batches(examples: Sequence[Example], buckets: Sequence[int], batch_tokens: i
     order = rng.permutation(len(plan)) if rng is not None else range(len(plan))
     for k in order:
         b, idx, rows = plan[k]
-        yield (pad_rows([examples[i][0] for i in idx], buckets[b], rows),
-               pad_rows([examples[i][1] for i in idx], buckets[b], rows))
+        yield tuple(pad_rows([examples[i][f] for i in idx], buckets[b], rows)
+                    for f in range(len(examples[idx[0]])))
 
 
 def shift_right(targets: Array) -> Array:
@@ -258,6 +279,26 @@ def token_losses(logits: Array, targets: Array, label_smoothing: float = 0.0,
     if z_loss:
         loss = loss + z_loss * jnp.square(log_z)
     return loss, ce
+
+
+def teacher_losses(logits: Array, teacher_ids: Array, teacher_probs: Array,
+                   objective: str) -> Array:
+    """Per-position loss `[B, L]` against the teacher's top-k `(ids, probs) [B, L, k]`.
+
+    'kl': `-sum_k p~_k log q(id_k)` with p~ the top-k probabilities renormalised (the KL from
+    the teacher up to its entropy). 'tv': `1 - sum_k min(p_k, q(id_k))`, one minus the
+    acceptance probability beta of speculative sampling at temperature 1 (Leviathan et al.
+    §3.1); tokens outside the teacher's top k add nothing to beta (p is ~0 there).
+    """
+    log_q = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
+    log_q_k = jnp.take_along_axis(log_q, teacher_ids, axis=-1)
+    p = teacher_probs.astype(jnp.float32)
+    if objective == "kl":
+        p = p / jnp.maximum(jnp.sum(p, axis=-1, keepdims=True), 1e-30)
+        return -jnp.sum(p * log_q_k, axis=-1)
+    if objective == "tv":
+        return 1.0 - jnp.sum(jnp.minimum(p, jnp.exp(log_q_k)), axis=-1)
+    raise ValueError(f"objective={objective!r} has no teacher loss; use 'kl' or 'tv'.")
 
 
 def learning_rate_schedule(config: TrainConfig) -> optax.Schedule:
@@ -308,25 +349,36 @@ def init_state(module: t5.Transformer, optimizer, rng: Array) -> TrainState:
 
 
 def make_train_step(module: t5.Transformer, optimizer, config: TrainConfig):
-    """Returns jitted `step(state, inputs, targets, rng) -> (state, metrics)`; state is donated.
+    """Returns jitted `step(state, inputs, targets, rng[, teacher_ids, teacher_probs]) ->
+    (state, metrics)`; state is donated.
 
-    metrics: sums over the batch (`loss`, `ce`, `tokens`), so averages over many steps weight
-    tokens equally. Dropout runs when the model's `dropout_rate > 0`.
+    The loss is `config.objective`'s (the teacher's top-k distributions `[B, L, k]` are given
+    for 'kl' and 'tv'). metrics: sums over the batch (`loss`, `ce` against `targets`, `tokens`),
+    so averages over many steps weight tokens equally. Dropout runs when the model's
+    `dropout_rate > 0`.
     """
     dropout = module.config.dropout_rate > 0
 
-    def loss_fn(params, inputs, targets, rng):
+    def loss_fn(params, inputs, targets, rng, teacher_ids, teacher_probs):
         logits = module.apply({"params": params}, inputs, shift_right(targets), targets,
                               enable_dropout=dropout, rngs={"dropout": rng} if dropout else None)
         loss, ce = token_losses(logits, targets, config.label_smoothing, config.z_loss)
+        if config.objective != "ce":
+            log_z = jax.nn.logsumexp(logits.astype(jnp.float32), axis=-1)
+            loss = (teacher_losses(logits, teacher_ids, teacher_probs, config.objective)
+                    + config.z_loss * jnp.square(log_z))
         weights = (targets > 0).astype(jnp.float32)
         tokens = jnp.sum(weights)
         total = jnp.sum(loss * weights)
         return total / jnp.maximum(tokens, 1.0), (total, jnp.sum(ce * weights), tokens)
 
-    def step(state: TrainState, inputs, targets, rng):
+    def step(state: TrainState, inputs, targets, rng, teacher_ids=None, teacher_probs=None):
+        if (config.objective != "ce") != (teacher_ids is not None):
+            raise ValueError(f"objective={config.objective!r} needs teacher distributions "
+                             "exactly when it is 'kl' or 'tv'.")
         grads, (total, ce, tokens) = jax.grad(loss_fn, has_aux=True)(
-            state.params, inputs, targets, jax.random.fold_in(rng, state.step))
+            state.params, inputs, targets, jax.random.fold_in(rng, state.step), teacher_ids,
+            teacher_probs)
         updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
         state = TrainState(step=state.step + 1, params=optax.apply_updates(state.params, updates),
                            opt_state=opt_state)
@@ -411,8 +463,7 @@ def distill_targets(module, params, examples: Sequence[Example], max_length: int
     parameters, and written otherwise.
     """
     inputs = pad_rows([x for x, _ in examples], max_length)
-    teacher = np.asarray([float(np.sum(np.abs(np.asarray(p, np.float64))))
-                          for p in jax.tree_util.tree_leaves(params)])  # parameter fingerprint
+    teacher = _fingerprint(params)
     if cache_path and os.path.exists(cache_path):
         with np.load(cache_path) as data:
             if np.array_equal(data["inputs"], inputs) and np.array_equal(data["teacher"], teacher):
@@ -430,6 +481,68 @@ def distill_targets(module, params, examples: Sequence[Example], max_length: int
         np.savez_compressed(cache_path, inputs=inputs, teacher=teacher,
                             outputs=pad_rows(outputs, max_length))
     return [(x, o) for (x, _), o in zip(examples, outputs)]
+
+
+def teacher_distributions(module, params, examples: Sequence[Example], config: TrainConfig,
+                          cache_path: Optional[str] = None) -> List[Tuple[np.ndarray, ...]]:
+    """Each example with the teacher's top-`config.teacher_top_k` distribution at every target
+    position (teacher forcing, temperature 1): `(x, y, ids [len(y), k] int32, probs [len(y), k]
+    float32)`. With `cache_path` (.npz), read from there when written for the same examples,
+    teacher and k, and written otherwise (probabilities stored as float16)."""
+    k = config.teacher_top_k
+    lengths = np.asarray([len(y) for _, y in examples], np.int64)
+    fingerprint = np.concatenate([
+        _fingerprint(params), [float(k)],
+        [float(np.sum([np.sum(x * 7 + 1) for x, _ in examples]))],
+        [float(np.sum([np.sum(y * 13 + 1) for _, y in examples]))], lengths.astype(np.float64)])
+    if cache_path and os.path.exists(cache_path):
+        with np.load(cache_path) as data:
+            if np.array_equal(data["fingerprint"], fingerprint):
+                logging.info("Teacher distributions read from %s", cache_path)
+                return _split_teacher(examples, data["ids"], data["probs"], lengths)
+        logging.warning("%s was written for other examples or parameters; recomputing.",
+                        cache_path)
+
+    @jax.jit
+    def top_k(params, inputs, targets):
+        logits = module.apply({"params": params}, inputs, shift_right(targets), targets)
+        probs, ids = jax.lax.top_k(jax.nn.softmax(logits.astype(jnp.float32), axis=-1), k)
+        return ids, probs
+
+    ids = np.zeros((int(lengths.sum()), k), np.int32)
+    probs = np.zeros((int(lengths.sum()), k), np.float16)
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    order = np.argsort(lengths, kind="stable")
+    bucket_of = np.searchsorted(config.buckets, [max(len(x), len(y)) for x, y in examples])
+    for b, length in enumerate(config.buckets):  # one compilation per bucket
+        idx = [i for i in order if bucket_of[i] == b]
+        rows = max(1, 4 * config.batch_tokens // length)  # no gradients: larger batches
+        for s in range(0, len(idx), rows):
+            chunk = idx[s:s + rows]
+            got = jax.device_get(top_k(
+                params, pad_rows([examples[i][0] for i in chunk], length, rows),
+                pad_rows([examples[i][1] for i in chunk], length, rows)))
+            for r, i in enumerate(chunk):
+                ids[offsets[i]:offsets[i + 1]] = got[0][r, :lengths[i]]
+                probs[offsets[i]:offsets[i + 1]] = got[1][r, :lengths[i]]
+    if cache_path:
+        os.makedirs(os.path.dirname(os.path.abspath(cache_path)), exist_ok=True)
+        np.savez_compressed(cache_path, fingerprint=fingerprint, ids=ids.astype(np.int16),
+                            probs=probs)
+    return _split_teacher(examples, ids, probs, lengths)
+
+
+def _split_teacher(examples, ids, probs, lengths):
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    return [(x, y, ids[offsets[i]:offsets[i + 1]].astype(np.int32),
+             probs[offsets[i]:offsets[i + 1]].astype(np.float32))
+            for i, (x, y) in enumerate(examples)]
+
+
+def _fingerprint(params) -> np.ndarray:
+    """One float64 per parameter array (sum of absolute values): tells teachers apart."""
+    return np.asarray([float(np.sum(np.abs(np.asarray(p, np.float64))))
+                       for p in jax.tree_util.tree_leaves(params)])
 
 
 def draft_alpha(target: decoding.DecodeModel, draft: decoding.DecodeModel,
@@ -573,7 +686,9 @@ def train(*, model: t5.T5Config, model_dir: str, config: TrainConfig, seed: int,
     `target_checkpoint`, the model is measured as a draft of that target (alpha at temperatures
     0 and 1 on the first `alpha_sentences` valid sentences, gamma `alpha_gamma`); `distill=True`
     also trains it on the target's greedy translations of the training sources (a random
-    `distill_pairs` of them, if set) instead of the references. With `export_dir`, the final
+    `distill_pairs` of them, if set) instead of the references, and with `config.objective`
+    'kl' or 'tv' it learns the target's distributions on those outputs (`teacher_distributions`,
+    cached beside `distill_cache`) rather than its tokens. With `export_dir`, the final
     parameters are also saved in `export_dtype` as `<export_dir>/<name>/checkpoint_<steps>` and
     the summary goes into `<export_dir>/model_card.json` under `name` (default: the basename
     of `model_dir`).
@@ -598,6 +713,10 @@ def train(*, model: t5.T5Config, model_dir: str, config: TrainConfig, seed: int,
                          f"{tokenizer.vocab_size}.")
     if distill and not (target_model and target_checkpoint):
         raise ValueError("distill=True needs target_model and target_checkpoint (the teacher).")
+    if config.objective != "ce" and not distill:
+        raise ValueError(f"objective={config.objective!r} learns the teacher's distributions on "
+                         "its own outputs: set distill=True with target_model and "
+                         "target_checkpoint (or use objective='ce').")
     max_len = config.max_length
     valid_pairs = load_pairs(os.path.join(data_dir, "valid.tsv"))
     train_ex, dropped = tokenize_pairs(
@@ -616,6 +735,13 @@ def train(*, model: t5.T5Config, model_dir: str, config: TrainConfig, seed: int,
             train_ex = [train_ex[i] for i in np.sort(pick)]
         train_ex = distill_targets(*teacher, train_ex, max_len, distill_cache)
         logging.info("distillation targets: %.0f s", time.time() - t0)
+    if config.objective != "ce":
+        t0 = time.time()
+        train_ex = teacher_distributions(
+            *teacher, train_ex, config, distill_cache and
+            f"{os.path.splitext(distill_cache)[0]}.top{config.teacher_top_k}.npz")
+        logging.info("teacher distributions (top %d): %.0f s", config.teacher_top_k,
+                     time.time() - t0)
 
     optimizer = make_optimizer(config)
     init_rng, dropout_rng, alpha_rng = jax.random.split(jax.random.PRNGKey(seed), 3)
@@ -634,7 +760,8 @@ def train(*, model: t5.T5Config, model_dir: str, config: TrainConfig, seed: int,
     train_start = last_log = time.time() - prior_s
     with open(os.path.join(model_dir, "metrics.jsonl"), "a" if first_step > 1 else "w") as log:
         for step in range(first_step, config.steps + 1):
-            state, metrics = train_step(state, *next(stream), dropout_rng)
+            inputs, targets, *teacher_dists = next(stream)
+            state, metrics = train_step(state, inputs, targets, dropout_rng, *teacher_dists)
             pending.append(metrics)
             if step % log_every == 0 or step == config.steps:
                 got, pending, now = jax.device_get(pending), [], time.time()

@@ -218,6 +218,84 @@ def test_interrupted_run_resumes_to_the_same_parameters(tmp_path, monkeypatch):
     assert steps == [3, 6]
 
 
+def test_teacher_losses_are_one_minus_beta_and_cross_entropy():
+    """With the teacher's whole vocabulary kept, 'tv' is 1 - beta (the kernel's acceptance
+    probability, sampling.acceptance_rate) and 'kl' is the cross-entropy H(p, q), which is
+    smallest (= H(p)) at q = p."""
+    from speculative import sampling
+    rng = np.random.default_rng(0)
+    p_logits, q_logits = rng.normal(size=(2, 3, 7)) * 2, rng.normal(size=(2, 3, 7)) * 2
+    p = jax.nn.softmax(jnp.asarray(p_logits), axis=-1)
+    probs, ids = jax.lax.top_k(p, 7)
+    tv = training.teacher_losses(jnp.asarray(q_logits), ids, probs, "tv")
+    beta = sampling.acceptance_rate(p, jax.nn.softmax(jnp.asarray(q_logits), axis=-1))
+    np.testing.assert_allclose(tv, 1.0 - beta, atol=1e-6)
+    kl = training.teacher_losses(jnp.asarray(q_logits), ids, probs, "kl")
+    log_q = jax.nn.log_softmax(jnp.asarray(q_logits), axis=-1)
+    np.testing.assert_allclose(kl, -jnp.sum(p * log_q, axis=-1), rtol=1e-5)
+    at_p = training.teacher_losses(jnp.asarray(p_logits), ids, probs, "kl")
+    np.testing.assert_allclose(at_p, -jnp.sum(p * jnp.log(p), axis=-1), rtol=1e-5)
+    assert np.all(np.asarray(at_p) < np.asarray(kl))
+    np.testing.assert_allclose(training.teacher_losses(jnp.asarray(p_logits), ids, probs, "tv"),
+                               0.0, atol=1e-6)
+    with pytest.raises(ValueError, match="objective='ce'"):
+        training.teacher_losses(jnp.asarray(q_logits), ids, probs, "ce")
+    with pytest.raises(ValueError, match="objective"):
+        training.TrainConfig(steps=1, objective="js")
+
+
+def test_teacher_distributions_match_the_forward_pass_and_cache(tmp_path):
+    model = tiny_config(vocab_size=40)
+    module = t5.Transformer(model)
+    params = t5.init_params(module, jax.random.PRNGKey(0))
+    rng = np.random.default_rng(1)
+    examples = [(np.append(rng.integers(2, 40, n), EOS).astype(np.int32),
+                 np.append(rng.integers(2, 40, m), EOS).astype(np.int32))
+                for n, m in ((3, 5), (9, 2), (4, 4), (14, 11))]
+    config = training.TrainConfig(steps=1, batch_tokens=32, buckets=(8, 16), teacher_top_k=5)
+    cache = str(tmp_path / "teacher.npz")
+    got = training.teacher_distributions(module, params, examples, config, cache)
+    for (x, y), (x2, y2, ids, probs) in zip(examples, got):
+        assert x2 is x and y2 is y and ids.shape == probs.shape == (len(y), 5)
+        logits = module.apply({"params": params}, x[None], training.shift_right(y[None]), y[None])
+        want_p, want_ids = jax.lax.top_k(jax.nn.softmax(logits[0], axis=-1), 5)
+        np.testing.assert_array_equal(ids, want_ids)
+        np.testing.assert_allclose(probs, want_p, atol=1e-3)  # stored as float16
+    again = training.teacher_distributions(module, params, examples, config, cache)
+    for a, b in zip(got, again):
+        np.testing.assert_array_equal(a[2], b[2])
+        np.testing.assert_array_equal(a[3], b[3])
+    # Batches carry the teacher's arrays beside inputs and targets, padded alike.
+    inputs, targets, ids, probs = next(training.batches(got, (16,), 64))
+    assert ids.shape == probs.shape == targets.shape + (5,)
+    assert np.all(probs[targets == 0] == 0)
+
+
+def test_tv_objective_raises_acceptance_against_the_teacher():
+    """A few steps of 'tv' training move a random draft's beta against a fixed teacher up."""
+    teacher_cfg, draft_cfg = tiny_config(vocab_size=24), tiny_config(vocab_size=24, emb_dim=8)
+    teacher = t5.Transformer(teacher_cfg)
+    t_params = t5.init_params(teacher, jax.random.PRNGKey(0))
+    rng = np.random.default_rng(2)
+    examples = [(np.append(rng.integers(2, 24, 6), EOS).astype(np.int32),
+                 np.append(rng.integers(2, 24, 6), EOS).astype(np.int32)) for _ in range(8)]
+    config = training.TrainConfig(steps=30, batch_tokens=64, buckets=(8,), objective="tv",
+                                  teacher_top_k=24, learning_rate=0.05, warmup_steps=1)
+    batch = next(training.batches(
+        training.teacher_distributions(teacher, t_params, examples, config), (8,), 64))
+    module = t5.Transformer(draft_cfg)
+    optimizer = training.make_optimizer(config)
+    state = training.init_state(module, optimizer, jax.random.PRNGKey(1))
+    step = training.make_train_step(module, optimizer, config)
+    losses = []
+    for _ in range(30):
+        state, metrics = step(state, batch[0], batch[1], jax.random.PRNGKey(0), *batch[2:])
+        losses.append(float(metrics["loss"] / metrics["tokens"]))
+    assert losses[-1] < losses[0] - 0.05, losses
+    with pytest.raises(ValueError, match="teacher distributions"):
+        step(state, batch[0], batch[1], jax.random.PRNGKey(0))
+
+
 def test_flops_per_token_arithmetic():
     cfg = t5.T5Config(vocab_size=4000, emb_dim=10, num_heads=2, head_dim=8, mlp_dim=32,
                       num_encoder_layers=1, num_decoder_layers=1,
