@@ -1,25 +1,35 @@
-"""Writes results/mini/: the paper's Tables 2, 3 and 4 in miniature, with the bundled models.
+"""Writes results/large/ and results/mini/: the paper's Tables 2, 3 and 4 in miniature.
 
-Measures alpha for every bundled draft at temperatures 0 and 1 along target-generated text (Table
-3), picks gamma per T5 draft by Theorem 3.8 from that alpha and the measured c and verify cost,
+For each bundled target (large_target: memory-bound on a CPU; mini_target: compute-bound),
+measures alpha for its drafts at temperatures 0 and 1 along target-generated text (Table 3),
+picks gamma per T5 draft by Theorem 3.8 from that alpha and the measured c and verify cost,
 times speculative against autoregressive decoding at batch 1 on test sentences (Table 2), puts
 two predictions beside each measured speedup (Theorem 3.8, and the decode-loop cost model; Table
-4), and sweeps gamma for the best draft (speedup_vs_gamma.png). About 8 minutes on 2 CPU cores.
-With --readme, the README's results section is rewritten from the new files.
+4), splits each round's time into the verify call, the draft calls and the rest, and sweeps
+gamma for the best draft (speedup_vs_gamma.png). About 25 minutes for large_target and 8 for
+mini_target on 2 CPU cores; run it with nothing else busy on the machine. With --readme, the
+README's results section is rewritten from the results files of every bundled target.
 
 Example:
-  python scripts/mini_results.py --output_dir=results/mini --readme=README.md
-  python scripts/mini_results.py --output_dir=/tmp/quick --num_alpha_tokens=1000 --repeats=2
+  python scripts/mini_results.py --readme=README.md
+  python scripts/mini_results.py --targets=mini_target --output_dir=/tmp/quick \
+      --num_alpha_tokens=1000 --repeats=2
 """
+
+import os
 
 from absl import app, flags
 
-from speculative.runs import mini_results
+from speculative.runs import mini, mini_results
 
-_OUT = flags.DEFINE_string("output_dir", "results/mini", "Where the tables and plot go.")
+_TARGETS = flags.DEFINE_list("targets", None, "Bundled targets to measure (default: all); "
+                             "--readme also uses the results already written for the others.")
+_OUT = flags.DEFINE_string("output_dir", None, "Where the tables and plot go (one target only; "
+                           "default: results/large or results/mini).")
 _TOKENS = flags.DEFINE_integer("num_alpha_tokens", 10_000, "Tokens per alpha measurement.")
 _SENTENCES = flags.DEFINE_integer("num_sentences", 24, "Test sentences timed at batch 1.")
 _REPEATS = flags.DEFINE_integer("repeats", 15, "Interleaved timing repeats (medians reported).")
+_DYNAMIC = flags.DEFINE_bool("dynamic", True, "Also time dynamic gamma (draft_confidence).")
 _README = flags.DEFINE_string("readme", None, "README to rewrite from the <!-- RESULTS --> marker "
                               "to the next section (None = leave it alone).")
 
@@ -27,11 +37,24 @@ _README = flags.DEFINE_string("readme", None, "README to rewrite from the <!-- R
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-    results = mini_results.run(output_dir=_OUT.value, num_alpha_tokens=_TOKENS.value,
-                               num_sentences=_SENTENCES.value, repeats=_REPEATS.value)
+    targets = _TARGETS.value if _TARGETS.value is not None else mini.targets()
+    unknown = sorted(set(targets) - set(mini.targets()))
+    if unknown:
+        raise app.UsageError(f"--targets: {unknown} not bundled; choose from {mini.targets()}.")
+    if _OUT.value and len(targets) != 1:
+        raise app.UsageError("--output_dir needs exactly one --targets entry.")
+    if _OUT.value and _README.value:
+        raise app.UsageError("--readme renders the default results directories; drop "
+                             "--output_dir.")
+    for target in targets:
+        mini_results.run(output_dir=_OUT.value, num_alpha_tokens=_TOKENS.value,
+                         num_sentences=_SENTENCES.value, repeats=_REPEATS.value,
+                         target_name=target, dynamic=_DYNAMIC.value)
     if _README.value:
-        mini_results.write_readme_section(
-            _README.value, mini_results.readme_section(results, _OUT.value))
+        pairs = [(mini_results.load_results(mini_results.RESULT_DIRS[t]),
+                  mini_results.RESULT_DIRS[t]) for t in mini.targets()
+                 if os.path.exists(os.path.join(mini_results.RESULT_DIRS[t], "results.json"))]
+        mini_results.write_readme_section(_README.value, mini_results.readme_section(pairs))
 
 
 if __name__ == "__main__":

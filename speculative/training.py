@@ -639,6 +639,14 @@ class ResumableRun:
                 os.remove(path)
 
 
+def _run_name(checkpoint: str) -> str:
+    """`out/x/large_target` or `out/x/large_target/checkpoint_2000` -> `large_target`."""
+    path = os.path.normpath(checkpoint)
+    if os.path.basename(path).startswith("checkpoint_"):
+        path = os.path.dirname(path)
+    return os.path.basename(path)
+
+
 def _atomic_write(path: str, data: bytes) -> None:
     tmp = f"{path}.tmp{os.getpid()}"
     with open(tmp, "wb") as f:
@@ -811,6 +819,7 @@ def train(*, model: t5.T5Config, model_dir: str, config: TrainConfig, seed: int,
             decoding.EncoderDecoderModel(*teacher), decoding.EncoderDecoderModel(module, params),
             [x for x, _ in valid_ex[:alpha_sentences]], rng=alpha_rng, gamma=alpha_gamma,
             max_length=max_len)
+        summary["target"] = _run_name(target_checkpoint)
         summary["flops_ratio_to_target"] = flops["total"] / decoder_flops_per_token(
             target_model)["total"]
         logging.info("alpha %s", summary["alpha"])

@@ -20,13 +20,14 @@ from speculative.runs import mini, mini_results
 from speculative.sampling import SamplingConfig
 
 pytestmark = pytest.mark.skipif(not mini.available(), reason="no bundled models")
-RESULTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                       "results", "mini")
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RESULTS = os.path.join(REPO, "results", "mini")
 GREEDY = SamplingConfig(0.0)
+TARGETS = mini.targets() if mini.available() else []
 
 
-def _compare_greedy(num_sentences, gamma=4, batch_size=64):
-    target, draft = mini.load(mini.TARGET), mini.load(mini.best_draft())
+def _compare_greedy(num_sentences, target_name, gamma=4, batch_size=64):
+    target, draft = mini.load(target_name), mini.load(mini.best_draft(target_name))
     batches = mini.source_batches(num_sentences, batch_size, mini_results.INPUT_LENGTH)
     forward = jax.jit(lambda enc, dec: target.module.apply({"params": target.params}, enc, dec))
     same, ties, total = 0, [], 0
@@ -49,21 +50,23 @@ def _compare_greedy(num_sentences, gamma=4, batch_size=64):
     return same, ties, total
 
 
-def _check(num_sentences):
-    same, ties, total = _compare_greedy(num_sentences)
+def _check(num_sentences, target_name):
+    same, ties, total = _compare_greedy(num_sentences, target_name)
     print(f"greedy identity: {same}/{total} identical; numerical ties: {len(ties)} {ties}")
     assert same + len(ties) == total
     for sentence, position, gap in ties:
         assert gap <= 1e-4, f"sentence {sentence} differs at {position} with a logit gap {gap}"
 
 
-def test_greedy_identity_first_test_sentences():
-    _check(64)
+@pytest.mark.parametrize("target_name", TARGETS)
+def test_greedy_identity_first_test_sentences(target_name):
+    _check(64, target_name)
 
 
 @pytest.mark.slow
-def test_greedy_identity_whole_test_split():
-    _check(None)
+@pytest.mark.parametrize("target_name", TARGETS)
+def test_greedy_identity_whole_test_split(target_name):
+    _check(None, target_name)
 
 
 def _results():
@@ -71,17 +74,25 @@ def _results():
         return json.load(f)
 
 
+def _written():
+    """(results, directory) of every bundled target whose results are written, as --readme
+    renders them."""
+    return [(mini_results.load_results(os.path.join(REPO, mini_results.RESULT_DIRS[t])),
+             mini_results.RESULT_DIRS[t]) for t in TARGETS
+            if os.path.exists(os.path.join(REPO, mini_results.RESULT_DIRS[t], "results.json"))]
+
+
 @pytest.mark.skipif(not os.path.exists(os.path.join(RESULTS, "results.json")),
                     reason="results/mini not written yet")
 def test_readme_shows_the_results_files(monkeypatch):
-    repo = os.path.dirname(os.path.dirname(RESULTS))
-    readme = open(os.path.join(repo, "README.md")).read()
-    for name in ("table2.md", "table3.md", "table4.md"):
-        table = open(os.path.join(RESULTS, name)).read().strip()
-        assert table in readme, f"README does not show results/mini/{name} as written"
+    readme = open(os.path.join(REPO, "README.md")).read()
+    for _, directory in _written():
+        for name in ("table2.md", "table3.md", "table4.md"):
+            table = open(os.path.join(REPO, directory, name)).read().strip()
+            assert table in readme, f"README does not show {directory}/{name} as written"
     # The whole section, prose numbers included, is what `mini_results.py --readme` writes.
-    monkeypatch.chdir(repo)
-    section = mini_results.readme_section(_results(), "results/mini")
+    monkeypatch.chdir(REPO)
+    section = mini_results.readme_section(_written())
     assert section in readme, "README's results section is stale: rerun scripts/mini_results.py"
 
 

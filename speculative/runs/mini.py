@@ -1,9 +1,18 @@
-"""The bundled offline models: a small EN->DE target and its drafts (`speculative/data/mini/`).
+"""The bundled offline models: two EN->DE targets and their drafts (`speculative/data/mini/`).
 
     card = mini.model_card()                     # model_card.json: configs, losses, BLEU, alpha
-    target = mini.load("mini_target")            # a DecodeModel (T5X checkpoint in the bundle)
-    draft = mini.load(mini.best_draft())
+    name = mini.main_target()                    # "large_target" (memory-bound, the main job)
+    target = mini.load(name)                     # a DecodeModel (T5X checkpoint in the bundle)
+    draft = mini.load(mini.best_draft(name))
     inputs = mini.Vocabulary().encode_sources(["Open file"], length=48)  # [1, 48] int32
+
+Two targets share one vocabulary: `large_target` (41.9M parameters; a generated token reads
+122 MB of weights, more than the CPU's caches hold, so a step is memory-bound as on a TPU and
+speculative decoding pays) and `mini_target` (4.75M parameters, 19 MB: it sits in the L3
+cache, a step is compute- and overhead-bound, and speculative decoding does not pay on a CPU;
+kept as the contrast). Each T5 draft's card entry names the target it was trained for
+(`"target"`; `mini_target` where absent); the n-gram drafts fit the shared vocabulary and
+draft for either.
 
 The models were trained by `scripts/train.py` on the gettext corpus of `scripts/build_corpus.py`
 (see `speculative/data/mini/models/MODEL_CARD.md`). Everything here reads files inside the
@@ -24,7 +33,9 @@ from speculative.models import t5
 BUNDLE_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data",
                           "mini")
 MODELS_DIR = os.path.join(BUNDLE_DIR, "models")
-TARGET = "mini_target"
+MINI_TARGET = "mini_target"  # compute-bound on a CPU: the contrast
+LARGE_TARGET = "large_target"  # memory-bound: the main job's target
+TARGET = MINI_TARGET  # the default of the functions below (the first bundled target)
 PREFIX = training.PREFIX  # "translate English to German: " (the mini_ende task)
 
 
@@ -78,25 +89,56 @@ def is_t5(name: str) -> bool:
     return "kind" not in _entry(name)
 
 
-def drafts() -> List[str]:
-    return sorted(n for n in model_card()["models"] if n != TARGET)
+def targets() -> List[str]:
+    """The bundled targets, the memory-bound one first."""
+    return [n for n in (LARGE_TARGET, MINI_TARGET) if n in model_card()["models"]]
 
 
-def t5_drafts() -> List[str]:
-    return [n for n in drafts() if is_t5(n)]
+def main_target() -> str:
+    """The main job's target: `large_target` when bundled, else `mini_target`."""
+    return targets()[0]
 
 
-def best_draft() -> str:
-    """The draft the card names as best, else the T5 draft with the highest alpha at T=0."""
-    card = model_card()
-    if card.get("best_draft"):
-        return card["best_draft"]
+def target_of(name: str) -> Optional[str]:
+    """The target a T5 draft was trained for (None for n-gram drafts and for targets)."""
+    if name in (LARGE_TARGET, MINI_TARGET) or not is_t5(name):
+        return None
+    return _entry(name).get("target", MINI_TARGET)
+
+
+def _check_target(target: str) -> None:
+    if target not in (LARGE_TARGET, MINI_TARGET):
+        raise ValueError(f"target={target!r} is not a bundled target; use one of "
+                         f"{[LARGE_TARGET, MINI_TARGET]}.")
+
+
+def drafts(target: str = TARGET) -> List[str]:
+    """The drafts of `target`: its T5 drafts and the n-gram drafts (shared vocabulary)."""
+    _check_target(target)
+    return sorted(n for n in model_card()["models"]
+                  if n not in (LARGE_TARGET, MINI_TARGET)
+                  and (not is_t5(n) or target_of(n) == target))
+
+
+def t5_drafts(target: str = TARGET) -> List[str]:
+    return [n for n in drafts(target) if is_t5(n)]
+
+
+def best_draft(target: str = TARGET) -> str:
+    """The draft the card names as best for `target` (`best_draft`: a name for mini_target, or
+    {target: name}), else its T5 draft with the highest alpha at T=0."""
+    _check_target(target)
+    best = model_card().get("best_draft")
+    if isinstance(best, dict) and best.get(target):
+        return best[target]
+    if isinstance(best, str) and target == MINI_TARGET:
+        return best
 
     def alpha_t0(name):
         alphas = _entry(name).get("alpha") or [{"alpha": -1.0}]
         return alphas[0]["alpha"]
 
-    return max(t5_drafts(), key=alpha_t0)
+    return max(t5_drafts(target), key=alpha_t0)
 
 
 def test_pairs(num: Optional[int] = None, split: str = "test") -> List[Tuple[str, str]]:
