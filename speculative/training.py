@@ -828,8 +828,12 @@ def train(*, model: t5.T5Config, model_dir: str, config: TrainConfig, seed: int,
         exported = jax.tree_util.tree_map(lambda x: np.asarray(x, export_dtype), params)
         path = checkpoints.save_t5x(exported, os.path.join(export_dir, name), step=config.steps,
                                     overwrite=True)
+        bundled = checkpoints.load_params(path, dtype="float32")
         summary["valid_subset"]["loss_" + export_dtype] = evaluate_loss(
-            eval_step, checkpoints.load_params(path, dtype="float32"), subset_ex, config)
+            eval_step, bundled, subset_ex, config)
+        # What users decode is the stored copy (upcast to float32): its BLEU too.
+        summary["valid_bleu_" + export_dtype] = bleu(module, bundled, bleu_pairs, tokenizer,
+                                                     max_len)[0]
         summary["checkpoint"] = os.path.relpath(path, export_dir)
         _update_card(export_dir, name, summary)
     _write_json(os.path.join(model_dir, "summary.json"), summary)
