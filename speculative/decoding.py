@@ -127,6 +127,11 @@ class DecodeStats:
     `tested[b]` counts drafted positions that the accept test examined (the accepted ones and
     the first rejected one); `beta_sum[b]` sums beta = sum_x min(p, q) over them, so
     `alpha = beta_sum / tested` estimates the paper's alpha along the generated text.
+
+    `nonfinite[b]` is set when the distribution row b's next token would come from held NaN or
+    inf (broken parameters, an overflowing temperature): the row stops there, its tokens are the
+    exact prefix decoded before, and nothing computed from the non-finite numbers is emitted.
+    Callers that present outputs must check it (`check_finite`).
     """
 
     rounds: Array  # [] loop iterations
@@ -138,6 +143,7 @@ class DecodeStats:
     beta_sum: Array  # [B]
     tested: Array  # [B]
     accepted_per_position: Array  # [B, G] (G = 0 for the baseline)
+    nonfinite: Array  # [B] bool: the target's distribution went NaN/inf; the row was stopped
 
     @property
     def alpha(self) -> float:
@@ -173,7 +179,18 @@ class DecodeStats:
             "tokens_per_target_call": self.tokens_per_target_call,
             "accepted_per_position": np.asarray(
                 jnp.sum(self.accepted_per_position, axis=0)).tolist(),
+            "nonfinite_rows": int(jnp.sum(self.nonfinite)),
         }
+
+    def check_finite(self, what: str = "decode") -> None:
+        """Raises FloatingPointError naming the rows whose distributions went non-finite."""
+        rows = np.nonzero(np.asarray(self.nonfinite))[0]
+        if rows.size:
+            raise FloatingPointError(
+                f"{what}: the target's distribution was NaN or infinite for rows "
+                f"{rows.tolist()[:20]} (of {np.size(self.nonfinite)}); their outputs stop before "
+                "it. Check the checkpoint for NaN/inf parameters, and use temperature 0 or a "
+                "larger temperature if it is tiny.")
 
 
 @struct.dataclass
@@ -258,6 +275,7 @@ class _ARState:
     rng: Array
     rounds: Array
     calls: Array  # [B]
+    nonfinite: Array  # [B] bool
 
 
 def _autoregressive_impl(model, inputs, rng, *, sampling, max_decode_len, debug=False):
@@ -267,7 +285,8 @@ def _autoregressive_impl(model, inputs, rng, *, sampling, max_decode_len, debug=
         model_state=state, last=state.pending,
         tokens=jnp.zeros((batch, max_decode_len + 1), jnp.int32),
         num_generated=jnp.zeros((batch,), jnp.int32), done=jnp.zeros((batch,), bool),
-        rng=rng, rounds=jnp.zeros((), jnp.int32), calls=jnp.zeros((batch,), jnp.int32))
+        rng=rng, rounds=jnp.zeros((), jnp.int32), calls=jnp.zeros((batch,), jnp.int32),
+        nonfinite=jnp.zeros((batch,), bool))
 
     def cond(s):
         return jnp.any(~s.done) & (s.rounds < max_decode_len)
@@ -278,26 +297,30 @@ def _autoregressive_impl(model, inputs, rng, *, sampling, max_decode_len, debug=
         if sampling.greedy:
             rng = s.rng
             token = jnp.argmax(logits[:, 0], axis=-1).astype(jnp.int32)
+            ok = sampling_lib.finite_rows(logits[:, 0])
         else:
             rng, step_rng = jax.random.split(s.rng)
-            token = sampling_lib.sample(step_rng, sampling_lib.adjusted_probs(logits[:, 0], sampling))
+            p = sampling_lib.adjusted_probs(logits[:, 0], sampling)
+            token = sampling_lib.sample(step_rng, p)
+            ok = sampling_lib.finite_rows(p)
         active = ~s.done
+        broken = active & ~ok  # nothing from a NaN/inf distribution is committed
         tokens, num_generated, done, _ = _commit(
-            s.tokens, s.num_generated, s.done, token[:, None], jnp.ones_like(token),
+            s.tokens, s.num_generated, s.done | broken, token[:, None], jnp.ones_like(token),
             max_decode_len)
         advance = active & ~done
         mstate = model.rewind(mstate, jnp.where(advance, old_len + 1, old_len))
         return _ARState(
             model_state=mstate, last=jnp.where(active, token, s.last), tokens=tokens,
             num_generated=num_generated, done=done, rng=rng, rounds=s.rounds + 1,
-            calls=s.calls + active.astype(jnp.int32))
+            calls=s.calls + active.astype(jnp.int32), nonfinite=s.nonfinite | broken)
 
     s = (_python_while if debug else jax.lax.while_loop)(cond, body, init)
     zeros = jnp.zeros((batch,), jnp.int32)
     stats = DecodeStats(
         rounds=s.rounds, target_calls=s.calls, draft_calls=zeros, drafted=zeros, accepted=zeros,
         generated=s.num_generated, beta_sum=jnp.zeros((batch,), jnp.float32), tested=zeros,
-        accepted_per_position=jnp.zeros((batch, 0), jnp.int32))
+        accepted_per_position=jnp.zeros((batch, 0), jnp.int32), nonfinite=s.nonfinite)
     return DecodeResult(tokens=s.tokens[:, :max_decode_len], lengths=s.num_generated, stats=stats)
 
 
@@ -348,7 +371,8 @@ class _SpecState:
 def _draft(draft, s: _SpecState, rngs, sampling, gamma, confidence, active):
     """Proposes up to G tokens per row.
 
-    Returns (draft_state, x [B, G], q [B, G, V], num_drafted [B], fed []); for argmax sampling q
+    Returns (draft_state, x [B, G], q [B, G, V], num_drafted [B] in [0, G], fed []); a row's
+    drafts end before the first draft distribution holding NaN/inf. For argmax sampling q
     is `[B, G, 1]` (its max, 1: the one-hot itself is never needed). A row stops drafting
     before x_i (i >= 2) when the draft's top probability for it (the max of q; at temperature 0,
     of the softmax of the draft's logits) is below `confidence` (dynamic gamma; 0 = always G).
@@ -375,7 +399,11 @@ def _draft(draft, s: _SpecState, rngs, sampling, gamma, confidence, active):
     batch = x1.shape[0]
     x = jnp.zeros((batch, gamma), jnp.int32).at[:, 0].set(x1)
     q = jnp.zeros((batch, gamma) + q1.shape[1:], q1.dtype).at[:, 0].set(q1)  # [B, G, V or 1]
-    num = jnp.ones((batch,), jnp.int32)
+    # A draft distribution with NaN/inf ends the row's drafts before that token (0 drafts if it
+    # is the first): a token proposed from non-finite numbers is never offered to the target.
+    finite = sampling_lib.finite_rows(logits)
+    num = finite.astype(jnp.int32)
+    active = active & finite
 
     def cond(carry):
         i, _, _, _, _, going = carry
@@ -392,6 +420,7 @@ def _draft(draft, s: _SpecState, rngs, sampling, gamma, confidence, active):
             top = (jnp.max(jax.nn.softmax(jnp.asarray(logits[:, 0], jnp.float32)), axis=-1)
                    if sampling.greedy else jnp.max(qi, axis=-1))
             going = going & (top >= confidence)
+        going = going & sampling_lib.finite_rows(logits[:, 0])
         x = jax.lax.dynamic_update_slice_in_dim(x, xi[:, None], i, axis=1)
         q = jax.lax.dynamic_update_slice_in_dim(q, qi[:, None], i, axis=1)
         return i + 1, dstate, x, q, num + going.astype(jnp.int32), going
@@ -416,7 +445,8 @@ def _speculative_impl(target, draft, inputs, rng, *, gamma, sampling, max_decode
             rounds=jnp.zeros((), jnp.int32), target_calls=zeros, draft_calls=zeros,
             drafted=zeros, accepted=zeros, generated=zeros,
             beta_sum=jnp.zeros((batch,), jnp.float32), tested=zeros,
-            accepted_per_position=jnp.zeros((batch, gamma), jnp.int32)))
+            accepted_per_position=jnp.zeros((batch, gamma), jnp.int32),
+            nonfinite=jnp.zeros((batch,), bool)))
 
     def cond(s):
         return jnp.any(~s.done) & (s.stats.rounds < max_decode_len)
@@ -438,17 +468,23 @@ def _speculative_impl(target, draft, inputs, rng, *, gamma, sampling, max_decode
         if sampling.greedy:
             n, t, accept = sampling_lib.greedy_verify(logits, x, lenience, num_drafted)
             beta = accept.astype(jnp.float32)  # deterministic acceptance: beta is 0 or 1
+            ok = sampling_lib.finite_rows(logits)  # [B, G+1]
         else:
             p = sampling_lib.adjusted_probs(logits, sampling)
             n, t = sampling_lib.speculative_sample(p, q, x, accept_rng, lenience,
                                                    num_drafted=num_drafted)
+            ok = sampling_lib.finite_rows(p)
             beta = sampling_lib.acceptance_rate(p[:, :gamma], q, lenience)
+            beta = jnp.where(ok[:, :gamma] & sampling_lib.finite_rows(q), beta, 0.0)
+        # Accepted drafts passed finite positions; the emitted token needs position n finite.
+        broken = active & ~jnp.take_along_axis(ok, n[:, None], axis=1)[:, 0]
+        n = jnp.where(broken, 0, n)  # a stopped row commits (and counts) nothing this round
 
         idx = jnp.arange(gamma + 1)[None]
         x_pad = jnp.concatenate([x, jnp.zeros_like(x[:, :1])], axis=1)
         new = jnp.where(idx < n[:, None], x_pad, jnp.where(idx == n[:, None], t[:, None], 0))
         tokens, num_generated, done, count = _commit(
-            s.tokens, s.num_generated, s.done, new, n + 1, max_decode_len)
+            s.tokens, s.num_generated, s.done | broken, new, n + 1, max_decode_len)
 
         advance = active & ~done
         tstate = target.rewind(tstate, jnp.where(advance, target_len + n + 1, target_len))
@@ -469,7 +505,8 @@ def _speculative_impl(target, draft, inputs, rng, *, gamma, sampling, max_decode
             beta_sum=st.beta_sum + jnp.where(active, jnp.sum(beta * tested_mask, axis=1), 0.0),
             tested=st.tested + a * tested,
             accepted_per_position=st.accepted_per_position
-            + (active[:, None] & (jnp.arange(gamma)[None] < n[:, None])).astype(jnp.int32))
+            + (active[:, None] & (jnp.arange(gamma)[None] < n[:, None])).astype(jnp.int32),
+            nonfinite=st.nonfinite | broken)
         return _SpecState(
             target_state=tstate, draft_state=dstate,
             last=jnp.where(advance, t, s.last), prev=jnp.where(advance, prev, s.prev),

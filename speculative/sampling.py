@@ -178,7 +178,8 @@ def greedy_verify(target_logits: Array, draft_tokens: Array, lenience: float = 1
     Returns `(num_accepted [B], next_token [B], accept [B, G])`: the next token is the target's
     argmax after the accepted drafts (a correction, or the bonus). At l = 1 this needs one argmax
     over the vocabulary and no softmax, and the argmax is taken from the logits exactly as the
-    autoregressive baseline takes it.
+    autoregressive baseline takes it. Positions with non-finite logits accept nothing; the
+    caller must check the position of `next_token` (`finite_rows`) before emitting it.
     """
     batch, gamma = draft_tokens.shape
     best = jnp.argmax(target_logits, axis=-1).astype(jnp.int32)  # [B, G+1]
@@ -187,6 +188,7 @@ def greedy_verify(target_logits: Array, draft_tokens: Array, lenience: float = 1
                                 draft_tokens, lenience)
     else:
         accept = draft_tokens == best[:, :gamma]
+    accept &= finite_rows(target_logits[:, :gamma])  # a NaN's argmax is no decision
     if num_drafted is not None:
         accept &= jnp.arange(gamma)[None] < num_drafted[:, None]
     n = _leading_accepts(accept)
@@ -198,10 +200,13 @@ def accept_probability(p_x: Array, q_x: Array, lenience: float = 1.0) -> Array:
 
     Written so that nothing is divided by a zero draft probability: when `l * q(x) <= p(x)` the
     token is always kept (this covers q(x) = 0).
+    Non-finite inputs give 0: a token whose probabilities are NaN or infinite is never kept
+    (`NaN > p` is False, which would otherwise keep it always).
     """
     scaled_q = lenience * q_x
     reject_possible = scaled_q > p_x
-    return jnp.where(reject_possible, p_x / jnp.where(reject_possible, scaled_q, 1.0), 1.0)
+    keep = jnp.where(reject_possible, p_x / jnp.where(reject_possible, scaled_q, 1.0), 1.0)
+    return jnp.where(jnp.isfinite(p_x) & jnp.isfinite(q_x), keep, 0.0)
 
 
 def residual_weights(p: Array, q: Array) -> Array:
@@ -211,6 +216,14 @@ def residual_weights(p: Array, q: Array) -> Array:
     """
     residual = jnp.maximum(p - q, 0.0)
     return jnp.where(jnp.sum(residual, -1, keepdims=True) > 0, residual, p)
+
+
+def finite_rows(probs_or_logits: Array) -> Array:
+    """`[..., V] -> [...]` bool: the distribution is usable (no NaN, no +inf, not all -inf).
+
+    One reduction: the max over the vocabulary is finite exactly then (NaN propagates).
+    """
+    return jnp.isfinite(jnp.max(jnp.asarray(probs_or_logits, jnp.float32), axis=-1))
 
 
 def _leading_accepts(accept: Array) -> Array:
@@ -242,13 +255,19 @@ def speculative_sample(
         the target's *unadjusted* distributions (softmax of the logits), drafts are the draft's
         argmax, and x_i is accepted iff it is the target's argmax or `p(x_i) >= l * max p`; the
         next token is the target's argmax at position n+1. Needs no randomness.
-      num_drafted: optional `[B]` int32 in [1, G]: row b drafted only its first `num_drafted[b]`
+      num_drafted: optional `[B]` int32 in [0, G]: row b drafted only its first `num_drafted[b]`
         tokens (dynamic gamma); later positions are ignored, and when all drafted tokens are
         accepted the bonus comes from `p_probs[:, num_drafted]`.
 
     Returns:
       `num_accepted` in [0, G] and the token emitted after the accepted drafts (the correction
       from the residual, or the bonus token when all G drafts were accepted).
+
+    Non-finite numbers never become accepted tokens: a draft whose q or p position holds NaN or
+    inf is rejected, and a non-finite q is left out of the residual (the correction then comes
+    from p alone, which keeps the output law exact). A non-finite p at the emitted position
+    makes the next token meaningless: callers check `finite_rows(p_probs)` there (the decode
+    loops flag such rows in `DecodeStats.nonfinite` and stop them).
     """
     _validate_lenience(lenience)
     if q_probs is None and greedy:  # argmax acceptance never reads q
@@ -270,11 +289,14 @@ def speculative_sample(
     q_x = jnp.take_along_axis(q_probs, draft_tokens[..., None], axis=-1)[..., 0]
     u = jax.random.uniform(accept_rng, (batch, gamma), jnp.float32)
     # u ~ U[0, 1), so P(u < a) = a exactly; a = 0 never accepts, a = 1 always does.
+    q_ok = finite_rows(q_probs)  # [B, G]
     accept = u < accept_probability(p_x, q_x, lenience)
+    accept &= q_ok & finite_rows(p_probs[:, :gamma])
     n = _leading_accepts(accept & drafted)
 
     p_next = jnp.take_along_axis(p_probs, n[:, None, None], axis=1)[:, 0]  # [B, V]
-    q_padded = jnp.concatenate([q_probs, jnp.zeros_like(q_probs[:, :1])], axis=1)  # q_{G+1} := 0
+    q_safe = jnp.where(q_ok[..., None], q_probs, 0.0)  # a broken q contributes nothing
+    q_padded = jnp.concatenate([q_safe, jnp.zeros_like(q_probs[:, :1])], axis=1)  # q_{G+1} := 0
     q_next = jnp.take_along_axis(q_padded, n[:, None, None], axis=1)[:, 0]
     if num_drafted is not None:  # all drafted tokens accepted: the bonus comes from p alone
         q_next = jnp.where((n < num_drafted)[:, None], q_next, 0.0)

@@ -441,6 +441,7 @@ def _merge_stats(results: Sequence[decoding.DecodeResult]) -> Dict[str, Any]:
         "tokens_per_target_call": generated / target_calls if target_calls else nan,
         "accepted_per_position": per_pos.tolist(),
         "accepted_per_position_rate": (per_pos / target_calls).tolist() if target_calls else [],
+        "nonfinite_rows": int(total("nonfinite")),
         "per_row": {"target_calls": rows("target_calls"), "generated": rows("generated"),
                     "tested": rows("tested"), "beta_sum": rows("beta_sum")},
     }

@@ -388,9 +388,11 @@ def run(settings: InferSettings, models: Optional[Tuple[Any, Any]] = None,
     all_batches = list(batches(examples, settings.batch_size, settings.input_length))
 
     start = time.perf_counter()  # compile (and one decode of the first batch), untimed below
-    jax.block_until_ready(decode_batch(settings, target, draft, all_batches[0][0],
-                                       jax.random.fold_in(key, 0)))
+    first = jax.block_until_ready(decode_batch(settings, target, draft, all_batches[0][0],
+                                               jax.random.fold_in(key, 0)))
     compile_seconds = time.perf_counter() - start
+    # Broken (NaN/inf) parameters show on the first batch: stop before the long work.
+    first.stats.check_finite(f"{settings.mode} decoding, first batch")
 
     from tqdm import tqdm  # pylint: disable=g-import-not-at-top
 
@@ -403,6 +405,7 @@ def run(settings: InferSettings, models: Optional[Tuple[Any, Any]] = None,
         result = jax.block_until_ready(
             decode_batch(settings, target, draft, inputs, jax.random.fold_in(key, i)))
         decode_seconds += time.perf_counter() - start
+        result.stats.check_finite(f"{settings.mode} decoding, batch {i}")  # no text from NaN
         rounds += int(result.stats.rounds)
         records += _row_records(examples[offset:offset + num_real], result, vocabulary,
                                 settings.max_decode_len)

@@ -256,7 +256,7 @@ def _write_tables(results: Dict, output_dir: str) -> None:
           f"{card[n]['valid_bleu']:.1f}" if "valid_bleu" in card[n] else "-"]
          for n in [target] + list(results["table3"])])
     tables = {"table2.md": t2, "table3.md": t3, "table4.md": t4, "models.md": sizes}
-    rows = [r for r in results["table2"] if "breakdown" in r]
+    rows = [{**r, "breakdown": _breakdown(results, r)} for r in results["table2"]]
     if rows:
         tables["round_time.md"] = _markdown(
             ["M_q", "Temp", "γ", "round (ms)", "verify call", "draft calls", "outside",
@@ -290,6 +290,11 @@ def _write_tables(results: Dict, output_dir: str) -> None:
     for name, text in tables.items():
         with open(os.path.join(output_dir, name), "w") as f:
             f.write(text)
+
+
+def _breakdown(results: Dict, row: Dict) -> Dict[str, float]:
+    """A Table 2 row's round breakdown (recorded, or derived from the run's recorded costs)."""
+    return row.get("breakdown") or round_breakdown(row, results["costs"][row["draft"]])
 
 
 def _range(values: Sequence[float], fmt: str = ".2f") -> str:
@@ -361,7 +366,7 @@ def _pair_section(results: Dict, output_dir: str) -> List[str]:
         "",
     ]
     if table("round_time.md"):
-        outside = [r["breakdown"]["outside_share"] for r in t2 if "breakdown" in r]
+        outside = [_breakdown(results, r)["outside_share"] for r in t2]
         lines += [
             "Where a round's time goes (the verify call and γ draft calls timed alone, against "
             "the round the decode loop runs; `outside` is the acceptance kernel, commits, "

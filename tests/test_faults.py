@@ -1,0 +1,123 @@
+"""Faults: non-finite numbers never become accepted tokens.
+
+A target with NaN parameters must stop every row and flag it (`DecodeStats.nonfinite`) at
+temperature 0 and 1, in both decoders, instead of emitting text computed from NaN; a draft with
+NaN parameters must never get a token accepted (at temperature 0 the output still equals the
+target's greedy output, at temperature 1 every token comes from the target alone). The kernel
+rejects drafts at non-finite positions and leaves a broken q out of the residual.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from conftest import random_params, tiny_config
+from speculative import decoding, sampling
+from speculative.models import t5
+from speculative.sampling import SamplingConfig
+
+TEMPERATURES = (SamplingConfig(0.0), SamplingConfig(1.0))
+
+
+def _poisoned(params, leaf="decoder"):
+    """params with every leaf under `leaf` (a path fragment) set to NaN."""
+    return jax.tree_util.tree_map_with_path(
+        lambda path, x: jnp.full_like(x, jnp.nan) if leaf in jax.tree_util.keystr(path) else x,
+        params)
+
+
+@pytest.fixture(scope="module")
+def models():
+    module = t5.Transformer(tiny_config())
+    target = decoding.EncoderDecoderModel(module, random_params(module, 0))
+    draft = decoding.EncoderDecoderModel(module, random_params(module, 1))
+    return target, draft
+
+
+INPUTS = np.asarray([[5, 6, 7, 1], [9, 3, 1, 0]], np.int32)
+
+
+@pytest.mark.parametrize("cfg", TEMPERATURES, ids=["T0", "T1"])
+def test_nan_target_stops_and_flags_every_row(models, cfg):
+    target, draft = models
+    broken = target.replace(params=_poisoned(target.params))
+    key = jax.random.PRNGKey(0)
+    ar = decoding.autoregressive_decode(broken, INPUTS, rng=key, sampling=cfg, max_decode_len=8)
+    spec = decoding.speculative_decode(broken, draft, INPUTS, rng=key, gamma=3, sampling=cfg,
+                                       max_decode_len=8)
+    for out in (ar, spec):
+        assert np.asarray(out.stats.nonfinite).tolist() == [True, True]
+        assert np.asarray(out.lengths).tolist() == [0, 0]  # NaN from the first step: no text
+        assert out.stats.summary()["nonfinite_rows"] == 2
+        with pytest.raises(FloatingPointError, match=r"rows \[0, 1\]"):
+            out.stats.check_finite()
+    assert int(np.sum(spec.stats.accepted)) == 0
+
+
+@pytest.mark.parametrize("cfg", TEMPERATURES, ids=["T0", "T1"])
+def test_nan_draft_never_gets_a_token_accepted(models, cfg):
+    target, draft = models
+    broken = draft.replace(params=_poisoned(draft.params))
+    key = jax.random.PRNGKey(1)
+    spec = decoding.speculative_decode(target, broken, INPUTS, rng=key, gamma=3, sampling=cfg,
+                                       max_decode_len=8)
+    assert int(np.sum(spec.stats.accepted)) == 0
+    assert not np.any(np.asarray(spec.stats.nonfinite))  # the target is fine: rows complete
+    assert np.all(np.asarray(spec.lengths) > 0)
+    assert int(np.sum(spec.stats.drafted)) == 0  # drafts end before a NaN distribution
+    spec.stats.check_finite()
+    if cfg.greedy:  # the target decides every token
+        ar = decoding.autoregressive_decode(target, INPUTS, rng=key, sampling=cfg,
+                                            max_decode_len=8)
+        np.testing.assert_array_equal(ar.tokens, spec.tokens)
+
+
+def test_nan_after_some_tokens_keeps_the_exact_prefix(models):
+    """A target that breaks only on some inputs' later positions: rows stop where their
+    distribution turns non-finite, and what was emitted before equals the clean decode."""
+    target, draft = models
+    clean = decoding.autoregressive_decode(target, INPUTS, rng=jax.random.PRNGKey(0),
+                                           sampling=TEMPERATURES[0], max_decode_len=8)
+    # NaN in the relative-position bias of the decoder's self-attention: position 0 attends
+    # only to itself (bucket 0), later positions see other buckets.
+    def poison(path, x):
+        name = jax.tree_util.keystr(path)
+        if "decoder" in name and "relpos" in name:
+            return x.at[..., 1:].set(jnp.nan) if x.shape[-1] > 1 else x
+        return x
+
+    broken = target.replace(params=jax.tree_util.tree_map_with_path(poison, target.params))
+    for out in (decoding.autoregressive_decode(broken, INPUTS, rng=jax.random.PRNGKey(0),
+                                               sampling=TEMPERATURES[0], max_decode_len=8),
+                decoding.speculative_decode(broken, draft, INPUTS, rng=jax.random.PRNGKey(0),
+                                            gamma=2, sampling=TEMPERATURES[0],
+                                            max_decode_len=8)):
+        flags, lengths = np.asarray(out.stats.nonfinite), np.asarray(out.lengths)
+        assert flags.all()
+        for b in range(len(INPUTS)):
+            n = lengths[b]
+            assert n < 8
+            np.testing.assert_array_equal(np.asarray(out.tokens)[b, :n],
+                                          np.asarray(clean.tokens)[b, :n])
+
+
+def test_kernel_rejects_non_finite_positions():
+    p = jnp.asarray([[[0.5, 0.5, 0.0], [jnp.nan, 0.5, 0.5], [0.2, 0.3, 0.5]]])  # [1, 3, 3]
+    q = jnp.asarray([[[0.5, 0.5, 0.0], [0.0, 1.0, 0.0]]])
+    x = jnp.asarray([[0, 1]], jnp.int32)
+    for seed in range(20):
+        n, _ = sampling.speculative_sample(p, q, x, jax.random.PRNGKey(seed))
+        assert int(n[0]) <= 1  # position 1 holds NaN: its draft is never accepted
+    # A NaN q is rejected and left out of the residual: the token comes from p alone.
+    p2 = jnp.asarray([[[0.0, 0.0, 1.0], [0.0, 1.0, 0.0]]])
+    q2 = jnp.asarray([[[jnp.nan, jnp.nan, jnp.nan]]])
+    for seed in range(20):
+        n, t = sampling.speculative_sample(p2, q2, jnp.asarray([[2]], jnp.int32),
+                                           jax.random.PRNGKey(seed))
+        assert int(n[0]) == 0 and int(t[0]) == 2
+    assert float(sampling.accept_probability(jnp.nan, 0.5)) == 0.0
+    assert float(sampling.accept_probability(0.5, jnp.nan)) == 0.0
+    assert np.asarray(sampling.finite_rows(jnp.asarray(
+        [[0.0, 1.0], [jnp.nan, 1.0], [jnp.inf, 0.0], [-jnp.inf, -jnp.inf]]))).tolist() == [
+            True, False, False, False]
