@@ -202,11 +202,56 @@ class DecodeResult:
     stats: DecodeStats
 
 
+def _check_call(models, inputs, rng, sampling, max_decode_len, gamma=None) -> Array:
+    """Host-side checks of a decode call's arguments, before anything is cast, traced or run;
+    returns `inputs` as int32. Token ids must be integers in [0, vocab_size) (nothing is
+    truncated or wrapped), every encoder input row must hold a token, `rng` must be a PRNG key
+    and `sampling` a `SamplingConfig`."""
+    if not isinstance(sampling, sampling_lib.SamplingConfig):
+        raise TypeError(f"sampling={sampling!r} is not a SamplingConfig: pass e.g. "
+                        "speculative.sampling.SamplingConfig(temperature=0.0).")
+    key_data = getattr(rng, "dtype", None)
+    is_key = key_data is not None and (
+        jax.dtypes.issubdtype(rng.dtype, jax.dtypes.prng_key)
+        or (np.dtype(rng.dtype) == np.uint32 and tuple(np.shape(rng)) == (2,)))
+    if not is_key:
+        raise TypeError(f"rng={rng!r} is not a PRNG key: pass jax.random.PRNGKey(seed) (or "
+                        "jax.random.key(seed)), one key per call.")
+    if isinstance(inputs, jax.core.Tracer):  # inside the caller's jit: shapes only
+        if not jnp.issubdtype(inputs.dtype, jnp.integer):
+            raise TypeError(f"inputs have dtype {inputs.dtype}; pass integer token ids.")
+        return jnp.asarray(inputs, jnp.int32)
+    ids = np.asarray(inputs)
+    if ids.dtype == bool or not np.issubdtype(ids.dtype, np.integer):
+        raise TypeError(f"inputs have dtype {ids.dtype}: pass integer token ids (tokenize text "
+                        "first, e.g. with the task's vocabulary); floats are never truncated.")
+    if ids.ndim != 2 or 0 in ids.shape:
+        raise ValueError(f"inputs must be [batch, length] token ids with batch, length >= 1; "
+                         f"got shape {ids.shape}.")
+    vocab = models[0].vocab_size
+    low, high = int(ids.min()), int(ids.max())
+    if low < 0 or high >= vocab:
+        raise ValueError(f"inputs hold token ids outside [0, vocab_size={vocab}): min {low}, "
+                         f"max {high}; encode with the model's own vocabulary (0 = padding).")
+    empty = np.nonzero(~np.any(ids != t5.PAD_ID, axis=1))[0]
+    if empty.size and models[0].prefix_length(ids.shape[1]) == 0:  # an encoder reads inputs
+        raise ValueError(f"inputs rows {empty.tolist()[:20]} are all padding (id 0): an encoder "
+                         "needs at least one token per row (e.g. EOS = 1 after the text); drop "
+                         "empty rows instead of decoding them. (An empty prompt is fine for a "
+                         "decoder-only model: it generates from BOS.)")
+    return jnp.asarray(ids, jnp.int32)
+
+
 def _validate(models, inputs, max_decode_len, gamma=None):
     if not isinstance(max_decode_len, (int, np.integer)) or max_decode_len < 1:
         raise ValueError(f"max_decode_len={max_decode_len!r} is invalid: it must be an int >= 1.")
-    if gamma is not None and (not isinstance(gamma, (int, np.integer)) or gamma < 1):
+    if gamma is not None and (not isinstance(gamma, (int, np.integer)) or isinstance(gamma, bool)
+                              or gamma < 1):
         raise ValueError(f"gamma={gamma!r} is invalid: draft at least one token (gamma >= 1).")
+    if gamma is not None and gamma > max(max_decode_len, 64):
+        raise ValueError(f"gamma={gamma} drafts more tokens per round than max_decode_len="
+                         f"{max_decode_len} (and 64) allow; Theorem 3.8's best gamma is far "
+                         "smaller (speculative.theory.optimal_gamma).")
     if inputs.ndim != 2:
         raise ValueError(f"inputs must be [batch, length] token ids; got shape {inputs.shape}.")
     if len(models) == 2 and models[0].vocab_size != models[1].vocab_size:
@@ -342,7 +387,7 @@ def autoregressive_decode(
     Compiles once per (input shapes, sampling, max_decode_len). `debug=True` runs the same step
     function in a Python loop without jit (slow; for stepping through with a debugger).
     """
-    inputs = jnp.asarray(inputs, jnp.int32)
+    inputs = _check_call((model,), inputs, rng, sampling, max_decode_len)
     _validate((model,), inputs, max_decode_len)
     if debug:
         return _autoregressive_impl(model, inputs, rng, sampling=sampling,
@@ -547,7 +592,7 @@ def speculative_decode(
     independently and stop at EOS (id 1) or after `max_decode_len` tokens. Compiles once per
     (input shapes, gamma, sampling, max_decode_len, lenience).
     """
-    inputs = jnp.asarray(inputs, jnp.int32)
+    inputs = _check_call((target, draft), inputs, rng, sampling, max_decode_len, gamma)
     _validate((target, draft), inputs, max_decode_len, gamma)
     sampling_lib._validate_lenience(lenience)
     if not 0.0 <= draft_confidence <= 1.0:

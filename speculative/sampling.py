@@ -33,12 +33,17 @@ import jax.numpy as jnp
 Array = jax.Array
 
 
+MIN_TEMPERATURE = 1e-4  # smallest positive temperature (see SamplingConfig)
+
+
 @dataclasses.dataclass(frozen=True)
 class SamplingConfig:
     """How logits become the distribution tokens are drawn from (hashable: static under jit).
 
     Attributes:
       temperature: 0 means argmax (p and q are one-hot); otherwise logits are divided by it.
+        Positive values below `MIN_TEMPERATURE` (1e-4) are refused: the scaled logits would
+        overflow float32's softmax, and argmax (0) is their limit.
       top_k: keep the k most likely tokens (0 = off). Applied after the temperature.
       top_p: keep the smallest set of most likely tokens whose mass reaches top_p (1 = off).
         Applied after top-k.
@@ -49,10 +54,16 @@ class SamplingConfig:
     top_p: float = 1.0
 
     def __post_init__(self):
-        if not isinstance(self.temperature, (int, float)) or not self.temperature >= 0:
+        if (not isinstance(self.temperature, (int, float)) or isinstance(self.temperature, bool)
+                or not self.temperature >= 0 or self.temperature == float("inf")):
             raise ValueError(
                 f"SamplingConfig.temperature={self.temperature!r} is invalid: use 0 for argmax "
-                "or a positive number.")
+                "or a finite positive number.")
+        if 0 < self.temperature < MIN_TEMPERATURE:
+            raise ValueError(
+                f"SamplingConfig.temperature={self.temperature!r} is below {MIN_TEMPERATURE}: "
+                "logits divided by it overflow float32 (the softmax turns NaN); use "
+                "temperature=0, which is argmax, the limit of small temperatures.")
         if not isinstance(self.top_k, int) or isinstance(self.top_k, bool) or self.top_k < 0:
             raise ValueError(
                 f"SamplingConfig.top_k={self.top_k!r} is invalid: use 0 (off) or a positive int.")

@@ -121,3 +121,57 @@ def test_kernel_rejects_non_finite_positions():
     assert np.asarray(sampling.finite_rows(jnp.asarray(
         [[0.0, 1.0], [jnp.nan, 1.0], [jnp.inf, 0.0], [-jnp.inf, -jnp.inf]]))).tolist() == [
             True, False, False, False]
+
+
+# ----------------------------------------------------------------------------------------------
+# Bad arguments: a clear error naming the argument, before anything is traced or run.
+
+def _bad_calls(target, draft):
+    key, greedy = jax.random.PRNGKey(0), SamplingConfig(0.0)
+    spec = dict(rng=key, gamma=2, sampling=greedy, max_decode_len=8)
+    vocab = target.vocab_size
+    return [
+        ("float ids", (INPUTS.astype(np.float32),), spec, TypeError, "dtype float32"),
+        ("bool ids", (INPUTS > 1,), spec, TypeError, "dtype bool"),
+        ("id = vocab", (np.asarray([[vocab, 1]]),), spec, ValueError, f"vocab_size={vocab}"),
+        ("negative id", (np.asarray([[-3, 1]]),), spec, ValueError, "min -3"),
+        ("int64 beyond 2^31", (np.asarray([[2 ** 40, 1]], np.int64),), spec, ValueError,
+         "outside"),
+        ("all-padding row", (np.asarray([[5, 1], [0, 0]]),), spec, ValueError, r"rows \[1\]"),
+        ("zero-length rows", (np.zeros((2, 0), np.int32),), spec, ValueError, "shape"),
+        ("1-D ids", (np.asarray([5, 1]),), spec, ValueError, "shape"),
+        ("int rng", (INPUTS,), {**spec, "rng": 0}, TypeError, "rng=0"),
+        ("float rng", (INPUTS,), {**spec, "rng": jnp.zeros(2)}, TypeError, "PRNG key"),
+        ("sampling None", (INPUTS,), {**spec, "sampling": None}, TypeError, "sampling=None"),
+        ("sampling dict", (INPUTS,), {**spec, "sampling": {"temperature": 0}}, TypeError,
+         "SamplingConfig"),
+        ("gamma in the millions", (INPUTS,), {**spec, "gamma": 5_000_000}, ValueError,
+         "gamma=5000000"),
+        ("gamma 0", (INPUTS,), {**spec, "gamma": 0}, ValueError, "gamma=0"),
+        ("gamma True", (INPUTS,), {**spec, "gamma": True}, ValueError, "gamma=True"),
+        ("max_decode_len 0", (INPUTS,), {**spec, "max_decode_len": 0}, ValueError,
+         "max_decode_len=0"),
+        ("max_decode_len float", (INPUTS,), {**spec, "max_decode_len": 8.0}, ValueError,
+         "max_decode_len=8.0"),
+    ]
+
+
+def test_bad_arguments_are_refused_with_the_argument_named(models):
+    target, draft = models
+    for name, args, kw, error, message in _bad_calls(target, draft):
+        with pytest.raises(error, match=message):
+            decoding.speculative_decode(target, draft, *args, **kw)
+        kw = {k: v for k, v in kw.items() if k != "gamma"}
+        if "gamma" not in name:  # the baseline takes the same checks
+            with pytest.raises(error, match=message):
+                decoding.autoregressive_decode(target, *args, **kw)
+
+
+@pytest.mark.parametrize("temperature", [1e-9, 1e-5, -1.0, float("nan"), float("inf"), True])
+def test_unsafe_temperatures_are_refused(temperature):
+    with pytest.raises(ValueError, match="temperature"):
+        SamplingConfig(temperature)
+    SamplingConfig(1e-4)  # the smallest allowed one decodes finite probabilities
+    probs = jax.jit(lambda l: sampling.adjusted_probs(l, SamplingConfig(1e-4)))(
+        jnp.asarray([[30.0, 1.0, -20.0]]))
+    assert np.all(np.isfinite(np.asarray(probs)))
