@@ -265,3 +265,50 @@ def test_script_help_prints_docstring_with_example(script, first_line):
                           capture_output=True, text=True, env=_env(), timeout=120, cwd=REPO)
     assert proc.stdout.startswith(first_line), proc.stderr[-2000:]  # absl exits 1 on --help
     assert f"python scripts/{script}" in proc.stdout
+
+
+def test_output_dir_is_never_overwritten_silently_and_writes_are_atomic(tiny_gin, tmp_path,
+                                                                          monkeypatch):
+    """An earlier run is refused before any work unless OVERWRITE; with it, an interruption in
+    the middle of writing leaves the earlier complete run, never a mix of two runs."""
+    out = tmp_path / "run"
+    config_lib.parse_gin([INFER_GIN, tiny_gin], _bindings(out))
+    first = infer.infer()
+    before = {name: (out / name).read_text() for name in os.listdir(out)}
+    assert sorted(before) == ["config.gin", "metrics.json", "predictions.jsonl"]
+
+    monkeypatch.setattr(infer, "load_models", lambda s: pytest.fail("models loaded"))
+    with pytest.raises(FileExistsError, match="OVERWRITE=True"):
+        infer.infer()  # refused before any model is loaded
+    monkeypatch.undo()
+
+    config_lib.parse_gin([INFER_GIN, tiny_gin], _bindings(out, OVERWRITE="True", SEED="7"))
+    real_dump = json.dump
+
+    def interrupted_dump(obj, f, **kw):  # Ctrl-C while metrics.json (the last file) is written
+        if isinstance(obj, dict) and "files" in obj:
+            f.write("{")
+            raise KeyboardInterrupt
+        return real_dump(obj, f, **kw)
+
+    monkeypatch.setattr(infer.json, "dump", interrupted_dump)
+    with pytest.raises(KeyboardInterrupt):
+        infer.infer()
+    monkeypatch.undo()
+    assert {name: (out / name).read_text() for name in os.listdir(out)} == before
+
+    second = infer.infer()  # OVERWRITE=True, not interrupted: the new complete run
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["settings"]["seed"] == 7
+    assert (out / "predictions.jsonl").read_text().count("\n") == NUM_EXAMPLES
+    assert os.listdir(tmp_path) == ["run"]  # no staging or set-aside directories left
+    assert first.output_files == second.output_files
+
+
+def test_unwritable_output_dir_fails_before_any_work(tiny_gin, tmp_path, monkeypatch):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    config_lib.parse_gin([INFER_GIN, tiny_gin], _bindings(blocker / "run"))
+    monkeypatch.setattr(infer, "load_models", lambda s: pytest.fail("models loaded"))
+    with pytest.raises(PermissionError, match="cannot be written"):
+        infer.infer()

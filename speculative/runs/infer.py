@@ -52,6 +52,7 @@ import dataclasses
 import json
 import math
 import os
+import shutil
 import time
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
 
@@ -101,6 +102,7 @@ class InferSettings:
     param_dtype: Optional[str] = None
     tfds_data_dir: Optional[str] = None
     progress: bool = True
+    overwrite: bool = False
 
     def __post_init__(self):
         def fail(name, value, fix):
@@ -368,6 +370,8 @@ def _task_metrics(task, records) -> Dict[str, float]:
 def run(settings: InferSettings, models: Optional[Tuple[Any, Any]] = None,
         task=None, examples: Optional[List[Example]] = None) -> InferResult:
     """Runs the pipeline of the module docstring; `models`/`examples` may be passed preloaded."""
+    if settings.output_dir:  # refuse an earlier run or an unwritable place before any work
+        check_output_dir(settings.output_dir, settings.overwrite)
     if examples is None:
         task, examples = load_examples(settings, task)
     elif task is None:
@@ -447,18 +451,59 @@ def run(settings: InferSettings, models: Optional[Tuple[Any, Any]] = None,
     return InferResult(settings=settings, metrics=metrics, records=records, output_files=files)
 
 
+def check_output_dir(output_dir: str, overwrite: bool) -> None:
+    """Before any work: refuse a directory that holds files unless `overwrite`, and make sure
+    the directory can be created and written (a probe file is written and removed)."""
+    if os.path.isdir(output_dir) and os.listdir(output_dir) and not overwrite:
+        raise FileExistsError(
+            f"INFER_OUTPUT_DIR={output_dir!r} already holds {sorted(os.listdir(output_dir))[:5]}"
+            " from an earlier run; choose a new directory or pass --gin.OVERWRITE=True to "
+            "replace that run.")
+    parent = os.path.dirname(os.path.abspath(output_dir))
+    try:
+        os.makedirs(parent, exist_ok=True)
+        probe = os.path.join(parent, f".write_probe_{os.getpid()}")
+        with open(probe, "w") as f:
+            f.write("ok")
+        os.remove(probe)
+    except OSError as e:
+        raise PermissionError(f"INFER_OUTPUT_DIR={output_dir!r} cannot be written ({e}); choose "
+                              "a writable directory.") from e
+
+
 def write_outputs(output_dir: str, records, metrics) -> Dict[str, str]:
-    """Writes predictions.jsonl, metrics.json and the resolved gin config; returns their paths."""
-    os.makedirs(output_dir, exist_ok=True)
-    files = {"predictions": os.path.join(output_dir, PREDICTIONS_FILE),
-             "metrics": os.path.join(output_dir, METRICS_FILE)}
-    with open(files["predictions"], "w", encoding="utf-8") as f:
-        for record in records:
-            f.write(json.dumps(record, ensure_ascii=False) + "\n")
-    files["config"] = config_lib.write_config(output_dir, CONFIG_FILE)
-    metrics = dict(metrics, files=files)
-    with open(files["metrics"], "w", encoding="utf-8") as f:
-        json.dump(metrics, f, indent=2, ensure_ascii=False)
+    """Writes predictions.jsonl, config.gin and metrics.json (last) as one unit; returns their
+    paths.
+
+    The files go to a staging directory beside `output_dir`, which then takes its place (an
+    earlier run there is moved aside first and deleted after): an interruption leaves either
+    the earlier complete run or the new complete run at `output_dir`, never a mix (in the
+    instant between the two renames, the earlier run waits complete in `<output_dir>.old-*`).
+    """
+    final = os.path.abspath(output_dir)
+    staging = f"{final}.tmp-{os.getpid()}"
+    if os.path.exists(staging):
+        shutil.rmtree(staging)
+    os.makedirs(staging)
+    names = {"predictions": PREDICTIONS_FILE, "config": CONFIG_FILE, "metrics": METRICS_FILE}
+    files = {k: os.path.join(output_dir, v) for k, v in names.items()}
+    try:
+        with open(os.path.join(staging, PREDICTIONS_FILE), "w", encoding="utf-8") as f:
+            for record in records:
+                f.write(json.dumps(record, ensure_ascii=False) + "\n")
+        config_lib.write_config(staging, CONFIG_FILE)
+        with open(os.path.join(staging, METRICS_FILE), "w", encoding="utf-8") as f:
+            json.dump(dict(metrics, files=files), f, indent=2, ensure_ascii=False)
+    except BaseException:  # interrupted or failed: the earlier run stays as it was
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    old = None
+    if os.path.exists(final):
+        old = f"{final}.old-{os.getpid()}"
+        os.replace(final, old)
+    os.replace(staging, final)
+    if old:
+        shutil.rmtree(old)
     return files
 
 
@@ -488,6 +533,7 @@ def infer(
     param_dtype: Optional[str] = None,
     tfds_data_dir: Optional[str] = None,
     progress: bool = True,
+    overwrite: bool = False,
     dry_run: bool = False,
 ):
     """Speculative (or baseline) inference over a seqio task; see the module docstring.
@@ -512,6 +558,8 @@ def infer(
       param_dtype: cast parameters on load (e.g. 'bfloat16').
       tfds_data_dir: where the paper tasks' prepared TFDS data lives.
       progress: show the tqdm bar over batches.
+      overwrite: replace an earlier run in `output_dir` (otherwise a directory holding files is
+        refused before any work starts).
       dry_run: return the resolved `InferSettings` without reading data or building models.
 
     Returns:
@@ -524,7 +572,7 @@ def infer(
         output_dir=output_dir, gamma=gamma, sampling=sampling, batch_size=batch_size,
         split=split, num_examples=num_examples, seed=seed, speculative=speculative,
         lenience=lenience, truncate_inputs=truncate_inputs, param_dtype=param_dtype,
-        tfds_data_dir=tfds_data_dir, progress=progress)
+        tfds_data_dir=tfds_data_dir, progress=progress, overwrite=overwrite)
     if dry_run:
         return settings
     return run(settings)
