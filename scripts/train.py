@@ -34,6 +34,7 @@ from absl import flags
 import gin
 
 from speculative import training
+from speculative.runs import config as config_lib
 
 FLAGS = flags.FLAGS
 
@@ -57,11 +58,13 @@ def rewrite_gin_args(argv: Sequence[str]) -> List[str]:
     return out
 
 
-def parse_gin(run: str, gin_files: Sequence[str], bindings: Sequence[str]) -> None:
+def parse_gin(run: str, gin_files: Sequence[str], bindings: Sequence[str],
+              search_paths: Sequence[str] = (".",)) -> None:
     """Parses the gin files and bindings for `run` ('train' or 'ngrams')."""
     bindings = list(bindings)
     if run == "ngrams":  # train.gin's REQUIRED training macros do not apply; user bindings win
         bindings = [f"{name} = None" for name in NGRAM_UNUSED_MACROS] + bindings
+    config_lib.check_macros(gin_files, bindings, search_paths)
     gin.parse_config_files_and_bindings(list(gin_files), bindings)
 
 
@@ -70,7 +73,7 @@ def main(argv: Sequence[str]) -> None:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
     for path in FLAGS.gin_search_paths:
         gin.add_config_file_search_path(os.path.abspath(path))
-    parse_gin(FLAGS.run, FLAGS.gin_file, FLAGS.gin_bindings)
+    parse_gin(FLAGS.run, FLAGS.gin_file, FLAGS.gin_bindings, FLAGS.gin_search_paths)
     run = training.train if FLAGS.run == "train" else training.fit_ngram_drafts
     gin.get_configurable(run)(gin_config=gin.config_str())
 

@@ -312,3 +312,12 @@ def test_unwritable_output_dir_fails_before_any_work(tiny_gin, tmp_path, monkeyp
     monkeypatch.setattr(infer, "load_models", lambda s: pytest.fail("models loaded"))
     with pytest.raises(PermissionError, match="cannot be written"):
         infer.infer()
+
+
+def test_misspelled_gin_macro_is_refused_with_the_closest_name(tiny_gin, tmp_path):
+    with pytest.raises(ValueError, match="TEMPERATUR.*did you mean TEMPERATURE"):
+        config_lib.parse_gin([INFER_GIN, tiny_gin], _bindings(tmp_path) + ["TEMPERATUR = 1.0"])
+    with pytest.raises(ValueError, match="no gin file defines the macro ZZZ"):
+        config_lib.parse_gin([INFER_GIN, tiny_gin], _bindings(tmp_path) + ["ZZZ = 1"])
+    # Bindings of configurable parameters are gin's to check; known macros pass.
+    config_lib.parse_gin([INFER_GIN, tiny_gin], _bindings(tmp_path) + ["TEMPERATURE = 1.0"])

@@ -11,7 +11,9 @@
 
 from __future__ import annotations
 
+import difflib
 import os
+import re
 import sys
 from typing import Callable, Optional, Sequence
 
@@ -42,16 +44,61 @@ def rewrite_gin_args(argv: Sequence[str]) -> list:
     return out
 
 
+_MACRO = re.compile(r"^\s*([A-Z][A-Z0-9_]*)\s*=", re.M)
+_INCLUDE = re.compile(r"^\s*include\s+['\"]([^'\"]+)['\"]", re.M)
+
+
+def _find(name: str, search_paths: Sequence[str]) -> Optional[str]:
+    for base in ("",) + tuple(search_paths):
+        path = os.path.join(base, name)
+        if os.path.exists(path):
+            return path
+    return None
+
+
+def defined_macros(gin_files: Sequence[str], search_paths: Sequence[str]) -> set:
+    """Macro names (`NAME = ...` at the top level) the files and their includes define."""
+    names, todo, seen = set(), list(gin_files), set()
+    while todo:
+        path = _find(todo.pop(), search_paths)
+        if path is None or path in seen:
+            continue
+        seen.add(path)
+        with open(path) as f:
+            text = f.read()
+        names |= set(_MACRO.findall(text))
+        todo += _INCLUDE.findall(text)
+    return names
+
+
+def check_macros(gin_files: Sequence[str], gin_bindings: Sequence[str],
+                 search_paths: Sequence[str] = (".", REPO_ROOT)) -> None:
+    """Refuses a binding `NAME = ...` of a macro no gin file defines (gin would accept it and
+    never use it: a typo like --gin.TEMPERATUR=1.0 would silently keep the default)."""
+    known = defined_macros(gin_files, search_paths)
+    for binding in gin_bindings:
+        match = _MACRO.match(binding)
+        if match and match.group(1) not in known:
+            name = match.group(1)
+            close = difflib.get_close_matches(name, sorted(known), n=1)
+            raise ValueError(
+                f"--gin.{name}: no gin file defines the macro {name}"
+                + (f"; did you mean {close[0]}?" if close else
+                   f"; the files define {sorted(known)}."))
+
+
 def parse_gin(gin_files: Sequence[str], gin_bindings: Sequence[str] = (),
               search_paths: Sequence[str] = (".", REPO_ROOT)) -> None:
-    """Parses gin files and bindings; a missing file raises with the paths that were searched."""
+    """Parses gin files and bindings; a missing file raises with the paths that were searched,
+    and a binding of an unknown macro raises with the closest known name."""
     for path in search_paths:
         gin.add_config_file_search_path(path)
     for name in gin_files:
-        if not any(os.path.exists(os.path.join(p, name)) for p in ("",) + tuple(search_paths)):
+        if _find(name, search_paths) is None:
             raise FileNotFoundError(
                 f"Gin file {name!r} not found in {list(search_paths)}; pass a path relative to "
                 "one of them or an absolute path.")
+    check_macros(gin_files, gin_bindings, search_paths)
     gin.parse_config_files_and_bindings(list(gin_files), list(gin_bindings), finalize_config=False)
 
 
