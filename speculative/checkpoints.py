@@ -171,6 +171,7 @@ class _TsLeaf:
         self.loc = (f"{kv['base']} key {kv['path']}" if kv["driver"] == "ocdbt" else
                     f"gs://{kv['bucket']}/{kv['path']}" if kv["driver"] == "gcs" else kv["path"])
         self.recorded = None if shape is None else tuple(shape)
+        self.recorded_dtype = None if dtype is None else _dtype(dtype)
         self.shape = self.recorded if shape is not None else tuple(self.store.shape)
         self.dtype = _dtype(dtype if dtype is not None else self.store.dtype.numpy_dtype)
 
@@ -192,6 +193,11 @@ class _TsLeaf:
                 f"another checkpoint. {_RECOPY}")
         if store.dtype.numpy_dtype == np.uint16:  # bfloat16 as stored by T5X format version 2
             raise CheckpointError(f"Parameter {self.name}: {self.loc} is uint16; re-save it.")
+        if self.recorded_dtype is not None and self.recorded_dtype != store.dtype.numpy_dtype:
+            raise CheckpointError(
+                f"Parameter {self.name}: {self.where} records dtype {self.recorded_dtype} but "
+                f"{self.loc}.zarray stores {store.dtype.numpy_dtype}: the zarr directory belongs "
+                f"to another checkpoint or was rewritten. {_RECOPY}")
         meta = store.spec().to_json().get("metadata", {})
         grid = [math.ceil(s / c) for s, c in zip(meta.get("shape", []), meta.get("chunks", []))]
         if (self.spec["driver"] == "zarr" and meta.get("fill_value") is None and grid
@@ -390,8 +396,29 @@ def load_params(path, dtype=None, config: Optional[t5.T5Config] = None, *,
         config = config_from_hf(hf_config, _unflatten(leaves))
     if config is not None:
         validate_params(_unflatten(leaves), config, source=where)
+    for keys, leaf in leaves.items():  # before any array is read
+        if not _is_float(leaf.dtype):
+            raise CheckpointError(f"Parameter {_name(keys)} in {where} has dtype {leaf.dtype}; "
+                                  "model parameters are floats (is this an optimizer state or "
+                                  "a step counter?).")
     bar = tqdm(list(leaves), desc="load", unit="param", disable=not progress)
-    return _unflatten({keys: leaves.pop(keys).read(dtype) for keys in bar})  # one at a time
+    return _unflatten({keys: _checked(keys, leaves.pop(keys).read(dtype), where)
+                       for keys in bar})  # one at a time
+
+
+def _is_float(dtype) -> bool:
+    return np.issubdtype(np.dtype(dtype), np.floating) or np.dtype(dtype) in (
+        np.dtype(ml_dtypes.bfloat16), np.dtype(ml_dtypes.float8_e4m3fn),
+        np.dtype(ml_dtypes.float8_e5m2))
+
+
+def _checked(keys, array: np.ndarray, where: str) -> np.ndarray:
+    """A stored array that is not a float (a recorded float dtype over integer data) is
+    refused: it would decode as junk."""
+    if not _is_float(array.dtype):
+        raise CheckpointError(f"Parameter {_name(keys)} in {where} holds {array.dtype} data; "
+                              "model parameters are floats.")
+    return array
 
 
 @functools.lru_cache(maxsize=8)

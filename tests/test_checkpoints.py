@@ -262,6 +262,28 @@ def test_shape_mismatch_between_msgpack_and_zarray(copy):
         checkpoints.load_params(step_dir)
 
 
+def test_dtype_mismatch_between_msgpack_and_zarray(copy):
+    """A stored dtype other than the recorded one (the zarr rewritten behind the msgpack) is
+    refused by name instead of decoding junk."""
+    _, step_dir = copy
+    zarray = os.path.join(step_dir, "target.decoder.decoder_norm.scale", ".zarray")
+    meta = json.load(open(zarray))
+    meta["dtype"] = "<i4"
+    with open(zarray, "w") as f:
+        json.dump(meta, f)
+    with pytest.raises(CheckpointError, match=r"decoder/decoder_norm/scale: .*records dtype "
+                                              r"float32 but .*stores int32"):
+        checkpoints.load_params(step_dir)
+
+
+def test_integer_parameters_are_refused(tmp_path):
+    params = {"decoder": {"decoder_norm": {"scale": np.arange(8, dtype=np.int32)}}}
+    path = checkpoints.save_t5x(params, str(tmp_path / "ints"))
+    with pytest.raises(CheckpointError, match=r"decoder/decoder_norm/scale .* dtype int32; "
+                                              r"model parameters are floats"):
+        checkpoints.load_params(path)
+
+
 def test_shape_mismatch_against_the_config_lists_every_problem(saved):
     _, model_dir, _ = saved
     other = t5.T5Config(vocab_size=40, emb_dim=8, num_heads=2, head_dim=3, mlp_dim=10,
