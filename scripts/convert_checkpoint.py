@@ -42,7 +42,8 @@ flags.DEFINE_bool("to_hf", False, "Convert T5X -> HF instead of HF -> T5X.")
 flags.DEFINE_string("preset", None, f"With --to_hf: model preset, one of {sorted(t5.PRESETS)}.")
 flags.DEFINE_string("config_json", None, "With --to_hf: an HF config.json giving the model shape.")
 flags.DEFINE_string("dtype", None, "Cast parameters on conversion, e.g. 'bfloat16'.")
-flags.DEFINE_bool("overwrite", False, "Replace an existing checkpoint_<step>.")
+flags.DEFINE_bool("overwrite", False, "Replace an existing checkpoint_<step> (or, with --to_hf, "
+                  "the whole HF directory: no stale files survive).")
 
 
 def main(argv):
@@ -59,6 +60,7 @@ def main(argv):
         return
     if bool(FLAGS.preset) == bool(FLAGS.config_json):
         raise app.UsageError("--to_hf needs exactly one of --preset or --config_json.")
+    checkpoints.check_hf_target(FLAGS.hf_dir, FLAGS.overwrite)  # before the long work
     if FLAGS.preset:
         config = t5.preset(FLAGS.preset)
     else:
@@ -66,7 +68,7 @@ def main(argv):
             config = checkpoints.config_from_hf(json.load(f), checkpoints.load_metadata(
                 FLAGS.t5x_dir))
     params = checkpoints.load_params(FLAGS.t5x_dir, FLAGS.dtype, config, progress=True)
-    checkpoints.save_hf_t5(params, config, FLAGS.hf_dir)
+    checkpoints.save_hf_t5(params, config, FLAGS.hf_dir, overwrite=FLAGS.overwrite)
     logging.info("Wrote %s for %s", FLAGS.hf_dir, config)
 
 

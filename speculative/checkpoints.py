@@ -716,12 +716,42 @@ def load_hf_config(hf_dir, as_dict: bool = False):
     return cfg if as_dict else config_from_hf(cfg, load_metadata(hf_dir))
 
 
-def save_hf_t5(params, config: t5.T5Config, hf_dir) -> str:
-    """Writes `model.safetensors` + `config.json` for transformers' T5ForConditionalGeneration."""
+def check_hf_target(hf_dir, overwrite: bool = False) -> None:
+    """Refuses an HF output directory that holds files unless `overwrite` (call it before
+    loading anything: conversions of large models take minutes)."""
+    hf_dir = os.fspath(hf_dir)
+    if os.path.isdir(hf_dir) and os.listdir(hf_dir) and not overwrite:
+        raise FileExistsError(f"{hf_dir} already holds {sorted(os.listdir(hf_dir))[:5]}; choose "
+                              "an empty directory or pass overwrite=True (--overwrite), which "
+                              "replaces the whole directory.")
+
+
+def save_hf_t5(params, config: t5.T5Config, hf_dir, *, overwrite: bool = False) -> str:
+    """Writes `model.safetensors` + `config.json` for transformers' T5ForConditionalGeneration.
+
+    A directory that holds files is refused unless `overwrite`, which replaces it whole: files
+    of an earlier model (a sharded `model.safetensors.index.json`, which readers would prefer)
+    never survive next to the new weights. Written to a staging directory, then swapped in.
+    """
+    hf_dir = os.path.abspath(os.fspath(hf_dir))
+    check_hf_target(hf_dir, overwrite)
     tensors = to_hf_t5(params, config)
-    os.makedirs(hf_dir, exist_ok=True)
-    safetensors.numpy.save_file(tensors, os.path.join(hf_dir, "model.safetensors"),
-                                metadata={"format": "pt"})
-    with open(os.path.join(hf_dir, "config.json"), "w") as f:
-        json.dump(hf_config_dict(config), f, indent=2)
+    staging = f"{hf_dir}.tmp-{os.getpid()}"
+    shutil.rmtree(staging, ignore_errors=True)
+    os.makedirs(staging)
+    try:
+        safetensors.numpy.save_file(tensors, os.path.join(staging, "model.safetensors"),
+                                    metadata={"format": "pt"})
+        with open(os.path.join(staging, "config.json"), "w") as f:
+            json.dump(hf_config_dict(config), f, indent=2)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    if os.path.exists(hf_dir):
+        old = f"{hf_dir}.old-{os.getpid()}"
+        os.replace(hf_dir, old)
+        os.replace(staging, hf_dir)
+        shutil.rmtree(old)
+    else:
+        os.replace(staging, hf_dir)
     return hf_dir

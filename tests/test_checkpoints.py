@@ -413,3 +413,15 @@ def test_convert_script_help_prints_the_docstring():
                          env={**os.environ, "PYTHONPATH": REPO}, check=False)
     assert "Converts T5 checkpoints between Hugging Face and T5X" in out.stdout
     assert "--to_hf" in out.stdout and "--hf_dir" in out.stdout
+
+
+def test_hf_export_refuses_a_used_directory_and_leaves_no_stale_files(saved, tmp_path):
+    params, config = saved[0], CFG
+    hf_dir = tmp_path / "hf"
+    hf_dir.mkdir()
+    (hf_dir / "model.safetensors.index.json").write_text("{}")  # an older sharded model
+    with pytest.raises(FileExistsError, match="overwrite"):
+        checkpoints.save_hf_t5(params, config, hf_dir)
+    checkpoints.save_hf_t5(params, config, hf_dir, overwrite=True)
+    assert sorted(os.listdir(hf_dir)) == ["config.json", "model.safetensors"]
+    assert sorted(os.listdir(tmp_path)) == ["hf"]  # no staging directory left behind
