@@ -331,3 +331,20 @@ def test_measure_alpha_cli_identical_draft_is_one(tmp_path, tiny_gin):
     assert greedy["sampling"]["temperature"] == 0.0 and greedy["alpha"] == 1.0
     assert greedy["lag1_autocorrelation"] is None  # beta is constant
     assert sampled["alpha"] == pytest.approx(1.0, abs=1e-5)
+
+
+def test_results_writers_refuse_an_earlier_run_and_write_atomically(tmp_path):
+    out = tmp_path / "bench"
+    assert benchmark.check_output_dir(str(out), benchmark.RESULTS_FILE, False) == str(out)
+    path = benchmark.write_json({"x": float("nan")}, str(out), benchmark.RESULTS_FILE)
+    assert json.loads(open(path).read()) == {"x": None}
+    assert sorted(os.listdir(out)) == ["benchmark.json", "config.gin"]  # no temporary left
+    with pytest.raises(FileExistsError, match="OVERWRITE=True"):
+        benchmark.check_output_dir(str(out), benchmark.RESULTS_FILE, False)
+    benchmark.check_output_dir(str(out), benchmark.RESULTS_FILE, True)
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(PermissionError, match="cannot be written"):
+        benchmark.check_output_dir(str(tmp_path / "file" / "sub"), benchmark.RESULTS_FILE, False)
+    for bad in (None, "", 3):
+        with pytest.raises(ValueError, match="output_dir"):
+            benchmark.check_output_dir(bad)

@@ -192,6 +192,7 @@ def run(
     param_dtype: Optional[str] = None,
     seed: int = 0,
     draft_seed: Optional[int] = None,
+    overwrite: bool = False,
 ) -> Dict[str, Any]:
     """Measures alpha for each sampling setting; writes `alpha.json` + `config.gin`.
 
@@ -208,9 +209,9 @@ def run(
       task / tsv_path (+ spm_path), split: inputs through `speculative.tasks`; neither = random
         token ids (an endless source).
       histogram_bins: bins of the beta histogram over [0, 1].
-      decoder_only, param_dtype, seed, draft_seed: as in `benchmark.run`.
+      decoder_only, param_dtype, seed, draft_seed, overwrite: as in `benchmark.run`.
     """
-    output_dir = bench.check_output_dir(output_dir)
+    output_dir = bench.check_output_dir(output_dir, RESULTS_FILE, overwrite)
     samplings = bench.sampling_configs(temperatures, top_k, top_p)
     for name, value in (("num_tokens", num_tokens), ("batch_size", batch_size),
                         ("max_decode_len", max_decode_len), ("input_length", input_length),

@@ -252,20 +252,38 @@ def _json_ready(obj):
 
 
 def write_json(data: Dict[str, Any], output_dir: str, name: str) -> str:
-    """Writes `data` as strict JSON (NaN -> null) plus the resolved gin config; returns the path."""
+    """Writes the resolved gin config, then `data` as strict JSON (NaN -> null), each to a
+    temporary name renamed into place (the results file last: where it exists, it is
+    complete); returns the path."""
     os.makedirs(output_dir, exist_ok=True)
+    config_lib.write_config(output_dir)
     path = os.path.join(output_dir, name)
-    with open(path, "w", encoding="utf-8") as f:
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
         json.dump(_json_ready(data), f, indent=1, allow_nan=False)
         f.write("\n")
-    config_lib.write_config(output_dir)
+    os.replace(tmp, path)
     return path
 
 
-def check_output_dir(output_dir) -> str:
+def check_output_dir(output_dir, name: Optional[str] = None, overwrite: bool = True) -> str:
+    """Before any work: a usable directory path, writable, and (unless `overwrite`) without an
+    earlier results file `name`."""
     if not isinstance(output_dir, str) or not output_dir:
         raise ValueError(f"output_dir={output_dir!r} is invalid: give a directory path, e.g. "
                          "--gin.OUTPUT_DIR=\\\"/tmp/bench\\\".")
+    if name and not overwrite and os.path.exists(os.path.join(output_dir, name)):
+        raise FileExistsError(f"{os.path.join(output_dir, name)} holds an earlier run; choose "
+                              "another OUTPUT_DIR or pass --gin.OVERWRITE=True to replace it.")
+    try:
+        os.makedirs(output_dir, exist_ok=True)
+        probe = os.path.join(output_dir, f".write_probe_{os.getpid()}")
+        with open(probe, "w") as f:
+            f.write("ok")
+        os.remove(probe)
+    except OSError as e:
+        raise PermissionError(f"output_dir={output_dir!r} cannot be written ({e}); choose a "
+                              "writable directory.") from e
     return output_dir
 
 
@@ -594,6 +612,7 @@ def run(
     param_dtype: Optional[str] = None,
     seed: int = 0,
     draft_seed: Optional[int] = None,
+    overwrite: bool = False,
 ) -> Dict[str, Any]:
     """Benchmarks speculative vs autoregressive decoding; writes `benchmark.json` + `config.gin`.
 
@@ -625,11 +644,13 @@ def run(
       seed: seeds random weights, random inputs and the decode PRNG keys.
       draft_seed: seed of the draft's random weights (None = seed + 1; equal to `seed` with the
         same config gives a draft identical to the target, alpha = 1).
+      overwrite: replace an earlier `benchmark.json` in `output_dir` (otherwise refused before
+        any work).
 
     Returns:
       The results dict written to `benchmark.json`.
     """
-    output_dir = check_output_dir(output_dir)
+    output_dir = check_output_dir(output_dir, RESULTS_FILE, overwrite)
     gammas = positive_ints(gammas, "gammas", "draft tokens per round")
     batch_sizes = positive_ints(batch_sizes, "batch_sizes", "rows decoded together")
     samplings = sampling_configs(temperatures, top_k, top_p)
