@@ -36,6 +36,7 @@ Shape legend: B batch, L length, K chunk, G gamma, V vocab, N max_decode_len.
 
 from __future__ import annotations
 
+import os
 from typing import Any, Optional, Protocol, Tuple
 
 import flax.linen as nn
@@ -273,6 +274,33 @@ def _validate(models, inputs, max_decode_len, gamma=None):
                 f"(prefix {model.prefix_length(inputs.shape[1])} + max_decode_len "
                 f"{max_decode_len}" + (f" + gamma+1 {extra}" if extra else "") + "); shorten the "
                 "prompt or lower max_decode_len.")
+        cache = _cache_bytes(model, inputs.shape[0], need + 1)
+        if cache is not None and cache > MAX_CACHE_FRACTION * _memory_bytes():
+            raise ValueError(
+                f"The {name}'s KV cache for batch {inputs.shape[0]} x {need + 1} positions "
+                f"(max_decode_len={max_decode_len}) needs {cache / 2**30:.1f} GiB, more than "
+                f"{MAX_CACHE_FRACTION:.0%} of this machine's {_memory_bytes() / 2**30:.1f} GiB; "
+                "lower max_decode_len or the batch size.")
+
+
+MAX_CACHE_FRACTION = 0.5  # of physical memory, for one model's KV cache
+
+
+def _memory_bytes() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # not POSIX: no check
+        return 1 << 62
+
+
+def _cache_bytes(model, batch: int, length: int) -> Optional[int]:
+    """Bytes of a T5 model's self-attention KV cache (None for other DecodeModels)."""
+    config = getattr(getattr(model, "module", None), "config", None)
+    if not isinstance(config, t5.T5Config):
+        return None
+    itemsize = np.dtype(jnp.dtype(config.dtype)).itemsize
+    return (2 * config.num_decoder_layers * batch * length * config.num_heads * config.head_dim
+            * itemsize)
 
 
 def _cache_len(model, inputs, max_decode_len, gamma):

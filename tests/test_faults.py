@@ -175,3 +175,10 @@ def test_unsafe_temperatures_are_refused(temperature):
     probs = jax.jit(lambda l: sampling.adjusted_probs(l, SamplingConfig(1e-4)))(
         jnp.asarray([[30.0, 1.0, -20.0]]))
     assert np.all(np.isfinite(np.asarray(probs)))
+
+
+def test_an_unaffordable_cache_is_refused_with_its_size(models):
+    target, draft = models
+    with pytest.raises(ValueError, match=r"KV cache .* needs [0-9.]+ GiB"):
+        decoding.autoregressive_decode(target, INPUTS, rng=jax.random.PRNGKey(0),
+                                       sampling=SamplingConfig(0.0), max_decode_len=10 ** 10)
