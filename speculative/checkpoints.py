@@ -1,6 +1,6 @@
 """Read and write T5 parameters: T5X legacy (msgpack + zarr), Orbax (OCDBT), HF safetensors.
 
-`load_params(path)` detects the format (reference/t5x.md §1) and returns the `target` tree as
+`load_params(path)` detects the format and returns the `target` tree as
 nested dicts of numpy arrays with T5X names. `path` is a model dir (its largest
 `checkpoint_<step>`; `.tmp-*` dirs are ignored), a step dir, the msgpack `checkpoint` file, an
 Orbax item dir (`.../state`) or an HF dir (model.safetensors + config.json):
@@ -12,7 +12,7 @@ Orbax item dir (`.../state`) or an HF dir (model.safetensors + config.json):
 
 Arrays are read one at a time straight into the result (the msgpack is streamed, zarr arrays go
 through tensorstore), so a checkpoint is never held twice; optimizer state is never read. HF
-interop (reference/t5x.md, "Hugging Face T5 interop facts"): `from_hf_t5` / `to_hf_t5` map
+interop: `from_hf_t5` / `to_hf_t5` map
 state dicts (HF kernels are `[out, in]`, T5X's `[in, out]`), `config_from_hf` maps config.json.
 """
 
@@ -478,7 +478,7 @@ def save_t5x(params, path, step: int = 0, *, overwrite: bool = False,
              progress: bool = False) -> str:
     """Writes `params` as a T5X legacy (version 3) checkpoint `path/checkpoint_<step>`.
 
-    Layout (reference/t5x.md §1.2): msgpack `checkpoint` = `{'version': 3, 'optimizer':
+    Layout (as t5x/checkpoints.py writes it): msgpack `checkpoint` = `{'version': 3, 'optimizer':
     {'target': <tensorstore specs>, 'state': {'step': int32, 'param_states': {}}}}`, and one gzip
     zarr v2 dir `target.<dotted name>` per array, chunked to <= 64 MiB, in the array's own dtype
     (float32, bfloat16, ...). Written to `checkpoint_<step>.tmp-<time>`, renamed when complete.

@@ -1,6 +1,6 @@
 """Autoregressive and speculative decoding as jitted `lax.while_loop` programs.
 
-Both loops drive models through the small `DecodeModel` contract (DESIGN.md), never T5 itself:
+Both loops drive models through the small `DecodeModel` contract (docs/design.md), never T5 itself:
 
     init(params, inputs [B, L_in], max_len) -> state       # encoder pass / prompt prefill
     extend(params, state, tokens [B, K]) -> (logits [B, K, V] f32, state)

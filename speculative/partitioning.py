@@ -1,7 +1,7 @@
 """Meshes, T5X logical-axis rules, and shardings for parameters and decode inputs.
 
 T5X annotates every parameter with logical axis names (`('embed', 'joined_kv')`, ...) and maps
-them to mesh axes with `standard_logical_axis_rules` (reference/t5x.md §5). We do the same with
+them to mesh axes with `standard_logical_axis_rules` (t5x/partitioning.py). We do the same with
 flax's logical partitioning, so a checkpoint laid out for T5X's `PjitPartitioner(num_partitions=N)`
 shards the same way here:
 

@@ -181,7 +181,7 @@ def test_infer_script_paper_task_offline_prints_one_message(tmp_path):
     assert not os.path.exists(tmp_path / "out")
 
 
-# The paper's Table 2 (reference/paper.md §1): row -> (task, draft emb_dim, temperature, gamma).
+# The paper's Table 2: row -> (task, draft emb_dim, temperature, gamma).
 PAPER = {
     "ende_small_t0": ("wmt_t2t_ende_v003", 512, 0.0, 7, 0.75, 3.4),
     "ende_base_t0": ("wmt_t2t_ende_v003", 768, 0.0, 7, 0.8, 2.8),

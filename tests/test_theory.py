@@ -1,7 +1,6 @@
-"""Tests for speculative.theory against the numbers printed in [L] and paper.md.
+"""Tests for speculative.theory against the numbers printed in [L] and values derived from it.
 
-[L] = Leviathan et al., ICML 2023. Derived values come from the Appendix
-"Derived values" of /work/shared/reference/paper.md.
+[L] = Leviathan et al., ICML 2023.
 """
 
 import importlib.util

@@ -1,6 +1,6 @@
 """Transformer layers with T5X's parameter names and numerics, plus a chunked KV cache.
 
-Everything here follows `t5x/examples/t5/layers.py` (reference/t5x.md §2.2):
+Everything here follows `t5x/examples/t5/layers.py`:
 
 * kernels are stored 2-D `[prod(in), prod(out)]` in float32 and cast to the compute dtype at call
   time; no biases anywhere;
@@ -10,7 +10,7 @@ Everything here follows `t5x/examples/t5/layers.py` (reference/t5x.md §2.2):
 * every parameter carries logical axis names (`nn.with_logical_partitioning`), so that
   `partitioning.py` can map them to a mesh with T5X's rules.
 
-What T5X does not have (reference/t5x.md §3.4): a decode mode that appends K tokens per row at that
+What T5X does not have (its decoding caches one token per step): a decode mode that appends K tokens per row at that
 row's own position. `MultiHeadAttention.extend` writes K new keys/values into a cache
 `[B, L, H, D]` at `lengths[b]` with a per-row `dynamic_update_slice` (overwrite semantics, so
 rewinding a row is just lowering its length: stale slots are masked, never added to) and attends

@@ -2,7 +2,7 @@
 
 `Transformer` is the encoder-decoder of `t5x/examples/t5/network.py`; `DecoderOnly` is the same
 decoder stack without cross-attention. Both share `layers.py`. Parameter names are T5X's, so a T5X
-checkpoint's `target` tree is a lookup (reference/t5x.md §2.1):
+checkpoint's `target` tree is a lookup:
 
     token_embedder/embedding                                  [V, E]
     encoder/relpos_bias/rel_embedding                         [H, 32]
@@ -10,7 +10,7 @@ checkpoint's `target` tree is a lookup (reference/t5x.md §2.1):
     ...
     decoder/logits_dense/kernel                               [E, V]   (v1.1 only)
 
-Decode mode (DESIGN.md, "The decode contract"):
+Decode mode (docs/design.md, "The decode contract"):
 
     cache = module.apply(v, inputs, max_len, method='init_cache')      # encoder once, cross K/V once
     logits, cache = module.apply(v, cache, tokens, method='extend')    # K tokens per row
@@ -136,7 +136,7 @@ _V11 = dict(vocab_size=32128, mlp_activations=("gelu", "linear"), logits_via_emb
 _V10 = dict(vocab_size=32128, mlp_activations=("relu",), logits_via_embedding=True,
             head_dim=64, dropout_rate=0.0)
 
-# reference/t5x.md §2.3 (t5x/examples/t5/t5_1_1/*.gin and t5_1_0/*.gin).
+# From T5X's t5x/examples/t5/t5_1_1/*.gin and t5_1_0/*.gin.
 PRESETS = {
     "t5_1_1_tiny": dict(_V11, emb_dim=8, num_heads=4, num_encoder_layers=2,
                         num_decoder_layers=2, head_dim=3, mlp_dim=16),
