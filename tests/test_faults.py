@@ -1,4 +1,7 @@
-"""Faults: non-finite numbers never become accepted tokens.
+"""Faults and bad inputs: non-finite numbers never become accepted tokens, and bad arguments
+are refused by name before any work (decode API, temperatures, cache size, run settings, the
+trainer, the bundle, gin, the converter; the infer, benchmark and checkpoint suites add output
+directories, interruption and corrupt checkpoints).
 
 A target with NaN parameters must stop every row and flag it (`DecodeStats.nonfinite`) at
 temperature 0 and 1, in both decoders, instead of emitting text computed from NaN; a draft with
@@ -182,3 +185,82 @@ def test_an_unaffordable_cache_is_refused_with_its_size(models):
     with pytest.raises(ValueError, match=r"KV cache .* needs [0-9.]+ GiB"):
         decoding.autoregressive_decode(target, INPUTS, rng=jax.random.PRNGKey(0),
                                        sampling=SamplingConfig(0.0), max_decode_len=10 ** 10)
+
+
+# ----------------------------------------------------------------------------------------------
+# Bad settings of the runs, the trainer, the bundle, gin and the converter: each refused with
+# its name in the message, before any model is built or any data is read.
+
+def _run_settings_cases(tmp_path):
+    from speculative.models import t5 as t5_lib
+    from speculative.runs import config as config_lib, demo, infer, mini
+    from speculative import checkpoints, training
+
+    cfg = tiny_config(vocab_size=40)
+    base = dict(target_config=cfg, draft_config=cfg, target_checkpoint=None,
+                draft_checkpoint=None, mixture_or_task_name="mini_ende",
+                task_feature_lengths={"inputs": 8, "targets": 8}, output_dir=None)
+    used = tmp_path / "used"
+    used.mkdir()
+    (used / "model.safetensors").write_text("old")
+    gin_file = tmp_path / "x.gin"
+    gin_file.write_text("GAMMA = 3\nTEMPERATURE = 0.0\n")
+    return [
+        ("infer GAMMA", lambda: infer.InferSettings(**base, gamma=0), ValueError, "GAMMA=0"),
+        ("infer BATCH_SIZE", lambda: infer.InferSettings(**base, batch_size=0), ValueError,
+         "BATCH_SIZE=0"),
+        ("infer NUM_EXAMPLES", lambda: infer.InferSettings(**base, num_examples=-2), ValueError,
+         "NUM_EXAMPLES=-2"),
+        ("infer TASK_FEATURE_LENGTHS", lambda: infer.InferSettings(
+            **{**base, "task_feature_lengths": {"inputs": 8}}), ValueError,
+         "TASK_FEATURE_LENGTHS"),
+        ("infer DRAFT_MODEL vocab", lambda: infer.InferSettings(
+            **{**base, "draft_config": tiny_config(vocab_size=41)}), ValueError,
+         "DRAFT_MODEL.vocab_size"),
+        ("infer TARGET_MODEL", lambda: infer.InferSettings(**{**base, "target_config": "x"}),
+         ValueError, "TARGET_MODEL"),
+        ("infer sampling", lambda: infer.InferSettings(**base, sampling=0.5), ValueError,
+         "sampling"),
+        ("train objective", lambda: training.TrainConfig(steps=1, objective="mse"), ValueError,
+         "objective"),
+        ("train buckets", lambda: training.TrainConfig(steps=1, buckets=(16, 8)), ValueError,
+         "buckets"),
+        ("train batch_tokens", lambda: training.TrainConfig(steps=1, batch_tokens=4),
+         ValueError, "batch_tokens"),
+        ("train optimizer", lambda: training.TrainConfig(steps=1, optimizer="sgd"), ValueError,
+         "optimizer"),
+        ("train label_smoothing", lambda: training.TrainConfig(steps=1, label_smoothing=1.5),
+         ValueError, "label_smoothing"),
+        ("train teacher_top_k", lambda: training.TrainConfig(steps=1, teacher_top_k=0),
+         ValueError, "teacher_top_k"),
+        ("train kl without teacher", lambda: training.train(
+            model=tiny_config(vocab_size=4000), model_dir=str(tmp_path / "m"),
+            config=training.TrainConfig(steps=1, objective="kl"), seed=0), ValueError,
+         "distill=True"),
+        ("demo num_sentences", lambda: demo.run(num_sentences=0), ValueError,
+         "num_sentences=0"),
+        ("demo temperatures", lambda: demo.run(temperatures=[-1.0]), ValueError,
+         "temperatures"),
+        ("bundle model", lambda: mini.load("no_such_model"), ValueError, "no_such_model"),
+        ("bundle target", lambda: mini.drafts("mini_draft_10"), ValueError,
+         "target='mini_draft_10'"),
+        ("gin macro typo", lambda: config_lib.check_macros([str(gin_file)], ["GAMA = 5"]),
+         ValueError, "did you mean GAMMA"),
+        ("gin missing file", lambda: config_lib.parse_gin([str(tmp_path / "none.gin")]),
+         FileNotFoundError, "none.gin"),
+        ("converter used dir", lambda: checkpoints.check_hf_target(used), FileExistsError,
+         "overwrite"),
+        ("checkpoint path", lambda: checkpoints.load_params(tmp_path / "nope"),
+         FileNotFoundError, "nope"),
+        ("preset name", lambda: t5_lib.preset("t5_1_1_huge"), (KeyError, ValueError),
+         "t5_1_1_huge"),
+    ]
+
+
+def test_bad_run_settings_are_refused_with_their_names(tmp_path):
+    from speculative.runs import mini
+    for name, call, error, message in _run_settings_cases(tmp_path):
+        if name.startswith(("bundle", "demo")) and not mini.available():
+            continue
+        with pytest.raises(error, match=message):
+            call()
