@@ -42,6 +42,7 @@ flags.DEFINE_string("rows_dir", None, "Directory of row gin files (default: the 
 flags.DEFINE_multi_string("row_gin", [], "Gin binding applied to every row, e.g. 'SEED = 1'.")
 flags.DEFINE_string("c", None, "c for Theorem 3.8: a number or 'paper'; default: measure it.")
 flags.DEFINE_bool("dry_run", False, "Only resolve each row's settings.")
+flags.DEFINE_bool("overwrite", False, "Replace an earlier run in --output_dir (else refused).")
 flags.DEFINE_string("tfds_data_dir", None, "Where the paper tasks' prepared TFDS data is.")
 
 FLAGS = flags.FLAGS
@@ -49,6 +50,8 @@ FLAGS = flags.FLAGS
 
 def main():
     kwargs = {"dry_run": FLAGS.dry_run} if FLAGS.dry_run else {}
+    if FLAGS.overwrite:
+        kwargs["overwrite"] = True
     for name in ("rows", "output_dir", "checkpoints", "rows_dir"):
         if FLAGS[name].value is not None:
             kwargs[name] = FLAGS[name].value

@@ -278,6 +278,7 @@ def reproduce(
     c: Union[None, float, str] = None,
     cost_repeats: int = 20,
     dry_run: bool = False,
+    overwrite: bool = False,
 ) -> List[RowResult]:
     """Runs `rows` (names in `rows_dir`, a comma-separated string, or 'all'); see module doc.
 
@@ -291,12 +292,20 @@ def reproduce(
       c: None = measure it per row; a float = use it for every row; 'paper' = Table 4's c.
       cost_repeats: timed repetitions per step when measuring c.
       dry_run: only resolve every row's settings (no data, no models); Speed etc. stay None.
+      overwrite: replace an earlier table (and its rows' runs) in `output_dir`; otherwise an
+        existing table2.json there is refused before any work.
 
     Returns:
       one `RowResult` per row. The gin config is replaced by each row's in turn.
     """
     from speculative.runs import infer  # pylint: disable=g-import-not-at-top
 
+    if output_dir and not dry_run and not overwrite and os.path.exists(
+            os.path.join(output_dir, "table2.json")):
+        raise FileExistsError(f"{output_dir} holds an earlier table2.json; choose another "
+                              "--output_dir or pass --overwrite to replace that run.")
+    if overwrite:
+        row_bindings = list(row_bindings) + ["OVERWRITE = True"]
     if isinstance(rows, str):
         rows = [r.strip() for r in rows.split(",") if r.strip()]
     rows = list_rows(rows_dir) if list(rows) == ["all"] else list(rows)
@@ -365,9 +374,11 @@ def reproduce(
     print(table)
     if output_dir:
         os.makedirs(output_dir, exist_ok=True)
-        with open(os.path.join(output_dir, "table2.md"), "w", encoding="utf-8") as f:
-            f.write(table)
-        with open(os.path.join(output_dir, "table2.json"), "w", encoding="utf-8") as f:
-            json.dump({"c_source": c_note, "dry_run": dry_run,
-                       "rows": [r.to_json() for r in results]}, f, indent=2)
+        for name, text in (("table2.md", table), ("table2.json", json.dumps(
+                {"c_source": c_note, "dry_run": dry_run, "rows": [r.to_json() for r in results]},
+                indent=2))):  # each renamed into place, the JSON last
+            path = os.path.join(output_dir, name)
+            with open(path + ".tmp", "w", encoding="utf-8") as f:
+                f.write(text)
+            os.replace(path + ".tmp", path)
     return results
