@@ -275,15 +275,7 @@ def check_output_dir(output_dir, name: Optional[str] = None, overwrite: bool = T
     if name and not overwrite and os.path.exists(os.path.join(output_dir, name)):
         raise FileExistsError(f"{os.path.join(output_dir, name)} holds an earlier run; choose "
                               "another OUTPUT_DIR or pass --gin.OVERWRITE=True to replace it.")
-    try:
-        os.makedirs(output_dir, exist_ok=True)
-        probe = os.path.join(output_dir, f".write_probe_{os.getpid()}")
-        with open(probe, "w") as f:
-            f.write("ok")
-        os.remove(probe)
-    except OSError as e:
-        raise PermissionError(f"output_dir={output_dir!r} cannot be written ({e}); choose a "
-                              "writable directory.") from e
+    config_lib.check_writable(output_dir, "output_dir")
     return output_dir
 
 

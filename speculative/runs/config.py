@@ -102,6 +102,20 @@ def parse_gin(gin_files: Sequence[str], gin_bindings: Sequence[str] = (),
     gin.parse_config_files_and_bindings(list(gin_files), list(gin_bindings), finalize_config=False)
 
 
+def check_writable(directory: str, what: str) -> None:
+    """Creates `directory` if needed and writes and removes a probe file there, so a place a
+    run cannot write fails before the run's work, naming `what` (e.g. 'OUTPUT_DIR')."""
+    try:
+        os.makedirs(directory, exist_ok=True)
+        probe = os.path.join(directory, f".write_probe_{os.getpid()}")
+        with open(probe, "w") as f:
+            f.write("ok")
+        os.remove(probe)
+    except OSError as e:
+        raise PermissionError(f"{what}={directory!r} cannot be written ({e}); choose a "
+                              "writable directory.") from e
+
+
 def write_config(output_dir: str, name: str = "config.gin") -> str:
     """Saves the operative (resolved) gin config next to a run's results; returns its path."""
     os.makedirs(output_dir, exist_ok=True)

@@ -459,16 +459,7 @@ def check_output_dir(output_dir: str, overwrite: bool) -> None:
             f"INFER_OUTPUT_DIR={output_dir!r} already holds {sorted(os.listdir(output_dir))[:5]}"
             " from an earlier run; choose a new directory or pass --gin.OVERWRITE=True to "
             "replace that run.")
-    parent = os.path.dirname(os.path.abspath(output_dir))
-    try:
-        os.makedirs(parent, exist_ok=True)
-        probe = os.path.join(parent, f".write_probe_{os.getpid()}")
-        with open(probe, "w") as f:
-            f.write("ok")
-        os.remove(probe)
-    except OSError as e:
-        raise PermissionError(f"INFER_OUTPUT_DIR={output_dir!r} cannot be written ({e}); choose "
-                              "a writable directory.") from e
+    config_lib.check_writable(os.path.dirname(os.path.abspath(output_dir)), "INFER_OUTPUT_DIR")
 
 
 def write_outputs(output_dir: str, records, metrics) -> Dict[str, str]:
