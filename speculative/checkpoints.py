@@ -747,11 +747,18 @@ def save_hf_t5(params, config: t5.T5Config, hf_dir, *, overwrite: bool = False) 
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    if os.path.exists(hf_dir):
-        old = f"{hf_dir}.old-{os.getpid()}"
-        os.replace(hf_dir, old)
-        os.replace(staging, hf_dir)
-        shutil.rmtree(old)
-    else:
-        os.replace(staging, hf_dir)
+    replace_directory(staging, hf_dir)
     return hf_dir
+
+
+def replace_directory(staging: str, final: str) -> None:
+    """Moves the complete directory `staging` to `final`, replacing what was there: the earlier
+    directory is renamed aside first and deleted after, so an interruption leaves one complete
+    version (between the two renames, the earlier one waits in `<final>.old-*`)."""
+    old = None
+    if os.path.exists(final):
+        old = f"{final}.old-{os.getpid()}"
+        os.replace(final, old)
+    os.replace(staging, final)
+    if old:
+        shutil.rmtree(old)

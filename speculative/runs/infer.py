@@ -61,6 +61,7 @@ import jax
 import numpy as np
 from absl import logging
 
+from speculative import checkpoints
 from speculative import decoding
 from speculative import sampling as sampling_lib
 from speculative import tasks
@@ -488,13 +489,7 @@ def write_outputs(output_dir: str, records, metrics) -> Dict[str, str]:
     except BaseException:  # interrupted or failed: the earlier run stays as it was
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    old = None
-    if os.path.exists(final):
-        old = f"{final}.old-{os.getpid()}"
-        os.replace(final, old)
-    os.replace(staging, final)
-    if old:
-        shutil.rmtree(old)
+    checkpoints.replace_directory(staging, final)
     return files
 
 
