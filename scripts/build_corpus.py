@@ -81,9 +81,16 @@ _VOCAB_SIZE = flags.DEFINE_integer(
 _BYTE_FALLBACK = flags.DEFINE_bool(
     "byte_fallback", True, "Spell unknown characters as UTF-8 bytes (nothing is <unk>)."
 )
+_MONOLINGUAL = flags.DEFINE_bool(
+    "monolingual", False,
+    "Instead of building the corpus, add mono_en.txt to the one in --output_dir: English "
+    "msgids of the catalogs of every locale that the corpus does not hold (distillation "
+    "sources the target has never seen).",
+)
 
 SPLITS = ("train", "valid", "test")
 SPM_MODEL = "spm.model"
+MONO = "mono_en.txt"
 MANIFEST = "manifest.json"
 DEFAULT_PREFIXES = ("/usr", "/usr/local", sys.prefix, sys.base_prefix)
 
@@ -135,12 +142,14 @@ def is_german_mo(path: str, locales: Sequence[str] = ("de", "de_DE")) -> bool:
     return bool(dirs) and _locale_name(dirs[-1]) in wanted
 
 
-def _walk_mo(root: str, locales: Sequence[str]) -> Iterable[str]:
+def _walk_mo(root: str, locales: Optional[Sequence[str]]) -> Iterable[str]:
+    """.mo files under `root` for `locales` (None: every .mo file)."""
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames.sort()
         for name in sorted(filenames):
             path = os.path.join(dirpath, name)
-            if is_german_mo(path, locales) and os.path.isfile(path):
+            wanted = path.endswith(".mo") if locales is None else is_german_mo(path, locales)
+            if wanted and os.path.isfile(path):
                 yield path
 
 
@@ -171,9 +180,10 @@ def find_mo_files(
     prefixes: Sequence[str] = DEFAULT_PREFIXES,
     package_dirs: Optional[Sequence[str]] = None,
     extra_roots: Sequence[str] = (),
-    locales: Sequence[str] = ("de", "de_DE"),
+    locales: Optional[Sequence[str]] = ("de", "de_DE"),
 ) -> List[str]:
-    """German .mo files under `<prefix>/share`, Python package dirs and extra roots.
+    """German .mo files (`locales=None`: all .mo files) under `<prefix>/share`, Python package
+    dirs and extra roots.
 
     Paths are returned sorted and unique by real path (copies with the same bytes
     are removed later, in `build_corpus`).
@@ -537,9 +547,78 @@ def build_corpus(
     return manifest
 
 
+def build_monolingual(
+    corpus_dir: str,
+    mo_files: Optional[Sequence[str]] = None,
+    *,
+    extra_roots: Sequence[str] = (),
+    max_chars: int = 200,
+    command: Optional[Mapping[str, object]] = None,
+) -> dict:
+    """Writes `corpus_dir/mono_en.txt` and its entry in manifest.json; returns that entry.
+
+    The English msgids of every locale's catalogs (cleaned like the corpus' sources) that
+    the corpus cannot have seen: a source is kept only if its split key (`split_key`) differs
+    from that of every train/valid/test source and its hash fraction lies past the valid and
+    test ranges of the manifest's settings, so no near-duplicate of an evaluation sentence
+    gets in. One source per line, ordered by hash. A draft distilled on the target's
+    translations of them learns how the target generalises, not what it memorised.
+    """
+    with open(os.path.join(corpus_dir, MANIFEST), encoding="utf-8") as f:
+        manifest = json.load(f)
+    settings = manifest["settings"]
+    held = {split_key(s) for name in SPLITS
+            for s, _ in read_tsv(os.path.join(corpus_dir, f"{name}.tsv"))}
+    if mo_files is None:
+        mo_files = find_mo_files(extra_roots=extra_roots, locales=None)
+    kept, seen_digests = {}, set()
+    for path in mo_files:
+        with open(path, "rb") as f:
+            data = f.read()
+        digest = hashlib.sha256(data).hexdigest()
+        if digest in seen_digests:
+            continue
+        seen_digests.add(digest)
+        try:
+            entries = parse_mo(data)
+        except MoFormatError as e:
+            logging.warning("skipping %s: %s", path, e)
+            continue
+        for entry in entries:
+            for text in (entry.msgid, entry.msgid_plural):
+                text = normalize_text(text or "")
+                if not text or len(text) > max_chars or not has_words(text):
+                    continue
+                key = split_key(text)
+                u = hash_fraction(text)
+                if key not in held and u >= settings["valid_fraction"] + settings["test_fraction"]:
+                    kept.setdefault(key, (u, text))
+    sources = [text for _, text in sorted(kept.values())]
+    path = os.path.join(corpus_dir, MONO)
+    with open(path + ".tmp", "w", encoding="utf-8", newline="\n") as f:
+        f.writelines(_tsv_field(text) + "\n" for text in sources)
+    os.replace(path + ".tmp", path)
+    entry = {"sources": len(sources), "num_mo_files_read": len(seen_digests),
+             "bytes": os.path.getsize(path), "sha256": file_sha256(path),
+             "max_chars": max_chars, "command": dict(command) if command else None}
+    manifest.setdefault("files", {})[MONO] = entry
+    with open(os.path.join(corpus_dir, MANIFEST) + ".tmp", "w", encoding="utf-8") as f:
+        json.dump(manifest, f, indent=1, ensure_ascii=False, sort_keys=False)
+        f.write("\n")
+    os.replace(os.path.join(corpus_dir, MANIFEST) + ".tmp", os.path.join(corpus_dir, MANIFEST))
+    return entry
+
+
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    if _MONOLINGUAL.value:
+        entry = build_monolingual(
+            _OUTPUT_DIR.value, _MO_FILES.value, extra_roots=_EXTRA_ROOTS.value,
+            max_chars=_MAX_CHARS.value,
+            command={"argv": ["scripts/build_corpus.py"] + sys.argv[1:]})
+        print(json.dumps({k: entry[k] for k in ("sources", "num_mo_files_read", "bytes")}))
+        return
     names = ["output_dir", "locales", "mo_files", "extra_roots", "max_chars", "valid_fraction",
              "test_fraction", "max_valid", "max_test", "vocab_size", "byte_fallback"]
     command = {

@@ -672,6 +672,30 @@ def _update_card(export_dir: str, name: str, entry: dict) -> None:
     _write_json(path, card)
 
 
+def load_sources(path: str) -> List[str]:
+    """One source sentence per line (UTF-8; blank lines skipped)."""
+    with open(path, encoding="utf-8") as f:
+        return [line.rstrip("\n") for line in f if line.strip()]
+
+
+def _teach(teacher, examples: Sequence[Example], config: TrainConfig,
+           cache: Optional[str]) -> List[Tuple[np.ndarray, ...]]:
+    """Distillation data for `examples`: the teacher's greedy outputs as targets and, for the
+    'kl' and 'tv' objectives, its top-k distributions along them; cached beside `cache`."""
+    t0 = time.time()
+    examples = distill_targets(*teacher, examples, config.max_length, cache)
+    logging.info("distillation targets for %d sources: %.0f s", len(examples), time.time() - t0)
+    if config.objective == "ce":
+        return examples
+    t0 = time.time()
+    examples = teacher_distributions(
+        *teacher, examples, config,
+        cache and f"{os.path.splitext(cache)[0]}.top{config.teacher_top_k}.npz")
+    logging.info("teacher distributions (top %d): %.0f s", config.teacher_top_k,
+                 time.time() - t0)
+    return examples
+
+
 def _load_target(target_model: t5.T5Config, target_checkpoint: str):
     params = checkpoints.load_params(target_checkpoint, dtype="float32", config=target_model)
     return t5.Transformer(target_model), params
@@ -682,7 +706,7 @@ def train(*, model: t5.T5Config, model_dir: str, config: TrainConfig, seed: int,
           log_every: int = 50, bleu_sentences: Optional[int] = None,
           max_train_pairs: Optional[int] = None, distill: bool = False,
           distill_pairs: Optional[int] = None, distill_cache: Optional[str] = None,
-          target_model: Optional[t5.T5Config] = None, target_checkpoint: Optional[str] = None,
+          distill_sources: Optional[str] = None, target_model: Optional[t5.T5Config] = None, target_checkpoint: Optional[str] = None,
           alpha_sentences: int = 256, alpha_gamma: int = 4, card_subset: int = 64,
           export_dir: Optional[str] = None, export_dtype: str = "bfloat16",
           checkpoint_every: int = 0, gin_config: Optional[str] = None) -> dict:
@@ -696,7 +720,10 @@ def train(*, model: t5.T5Config, model_dir: str, config: TrainConfig, seed: int,
     also trains it on the target's greedy translations of the training sources (a random
     `distill_pairs` of them, if set) instead of the references, and with `config.objective`
     'kl' or 'tv' it learns the target's distributions on those outputs (`teacher_distributions`,
-    cached beside `distill_cache`) rather than its tokens. With `export_dir`, the final
+    cached beside `distill_cache`) rather than its tokens. `distill_sources` (a file of English
+    sentences in `data_dir`, one per line, e.g. `mono_en.txt` from `scripts/build_corpus.py
+    --monolingual`) adds the teacher's translations of sources it was never trained on: on
+    its own training sources an overfit teacher mostly repeats the references. With `export_dir`, the final
     parameters are also saved in `export_dtype` as `<export_dir>/<name>/checkpoint_<steps>` and
     the summary goes into `<export_dir>/model_card.json` under `name` (default: the basename
     of `model_dir`).
@@ -721,6 +748,9 @@ def train(*, model: t5.T5Config, model_dir: str, config: TrainConfig, seed: int,
                          f"{tokenizer.vocab_size}.")
     if distill and not (target_model and target_checkpoint):
         raise ValueError("distill=True needs target_model and target_checkpoint (the teacher).")
+    if distill_sources and not distill:
+        raise ValueError(f"distill_sources={distill_sources!r} are translated by the teacher: "
+                         "set distill=True with target_model and target_checkpoint.")
     if config.objective != "ce" and not distill:
         raise ValueError(f"objective={config.objective!r} learns the teacher's distributions on "
                          "its own outputs: set distill=True with target_model and "
@@ -736,27 +766,30 @@ def train(*, model: t5.T5Config, model_dir: str, config: TrainConfig, seed: int,
                  len(train_ex), dropped, max_len, len(valid_ex), valid_dropped)
     module = t5.Transformer(model)
     teacher = _load_target(target_model, target_checkpoint) if target_checkpoint else None
+    mono_ex = []
+    if distill_sources:
+        mono_ex, _ = make_examples(  # the placeholder target is replaced by the teacher's
+            tokenizer.encode_inputs(load_sources(os.path.join(data_dir, distill_sources))),
+            itertools.repeat([EOS_ID]), max_len)
     if distill:
-        t0 = time.time()
         if distill_pairs:  # greedy decoding costs ~15 ms per sentence for mini_target on CPU
             pick = np.random.default_rng(seed).permutation(len(train_ex))[:distill_pairs]
             train_ex = [train_ex[i] for i in np.sort(pick)]
-        train_ex = distill_targets(*teacher, train_ex, max_len, distill_cache)
-        logging.info("distillation targets: %.0f s", time.time() - t0)
-    if config.objective != "ce":
-        t0 = time.time()
-        train_ex = teacher_distributions(
-            *teacher, train_ex, config, distill_cache and
-            f"{os.path.splitext(distill_cache)[0]}.top{config.teacher_top_k}.npz")
-        logging.info("teacher distributions (top %d): %.0f s", config.teacher_top_k,
-                     time.time() - t0)
+        stem, ext = os.path.splitext(distill_cache) if distill_cache else (None, None)
+        train_ex = _teach(teacher, train_ex, config, distill_cache)
+        if mono_ex:
+            mono_ex = _teach(teacher, mono_ex, config, stem and f"{stem}.mono{ext}")
+            logging.info("%d distillation pairs from the training sources, %d from %s",
+                         len(train_ex), len(mono_ex), distill_sources)
+            train_ex = train_ex + mono_ex
 
     optimizer = make_optimizer(config)
     init_rng, dropout_rng, alpha_rng = jax.random.split(jax.random.PRNGKey(seed), 3)
     state = init_state(module, optimizer, init_rng)
     resume = ResumableRun(model_dir, {"model": dataclasses.asdict(model), "seed": seed,
                                       "train_config": dataclasses.asdict(config),
-                                      "distill": distill, "train_pairs": len(train_ex)})
+                                      "distill": distill, "train_pairs": len(train_ex),
+                                      "distill_sources": distill_sources})
     state, first_step, prior_s = resume.restore(state)
     train_step, eval_step = make_train_step(module, optimizer, config), make_eval_step(module)
     data_rng = np.random.default_rng(seed)
@@ -808,6 +841,7 @@ def train(*, model: t5.T5Config, model_dir: str, config: TrainConfig, seed: int,
         "train_config": dataclasses.asdict(config),
         "params": num_params(params), "decoder_flops_per_token": flops, "steps": config.steps,
         "seed": seed, "distilled": distill, "train_pairs": len(train_ex), "train_dropped": dropped,
+        "distill_sources": distill_sources and {"file": distill_sources, "pairs": len(mono_ex)},
         "train_wall_s": round(train_s, 1), "final_train_loss": record["train_loss"],
         "final_valid_loss": record["valid_loss"], "valid_bleu": bleu_score,
         "bleu_sentences": len(bleu_pairs),

@@ -281,3 +281,49 @@ def test_script_help_and_run(catalogs, tmp_path):
     assert manifest["command"]["argv"][0] == "scripts/build_corpus.py"
     assert hashlib.sha256(open(os.path.join(out, "train.tsv"), "rb").read()).hexdigest() == \
         manifest["files"]["train.tsv"]["sha256"]
+
+
+def test_build_monolingual_keeps_only_sources_the_corpus_cannot_have_seen(catalogs, tmp_path):
+    """mono_en.txt takes English msgids from every locale's catalogs, minus anything whose
+    split key is in the corpus (any split) or that would hash into the valid/test ranges."""
+    out = str(tmp_path / "corpus")
+    bc.build_corpus(out, sorted(catalogs.values()), valid_fraction=0.2, test_fraction=0.2,
+                    vocab_size=0)
+    held = {bc.split_key(s) for name in bc.SPLITS
+            for s, _ in bc.read_tsv(os.path.join(out, f"{name}.tsv"))}
+    candidates = [f"Print page {w}" for w in ("one", "two", "three", "four", "five", "six",
+                                              "seven", "eight", "nine", "ten", "eleven")]
+    french = {"Open file": "Ouvrir", "open FILE!": "Ouvrir !", "%s: %d": "%s : %d",
+              "z" * 250: "y", "Line one\n two": "Ligne", **{c: "Imprimer" for c in candidates}}
+    fr_path = str(tmp_path / "usr/share/locale/fr/LC_MESSAGES/x.mo")
+    write_mo(fr_path, french)
+    assert bc.find_mo_files(prefixes=[str(tmp_path / "usr")], package_dirs=[],
+                            locales=None) == [catalogs["a"], fr_path]  # every locale
+    entry = bc.build_monolingual(out, [fr_path, catalogs["a"]], command={"argv": ["t"]})
+    with open(os.path.join(out, bc.MONO), encoding="utf-8") as f:
+        kept = f.read().splitlines()
+    assert "Open file" not in kept and "open FILE!" not in kept  # in the corpus (split key)
+    assert "%s: %d" not in kept and "z" * 250 not in kept
+    assert all(bc.split_key(s) not in held and bc.hash_fraction(s) >= 0.4 for s in kept)
+    # Of the 11 new sentences those hashing into [0, 0.4) are left out: some are, some are not.
+    expected = sorted((bc.hash_fraction(c), c) for c in candidates + ["Line one two"]
+                      if bc.hash_fraction(c) >= 0.4)
+    assert kept == [c for _, c in expected] and 0 < len(kept) < 12
+    with open(os.path.join(out, "manifest.json"), encoding="utf-8") as f:
+        manifest = json.load(f)
+    assert manifest["files"][bc.MONO] == entry and entry["sources"] == len(kept)
+    assert entry["sha256"] == bc.file_sha256(os.path.join(out, bc.MONO))
+    assert manifest["counts"]["train"] > 0  # the corpus entries are untouched
+
+
+def test_bundled_monolingual_sources_do_not_overlap_the_corpus():
+    corpus = os.path.join(REPO, "speculative", "data", "mini")
+    held = {bc.split_key(s) for name in bc.SPLITS
+            for s, _ in bc.read_tsv(os.path.join(corpus, f"{name}.tsv"))}
+    with open(os.path.join(corpus, bc.MONO), encoding="utf-8") as f:
+        mono = f.read().splitlines()
+    with open(os.path.join(corpus, "manifest.json"), encoding="utf-8") as f:
+        entry = json.load(f)["files"][bc.MONO]
+    assert len(mono) == entry["sources"] > 10000
+    assert bc.file_sha256(os.path.join(corpus, bc.MONO)) == entry["sha256"]
+    assert not {bc.split_key(s) for s in mono} & held

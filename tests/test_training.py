@@ -375,3 +375,39 @@ def test_train_script_ngrams_run_needs_no_training_macros():
             script.parse_gin("train", files, bindings)
     finally:
         gin.clear_config()
+
+
+def test_distill_sources_add_the_teachers_translations_of_unseen_sentences(tmp_path):
+    """`distill_sources` (one English sentence per line) become distillation pairs whose
+    targets are the teacher's greedy outputs, cached beside `distill_cache`; asking for them
+    without a teacher is refused before any work."""
+    data, pairs = _small_corpus(tmp_path)
+    mono = [s for s, _ in pairs[100:110]]
+    (data / "mono.txt").write_text("\n".join(mono) + "\n\n", "utf-8")
+    small = dict(vocab_size=4000, emb_dim=8, num_heads=2, head_dim=4, mlp_dim=8,
+                 num_encoder_layers=1, num_decoder_layers=1)
+    config = training.TrainConfig(steps=2, batch_tokens=384, buckets=(48,))
+    kw = dict(config=config, seed=0, data_dir=str(data), eval_every=2, card_subset=4,
+              bleu_sentences=2, alpha_sentences=2)
+    teacher_cfg = tiny_config(**small)
+    training.train(model=teacher_cfg, model_dir=str(tmp_path / "teacher"), **kw)
+    with pytest.raises(ValueError, match="distill_sources='mono.txt'.*distill=True"):
+        training.train(model=teacher_cfg, model_dir=str(tmp_path / "x"), distill_sources="mono.txt",
+                       **kw)
+    cache = tmp_path / "cache" / "greedy.npz"
+    summary = training.train(
+        model=tiny_config(**small), model_dir=str(tmp_path / "draft"), distill=True,
+        distill_cache=str(cache), distill_sources="mono.txt", target_model=teacher_cfg,
+        target_checkpoint=str(tmp_path / "teacher"), **kw)
+    assert summary["distill_sources"] == {"file": "mono.txt", "pairs": 10}
+    assert summary["train_pairs"] == 48 - summary["train_dropped"] + 10
+    module = t5.Transformer(teacher_cfg)
+    params = checkpoints.load_params(str(tmp_path / "teacher"), config=teacher_cfg)
+    tok = training.Tokenizer(str(data / "spm.model"))
+    inputs = [np.asarray(x, np.int32) for x in tok.encode_inputs(mono)]
+    greedy = training.greedy_decode(module, params, inputs, max_decode_len=48, input_length=48)
+    with np.load(tmp_path / "cache" / "greedy.mono.npz") as got:
+        for row, want in zip(got["outputs"], greedy):
+            want = want if want[-1] == EOS else np.append(want[:47], EOS)
+            np.testing.assert_array_equal(row[:len(want)], want)
+            assert not row[len(want):].any()
