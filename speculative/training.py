@@ -423,15 +423,20 @@ def _decode_batches(inputs: Sequence[np.ndarray], batch_size: int, length: int):
 
 def greedy_decode(module: t5.Transformer, params, inputs: Sequence[np.ndarray], *,
                   max_decode_len: int, input_length: int,
-                  batch_size: int = 256) -> List[np.ndarray]:
+                  batch_size: int = 256, progress: bool = False) -> List[np.ndarray]:
     """Greedy (temperature 0) outputs for each input, ids up to and including EOS.
 
     Inputs are padded to `input_length` and batched to `batch_size` rows, so the decode loop
-    compiles once.
+    compiles once. `progress` shows a tqdm bar over the batches (minutes for tens of
+    thousands of sentences).
     """
+    from tqdm import tqdm  # pylint: disable=g-import-not-at-top
+
     model = decoding.EncoderDecoderModel(module, params)
     outputs: List[Optional[np.ndarray]] = [None] * len(inputs)
-    for idx, batch in _decode_batches(inputs, batch_size, input_length):
+    for idx, batch in tqdm(_decode_batches(inputs, batch_size, input_length),
+                           total=-(-len(inputs) // batch_size), desc="greedy decoding",
+                           unit="batch", disable=not progress):
         result = decoding.autoregressive_decode(
             model, batch, rng=jax.random.PRNGKey(0),  # unused: argmax needs no randomness
             sampling=sampling_lib.SamplingConfig(0.0),
@@ -473,7 +478,7 @@ def distill_targets(module, params, examples: Sequence[Example], max_length: int
         logging.warning("%s was written for other inputs or parameters; decoding again.",
                         cache_path)
     outputs = greedy_decode(module, params, [x for x, _ in examples], max_decode_len=max_length,
-                            input_length=max_length)
+                            input_length=max_length, progress=True)
     outputs = [o if len(o) and o[-1] == EOS_ID else np.append(o[:max_length - 1], EOS_ID)
                .astype(np.int32) for o in outputs]
     if cache_path:
@@ -516,6 +521,7 @@ def teacher_distributions(module, params, examples: Sequence[Example], config: T
     bucket_of = np.searchsorted(config.buckets, [max(len(x), len(y)) for x, y in examples])
     for b, length in enumerate(config.buckets):  # one compilation per bucket
         idx = [i for i in order if bucket_of[i] == b]
+        logging.info("teacher distributions: %d examples of bucket %d", len(idx), length)
         rows = max(1, 4 * config.batch_tokens // length)  # no gradients: larger batches
         for s in range(0, len(idx), rows):
             chunk = idx[s:s + rows]

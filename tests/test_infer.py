@@ -321,3 +321,38 @@ def test_misspelled_gin_macro_is_refused_with_the_closest_name(tiny_gin, tmp_pat
         config_lib.parse_gin([INFER_GIN, tiny_gin], _bindings(tmp_path) + ["ZZZ = 1"])
     # Bindings of configurable parameters are gin's to check; known macros pass.
     config_lib.parse_gin([INFER_GIN, tiny_gin], _bindings(tmp_path) + ["TEMPERATURE = 1.0"])
+
+
+_SIGINT_CHILD = r'''
+import json, os, runpy, signal, sys
+real_dump = json.dump
+
+
+def dump(obj, f, **kw):  # a real SIGINT to this process while metrics.json is half written
+    if isinstance(obj, dict) and "files" in obj:
+        f.write("{")
+        f.flush()
+        os.kill(os.getpid(), signal.SIGINT)
+    return real_dump(obj, f, **kw)
+
+
+json.dump = dump
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+'''
+
+
+def test_sigint_during_the_write_of_a_real_process_leaves_the_earlier_run(tiny_gin, tmp_path):
+    """scripts/infer.py in its own process, interrupted by a real SIGINT while it writes over
+    an earlier run (OVERWRITE=True): the earlier complete run is left, nothing else."""
+    out = tmp_path / "run"
+    config_lib.parse_gin([INFER_GIN, tiny_gin], _bindings(out))
+    infer.infer()
+    before = {name: (out / name).read_text() for name in os.listdir(out)}
+    cmd = [sys.executable, "-c", _SIGINT_CHILD, os.path.join(REPO, "scripts", "infer.py"),
+           f"--gin_file={INFER_GIN}", f"--gin_file={tiny_gin}"]
+    cmd += [f"--gin_bindings={b}" for b in _bindings(out, OVERWRITE="True", SEED="7")]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=_env(), timeout=300, cwd=REPO)
+    assert proc.returncode != 0 and "KeyboardInterrupt" in proc.stderr, proc.stderr[-3000:]
+    assert {name: (out / name).read_text() for name in os.listdir(out)} == before
+    assert os.listdir(tmp_path) == ["run"]  # the staging directory was removed

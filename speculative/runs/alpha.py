@@ -89,8 +89,11 @@ def collect_betas(target, draft, batches, *, sampling: SamplingConfig, num_token
                   max_decode_len: int, lenience: float, rng) -> List[np.ndarray]:
     """Per generated sequence, its betas (up to EOS); stops after exactly `num_tokens` betas
     (the last sequence is cut) or when `batches` run out."""
+    from tqdm import tqdm  # pylint: disable=g-import-not-at-top
+
     sequences: List[np.ndarray] = []
     total = 0
+    bar = tqdm(total=num_tokens, desc=f"alpha at T={sampling.temperature:g}", unit="tok")
     for i, inputs in enumerate(batches):
         inputs = jnp.asarray(inputs, jnp.int32)
         out = decoding.autoregressive_decode(target, inputs, rng=jax.random.fold_in(rng, i),
@@ -102,8 +105,10 @@ def collect_betas(target, draft, batches, *, sampling: SamplingConfig, num_token
             if take > 0:
                 sequences.append(row[:take])
                 total += take
+                bar.update(take)
         if total >= num_tokens:
             break
+    bar.close()
     return sequences
 
 

@@ -481,7 +481,9 @@ def benchmark_setting(target, drafts: Sequence[Any], batches: Sequence[np.ndarra
     programs.update(costs_lib.calibration_programs(
         target, drafts[0], calibration, gammas, sampling=sampling, max_decode_len=max_decode_len,
         lenience=lenience, draft_confidence=draft_confidence, seed=seed))
-    first, times, outputs = costs_lib.interleaved(programs, repeats)
+    first, times, outputs = costs_lib.interleaved(
+        programs, repeats,
+        progress=f"batch {batches[0].shape[0]}, T={sampling.temperature:g}: timing")
     loop_costs = None
     if calibration:
         try:

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import functools
 import time
-from typing import Any, Callable, Dict, Sequence, Tuple
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 import jax
 import jax.numpy as jnp
@@ -68,18 +68,25 @@ def _extend_steps(model, state, tokens, *, num_steps: int):
     return acc
 
 
-def interleaved(programs: Dict[Any, Callable[[], Any]], repeats: int):
+def interleaved(programs: Dict[Any, Callable[[], Any]], repeats: int,
+                progress: Optional[str] = None):
     """Times each program's first call, then `repeats` rounds of every program in an order
     rotated per round. Returns (first-call seconds, per-program lists of seconds, outputs of the
-    first calls)."""
+    first calls). `progress`: a label for a tqdm bar over the rounds (None: no bar)."""
+    from tqdm import tqdm  # pylint: disable=g-import-not-at-top
+
+    bar = tqdm(total=repeats + 1, desc=progress, unit="round", disable=progress is None)
     first, outputs = {}, {}
     for name, fn in programs.items():
         first[name], outputs[name] = _timed(fn)
+    bar.update()
     times = {name: [] for name in programs}
     names = list(programs)
     for r in range(repeats):
         for name in names[r % len(names):] + names[:r % len(names)]:
             times[name].append(_timed(programs[name])[0])
+        bar.update()
+    bar.close()
     return first, times, outputs
 
 
