@@ -56,6 +56,8 @@ from absl import app
 from absl import flags
 from absl import logging
 
+from speculative import files
+
 _OUTPUT_DIR = flags.DEFINE_string(
     "output_dir", "data/corpus", "Where to write the TSVs, spm.model and manifest.json."
 )
@@ -595,17 +597,13 @@ def build_monolingual(
                     kept.setdefault(key, (u, text))
     sources = [text for _, text in sorted(kept.values())]
     path = os.path.join(corpus_dir, MONO)
-    with open(path + ".tmp", "w", encoding="utf-8", newline="\n") as f:
-        f.writelines(_tsv_field(text) + "\n" for text in sources)
-    os.replace(path + ".tmp", path)
+    files.write_atomic(path, "".join(_tsv_field(text) + "\n" for text in sources))
     entry = {"sources": len(sources), "num_mo_files_read": len(seen_digests),
              "bytes": os.path.getsize(path), "sha256": file_sha256(path),
              "max_chars": max_chars, "command": dict(command) if command else None}
     manifest.setdefault("files", {})[MONO] = entry
-    with open(os.path.join(corpus_dir, MANIFEST) + ".tmp", "w", encoding="utf-8") as f:
-        json.dump(manifest, f, indent=1, ensure_ascii=False, sort_keys=False)
-        f.write("\n")
-    os.replace(os.path.join(corpus_dir, MANIFEST) + ".tmp", os.path.join(corpus_dir, MANIFEST))
+    files.write_atomic(os.path.join(corpus_dir, MANIFEST),
+                       json.dumps(manifest, indent=1, ensure_ascii=False) + "\n")
     return entry
 
 

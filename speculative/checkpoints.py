@@ -42,6 +42,7 @@ from flax import serialization
 from flax import traverse_util
 from tqdm import tqdm
 
+from speculative import files
 from speculative.models import t5
 
 __all__ = ["CheckpointError", "load_params", "load_metadata", "validate_params", "save_t5x",
@@ -747,18 +748,5 @@ def save_hf_t5(params, config: t5.T5Config, hf_dir, *, overwrite: bool = False) 
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    replace_directory(staging, hf_dir)
+    files.replace_directory(staging, hf_dir)
     return hf_dir
-
-
-def replace_directory(staging: str, final: str) -> None:
-    """Moves the complete directory `staging` to `final`, replacing what was there: the earlier
-    directory is renamed aside first and deleted after, so an interruption leaves one complete
-    version (between the two renames, the earlier one waits in `<final>.old-*`)."""
-    old = None
-    if os.path.exists(final):
-        old = f"{final}.old-{os.getpid()}"
-        os.replace(final, old)
-    os.replace(staging, final)
-    if old:
-        shutil.rmtree(old)

@@ -54,6 +54,7 @@ from flax import struct
 
 from speculative import checkpoints
 from speculative import decoding
+from speculative import files
 from speculative import sampling as sampling_lib
 from speculative.models import t5
 
@@ -630,8 +631,8 @@ class ResumableRun:
 
         blob = serialization.to_bytes({"state": jax.device_get(state), "step": step,
                                        "train_s": train_s})
-        _atomic_write(self.path, blob)
-        _atomic_write(self.meta_path, json.dumps({"settings": self.settings, "step": step},
+        files.write_atomic(self.path, blob, fsync=True)
+        files.write_atomic(self.meta_path, json.dumps({"settings": self.settings, "step": step},
                                                  indent=1).encode())
 
     def last_record(self) -> dict:
@@ -653,18 +654,8 @@ def _run_name(checkpoint: str) -> str:
     return os.path.basename(path)
 
 
-def _atomic_write(path: str, data: bytes) -> None:
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
 def _write_json(path: str, obj) -> None:
-    with open(path, "w") as f:
-        json.dump(obj, f, indent=1, sort_keys=True)
+    files.write_atomic(path, json.dumps(obj, indent=1, sort_keys=True))
 
 
 def _update_card(export_dir: str, name: str, entry: dict) -> None:

@@ -5,7 +5,6 @@ forcing (V^2 prefixes in one batch), draws >= 50,000 samples from `speculative_d
 batch, and applies a chi-square test. A deliberately wrong kernel must fail the same test.
 """
 
-import itertools
 
 import chex
 import jax

@@ -8,7 +8,6 @@ logits are within 1e-4. Such sentences are counted and reported.
 
 import json
 import os
-import re
 
 import jax
 import jax.numpy as jnp

@@ -22,7 +22,7 @@ Shape legend: B batch, L length (keys), K chunk (queries), H heads, D head dim, 
 from __future__ import annotations
 
 import functools
-from typing import Callable, Optional, Sequence, Tuple
+from typing import Callable, Sequence, Tuple
 
 import flax.linen as nn
 import jax

@@ -103,7 +103,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from speculative import decoding, theory
+from speculative import decoding, files, theory
 from speculative.models import t5
 from speculative.runs import config as config_lib
 from speculative.runs import costs as costs_lib
@@ -258,12 +258,8 @@ def write_json(data: Dict[str, Any], output_dir: str, name: str) -> str:
     os.makedirs(output_dir, exist_ok=True)
     config_lib.write_config(output_dir)
     path = os.path.join(output_dir, name)
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(_json_ready(data), f, indent=1, allow_nan=False)
-        f.write("\n")
-    os.replace(tmp, path)
-    return path
+    return files.write_atomic(path, json.dumps(_json_ready(data), indent=1, allow_nan=False)
+                              + "\n")
 
 
 def check_output_dir(output_dir, name: Optional[str] = None, overwrite: bool = True) -> str:

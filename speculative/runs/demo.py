@@ -21,7 +21,7 @@ from typing import Optional, Sequence
 import jax
 import numpy as np
 
-from speculative import decoding
+from speculative import decoding, files
 from speculative.models import t5
 from speculative.runs import benchmark, costs as costs_lib, mini, models
 from speculative.sampling import SamplingConfig
@@ -126,9 +126,5 @@ def run(*, num_sentences: int = 8, gamma: Optional[int] = None,
         "environment": benchmark.environment(),
     }
     if output_json:
-        os.makedirs(os.path.dirname(os.path.abspath(output_json)), exist_ok=True)
-        tmp = f"{output_json}.tmp{os.getpid()}"
-        with open(tmp, "w") as f:
-            json.dump(summary, f, indent=1)
-        os.replace(tmp, output_json)  # never a half-written file
+        files.write_atomic(output_json, json.dumps(summary, indent=1))  # never half-written
     return summary

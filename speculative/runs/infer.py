@@ -61,8 +61,8 @@ import jax
 import numpy as np
 from absl import logging
 
-from speculative import checkpoints
 from speculative import decoding
+from speculative import files as files_lib
 from speculative import sampling as sampling_lib
 from speculative import tasks
 from speculative.models import t5
@@ -489,7 +489,7 @@ def write_outputs(output_dir: str, records, metrics) -> Dict[str, str]:
     except BaseException:  # interrupted or failed: the earlier run stays as it was
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    checkpoints.replace_directory(staging, final)
+    files_lib.replace_directory(staging, final)
     return files
 
 

@@ -44,6 +44,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import jax
 import numpy as np
 
+from speculative import files
 from speculative.runs import alpha as alpha_lib
 from speculative.runs import benchmark, costs as costs_lib, mini, plots
 from speculative.sampling import SamplingConfig
@@ -208,10 +209,8 @@ def run(output_dir: Optional[str] = None, num_alpha_tokens: int = 10_000,
                   round(r["fixed_speedup"], 2), flush=True)
         results["dynamic"] += rows
 
-    path = os.path.join(output_dir, "results.json")
-    with open(path + ".tmp", "w") as f:
-        json.dump(benchmark._json_ready(results), f, indent=1)  # pylint: disable=protected-access
-    os.replace(path + ".tmp", path)
+    files.write_atomic(os.path.join(output_dir, "results.json"), json.dumps(
+        benchmark._json_ready(results), indent=1))  # pylint: disable=protected-access
     _write_tables(results, output_dir)
     return results
 
@@ -288,8 +287,7 @@ def _write_tables(results: Dict, output_dir: str) -> None:
               f"{r['drafted_per_round']:.2f}", f"{r['tokens_per_target_call']:.2f}",
               f"{r['speedup']:.2f}X"] for r in results["dynamic"]])
     for name, text in tables.items():
-        with open(os.path.join(output_dir, name), "w") as f:
-            f.write(text)
+        files.write_atomic(os.path.join(output_dir, name), text)
 
 
 def _breakdown(results: Dict, row: Dict) -> Dict[str, float]:
@@ -491,5 +489,4 @@ def write_readme_section(readme_path: str, section: str) -> None:
     heading = text.find("\n## ", start)  # the section's own heading
     match = re.compile(r"^## ", re.M).search(text, heading + 2) if heading >= 0 else None
     end = match.start() if match else len(text)
-    with open(readme_path, "w") as f:
-        f.write(text[:start] + section + text[end:])
+    files.write_atomic(readme_path, text[:start] + section + text[end:])

@@ -61,7 +61,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 import gin
 import numpy as np
 
-from speculative import theory
+from speculative import files, theory
 from speculative.runs import config as config_lib
 
 _UNSET = object()
@@ -377,8 +377,5 @@ def reproduce(
         for name, text in (("table2.md", table), ("table2.json", json.dumps(
                 {"c_source": c_note, "dry_run": dry_run, "rows": [r.to_json() for r in results]},
                 indent=2))):  # each renamed into place, the JSON last
-            path = os.path.join(output_dir, name)
-            with open(path + ".tmp", "w", encoding="utf-8") as f:
-                f.write(text)
-            os.replace(path + ".tmp", path)
+            files.write_atomic(os.path.join(output_dir, name), text)
     return results

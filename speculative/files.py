@@ -1,0 +1,45 @@
+"""Writing results so that an interruption never leaves a half-written or mixed output.
+
+`write_atomic` writes one file under a temporary name in the same directory and renames it into
+place (a rename within a filesystem is atomic); `replace_directory` swaps a complete staging
+directory in for an earlier one. Every writer of results, checkpoints' metadata and model cards
+goes through these two.
+"""
+
+import os
+import shutil
+from typing import Union
+
+
+def write_atomic(path: str, data: Union[str, bytes], *, fsync: bool = False) -> str:
+    """Writes `data` (text as UTF-8, or bytes) to `path` through a temporary file renamed into
+    place: readers see the earlier file or the complete new one. The directory is created if
+    missing; on any failure (Ctrl-C included) the temporary file is removed. Returns `path`."""
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    tmp = f"{path}.tmp{os.getpid()}"
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data.encode("utf-8") if isinstance(data, str) else data)
+            if fsync:
+                f.flush()
+                os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+    return path
+
+
+def replace_directory(staging: str, final: str) -> None:
+    """Moves the complete directory `staging` to `final`, replacing what was there: the earlier
+    directory is renamed aside first and deleted after, so an interruption leaves one complete
+    version (between the two renames, the earlier one waits in `<final>.old-*`)."""
+    old = None
+    if os.path.exists(final):
+        old = f"{final}.old-{os.getpid()}"
+        os.replace(final, old)
+    os.replace(staging, final)
+    if old:
+        shutil.rmtree(old)
