@@ -342,9 +342,17 @@ class TrainState:
     opt_state: Any
 
 
-def init_state(module: t5.Transformer, optimizer, rng: Array) -> TrainState:
-    """T5X initialisation (`t5.init_params`), float32 parameters, step 0."""
-    params = t5.init_params(module, rng)
+def init_state(module: t5.Transformer, optimizer, rng: Array,
+               init_checkpoint: Optional[str] = None) -> TrainState:
+    """Step 0 with float32 parameters: T5X initialisation (`t5.init_params`), or the parameters
+    of `init_checkpoint` (fine-tuning; checked against the model's names and shapes) with a
+    fresh optimizer state."""
+    if init_checkpoint:
+        params = checkpoints.load_params(init_checkpoint, dtype="float32")
+        checkpoints.validate_params(params, module, source=init_checkpoint)
+        params = jax.tree_util.tree_map(jnp.asarray, params)
+    else:
+        params = t5.init_params(module, rng)
     return TrainState(step=jnp.zeros((), jnp.int32), params=params,
                       opt_state=optimizer.init(params))
 
@@ -706,7 +714,8 @@ def train(*, model: t5.T5Config, model_dir: str, config: TrainConfig, seed: int,
           distill_sources: Optional[str] = None, target_model: Optional[t5.T5Config] = None, target_checkpoint: Optional[str] = None,
           alpha_sentences: int = 256, alpha_gamma: int = 4, card_subset: int = 64,
           export_dir: Optional[str] = None, export_dtype: str = "bfloat16",
-          checkpoint_every: int = 0, gin_config: Optional[str] = None) -> dict:
+          checkpoint_every: int = 0, init_checkpoint: Optional[str] = None,
+          gin_config: Optional[str] = None) -> dict:
     """Trains `model` on the corpus in `data_dir` (default: the bundled one); returns a summary.
 
     Writes to `model_dir`: `config.gin` (`gin_config`, if given), `metrics.jsonl` (train loss
@@ -724,6 +733,9 @@ def train(*, model: t5.T5Config, model_dir: str, config: TrainConfig, seed: int,
     parameters are also saved in `export_dtype` as `<export_dir>/<name>/checkpoint_<steps>` and
     the summary goes into `<export_dir>/model_card.json` under `name` (default: the basename
     of `model_dir`).
+
+    `init_checkpoint` starts from those parameters instead of random ones (e.g. a 'tv'
+    fine-tune of a 'kl' draft); the steps and schedule are this run's.
 
     With `checkpoint_every > 0` the run is resumable: every that many steps the whole training
     state (parameters, optimizer state, step) goes atomically to `model_dir/train_state.msgpack`,
@@ -782,11 +794,12 @@ def train(*, model: t5.T5Config, model_dir: str, config: TrainConfig, seed: int,
 
     optimizer = make_optimizer(config)
     init_rng, dropout_rng, alpha_rng = jax.random.split(jax.random.PRNGKey(seed), 3)
-    state = init_state(module, optimizer, init_rng)
+    state = init_state(module, optimizer, init_rng, init_checkpoint)
     resume = ResumableRun(model_dir, {"model": dataclasses.asdict(model), "seed": seed,
                                       "train_config": dataclasses.asdict(config),
                                       "distill": distill, "train_pairs": len(train_ex),
-                                      "distill_sources": distill_sources})
+                                      "distill_sources": distill_sources,
+                                      "init_checkpoint": init_checkpoint})
     state, first_step, prior_s = resume.restore(state)
     train_step, eval_step = make_train_step(module, optimizer, config), make_eval_step(module)
     data_rng = np.random.default_rng(seed)
@@ -839,6 +852,7 @@ def train(*, model: t5.T5Config, model_dir: str, config: TrainConfig, seed: int,
         "params": num_params(params), "decoder_flops_per_token": flops, "steps": config.steps,
         "seed": seed, "distilled": distill, "train_pairs": len(train_ex), "train_dropped": dropped,
         "distill_sources": distill_sources and {"file": distill_sources, "pairs": len(mono_ex)},
+        "init_checkpoint": init_checkpoint and _run_name(init_checkpoint),
         "train_wall_s": round(train_s, 1), "final_train_loss": record["train_loss"],
         "final_valid_loss": record["valid_loss"], "valid_bleu": bleu_score,
         "bleu_sentences": len(bleu_pairs),

@@ -411,3 +411,18 @@ def test_distill_sources_add_the_teachers_translations_of_unseen_sentences(tmp_p
             want = want if want[-1] == EOS else np.append(want[:47], EOS)
             np.testing.assert_array_equal(row[:len(want)], want)
             assert not row[len(want):].any()
+
+
+def test_init_checkpoint_starts_from_its_parameters_and_refuses_another_shape(tmp_path):
+    model = tiny_config(vocab_size=40)
+    module = t5.Transformer(model)
+    params = t5.init_params(module, jax.random.PRNGKey(3))
+    path = checkpoints.save_t5x(jax.device_get(params), str(tmp_path / "ckpt"), step=5)
+    optimizer = training.make_optimizer(training.TrainConfig(steps=1))
+    state = training.init_state(module, optimizer, jax.random.PRNGKey(0), path)
+    for a, b in zip(jax.tree_util.tree_leaves(state.params), jax.tree_util.tree_leaves(params)):
+        np.testing.assert_array_equal(a, b)
+    assert int(state.step) == 0
+    other = t5.Transformer(tiny_config(vocab_size=40, emb_dim=24))
+    with pytest.raises(ValueError, match="shape"):
+        training.init_state(other, optimizer, jax.random.PRNGKey(0), path)
