@@ -76,16 +76,28 @@ class _T5Model:
     module: nn.Module = struct.field(pytree_node=False)
     params: Any
     max_length: Optional[int] = struct.field(pytree_node=False, default=None)
+    # With a mesh (`partitioning.place_model`), decode states are pinned to batch over 'data'
+    # and heads over 'model' wherever they are made or extended.
+    mesh: Optional[Any] = struct.field(pytree_node=False, default=None)
 
     @property
     def vocab_size(self) -> int:
         return self.module.config.vocab_size
 
+    def _pin(self, state):
+        if self.mesh is None:
+            return state
+        from speculative import partitioning  # pylint: disable=g-import-not-at-top
+
+        return partitioning.constrain_state(state, self.mesh)
+
     def init(self, params, inputs, max_len):
-        return self.module.apply({"params": params}, inputs, max_len, method="init_cache")
+        return self._pin(self.module.apply({"params": params}, inputs, max_len,
+                                           method="init_cache"))
 
     def extend(self, params, state, tokens):
-        return self.module.apply({"params": params}, state, tokens, method="extend")
+        logits, state = self.module.apply({"params": params}, state, tokens, method="extend")
+        return logits, self._pin(state)
 
     def rewind(self, state, lengths):
         return t5.rewind(state, lengths)

@@ -10,12 +10,21 @@ shards the same way here:
     inputs = partitioning.shard_batch(inputs, mesh)             # batch over 'data'
     result = decoding.speculative_decode(target, draft, inputs, ...)   # jit follows the shardings
 
-The decode loops need no change: `jax.jit` propagates the input shardings through the loop, and
-the per-row caches inherit the batch sharding of the inputs.
+Runs take a mesh from gin (`MESH_SHAPE = (data, model)`) and build their models through
+`runs/models.load_model(..., mesh=mesh)`, which places the parameters with `shard_params` and
+gives the model the mesh: its KV caches are then pinned inside the jitted loops to batch over
+'data' and heads over 'model' (`cache_spec`), so the verify forward runs model-parallel with
+every step's cache where its heads are. A draft is replicated by default (`replicated_rules`: a
+tiny model gains nothing from splitting its matrices; its batch still splits over 'data').
+
+A rule that does not divide a dimension (6 heads over 4 devices) replicates that dimension and
+warns, naming the parameter, the axis and the sizes; `strict=True` refuses instead.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import warnings
 from typing import Any, Optional, Sequence, Tuple
 
 import flax.linen as nn
@@ -62,9 +71,34 @@ def standard_logical_axis_rules(activation_partitioning_dims: int = 1,
     return rules
 
 
-def make_mesh(num_partitions: int = 1, devices: Optional[Sequence[jax.Device]] = None) -> Mesh:
-    """A ('data', 'model') mesh: `num_partitions` devices per model replica, the rest data."""
+def replicated_rules() -> LogicalRules:
+    """Every parameter replicated, batch over 'data': the layout of a small draft."""
+    return [(name, "data" if name == "batch" else None)
+            for name, _ in standard_logical_axis_rules()]
+
+
+def make_mesh(num_partitions: int = 1, devices: Optional[Sequence[jax.Device]] = None, *,
+              mesh_shape: Optional[Sequence[int]] = None) -> Mesh:
+    """A ('data', 'model') mesh: `num_partitions` devices per model replica, the rest data; or,
+    with `mesh_shape = (data, model)`, exactly that grid of the first data * model devices
+    (T5X's explicit mesh; `data = -1` takes all the devices left)."""
     devices = list(jax.devices() if devices is None else devices)
+    if mesh_shape is not None:
+        shape = tuple(mesh_shape)
+        if (len(shape) != 2 or not all(isinstance(d, int) and not isinstance(d, bool)
+                                         for d in shape) or shape[1] < 1
+                or (shape[0] < 1 and shape[0] != -1)):
+            raise ValueError(f"mesh_shape={mesh_shape!r} is invalid: give (data, model) as two "
+                             "ints >= 1 (data may be -1: all the devices left), e.g. (2, 4).")
+        data, model = shape
+        if data == -1:
+            data = len(devices) // model
+        if data < 1 or data * model > len(devices):
+            raise ValueError(
+                f"mesh_shape={mesh_shape!r} needs {max(data, 1) * model} devices but "
+                f"{len(devices)} are available; use a smaller mesh (e.g. (1, {len(devices)})) "
+                "or more devices (on CPU: XLA_FLAGS=--xla_force_host_platform_device_count=N).")
+        return Mesh(np.asarray(devices[:data * model]).reshape(data, model), ("data", "model"))
     if num_partitions < 1 or len(devices) % num_partitions:
         raise ValueError(
             f"num_partitions={num_partitions} must divide the {len(devices)} available devices; "
@@ -83,25 +117,68 @@ def param_partition_specs(module: nn.Module,
         is_leaf=lambda x: isinstance(x, tuple))
 
 
-def _fits(spec: PartitionSpec, shape, mesh: Mesh) -> PartitionSpec:
-    """Drops a mesh axis from a dimension it does not divide (e.g. 6 heads over 4 devices)."""
+def fit_spec(spec: PartitionSpec, shape, mesh: Mesh, name: str = "array",
+             strict: bool = False) -> PartitionSpec:
+    """`spec` for an array of `shape`, with a mesh axis that does not divide its dimension
+    dropped (that dimension replicated) and a warning naming `name`, the dimension and the
+    axis; `strict=True` raises a ValueError instead."""
     out = []
-    for dim, axis in zip(shape, tuple(spec) + (None,) * (len(shape) - len(spec))):
-        out.append(axis if axis is None or dim % mesh.shape[axis] == 0 else None)
+    for i, (dim, axis) in enumerate(zip(shape, tuple(spec) + (None,) * (len(shape) - len(spec)))):
+        if axis is not None and dim % mesh.shape[axis]:
+            message = (f"{name}: dimension {i} of size {dim} does not divide over mesh axis "
+                       f"{axis!r} of size {mesh.shape[axis]}")
+            if strict:
+                raise ValueError(f"{message}; choose a mesh whose {axis!r} size divides {dim}, "
+                                 "or map the logical axis to None in the rules.")
+            warnings.warn(f"{message}: that dimension is replicated.", stacklevel=3)
+            axis = None
+        out.append(axis)
     return PartitionSpec(*out)
 
 
 def shard_params(params: Any, module: nn.Module, mesh: Mesh,
-                 rules: Optional[LogicalRules] = None) -> Any:
-    """Places `params` on `mesh` following T5X's logical rules.
-
-    A dimension that the mesh axis does not divide is replicated instead (T5X would refuse);
-    this keeps odd head counts usable on small meshes.
-    """
+                 rules: Optional[LogicalRules] = None, strict: bool = False) -> Any:
+    """Places `params` on `mesh` following T5X's logical rules (`fit_spec` for dimensions
+    that the mesh does not divide)."""
     specs = param_partition_specs(module, rules)
+    flat_specs = {path: spec for path, spec in jax.tree_util.tree_flatten_with_path(
+        specs, is_leaf=lambda x: isinstance(x, PartitionSpec))[0]}
+    return jax.tree_util.tree_map_with_path(
+        lambda path, x: jax.device_put(x, NamedSharding(mesh, fit_spec(
+            flat_specs[path], x.shape, mesh, "/".join(str(getattr(k, "key", k)) for k in path),
+            strict))), params)
+
+
+def cache_spec(shape: Sequence[int], mesh: Mesh) -> PartitionSpec:
+    """Decode-state layout: batch (axis 0) over 'data' and, for `[B, L, H, D]` key/value
+    caches, heads over 'model'; an axis that does not divide is left replicated (the warning,
+    if any, came with the parameters: heads are split like the attention kernels)."""
+    spec = [None] * len(shape)
+    if len(shape) and shape[0] % mesh.shape["data"] == 0:
+        spec[0] = "data"
+    if len(shape) == 4 and shape[2] % mesh.shape["model"] == 0:
+        spec[2] = "model"
+    return PartitionSpec(*spec)
+
+
+def constrain_state(state: Any, mesh: Mesh) -> Any:
+    """Pins every array of a decode state (`t5.DecodeCache`) to `cache_spec` (inside jit)."""
     return jax.tree_util.tree_map(
-        lambda x, spec: jax.device_put(x, NamedSharding(mesh, _fits(spec, x.shape, mesh))),
-        params, specs, is_leaf=lambda x: isinstance(x, PartitionSpec))
+        lambda x: jax.lax.with_sharding_constraint(
+            x, NamedSharding(mesh, cache_spec(x.shape, mesh))), state)
+
+
+def place_model(model: Any, mesh: Mesh, rules: Optional[LogicalRules] = None,
+                strict: bool = False) -> Any:
+    """A `DecodeModel` on `mesh`: a T5 model's parameters sharded by `rules` (T5X's standard
+    rules by default) and its decode state pinned to `cache_spec`; any other model (n-gram
+    drafts) replicated."""
+    if hasattr(model, "module") and hasattr(model, "mesh"):
+        return dataclasses.replace(
+            model, params=shard_params(model.params, model.module, mesh, rules, strict),
+            mesh=mesh)
+    replicated = NamedSharding(mesh, PartitionSpec())
+    return model.replace(params=jax.device_put(model.params, replicated))
 
 
 def shard_batch(array: Any, mesh: Mesh) -> jax.Array:

@@ -360,6 +360,21 @@ def fit_bigram(token_id_sequences: Iterable, vocab_size: int,
                        decoder_only, max_length)
 
 
+def load(path: str, *, decoder_only: bool = False, max_length: Optional[int] = None):
+    """The n-gram draft saved at `path` (`.save`), as the class its `kind` names."""
+    try:
+        with np.load(os.fspath(path), allow_pickle=False) as data:
+            kind = str(data["kind"]) if "kind" in data else None
+    except FileNotFoundError:
+        raise FileNotFoundError(f"No n-gram draft at {path!r}; fit one with fit_unigram(...) "
+                                "or fit_bigram(...) and .save(path).") from None
+    classes = {"unigram": UnigramDraft, "bigram": BigramDraft}
+    if kind not in classes:
+        raise ValueError(f"{path!r} holds no n-gram draft (kind={kind!r}); expected one of "
+                         f"{sorted(classes)}, written by UnigramDraft/BigramDraft.save.")
+    return classes[kind].load(path, decoder_only=decoder_only, max_length=max_length)
+
+
 def _save(path: str, kind: str, log_probs) -> None:
     with open(os.fspath(path), "wb") as f:  # keeps the path as given (no added '.npz')
         np.savez(f, kind=np.asarray(kind), log_probs=np.asarray(log_probs, np.float32))

@@ -55,6 +55,7 @@ import numpy as np
 from speculative import decoding
 from speculative import sampling as sampling_lib
 from speculative.runs import benchmark as bench
+from speculative.runs import models as models_lib
 from speculative.sampling import SamplingConfig
 
 SCHEMA = "speculative.alpha/1"
@@ -223,9 +224,9 @@ def run(
                         ("histogram_bins", histogram_bins)):
         bench.positive_ints([value], name, "an int >= 1")
     sampling_lib._validate_lenience(lenience)  # pylint: disable=protected-access
-    target = bench.build_model(target_model, target_checkpoint, name="target",
+    target = models_lib.build_model(target_model, target_checkpoint, name="target",
                                decoder_only=decoder_only, seed=seed, param_dtype=param_dtype)
-    draft = bench.build_draft(draft_model, draft_checkpoint, target, decoder_only=decoder_only,
+    draft = models_lib.build_draft(draft_model, draft_checkpoint, target, decoder_only=decoder_only,
                               seed=seed, draft_seed=draft_seed, param_dtype=param_dtype)
 
     source = dict(vocab_size=target.vocab_size, input_length=input_length, seed=seed, task=task,
@@ -245,8 +246,8 @@ def run(
     results = {
         "schema": SCHEMA,
         "config": {
-            "target_model": bench.describe_model(target_model),
-            "draft_model": bench.describe_model(draft_model),
+            "target_model": models_lib.describe_model(target_model),
+            "draft_model": models_lib.describe_model(draft_model),
             "target_checkpoint": target_checkpoint,
             "draft_checkpoint": draft_checkpoint,
             "decoder_only": decoder_only,

@@ -88,7 +88,6 @@ Shape legend: B batch, L length, K chunk, G gamma, V vocab, N max_decode_len.
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
 import itertools
 import json
@@ -104,7 +103,6 @@ import numpy as np
 from flax import struct
 
 from speculative import decoding, files, theory
-from speculative.models import t5
 from speculative.runs import config as config_lib
 from speculative.runs import costs as costs_lib
 from speculative.runs import models as models_lib
@@ -167,54 +165,6 @@ def sampling_configs(temperatures, top_k: int = 0, top_p: float = 1.0) -> List[S
 
 def sampling_dict(s: SamplingConfig) -> Dict[str, Any]:
     return {"temperature": s.temperature, "top_k": s.top_k, "top_p": s.top_p}
-
-
-def _is_decode_model(obj) -> bool:
-    return all(hasattr(obj, a) for a in ("init", "extend", "rewind", "prefix_length"))
-
-
-def build_model(spec, checkpoint: Optional[str], *, name: str, decoder_only: bool, seed: int,
-                param_dtype: Optional[str] = None) -> decoding.DecodeModel:
-    """A `DecodeModel` from a `T5Config` (+ checkpoint, or random weights) or a DecodeModel."""
-    if isinstance(spec, t5.T5Config):
-        return models_lib.load_model(spec, checkpoint, decoder_only=decoder_only, seed=seed,
-                                     param_dtype=param_dtype)
-    if _is_decode_model(spec):
-        if checkpoint:
-            raise ValueError(
-                f"{name}_checkpoint={checkpoint!r} was given but {name}_model is a ready "
-                f"{type(spec).__name__}; checkpoints only apply to a T5Config.")
-        return spec
-    raise TypeError(
-        f"{name}_model={spec!r} is invalid: give a speculative.models.t5.T5Config (e.g. "
-        f"@t5_1_1_small/t5.T5Config()) or a DecodeModel instance.")
-
-
-def check_same_vocab(target, draft) -> None:
-    if draft.vocab_size != target.vocab_size:
-        raise ValueError(f"Target vocab_size={target.vocab_size} and draft vocab_size="
-                         f"{draft.vocab_size} differ; the draft must use the target's vocabulary.")
-
-
-def build_draft(spec, checkpoint: Optional[str], target, *, decoder_only: bool, seed: int,
-                draft_seed: Optional[int], param_dtype: Optional[str]) -> decoding.DecodeModel:
-    """The draft for `target` (`build_model`; random weights seeded `seed + 1` unless
-    `draft_seed`), checked to share the target's vocabulary."""
-    draft = build_model(spec, checkpoint, name="draft", decoder_only=decoder_only,
-                        seed=seed + 1 if draft_seed is None else draft_seed,
-                        param_dtype=param_dtype)
-    check_same_vocab(target, draft)
-    return draft
-
-
-def describe_model(spec) -> Optional[Dict[str, Any]]:
-    """JSON-ready description of a model spec."""
-    if spec is None:
-        return None
-    if isinstance(spec, t5.T5Config):
-        return {"type": "T5Config", **{k: (list(v) if isinstance(v, tuple) else v)
-                                       for k, v in dataclasses.asdict(spec).items()}}
-    return {"type": type(spec).__name__}
 
 
 def environment() -> Dict[str, Any]:
@@ -658,7 +608,7 @@ def run(
         raise ValueError("draft_model=None needs synthetic_acceptance (a float in [0, 1]); "
                          "otherwise give a draft T5Config or DecodeModel.")
 
-    target = build_model(target_model, target_checkpoint, name="target",
+    target = models_lib.build_model(target_model, target_checkpoint, name="target",
                          decoder_only=decoder_only, seed=seed, param_dtype=param_dtype)
     if synthetic_acceptance is not None:
         # One hash seed per input batch, so batches (rows 0..B-1 each) see fresh decisions.
@@ -666,13 +616,13 @@ def run(
                   for i in range(num_batches)]
         draft = drafts[0]
     else:
-        draft = build_draft(draft_model, draft_checkpoint, target, decoder_only=decoder_only,
+        draft = models_lib.build_draft(draft_model, draft_checkpoint, target, decoder_only=decoder_only,
                             seed=seed, draft_seed=draft_seed, param_dtype=param_dtype)
         drafts = [draft] * num_batches
 
     config = {
-        "target_model": describe_model(target_model),
-        "draft_model": describe_model(draft_model),
+        "target_model": models_lib.describe_model(target_model),
+        "draft_model": models_lib.describe_model(draft_model),
         "target_checkpoint": target_checkpoint,
         "draft_checkpoint": draft_checkpoint,
         "decoder_only": decoder_only,

@@ -73,13 +73,10 @@ def config(name: str) -> t5.T5Config:
 def load(name: str, param_dtype: str = "float32") -> decoding.DecodeModel:
     """A bundled model as a DecodeModel: T5 checkpoints, or n-gram drafts stored as .npz."""
     entry = _entry(name)
-    if not is_t5(name):
-        from speculative.models import ngram  # pylint: disable=g-import-not-at-top
-
-        cls = {"unigram": ngram.UnigramDraft, "bigram": ngram.BigramDraft}[entry["kind"]]
-        return cls.load(os.path.join(MODELS_DIR, entry["file"]))
     from speculative.runs import models  # pylint: disable=g-import-not-at-top
 
+    if not is_t5(name):
+        return models.build_model(os.path.join(MODELS_DIR, entry["file"]), name="draft")
     return models.load_model(config(name), os.path.join(MODELS_DIR, entry["checkpoint"]),
                              param_dtype=param_dtype)
 

@@ -1,21 +1,32 @@
-"""From configuration to `DecodeModel`: T5 checkpoints, random weights, and cheap drafts.
+"""The one model factory: from configuration to a `DecodeModel`, optionally on a mesh.
 
     target = load_model(T5Config(...), checkpoint="/ckpts/t5_1_1_xxl/checkpoint_1000000")
     draft = load_model(T5Config(...), checkpoint=None, seed=1)    # random weights (tests, timing)
+    mesh = partitioning.make_mesh(mesh_shape=(2, 4))
+    target = load_model(config, checkpoint, mesh=mesh)            # sharded by T5X's rules
+    draft = build_model("bigram.npz", name="draft", mesh=mesh)    # an n-gram draft, replicated
+
+Every run (infer, benchmark, alpha, Table 2, the mini results and the demo) and the notebook
+build their models here, so a new draft kind is one branch in `build_model` plus a test.
 
 A checkpoint path is anything `checkpoints.load_params` accepts (T5X legacy or Orbax dir, step
 dir, msgpack file, HF directory); its tree is validated against the config before use, so a
 mismatched checkpoint fails with the list of wrong parameters rather than deep inside jit.
+With a mesh, T5 parameters are placed by `rules` (T5X's `standard_logical_axis_rules` for a
+target, `partitioning.replicated_rules()` for a draft by default) and the model's decode state
+is pinned to batch over 'data' and heads over 'model' inside the jitted loops.
 """
 
 from __future__ import annotations
 
-from typing import Optional
+import dataclasses
+import os
+from typing import Any, Dict, Optional
 
 import jax
 import jax.numpy as jnp
 
-from speculative import decoding
+from speculative import decoding, partitioning
 from speculative.models import t5
 
 
@@ -26,6 +37,8 @@ def load_model(
     decoder_only: bool = False,
     seed: int = 0,
     param_dtype: Optional[str] = None,
+    mesh: Optional[Any] = None,
+    rules: Optional[partitioning.LogicalRules] = None,
 ) -> decoding.DecodeModel:
     """A T5 `DecodeModel` with weights from `checkpoint`, or random (T5X init) with `seed`.
 
@@ -35,6 +48,7 @@ def load_model(
       decoder_only: build `t5.DecoderOnly` instead of the encoder-decoder `t5.Transformer`.
       seed: PRNG seed for random weights (ignored with a checkpoint).
       param_dtype: cast parameters on load (e.g. 'bfloat16' as T5X's infer.gin does).
+      mesh, rules: place the model on a ('data', 'model') mesh (`partitioning.place_model`).
     """
     module = t5.DecoderOnly(config) if decoder_only else t5.Transformer(config)
     if checkpoint:
@@ -48,4 +62,78 @@ def load_model(
         if param_dtype:
             params = jax.tree_util.tree_map(lambda x: x.astype(param_dtype), params)
     adapter = decoding.DecoderOnlyModel if decoder_only else decoding.EncoderDecoderModel
-    return adapter(module, params)
+    model = adapter(module, params)
+    return partitioning.place_model(model, mesh, rules) if mesh is not None else model
+
+
+def is_decode_model(obj) -> bool:
+    return all(hasattr(obj, a) for a in ("init", "extend", "rewind", "prefix_length"))
+
+
+def build_model(spec, checkpoint: Optional[str] = None, *, name: str = "target",
+                decoder_only: bool = False, seed: int = 0, param_dtype: Optional[str] = None,
+                mesh: Optional[Any] = None,
+                rules: Optional[partitioning.LogicalRules] = None) -> decoding.DecodeModel:
+    """A `DecodeModel` from any model spec a run accepts:
+
+    - a `T5Config` (+ `checkpoint`, or random weights with `seed`): `load_model`;
+    - a path to an n-gram draft (`.npz` written by `UnigramDraft/BigramDraft.save`);
+    - a ready `DecodeModel` (e.g. `ngram.PromptLookupDraft(...)`), used as it is.
+
+    `name` ('target' or 'draft') only words the errors; with `mesh` the model is placed there.
+    """
+    if isinstance(spec, t5.T5Config):
+        return load_model(spec, checkpoint, decoder_only=decoder_only, seed=seed,
+                          param_dtype=param_dtype, mesh=mesh, rules=rules)
+    if isinstance(spec, (str, os.PathLike)) and os.fspath(spec).endswith(".npz"):
+        from speculative.models import ngram  # pylint: disable=g-import-not-at-top
+
+        if checkpoint:
+            raise ValueError(f"{name}_checkpoint={checkpoint!r} was given but {name}_model is the "
+                             f"n-gram file {os.fspath(spec)!r}; give only the file.")
+        model = ngram.load(spec, decoder_only=decoder_only)
+    elif is_decode_model(spec):
+        if checkpoint:
+            raise ValueError(
+                f"{name}_checkpoint={checkpoint!r} was given but {name}_model is a ready "
+                f"{type(spec).__name__}; checkpoints only apply to a T5Config.")
+        model = spec
+    else:
+        raise TypeError(
+            f"{name}_model={spec!r} is invalid: give a speculative.models.t5.T5Config (e.g. "
+            "@t5_1_1_small/t5.T5Config()), the path of an n-gram draft (.npz) or a DecodeModel.")
+    if mesh is not None and getattr(model, "params", None) is not None:
+        model = partitioning.place_model(model, mesh, rules)
+    return model
+
+
+def check_same_vocab(target, draft) -> None:
+    if draft.vocab_size != target.vocab_size:
+        raise ValueError(f"Target vocab_size={target.vocab_size} and draft vocab_size="
+                         f"{draft.vocab_size} differ; the draft must use the target's vocabulary.")
+
+
+def build_draft(spec, checkpoint: Optional[str], target, *, decoder_only: bool = False,
+                seed: int = 0, draft_seed: Optional[int] = None,
+                param_dtype: Optional[str] = None, mesh: Optional[Any] = None,
+                rules: Optional[partitioning.LogicalRules] = None) -> decoding.DecodeModel:
+    """The draft for `target` (`build_model`; random weights seeded `seed + 1` unless
+    `draft_seed`; replicated on a mesh unless `rules`), checked to share its vocabulary."""
+    draft = build_model(spec, checkpoint, name="draft", decoder_only=decoder_only,
+                        seed=seed + 1 if draft_seed is None else draft_seed,
+                        param_dtype=param_dtype, mesh=mesh,
+                        rules=partitioning.replicated_rules() if rules is None else rules)
+    check_same_vocab(target, draft)
+    return draft
+
+
+def describe_model(spec) -> Optional[Dict[str, Any]]:
+    """JSON-ready description of a model spec."""
+    if spec is None:
+        return None
+    if isinstance(spec, t5.T5Config):
+        return {"type": "T5Config", **{k: (list(v) if isinstance(v, tuple) else v)
+                                       for k, v in dataclasses.asdict(spec).items()}}
+    if isinstance(spec, (str, os.PathLike)):
+        return {"type": "ngram", "path": os.fspath(spec)}
+    return {"type": type(spec).__name__}
