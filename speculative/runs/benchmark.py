@@ -102,7 +102,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from speculative import decoding, files, theory
+from speculative import decoding, files, partitioning, theory
 from speculative.runs import config as config_lib
 from speculative.runs import costs as costs_lib
 from speculative.runs import models as models_lib
@@ -553,6 +553,7 @@ def run(
     seed: int = 0,
     draft_seed: Optional[int] = None,
     overwrite: bool = False,
+    mesh_shape: Optional[Sequence[int]] = None,
 ) -> Dict[str, Any]:
     """Benchmarks speculative vs autoregressive decoding; writes `benchmark.json` + `config.gin`.
 
@@ -586,11 +587,15 @@ def run(
         same config gives a draft identical to the target, alpha = 1).
       overwrite: replace an earlier `benchmark.json` in `output_dir` (otherwise refused before
         any work).
+      mesh_shape: None (one device) or (data, model): the target sharded by T5X's standard
+        rules, the draft replicated, caches batch over 'data' and heads over 'model', and each
+        batch's rows split over 'data' (batch sizes must be multiples of data).
 
     Returns:
       The results dict written to `benchmark.json`.
     """
     output_dir = check_output_dir(output_dir, RESULTS_FILE, overwrite)
+    mesh = None if mesh_shape is None else partitioning.make_mesh(mesh_shape=tuple(mesh_shape))
     gammas = positive_ints(gammas, "gammas", "draft tokens per round")
     batch_sizes = positive_ints(batch_sizes, "batch_sizes", "rows decoded together")
     samplings = sampling_configs(temperatures, top_k, top_p)
@@ -598,6 +603,9 @@ def run(
                         ("num_batches", num_batches), ("repeats", repeats),
                         ("cost_steps", cost_steps)):
         positive_ints([value], name, "an int >= 1")
+    if mesh is not None and any(b % mesh.shape["data"] for b in batch_sizes):
+        raise ValueError(f"batch_sizes={list(batch_sizes)} must be multiples of the mesh's data "
+                         f"axis ({mesh.shape['data']} of mesh_shape={tuple(mesh_shape)}).")
     if (isinstance(calibration_batches, bool) or not isinstance(calibration_batches, int)
             or calibration_batches < 0):
         raise ValueError(f"calibration_batches={calibration_batches!r} is invalid: give an int "
@@ -609,15 +617,17 @@ def run(
                          "otherwise give a draft T5Config or DecodeModel.")
 
     target = models_lib.build_model(target_model, target_checkpoint, name="target",
-                         decoder_only=decoder_only, seed=seed, param_dtype=param_dtype)
+                                    decoder_only=decoder_only, seed=seed,
+                                    param_dtype=param_dtype, mesh=mesh)
     if synthetic_acceptance is not None:
         # One hash seed per input batch, so batches (rows 0..B-1 each) see fresh decisions.
         drafts = [SyntheticDraft(target, synthetic_acceptance, seed * 1_000_003 + i)
                   for i in range(num_batches)]
         draft = drafts[0]
     else:
-        draft = models_lib.build_draft(draft_model, draft_checkpoint, target, decoder_only=decoder_only,
-                            seed=seed, draft_seed=draft_seed, param_dtype=param_dtype)
+        draft = models_lib.build_draft(draft_model, draft_checkpoint, target,
+                                       decoder_only=decoder_only, seed=seed,
+                                       draft_seed=draft_seed, param_dtype=param_dtype, mesh=mesh)
         drafts = [draft] * num_batches
 
     config = {
@@ -641,6 +651,7 @@ def run(
         "cost_steps": cost_steps,
         "calibration_batches": calibration_batches,
         "seed": seed,
+        "mesh_shape": None if mesh is None else [mesh.shape["data"], mesh.shape["model"]],
     }
     costs, runs = [], []
     for batch_size in batch_sizes:
@@ -648,6 +659,8 @@ def run(
                                vocab_size=target.vocab_size, input_length=input_length,
                                seed=seed, task=task, split=split, tsv_path=tsv_path,
                                spm_path=spm_path)
+        if mesh is not None:  # rows split over the mesh's 'data' axis
+            batches = [partitioning.shard_batch(b, mesh) for b in batches]
         batches, calibration = batches[:num_batches], batches[num_batches:]
         cost = costs_lib.measure_costs(target, draft, batches[0], gammas,
                                        max_decode_len=max_decode_len, num_steps=cost_steps,

@@ -62,6 +62,7 @@ import numpy as np
 from absl import logging
 
 from speculative import decoding
+from speculative import partitioning
 from speculative import files as files_lib
 from speculative import sampling as sampling_lib
 from speculative import tasks
@@ -104,6 +105,8 @@ class InferSettings:
     tfds_data_dir: Optional[str] = None
     progress: bool = True
     overwrite: bool = False
+    mesh_shape: Optional[Tuple[int, int]] = None
+    draft_partitioned: bool = False
 
     def __post_init__(self):
         def fail(name, value, fix):
@@ -146,6 +149,23 @@ class InferSettings:
             fail("NUM_EXAMPLES", self.num_examples, "use an int >= 1, or None for the whole split.")
         if not isinstance(self.sampling, sampling_lib.SamplingConfig):
             fail("sampling", self.sampling, "bind a @sampling.SamplingConfig().")
+        if self.mesh_shape is not None:
+            data = self.make_mesh().shape["data"]  # raises for a shape the devices cannot hold
+            if self.batch_size % data:
+                fail("BATCH_SIZE", self.batch_size,
+                     f"MESH_SHAPE={tuple(self.mesh_shape)} splits each batch over {data} data "
+                     f"shards; use a multiple of {data}.")
+
+    def make_mesh(self):
+        """The ('data', 'model') mesh of MESH_SHAPE, or None (one device)."""
+        if self.mesh_shape is None:
+            return None
+        from speculative import partitioning  # pylint: disable=g-import-not-at-top
+
+        try:
+            return partitioning.make_mesh(mesh_shape=self.mesh_shape)
+        except ValueError as e:
+            raise ValueError(f"infer: MESH_SHAPE={self.mesh_shape!r}: {e}") from None
 
     @property
     def input_length(self) -> int:
@@ -269,18 +289,25 @@ def batches(examples: List[Example], batch_size: int,
 def load_models(settings: InferSettings) -> Tuple[decoding.DecodeModel, Optional[Any]]:
     """`(target, draft)`; the draft is None for the baseline. No checkpoint = random weights."""
     logging.info("Loading target %s", settings.target_checkpoint or "(random weights)")
+    mesh = settings.make_mesh()
     target = models_lib.load_model(settings.target_config, settings.target_checkpoint,
-                                   seed=settings.seed, param_dtype=settings.param_dtype)
+                                   seed=settings.seed, param_dtype=settings.param_dtype, mesh=mesh)
     draft = None
     if settings.speculative:
         logging.info("Loading draft %s", settings.draft_checkpoint or "(random weights)")
-        draft = models_lib.load_model(settings.draft_config, settings.draft_checkpoint,
-                                      seed=settings.seed + 1, param_dtype=settings.param_dtype)
+        draft = models_lib.build_draft(
+            settings.draft_config, settings.draft_checkpoint, target, seed=settings.seed,
+            param_dtype=settings.param_dtype, mesh=mesh,
+            rules=partitioning.standard_logical_axis_rules()
+            if settings.draft_partitioned else None)
     return target, draft
 
 
 def decode_batch(settings: InferSettings, target, draft, inputs: np.ndarray,
                  rng) -> decoding.DecodeResult:
+    mesh = getattr(target, "mesh", None)
+    if mesh is not None:  # rows split over the mesh's 'data' axis
+        inputs = partitioning.shard_batch(inputs, mesh)
     if settings.speculative:
         if draft is None:
             raise ValueError("speculative=True needs a draft model; load it with load_models.")
@@ -520,6 +547,8 @@ def infer(
     tfds_data_dir: Optional[str] = None,
     progress: bool = True,
     overwrite: bool = False,
+    mesh_shape: Optional[Tuple[int, int]] = None,
+    draft_partitioned: bool = False,
     dry_run: bool = False,
 ):
     """Speculative (or baseline) inference over a seqio task; see the module docstring.
@@ -546,6 +575,10 @@ def infer(
       progress: show the tqdm bar over batches.
       overwrite: replace an earlier run in `output_dir` (otherwise a directory holding files is
         refused before any work starts).
+      mesh_shape: (data, model) devices (gin: MESH_SHAPE): the target's parameters shard by
+        T5X's standard rules, KV caches batch over 'data' and heads over 'model', and each
+        batch's rows split over 'data'; None decodes on one device.
+      draft_partitioned: shard the draft like the target (default: replicated, batch split).
       dry_run: return the resolved `InferSettings` without reading data or building models.
 
     Returns:
@@ -558,7 +591,9 @@ def infer(
         output_dir=output_dir, gamma=gamma, sampling=sampling, batch_size=batch_size,
         split=split, num_examples=num_examples, seed=seed, speculative=speculative,
         lenience=lenience, truncate_inputs=truncate_inputs, param_dtype=param_dtype,
-        tfds_data_dir=tfds_data_dir, progress=progress, overwrite=overwrite)
+        tfds_data_dir=tfds_data_dir, progress=progress, overwrite=overwrite,
+        mesh_shape=None if mesh_shape is None else tuple(mesh_shape),
+        draft_partitioned=draft_partitioned)
     if dry_run:
         return settings
     return run(settings)

@@ -1,0 +1,130 @@
+"""The runs on a mesh of 8 host CPU devices: scripts' models, caches and inputs sharded, and the
+same greedy tokens and statistics as on one device.
+
+Runs in a subprocess because the device count must be set before jax initialises.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+from speculative.runs import config as config_lib
+
+SCRIPT = textwrap.dedent(r"""
+    import json, os, sys, warnings
+    import jax, numpy as np
+    from speculative import decoding, partitioning
+    from speculative.models import t5
+    from speculative.runs import benchmark, config as config_lib, infer, models
+    assert jax.device_count() == 8, jax.devices()
+    out, infer_gin, bench_gin, tiny_gin = sys.argv[1:5]
+
+    def infer_run(mesh):
+        config_lib.parse_gin([infer_gin, tiny_gin], [
+            "TARGET_MODEL = @tiny_target/t5.T5Config()", "DRAFT_MODEL = @tiny_draft/t5.T5Config()",
+            "TARGET_CHECKPOINT = None", "DRAFT_CHECKPOINT = None",
+            "MIXTURE_OR_TASK_NAME = 'mini_ende'",
+            "TASK_FEATURE_LENGTHS = {'inputs': 16, 'targets': 8}",
+            f"INFER_OUTPUT_DIR = {os.path.join(out, 'infer_' + str(mesh))!r}",
+            "NUM_EXAMPLES = 6", "BATCH_SIZE = 2", "GAMMA = 3", "infer.infer.progress = False",
+            f"MESH_SHAPE = {mesh!r}"])
+        return infer.infer()
+
+    report = {"infer": {}, "benchmark": {}}
+    for mesh in (None, (2, 4), (1, 8)):
+        result = infer_run(mesh)
+        report["infer"][str(mesh)] = [
+            {k: r[k] for k in ("prediction_tokens", "generated", "target_calls", "draft_calls",
+                               "drafted", "accepted", "tested", "beta_sum")}
+            for r in result.records]
+
+    # Per-device shapes: target weights split over 'model', the draft replicated, and the KV
+    # caches with batch over 'data' and heads over 'model' inside the jitted init.
+    settings = infer.infer(dry_run=True)
+    settings = settings.__class__(**{**settings.__dict__, "mesh_shape": (2, 4)})
+    target, draft = infer.load_models(settings)
+    cfg = settings.target_config
+    q = target.params["decoder"]["layers_0"]["self_attention"]["query"]["kernel"]
+    dq = draft.params["decoder"]["layers_0"]["self_attention"]["query"]["kernel"]
+    inputs = partitioning.shard_batch(np.full((2, 16), 5, np.int32), target.mesh)
+    cache = jax.jit(target.init, static_argnums=2)(target.params, inputs, 12)
+    k = cache.self_kv[0][0]
+    report["shapes"] = {
+        "query": [list(q.shape), list(q.sharding.shard_shape(q.shape))],
+        "draft_query": [list(dq.shape), list(dq.sharding.shard_shape(dq.shape))],
+        "cache": [list(k.shape), list(k.sharding.shard_shape(k.shape))],
+        "heads": cfg.num_heads, "head_dim": cfg.head_dim, "emb": cfg.emb_dim}
+
+    for mesh in (None, (2, 4)):
+        config_lib.parse_gin([bench_gin, tiny_gin], [
+            "TARGET_MODEL = @tiny_target/t5.T5Config()", "DRAFT_MODEL = @tiny_draft/t5.T5Config()",
+            "TARGET_CHECKPOINT = None", "DRAFT_CHECKPOINT = None",
+            f"OUTPUT_DIR = {os.path.join(out, 'bench_' + str(mesh))!r}", "GAMMAS = [2]",
+            "BATCH_SIZES = [4]", "TEMPERATURES = [0.0]", "MAX_DECODE_LEN = 8",
+            "INPUT_LENGTH = 8", "REPEATS = 1", "CALIBRATION_BATCHES = 0",
+            "benchmark.run.cost_steps = 1", f"MESH_SHAPE = {mesh!r}"])
+        runs = benchmark.run()["runs"]
+        report["benchmark"][str(mesh)] = [
+            {k: r[k] for k in ("alpha", "tokens_per_target_call", "baseline_tokens",
+                               "speculative_tokens", "accepted_per_position")} for r in runs]
+
+    # A rule that does not divide a dimension: replicated with a warning naming it, or refused.
+    odd = t5.Transformer(t5.T5Config(vocab_size=32, emb_dim=12, num_heads=3, head_dim=6,
+                                     mlp_dim=16, num_encoder_layers=1, num_decoder_layers=1))
+    params = t5.init_params(odd, jax.random.PRNGKey(0))
+    mesh = partitioning.make_mesh(mesh_shape=(2, 4))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        placed = partitioning.shard_params(params, odd, mesh)
+    report["warnings"] = [str(w.message) for w in caught]
+    try:
+        partitioning.shard_params(params, odd, mesh, strict=True)
+        report["strict"] = None
+    except ValueError as e:
+        report["strict"] = str(e)
+    oq = placed["decoder"]["layers_0"]["self_attention"]["query"]["kernel"]
+    report["odd_query"] = list(oq.sharding.shard_shape(oq.shape))
+    print("REPORT" + json.dumps(report))
+""")
+
+TINY = ("from __gin__ import dynamic_registration\nfrom speculative.models import t5\n" + "".join(
+    f"{scope}/t5.T5Config:\n  vocab_size = 4000\n  emb_dim = 32\n  num_heads = 8\n"
+    f"  head_dim = 4\n  mlp_dim = 64\n  num_encoder_layers = {n}\n  num_decoder_layers = {n}\n"
+    "  relative_attention_num_buckets = 8\n  relative_attention_max_distance = 16\n"
+    for scope, n in (("tiny_target", 2), ("tiny_draft", 1))))
+
+
+def test_infer_and_benchmark_on_2x4_and_1x8_meshes_match_one_device(tmp_path):
+    gin_path = tmp_path / "tiny.gin"
+    gin_path.write_text(TINY)
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8",
+               JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="3")
+    runs = os.path.join(config_lib.REPO_ROOT, "configs", "runs")
+    proc = subprocess.run(
+        [sys.executable, "-c", SCRIPT, str(tmp_path), os.path.join(runs, "infer.gin"),
+         os.path.join(runs, "benchmark.gin"), str(gin_path)],
+        env=env, capture_output=True, text=True, timeout=600, cwd=config_lib.REPO_ROOT)
+    line = [x for x in proc.stdout.splitlines() if x.startswith("REPORT")]
+    assert line, proc.stderr[-4000:]
+    report = json.loads(line[0][len("REPORT"):])
+
+    one = report["infer"]["None"]
+    assert len(one) == 6 and all(r["prediction_tokens"] for r in one)
+    assert report["infer"]["(2, 4)"] == one and report["infer"]["(1, 8)"] == one
+    assert report["benchmark"]["(2, 4)"] == report["benchmark"]["None"]
+
+    shapes = report["shapes"]
+    emb, hd = shapes["emb"], shapes["heads"] * shapes["head_dim"]
+    assert shapes["query"] == [[emb, hd], [emb, hd // 4]]  # joined_kv over 'model' (4)
+    assert shapes["draft_query"] == [[emb, hd], [emb, hd]]  # the draft is replicated
+    batch, length, heads, dim = shapes["cache"][0]
+    assert shapes["cache"][1] == [batch // 2, length, heads // 4, dim]
+
+    assert report["warnings"] and all("does not divide over mesh axis 'model'" in w
+                                      for w in report["warnings"])
+    assert any("self_attention/query/kernel: dimension 1 of size 18" in w
+               for w in report["warnings"]), report["warnings"]
+    assert report["strict"] and "size 18" in report["strict"]
+    assert report["odd_query"] == [12, 18]  # 3 heads x 6 over 4 devices: replicated
