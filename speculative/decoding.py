@@ -36,8 +36,9 @@ Shape legend: B batch, L length, K chunk, G gamma, V vocab, N max_decode_len.
 
 from __future__ import annotations
 
+import dataclasses
 import os
-from typing import Any, Optional, Protocol, Tuple
+from typing import Any, Optional, Protocol, Sequence, Tuple
 
 import flax.linen as nn
 import jax
@@ -179,21 +180,35 @@ class DecodeStats:
         with np.errstate(invalid="ignore", divide="ignore"):
             return np.asarray(self.generated, np.float64) / np.asarray(self.target_calls)
 
-    def summary(self) -> dict:
-        """Totals as plain Python numbers (JSON-ready)."""
-        return {
+    def summary(self, per_row: bool = False) -> dict:
+        """Totals as plain Python numbers (JSON-ready); the one place statistics are reduced.
+
+        `rounds` (= `target_forwards`) counts batched target forwards, `target_calls` the
+        row-rounds (sum over rows of the rounds each row was decoding); `alpha` and
+        `tokens_per_target_call` are ratios of totals. `per_row=True` adds the per-row counts.
+        """
+        target_calls = int(np.sum(np.asarray(self.target_calls)))
+        per_position = np.asarray(self.accepted_per_position, np.int64).sum(axis=0)
+        out = {
             "rounds": int(self.rounds),
-            "target_calls": int(jnp.sum(self.target_calls)),
-            "draft_calls": int(jnp.sum(self.draft_calls)),
-            "drafted": int(jnp.sum(self.drafted)),
-            "accepted": int(jnp.sum(self.accepted)),
-            "generated": int(jnp.sum(self.generated)),
+            "target_forwards": int(self.rounds),
+            "target_calls": target_calls,
+            "draft_calls": int(np.sum(np.asarray(self.draft_calls))),
+            "drafted": int(np.sum(np.asarray(self.drafted))),
+            "accepted": int(np.sum(np.asarray(self.accepted))),
+            "generated": int(np.sum(np.asarray(self.generated))),
+            "tested": int(np.sum(np.asarray(self.tested))),
             "alpha": self.alpha,
             "tokens_per_target_call": self.tokens_per_target_call,
-            "accepted_per_position": np.asarray(
-                jnp.sum(self.accepted_per_position, axis=0)).tolist(),
-            "nonfinite_rows": int(jnp.sum(self.nonfinite)),
+            "accepted_per_position": per_position.tolist(),
+            "accepted_per_position_rate":
+                (per_position / target_calls).tolist() if target_calls else [],
+            "nonfinite_rows": int(np.sum(np.asarray(self.nonfinite))),
         }
+        if per_row:
+            out["per_row"] = {name: np.asarray(getattr(self, name)).tolist() for name in
+                              ("target_calls", "generated", "tested", "beta_sum")}
+        return out
 
     def check_finite(self, what: str = "decode") -> None:
         """Raises FloatingPointError naming the rows whose distributions went non-finite."""
@@ -204,6 +219,30 @@ class DecodeStats:
                 f"{rows.tolist()[:20]} (of {np.size(self.nonfinite)}); their outputs stop before "
                 "it. Check the checkpoint for NaN/inf parameters, and use temperature 0 or a "
                 "larger temperature if it is tiny.")
+
+
+def merge_stats(stats: Sequence[DecodeStats],
+                rows: Optional[Sequence[int]] = None) -> DecodeStats:
+    """One `DecodeStats` for several decode calls (e.g. the batches of a run): per-row arrays
+    concatenated (only the first `rows[i]` rows of call i when given, so filler rows that pad a
+    last batch are left out), `rounds` summed (target forwards paid for). Host-side numpy."""
+    stats = list(stats)
+    if not stats:
+        raise ValueError("merge_stats needs at least one DecodeStats.")
+    rows = [None] * len(stats) if rows is None else list(rows)
+    if len(rows) != len(stats):
+        raise ValueError(f"rows has {len(rows)} entries for {len(stats)} DecodeStats.")
+    host = [jax.device_get(s) for s in stats]
+    widths = {np.shape(s.accepted_per_position)[1] for s in host}
+    if len(widths) > 1:
+        raise ValueError(f"Cannot merge stats of different gammas {sorted(widths)}.")
+
+    def cat(name):
+        return np.concatenate([np.asarray(getattr(s, name))[:r] for s, r in zip(host, rows)])
+
+    fields = [f.name for f in dataclasses.fields(DecodeStats) if f.name != "rounds"]
+    return DecodeStats(rounds=np.asarray(sum(int(s.rounds) for s in host)),
+                       **{name: cat(name) for name in fields})
 
 
 @struct.dataclass
@@ -634,7 +673,7 @@ def speculative_decode(
     """
     inputs = _check_call((target, draft), inputs, rng, sampling, max_decode_len, gamma)
     _validate((target, draft), inputs, max_decode_len, gamma)
-    sampling_lib._validate_lenience(lenience)
+    sampling_lib.validate_lenience(lenience)
     if not 0.0 <= draft_confidence <= 1.0:
         raise ValueError(f"draft_confidence={draft_confidence!r} must lie in [0, 1] (0 = always "
                          "draft gamma tokens).")

@@ -143,7 +143,7 @@ def acceptance_rate(p_probs: Array, q_probs: Array, lenience: float = 1.0) -> Ar
     return jnp.minimum(jnp.sum(jnp.minimum(p_probs / lenience, q_probs), axis=-1), 1.0)
 
 
-def _validate_lenience(lenience: float) -> None:
+def validate_lenience(lenience: float) -> None:
     if not isinstance(lenience, (int, float)) or not 0.0 < lenience <= 1.0:
         raise ValueError(
             f"lenience={lenience!r} is invalid: it must lie in (0, 1] (1 = exact; smaller values "
@@ -280,7 +280,7 @@ def speculative_sample(
     makes the next token meaningless: callers check `finite_rows(p_probs)` there (the decode
     loops flag such rows in `DecodeStats.nonfinite` and stop them).
     """
-    _validate_lenience(lenience)
+    validate_lenience(lenience)
     if q_probs is None and greedy:  # argmax acceptance never reads q
         q_probs = jnp.zeros(draft_tokens.shape + (p_probs.shape[-1],), jnp.float32)
     _validate_shapes(p_probs, q_probs, draft_tokens)

@@ -568,20 +568,17 @@ def draft_alpha(target: decoding.DecodeModel, draft: decoding.DecodeModel,
     plus generated tokens per target call."""
     results = []
     for t, temperature in enumerate(temperatures):
-        beta, tested, generated, calls = 0.0, 0, 0, 0
+        stats, rows = [], []
         for k, (idx, batch) in enumerate(_decode_batches(inputs, batch_size, max_length)):
-            stats = decoding.speculative_decode(
+            stats.append(decoding.speculative_decode(
                 target, draft, batch, rng=jax.random.fold_in(jax.random.fold_in(rng, t), k),
                 gamma=gamma, sampling=sampling_lib.SamplingConfig(temperature),
-                max_decode_len=max_length).stats
-            rows = len(idx)  # the filler rows (copies) are left out of the counts
-            beta += float(np.sum(np.asarray(stats.beta_sum)[:rows]))
-            tested += int(np.sum(np.asarray(stats.tested)[:rows]))
-            generated += int(np.sum(np.asarray(stats.generated)[:rows]))
-            calls += int(np.sum(np.asarray(stats.target_calls)[:rows]))
-        results.append({"alpha": beta / max(tested, 1), "temperature": temperature,
-                        "tokens_per_target_call": generated / max(calls, 1), "gamma": gamma,
-                        "sentences": len(inputs)})
+                max_decode_len=max_length).stats)
+            rows.append(len(idx))  # the filler rows (copies) are left out of the counts
+        total = decoding.merge_stats(stats, rows).summary()
+        results.append({"alpha": total["alpha"], "temperature": temperature,
+                        "tokens_per_target_call": total["tokens_per_target_call"],
+                        "gamma": gamma, "sentences": len(inputs)})
     return results
 
 

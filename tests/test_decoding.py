@@ -298,3 +298,29 @@ def test_bad_inputs_raise_clear_errors(encdec, deconly):
         decoding.speculative_decode(deconly[0], draft, inputs, gamma=2, max_decode_len=4, **kw)
     with pytest.raises(TypeError, match="t5.Transformer"):
         decoding.EncoderDecoderModel(deconly[0].module, deconly[0].params)
+
+
+def test_merge_stats_concatenates_rows_drops_fillers_and_sums_forwards(encdec):
+    """The one stats reduction: two batches merged (the second's filler row left out) give
+    the totals of their rows, and `rounds` counts the target forwards of both calls."""
+    target, draft = encdec
+    kw = dict(rng=jax.random.PRNGKey(0), gamma=3, sampling=SamplingConfig(1.0),
+              max_decode_len=10)
+    a = decoding.speculative_decode(target, draft, _prompts([4, 6], 8, seed=1), **kw).stats
+    b = decoding.speculative_decode(target, draft, _prompts([5, 5], 8, seed=2), **kw).stats
+    merged = decoding.merge_stats([a, b], rows=[2, 1])
+    got = merged.summary(per_row=True)
+    assert got["rounds"] == got["target_forwards"] == int(a.rounds) + int(b.rounds)
+    for name in ("generated", "tested", "target_calls", "beta_sum"):
+        want = np.concatenate([np.asarray(getattr(a, name)), np.asarray(getattr(b, name))[:1]])
+        np.testing.assert_array_equal(got["per_row"][name], want.tolist())
+    tested = int(np.sum(got["per_row"]["tested"]))
+    assert got["tested"] == tested
+    np.testing.assert_allclose(got["alpha"], np.sum(got["per_row"]["beta_sum"]) / tested)
+    assert got["tokens_per_target_call"] == got["generated"] / got["target_calls"]
+    np.testing.assert_array_equal(
+        got["accepted_per_position"],
+        np.asarray(a.accepted_per_position).sum(0) + np.asarray(b.accepted_per_position)[0])
+    other = decoding.speculative_decode(target, draft, _prompts([4, 6], 8), **{**kw, "gamma": 2})
+    with pytest.raises(ValueError, match="different gammas"):
+        decoding.merge_stats([a, other.stats])

@@ -223,7 +223,7 @@ def run(
                         ("max_decode_len", max_decode_len), ("input_length", input_length),
                         ("histogram_bins", histogram_bins)):
         bench.positive_ints([value], name, "an int >= 1")
-    sampling_lib._validate_lenience(lenience)  # pylint: disable=protected-access
+    sampling_lib.validate_lenience(lenience)
     target = models_lib.build_model(target_model, target_checkpoint, name="target",
                                decoder_only=decoder_only, seed=seed, param_dtype=param_dtype)
     draft = models_lib.build_draft(draft_model, draft_checkpoint, target, decoder_only=decoder_only,

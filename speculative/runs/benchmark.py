@@ -371,38 +371,6 @@ class SyntheticDraft:
 # One setting: baseline and speculative programs, interleaved.
 
 
-def _merge_stats(results: Sequence[decoding.DecodeResult]) -> Dict[str, Any]:
-    """DecodeStats totals over several batches."""
-    def total(name, axis=None):
-        return sum(np.asarray(getattr(r.stats, name)).sum(axis=axis) for r in results)
-
-    target_calls = int(total("target_calls"))
-    generated = int(total("generated"))
-    tested = int(total("tested"))
-    per_pos = np.asarray(total("accepted_per_position", axis=0), np.int64)
-    nan = float("nan")
-
-    def rows(name):
-        return np.concatenate([np.asarray(getattr(r.stats, name)) for r in results]).tolist()
-
-    return {
-        "rounds": int(total("rounds")),
-        "target_calls": target_calls,
-        "draft_calls": int(total("draft_calls")),
-        "drafted": int(total("drafted")),
-        "accepted": int(total("accepted")),
-        "generated": generated,
-        "tested": tested,
-        "alpha": float(total("beta_sum")) / tested if tested else nan,
-        "tokens_per_target_call": generated / target_calls if target_calls else nan,
-        "accepted_per_position": per_pos.tolist(),
-        "accepted_per_position_rate": (per_pos / target_calls).tolist() if target_calls else [],
-        "nonfinite_rows": int(total("nonfinite")),
-        "per_row": {"target_calls": rows("target_calls"), "generated": rows("generated"),
-                    "tested": rows("tested"), "beta_sum": rows("beta_sum")},
-    }
-
-
 def _compare(baseline: Sequence[float], speculative: Sequence[float]) -> Dict[str, float]:
     ratios = np.asarray(baseline) / np.asarray(speculative)
     return {"min": float(ratios.min()), "median": float(np.median(ratios)),
@@ -447,7 +415,7 @@ def benchmark_setting(target, drafts: Sequence[Any], batches: Sequence[np.ndarra
     base_tokens = int(sum(np.asarray(r.lengths).sum() for r in outputs["baseline"]))
     runs = []
     for g in gammas:
-        stats = _merge_stats(outputs[g])
+        stats = decoding.merge_stats([r.stats for r in outputs[g]]).summary(per_row=True)
         spec_timing = timing(g)
         speedup = base_timing["median_s"] / spec_timing["median_s"]
         c, verify = costs["c"], costs["verify_cost"][g]

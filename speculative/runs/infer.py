@@ -367,22 +367,20 @@ def _row_records(examples, result, vocabulary, max_decode_len) -> List[Dict[str,
     return records
 
 
-def _summary(records: List[Dict[str, Any]]) -> Dict[str, Any]:
-    def total(key):
-        return sum(r[key] for r in records)
-
-    tested, calls = total("tested"), total("target_calls")
-    per_position = [sum(col) for col in zip(*[r["accepted_per_position"] for r in records])]
+def _summary(stats: List[decoding.DecodeStats], rows: List[int]) -> Dict[str, Any]:
+    """The run's statistics: `decoding.merge_stats` over its batches (filler rows left out)."""
+    total = decoding.merge_stats(stats, rows).summary()
     return {
-        "alpha": _nan_to_none(total("beta_sum") / tested) if tested else None,
-        "tokens_per_target_call": total("generated") / calls if calls else None,
-        "generated_tokens": total("generated"),
-        "mean_generated": total("generated") / len(records),
-        "target_calls": calls,
-        "draft_calls": total("draft_calls"),
-        "drafted": total("drafted"),
-        "accepted": total("accepted"),
-        "accepted_per_position": per_position,
+        "alpha": _nan_to_none(total["alpha"]),
+        "tokens_per_target_call": _nan_to_none(total["tokens_per_target_call"]),
+        "generated_tokens": total["generated"],
+        "mean_generated": total["generated"] / sum(rows),
+        "target_calls": total["target_calls"],
+        "target_forwards": total["target_forwards"],  # batched target calls the run paid for
+        "draft_calls": total["draft_calls"],
+        "drafted": total["drafted"],
+        "accepted": total["accepted"],
+        "accepted_per_position": total["accepted_per_position"],
     }
 
 
@@ -428,7 +426,7 @@ def run(settings: InferSettings, models: Optional[Tuple[Any, Any]] = None,
 
     from tqdm import tqdm  # pylint: disable=g-import-not-at-top
 
-    records, decode_seconds, rounds = [], 0.0, 0
+    records, decode_seconds, batch_stats = [], 0.0, []
     progress = tqdm(all_batches, desc=f"{settings.mode} decoding", unit="batch",
                     disable=not settings.progress)
     offset = 0
@@ -438,13 +436,12 @@ def run(settings: InferSettings, models: Optional[Tuple[Any, Any]] = None,
             decode_batch(settings, target, draft, inputs, jax.random.fold_in(key, i)))
         decode_seconds += time.perf_counter() - start
         result.stats.check_finite(f"{settings.mode} decoding, batch {i}")  # no text from NaN
-        rounds += int(result.stats.rounds)
+        batch_stats.append(result.stats)
         records += _row_records(examples[offset:offset + num_real], result, vocabulary,
                                 settings.max_decode_len)
         offset += num_real
 
-    summary = _summary(records)
-    summary["target_forwards"] = rounds  # batched target calls the run paid for
+    summary = _summary(batch_stats, [n for _, n in all_batches])
     metrics = {
         "task": task.name,
         "split": settings.split,

@@ -44,7 +44,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import jax
 import numpy as np
 
-from speculative import files
+from speculative import decoding, files
 from speculative.runs import alpha as alpha_lib
 from speculative.runs import benchmark, costs as costs_lib, mini, plots
 from speculative.sampling import SamplingConfig
@@ -115,7 +115,7 @@ def dynamic_gamma(target, draft, batches, sampling: SamplingConfig, fixed_gamma:
     base = float(np.median(times["baseline"]))
 
     def summary(name):
-        stats = benchmark._merge_stats(outputs[name])  # pylint: disable=protected-access
+        stats = decoding.merge_stats([r.stats for r in outputs[name]]).summary()
         return (base / float(np.median(times[name])), stats["tokens_per_target_call"],
                 stats["drafted"] / stats["target_calls"], stats["alpha"])
 
