@@ -6,9 +6,29 @@ directory in for an earlier one. Every writer of results, checkpoints' metadata 
 goes through these two.
 """
 
+import math
 import os
 import shutil
-from typing import Union
+from typing import Any, Union
+
+import numpy as np
+
+
+def json_ready(obj: Any) -> Any:
+    """For strict JSON: NaN/inf -> None, numpy -> Python, tuples -> lists, dict keys -> str
+    (recursively)."""
+    if isinstance(obj, dict):
+        return {str(k): json_ready(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_ready(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return json_ready(obj.tolist())
+    if isinstance(obj, (np.integer,)):
+        return int(obj)
+    if isinstance(obj, (float, np.floating)):
+        obj = float(obj)
+        return obj if math.isfinite(obj) else None
+    return obj
 
 
 def write_atomic(path: str, data: Union[str, bytes], *, fsync: bool = False) -> str:

@@ -185,22 +185,6 @@ def environment() -> Dict[str, Any]:
     }
 
 
-def _json_ready(obj):
-    """NaN/inf -> None, numpy -> Python, tuples -> lists, dict keys -> str (recursively)."""
-    if isinstance(obj, dict):
-        return {str(k): _json_ready(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_json_ready(v) for v in obj]
-    if isinstance(obj, np.ndarray):
-        return _json_ready(obj.tolist())
-    if isinstance(obj, (np.integer,)):
-        return int(obj)
-    if isinstance(obj, (float, np.floating)):
-        obj = float(obj)
-        return obj if math.isfinite(obj) else None
-    return obj
-
-
 def write_json(data: Dict[str, Any], output_dir: str, name: str) -> str:
     """Writes the resolved gin config, then `data` as strict JSON (NaN -> null), each to a
     temporary name renamed into place (the results file last: where it exists, it is
@@ -208,7 +192,7 @@ def write_json(data: Dict[str, Any], output_dir: str, name: str) -> str:
     os.makedirs(output_dir, exist_ok=True)
     config_lib.write_config(output_dir)
     path = os.path.join(output_dir, name)
-    return files.write_atomic(path, json.dumps(_json_ready(data), indent=1, allow_nan=False)
+    return files.write_atomic(path, json.dumps(files.json_ready(data), indent=1, allow_nan=False)
                               + "\n")
 
 

@@ -210,7 +210,7 @@ def run(output_dir: Optional[str] = None, num_alpha_tokens: int = 10_000,
         results["dynamic"] += rows
 
     files.write_atomic(os.path.join(output_dir, "results.json"), json.dumps(
-        benchmark._json_ready(results), indent=1))  # pylint: disable=protected-access
+        files.json_ready(results), indent=1))
     _write_tables(results, output_dir)
     return results
 
