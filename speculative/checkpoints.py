@@ -185,7 +185,21 @@ class _TsLeaf:
             raise CheckpointError(f"Parameter {self.name}: its zarr array {self.loc} {what} "
                                   f"(referenced by {self.where}). {_RECOPY}") from None
 
-    def read(self, dtype=None) -> np.ndarray:
+    def read(self, dtype=None, index=None) -> np.ndarray:
+        """The array (cast to `dtype`), or only its block `index` (a tuple of slices: what one
+        device holds), so a sharded load reads each shard and never the whole array."""
+        store = self._checked_store
+        if dtype is not None and _dtype(dtype) != store.dtype.numpy_dtype:
+            store = ts.cast(store, _dtype(dtype))
+        try:
+            return (store if index is None else store[tuple(index)]).read().result()
+        except ValueError as e:
+            raise CheckpointError(f"Parameter {self.name}: a chunk of {self.loc} is corrupt or "
+                                  f"truncated ({e}). {_RECOPY}") from None
+
+    @functools.cached_property
+    def _checked_store(self):
+        """The opened store, after its shape, dtype and chunk files were checked (once)."""
         store = self.store
         if self.recorded is not None and tuple(store.shape) != self.recorded:
             raise CheckpointError(
@@ -209,13 +223,7 @@ class _TsLeaf:
             if missing:  # zarr would silently read them as zeros
                 raise CheckpointError(f"Parameter {self.name}: {len(missing)} chunk file(s) "
                                       f"missing from {self.loc} (e.g. {missing[:3]}). {_RECOPY}")
-        if dtype is not None and _dtype(dtype) != store.dtype.numpy_dtype:
-            store = ts.cast(store, _dtype(dtype))
-        try:
-            return store.read().result()
-        except ValueError as e:
-            raise CheckpointError(f"Parameter {self.name}: a chunk of {self.loc} is corrupt or "
-                                  f"truncated ({e}). {_RECOPY}") from None
+        return store
 
 
 class _ArrayLeaf:
@@ -226,9 +234,11 @@ class _ArrayLeaf:
         self.get, self.transpose, self.scale, self.copy = get, transpose, scale, copy
         self.shape, self.dtype = tuple(shape)[::-1] if transpose else tuple(shape), _dtype(dtype)
 
-    def read(self, dtype=None) -> np.ndarray:
+    def read(self, dtype=None, index=None) -> np.ndarray:
         a = self.get()
         a = a.T if self.transpose else a
+        if index is not None:  # a safetensors/msgpack leaf is in memory whole; keep the block
+            a = a[tuple(index)]
         if self.scale is not None:
             a = (a.astype(np.float32) * np.float32(self.scale)).astype(a.dtype)
         return np.array(a, dtype=dtype or a.dtype, order="C", copy=self.copy or None)
@@ -380,7 +390,7 @@ def load_metadata(path) -> Dict[str, Any]:
 
 
 def load_params(path, dtype=None, config: Optional[t5.T5Config] = None, *,
-                progress: bool = False) -> Dict[str, Any]:
+                progress: bool = False, shardings: Any = None) -> Dict[str, Any]:
     """Loads the parameters (`target` only) of a T5X legacy, Orbax or HF T5 checkpoint.
 
     Args:
@@ -389,8 +399,13 @@ def load_params(path, dtype=None, config: Optional[t5.T5Config] = None, *,
       config: if given, names and shapes are checked against `Transformer(config)` before any
         array is read (an HF dir is always checked against its config.json).
       progress: show a tqdm bar over parameters.
+      shardings: None, or a tree like the parameters of `jax.sharding.Sharding`s: each
+        parameter is then built as a `jax.Array` with that sharding from the blocks its
+        addressable devices hold (`jax.make_array_from_callback`); tensorstore-backed formats
+        (T5X, Orbax) read only those blocks, so no host materialises a whole sharded model.
     Returns:
-      Nested dicts of numpy arrays with T5X names, e.g. `params['encoder']['encoder_norm']`.
+      Nested dicts of numpy arrays (jax Arrays with `shardings`) with T5X names, e.g.
+      `params['encoder']['encoder_norm']`.
     """
     leaves, hf_config, where = _leaves(path)
     if config is None and hf_config is not None:
@@ -403,6 +418,20 @@ def load_params(path, dtype=None, config: Optional[t5.T5Config] = None, *,
                                   "model parameters are floats (is this an optimizer state or "
                                   "a step counter?).")
     bar = tqdm(list(leaves), desc="load", unit="param", disable=not progress)
+    if shardings is not None:
+        flat = _flatten(shardings)
+        missing = sorted(_name(k) for k in leaves if k not in flat)
+        if missing:
+            raise ValueError(f"shardings has no entry for {missing[:5]} ({len(missing)} "
+                             "parameters); give one Sharding per parameter.")
+
+        def sharded(keys):
+            leaf = leaves.pop(keys)
+            return jax.make_array_from_callback(
+                leaf.shape, flat[keys], lambda index: _checked(keys, leaf.read(dtype, index),
+                                                               where))
+
+        return _unflatten({keys: sharded(keys) for keys in bar})
     return _unflatten({keys: _checked(keys, leaves.pop(keys).read(dtype), where)
                        for keys in bar})  # one at a time
 

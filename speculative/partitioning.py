@@ -136,17 +136,26 @@ def fit_spec(spec: PartitionSpec, shape, mesh: Mesh, name: str = "array",
     return PartitionSpec(*out)
 
 
-def shard_params(params: Any, module: nn.Module, mesh: Mesh,
-                 rules: Optional[LogicalRules] = None, strict: bool = False) -> Any:
-    """Places `params` on `mesh` following T5X's logical rules (`fit_spec` for dimensions
-    that the mesh does not divide)."""
+def param_shardings(module: nn.Module, mesh: Mesh, rules: Optional[LogicalRules] = None,
+                    strict: bool = False) -> Any:
+    """`NamedSharding` of every parameter of `module` on `mesh` (`fit_spec` for dimensions the
+    mesh does not divide), computed from shapes alone: what `checkpoints.load_params` needs to
+    read a checkpoint straight into its layout."""
     specs = param_partition_specs(module, rules)
     flat_specs = {path: spec for path, spec in jax.tree_util.tree_flatten_with_path(
         specs, is_leaf=lambda x: isinstance(x, PartitionSpec))[0]}
     return jax.tree_util.tree_map_with_path(
-        lambda path, x: jax.device_put(x, NamedSharding(mesh, fit_spec(
+        lambda path, x: NamedSharding(mesh, fit_spec(
             flat_specs[path], x.shape, mesh, "/".join(str(getattr(k, "key", k)) for k in path),
-            strict))), params)
+            strict)), t5.param_shapes(module))
+
+
+def shard_params(params: Any, module: nn.Module, mesh: Mesh,
+                 rules: Optional[LogicalRules] = None, strict: bool = False) -> Any:
+    """Places `params` on `mesh` following T5X's logical rules (`fit_spec` for dimensions
+    that the mesh does not divide)."""
+    return jax.tree_util.tree_map(jax.device_put, params,
+                                  param_shardings(module, mesh, rules, strict))
 
 
 def cache_spec(shape: Sequence[int], mesh: Mesh) -> PartitionSpec:

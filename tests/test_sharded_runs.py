@@ -70,6 +70,26 @@ SCRIPT = textwrap.dedent(r"""
             {k: r[k] for k in ("alpha", "tokens_per_target_call", "baseline_tokens",
                                "speculative_tokens", "accepted_per_position")} for r in runs]
 
+    # A checkpoint read straight into its sharding: every device's block is read on its own
+    # (never the whole array), and the values equal an unsharded load.
+    from speculative import checkpoints
+    ckpt = checkpoints.save_t5x(jax.device_get(target.params), os.path.join(out, "ckpt"), step=1)
+    blocks = []
+    read = checkpoints._TsLeaf.read
+    def spy(self, dtype=None, index=None):
+        if self.name.endswith("decoder/layers_0/self_attention/query/kernel"):
+            blocks.append(None if index is None else [[s.start, s.stop] for s in index])
+        return read(self, dtype, index)
+    checkpoints._TsLeaf.read = spy
+    loaded = models.load_model(cfg, ckpt, mesh=target.mesh)
+    checkpoints._TsLeaf.read = read
+    lq = loaded.params["decoder"]["layers_0"]["self_attention"]["query"]["kernel"]
+    whole = checkpoints.load_params(ckpt)
+    same = all(np.array_equal(np.asarray(a), b) for a, b in zip(
+        jax.tree_util.tree_leaves(loaded.params), jax.tree_util.tree_leaves(whole)))
+    report["checkpoint"] = {"same": bool(same), "blocks": blocks,
+                            "spec": str(lq.sharding.spec), "mesh": loaded.mesh is target.mesh}
+
     # A rule that does not divide a dimension: replicated with a warning naming it, or refused.
     odd = t5.Transformer(t5.T5Config(vocab_size=32, emb_dim=12, num_heads=3, head_dim=6,
                                      mlp_dim=16, num_encoder_layers=1, num_decoder_layers=1))
@@ -121,6 +141,11 @@ def test_infer_and_benchmark_on_2x4_and_1x8_meshes_match_one_device(tmp_path):
     assert shapes["draft_query"] == [[emb, hd], [emb, hd]]  # the draft is replicated
     batch, length, heads, dim = shapes["cache"][0]
     assert shapes["cache"][1] == [batch // 2, length, heads // 4, dim]
+
+    ck = report["checkpoint"]
+    assert ck["same"] and ck["mesh"] and ck["spec"] == "P(None, 'model')"
+    blocks = {tuple(map(tuple, b)) for b in ck["blocks"]}  # 4 column blocks of the query kernel
+    assert blocks == {((None, None), (i * hd // 4, (i + 1) * hd // 4)) for i in range(4)}, blocks
 
     assert report["warnings"] and all("does not divide over mesh axis 'model'" in w
                                       for w in report["warnings"])

@@ -12,7 +12,8 @@ build their models here, so a new draft kind is one branch in `build_model` plus
 A checkpoint path is anything `checkpoints.load_params` accepts (T5X legacy or Orbax dir, step
 dir, msgpack file, HF directory); its tree is validated against the config before use, so a
 mismatched checkpoint fails with the list of wrong parameters rather than deep inside jit.
-With a mesh, T5 parameters are placed by `rules` (T5X's `standard_logical_axis_rules` for a
+With a mesh, T5 parameters are placed by `rules` (a checkpoint is read block by block
+straight into that layout: `checkpoints.load_params(shardings=...)`) (T5X's `standard_logical_axis_rules` for a
 target, `partitioning.replicated_rules()` for a draft by default) and the model's decode state
 is pinned to batch over 'data' and heads over 'model' inside the jitted loops.
 """
@@ -51,17 +52,23 @@ def load_model(
       mesh, rules: place the model on a ('data', 'model') mesh (`partitioning.place_model`).
     """
     module = t5.DecoderOnly(config) if decoder_only else t5.Transformer(config)
+    adapter = decoding.DecoderOnlyModel if decoder_only else decoding.EncoderDecoderModel
     if checkpoint:
         from speculative import checkpoints  # tensorstore/orbax only when a checkpoint is read
 
+        checkpoints.validate_params(checkpoints.load_metadata(checkpoint), module,
+                                    source=checkpoint)  # names and shapes, before any read
+        if mesh is not None:  # each device's block read straight into its place
+            params = checkpoints.load_params(
+                checkpoint, dtype=param_dtype,
+                shardings=partitioning.param_shardings(module, mesh, rules))
+            return adapter(module, params, mesh=mesh)
         params = checkpoints.load_params(checkpoint, dtype=param_dtype)
-        checkpoints.validate_params(params, module)
         params = jax.tree_util.tree_map(jnp.asarray, params)
     else:
         params = t5.init_params(module, jax.random.PRNGKey(seed))
         if param_dtype:
             params = jax.tree_util.tree_map(lambda x: x.astype(param_dtype), params)
-    adapter = decoding.DecoderOnlyModel if decoder_only else decoding.EncoderDecoderModel
     model = adapter(module, params)
     return partitioning.place_model(model, mesh, rules) if mesh is not None else model
 
