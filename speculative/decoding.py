@@ -273,13 +273,20 @@ def _check_call(models, inputs, rng, sampling, max_decode_len, gamma=None) -> Ar
         if not jnp.issubdtype(inputs.dtype, jnp.integer):
             raise TypeError(f"inputs have dtype {inputs.dtype}; pass integer token ids.")
         return jnp.asarray(inputs, jnp.int32)
-    ids = np.asarray(inputs)
+    if isinstance(inputs, jax.Array) and not inputs.is_fully_addressable:
+        # Rows spread over several processes: each checks the rows it holds.
+        ids = np.concatenate([np.asarray(s.data).reshape(-1, inputs.shape[-1])
+                              for s in inputs.addressable_shards])
+        shape = inputs.shape
+    else:
+        ids = np.asarray(inputs)
+        shape = ids.shape
     if ids.dtype == bool or not np.issubdtype(ids.dtype, np.integer):
         raise TypeError(f"inputs have dtype {ids.dtype}: pass integer token ids (tokenize text "
                         "first, e.g. with the task's vocabulary); floats are never truncated.")
-    if ids.ndim != 2 or 0 in ids.shape:
+    if len(shape) != 2 or 0 in shape:
         raise ValueError(f"inputs must be [batch, length] token ids with batch, length >= 1; "
-                         f"got shape {ids.shape}.")
+                         f"got shape {tuple(shape)}.")
     vocab = models[0].vocab_size
     low, high = int(ids.min()), int(ids.max())
     if low < 0 or high >= vocab:
@@ -291,6 +298,8 @@ def _check_call(models, inputs, rng, sampling, max_decode_len, gamma=None) -> Ar
                          "needs at least one token per row (e.g. EOS = 1 after the text); drop "
                          "empty rows instead of decoding them. (An empty prompt is fine for a "
                          "decoder-only model: it generates from BOS.)")
+    if isinstance(inputs, jax.Array):  # keeps its placement (e.g. rows sharded over 'data')
+        return inputs.astype(jnp.int32)
     return jnp.asarray(ids, jnp.int32)
 
 

@@ -154,8 +154,16 @@ def shard_params(params: Any, module: nn.Module, mesh: Mesh,
                  rules: Optional[LogicalRules] = None, strict: bool = False) -> Any:
     """Places `params` on `mesh` following T5X's logical rules (`fit_spec` for dimensions
     that the mesh does not divide)."""
-    return jax.tree_util.tree_map(jax.device_put, params,
-                                  param_shardings(module, mesh, rules, strict))
+    return jax.tree_util.tree_map(put, params, param_shardings(module, mesh, rules, strict))
+
+
+def put(x: Any, sharding: NamedSharding) -> jax.Array:
+    """`x` placed with `sharding`; across processes (a mesh spanning hosts) each process
+    places the blocks of its own devices from its copy of `x` (identical everywhere)."""
+    if sharding.is_fully_addressable:
+        return jax.device_put(x, sharding)
+    host = np.asarray(x)
+    return jax.make_array_from_callback(host.shape, sharding, lambda index: host[index])
 
 
 def cache_spec(shape: Sequence[int], mesh: Mesh) -> PartitionSpec:
@@ -187,7 +195,8 @@ def place_model(model: Any, mesh: Mesh, rules: Optional[LogicalRules] = None,
             model, params=shard_params(model.params, model.module, mesh, rules, strict),
             mesh=mesh)
     replicated = NamedSharding(mesh, PartitionSpec())
-    return model.replace(params=jax.device_put(model.params, replicated))
+    return model.replace(params=jax.tree_util.tree_map(lambda x: put(x, replicated),
+                                                       model.params))
 
 
 def shard_batch(array: Any, mesh: Mesh) -> jax.Array:
@@ -198,4 +207,7 @@ def shard_batch(array: Any, mesh: Mesh) -> jax.Array:
             f"Batch size {array.shape[0]} is not divisible by the mesh's data axis "
             f"({mesh.shape['data']} devices); pad the batch or use more model partitions.")
     spec = PartitionSpec("data", *([None] * (array.ndim - 1)))
-    return jax.device_put(array, NamedSharding(mesh, spec))
+    sharding = NamedSharding(mesh, spec)
+    # In a multi-process job every process holds the same global batch and places only the
+    # rows of its own devices.
+    return put(array, sharding)

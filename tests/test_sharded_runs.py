@@ -153,3 +153,58 @@ def test_infer_and_benchmark_on_2x4_and_1x8_meshes_match_one_device(tmp_path):
                for w in report["warnings"]), report["warnings"]
     assert report["strict"] and "size 18" in report["strict"]
     assert report["odd_query"] == [12, 18]  # 3 heads x 6 over 4 devices: replicated
+
+
+def _free_port() -> int:
+    import socket  # pylint: disable=g-import-not-at-top
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_two_processes_split_a_batch_and_write_what_one_process_writes(tmp_path):
+    """scripts/infer.py as a 2-process job on localhost (jax.distributed, gloo collectives, 2
+    CPU devices each, a 2x2 mesh: each process holds one row of every batch) writes, from
+    process 0 only, exactly the predictions and statistics of a one-device run."""
+    gin_path = tmp_path / "tiny.gin"
+    gin_path.write_text(TINY)
+    runs = os.path.join(config_lib.REPO_ROOT, "configs", "runs")
+    script = os.path.join(config_lib.REPO_ROOT, "scripts", "infer.py")
+    bindings = ["TARGET_MODEL = @tiny_target/t5.T5Config()",
+                "DRAFT_MODEL = @tiny_draft/t5.T5Config()", "TARGET_CHECKPOINT = None",
+                "DRAFT_CHECKPOINT = None", "MIXTURE_OR_TASK_NAME = 'mini_ende'",
+                "TASK_FEATURE_LENGTHS = {'inputs': 16, 'targets': 8}", "NUM_EXAMPLES = 4",
+                "BATCH_SIZE = 2", "GAMMA = 3", "infer.infer.progress = False"]
+
+    def cmd(out, extra=()):
+        return ([sys.executable, script, f"--gin_file={os.path.join(runs, 'infer.gin')}",
+                 f"--gin_file={gin_path}"]
+                + [f"--gin_bindings={b}" for b in bindings + [f"INFER_OUTPUT_DIR = '{out}'"]]
+                + list(extra))
+
+    base_env = dict(os.environ, JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="3")
+    one = subprocess.run(cmd(tmp_path / "one"), env=base_env, capture_output=True, text=True,
+                         timeout=600, cwd=config_lib.REPO_ROOT)
+    assert one.returncode == 0, one.stderr[-3000:]
+
+    port = _free_port()
+    env = dict(base_env, XLA_FLAGS="--xla_force_host_platform_device_count=2")
+    procs = [subprocess.Popen(
+        cmd(tmp_path / "two", ["--gin_bindings=MESH_SHAPE = (2, 2)",
+                               f"--coordinator_address=127.0.0.1:{port}", "--num_processes=2",
+                               f"--process_id={i}"]),
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=config_lib.REPO_ROOT) for i in range(2)]
+    outs = [p.communicate(timeout=600) for p in procs]
+    for p, (_, err) in zip(procs, outs):
+        assert p.returncode == 0, err[-3000:]
+
+    def read(run):
+        records = [json.loads(line) for line in (tmp_path / run / "predictions.jsonl")
+                   .read_text().splitlines()]
+        metrics = json.loads((tmp_path / run / "metrics.json").read_text())
+        return records, metrics["decoding"], metrics["metrics"]
+
+    assert read("two") == read("one")
+    assert sorted(os.listdir(tmp_path)) == ["one", "tiny.gin", "two"]  # process 1 wrote nothing

@@ -30,6 +30,13 @@ def define_flags() -> None:
     flags.DEFINE_multi_string("gin_file", [], "Gin files to parse, in order (later override).")
     flags.DEFINE_multi_string("gin_bindings", [], "Individual gin bindings, after the files.")
     flags.DEFINE_list("gin_search_paths", [".", REPO_ROOT], "Where relative gin paths resolve.")
+    flags.DEFINE_bool("multihost", False,
+                      "Call jax.distributed.initialize() before the run (Cloud TPU pods, GKE and "
+                      "SLURM need nothing else; elsewhere give the three flags below).")
+    flags.DEFINE_string("coordinator_address", None,
+                        "host:port of process 0, for jax.distributed (implies --multihost).")
+    flags.DEFINE_integer("num_processes", None, "Processes in the job (jax.distributed).")
+    flags.DEFINE_integer("process_id", None, "This process's index in [0, num_processes).")
 
 
 def rewrite_gin_args(argv: Sequence[str]) -> list:
@@ -125,6 +132,33 @@ def write_config(output_dir: str, name: str = "config.gin") -> str:
     return path
 
 
+def initialize_distributed(coordinator_address: Optional[str] = None,
+                           num_processes: Optional[int] = None,
+                           process_id: Optional[int] = None) -> None:
+    """`jax.distributed.initialize` (a multi-process job: every process runs the same script;
+    meshes then span all processes' devices, each process feeds and reads only its devices'
+    blocks, and process 0 writes the outputs). On CPU, collectives go through gloo."""
+    import jax  # pylint: disable=g-import-not-at-top
+
+    given = [coordinator_address is None, num_processes is None, process_id is None]
+    if any(given) and not all(given):
+        raise ValueError(
+            f"coordinator_address={coordinator_address!r}, num_processes={num_processes!r}, "
+            f"process_id={process_id!r}: give all three (or none, where the cluster is "
+            "detected: Cloud TPU, GKE, SLURM).")
+    if os.environ.get("JAX_PLATFORMS", "") == "cpu":
+        jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.distributed.initialize(coordinator_address=coordinator_address,
+                               num_processes=num_processes, process_id=process_id)
+
+
+def is_writer() -> bool:
+    """True in the process that writes a run's outputs (process 0; the only one if single)."""
+    import jax  # pylint: disable=g-import-not-at-top
+
+    return jax.process_index() == 0
+
+
 def run(main: Callable[[], None]) -> None:
     """Entry point for scripts: defines flags, rewrites `--gin.X`, parses gin, calls `main()`.
 
@@ -137,6 +171,9 @@ def run(main: Callable[[], None]) -> None:
         if len(argv) > 1:
             raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
         parse_gin(flags.FLAGS.gin_file, flags.FLAGS.gin_bindings, flags.FLAGS.gin_search_paths)
+        f = flags.FLAGS
+        if f.multihost or f.coordinator_address:
+            initialize_distributed(f.coordinator_address, f.num_processes, f.process_id)
         main()
 
     app.run(_main, argv=rewrite_gin_args(sys.argv))

@@ -319,6 +319,16 @@ def decode_batch(settings: InferSettings, target, draft, inputs: np.ndarray,
         max_decode_len=settings.max_decode_len)
 
 
+def _gathered(result: decoding.DecodeResult) -> decoding.DecodeResult:
+    """The whole batch's result on this host: in a multi-process job the rows live on several
+    hosts' devices and are all-gathered; otherwise the result as it is."""
+    if jax.process_count() == 1:
+        return result
+    from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
+
+    return multihost_utils.process_allgather(result, tiled=True)
+
+
 def _check_vocab(settings: InferSettings, vocabulary) -> None:
     size = vocabulary.vocab_size
     if settings.target_config.vocab_size < size:
@@ -418,8 +428,8 @@ def run(settings: InferSettings, models: Optional[Tuple[Any, Any]] = None,
     all_batches = list(batches(examples, settings.batch_size, settings.input_length))
 
     start = time.perf_counter()  # compile (and one decode of the first batch), untimed below
-    first = jax.block_until_ready(decode_batch(settings, target, draft, all_batches[0][0],
-                                               jax.random.fold_in(key, 0)))
+    first = _gathered(jax.block_until_ready(decode_batch(
+        settings, target, draft, all_batches[0][0], jax.random.fold_in(key, 0))))
     compile_seconds = time.perf_counter() - start
     # Broken (NaN/inf) parameters show on the first batch: stop before the long work.
     first.stats.check_finite(f"{settings.mode} decoding, first batch")
@@ -432,8 +442,8 @@ def run(settings: InferSettings, models: Optional[Tuple[Any, Any]] = None,
     offset = 0
     for i, (inputs, num_real) in enumerate(progress):
         start = time.perf_counter()
-        result = jax.block_until_ready(
-            decode_batch(settings, target, draft, inputs, jax.random.fold_in(key, i)))
+        result = _gathered(jax.block_until_ready(
+            decode_batch(settings, target, draft, inputs, jax.random.fold_in(key, i))))
         decode_seconds += time.perf_counter() - start
         result.stats.check_finite(f"{settings.mode} decoding, batch {i}")  # no text from NaN
         batch_stats.append(result.stats)
@@ -467,7 +477,7 @@ def run(settings: InferSettings, models: Optional[Tuple[Any, Any]] = None,
         "settings": settings.to_json(),
     }
     files = {}
-    if settings.output_dir:
+    if settings.output_dir and config_lib.is_writer():  # multi-process: process 0 writes
         files = write_outputs(settings.output_dir, records, metrics)
     logging.info("%s: %d examples, %s, alpha %s, %.2f tokens/target call, %.1f tokens/s",
                  settings.mode, len(records), metrics["metrics"], summary["alpha"],
