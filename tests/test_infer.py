@@ -243,6 +243,9 @@ def test_reproduce_table2_on_a_tiny_row(tiny_gin, tmp_path):
     (r,) = results
     assert r.c_source == "measured" and r.c > 0 and r.verify_cost > 0
     assert r.speed > 0 and 0.0 <= r.alpha <= 1.0
+    # Speed is the timing engine's ratio of interleaved medians, with its per-round spread.
+    assert set(r.speed_spread) == {"min", "median", "max"}
+    assert r.speed_spread["min"] <= r.speed_spread["median"] <= r.speed_spread["max"]
     assert r.predicted == pytest.approx(theory.speedup(r.alpha, 3, r.c))
     assert r.predicted_measured_verify == pytest.approx(
         theory.speedup(r.alpha, 3, r.c, verify_cost=r.verify_cost))

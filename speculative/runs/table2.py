@@ -15,7 +15,11 @@ For each row `reproduce`:
   2. loads the target and draft once, runs `infer.run` speculatively and as the baseline (the
      target alone through the same pipeline), each timed without compilation, into
      `output_dir/<row>/{speculative,baseline}/` (predictions.jsonl, metrics.json, config.gin);
-  3. takes alpha from the speculative run and Speed = tokens/s speculative / tokens/s baseline;
+  3. takes alpha from the speculative run; Speed comes from the one timing engine the benchmark,
+     the mini results and the demo use (`benchmark.benchmark_setting`): baseline and
+     speculative decoding of the row's first `speed_batches` batches, compiled first, then
+     timed in `speed_repeats` interleaved rounds; Speed is the ratio of the medians (the two
+     infer runs' tokens/s are kept beside it);
   4. gets c (Def. 3.7, draft step time / target step time): measured with single-token `extend`
      calls of each model on the row's first batch (median of `cost_repeats`; the target is also
      timed on gamma + 1 tokens to give the verify cost), or given (`c=0.02`), or the paper's
@@ -53,6 +57,7 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import itertools
 import json
 import math
 import os
@@ -61,7 +66,8 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 import gin
 import numpy as np
 
-from speculative import files, theory
+from speculative import files, partitioning, theory
+from speculative.runs import benchmark, costs as costs_lib
 from speculative.runs import config as config_lib
 
 _UNSET = object()
@@ -108,7 +114,8 @@ class RowResult:
     gamma: int
     temperature: float
     alpha: Optional[float] = None
-    speed: Optional[float] = None
+    speed: Optional[float] = None  # interleaved medians (benchmark.benchmark_setting)
+    speed_spread: Dict[str, float] = dataclasses.field(default_factory=dict)
     c: Optional[float] = None
     c_source: Optional[str] = None
     verify_cost: Optional[float] = None
@@ -236,8 +243,10 @@ def markdown(results: Sequence[RowResult], c_note: str) -> str:
     notes = [
         "",
         f"Target M_p: {', '.join(sorted({r.info.target for r in results}))}. "
-        "Speed = tokens/s of speculative decoding / tokens/s of the baseline (the target alone, "
-        "same pipeline, compilation excluded). α = mean β over drafted positions (Cor. 3.6).",
+        "Speed = median walltime of the baseline (the target alone, same jitted loop) / median "
+        "walltime of speculative decoding on the row's first batches, compiled first and timed "
+        "in interleaved rounds in one process (`benchmark.benchmark_setting`). α = mean β over "
+        "drafted positions (Cor. 3.6).",
         f"c: {c_note}",
         "Thm 3.8: (1 - α^(γ+1)) / ((1 - α)(γc + 1)) with the measured α; 'measured verify' "
         "replaces the 1 (the cost of scoring γ+1 tokens in one target call, assumed equal to one "
@@ -277,6 +286,8 @@ def reproduce(
     row_bindings: Sequence[str] = (),
     c: Union[None, float, str] = None,
     cost_repeats: int = 20,
+    speed_batches: int = 4,
+    speed_repeats: int = 5,
     dry_run: bool = False,
     overwrite: bool = False,
 ) -> List[RowResult]:
@@ -291,6 +302,8 @@ def reproduce(
       row_bindings: extra gin bindings for every row, e.g. ['NUM_EXAMPLES = 100'].
       c: None = measure it per row; a float = use it for every row; 'paper' = Table 4's c.
       cost_repeats: timed repetitions per step when measuring c.
+      speed_batches, speed_repeats: the batches (the row's first) and interleaved rounds that
+        time Speed.
       dry_run: only resolve every row's settings (no data, no models); Speed etc. stay None.
       overwrite: replace an earlier table (and its rows' runs) in `output_dir`; otherwise an
         existing table2.json there is refused before any work.
@@ -340,22 +353,25 @@ def reproduce(
         result.tokens_per_target_call = spec.metrics["decoding"]["tokens_per_target_call"]
         result.speculative_tokens_per_second = spec.metrics["timing"]["tokens_per_second"]
         result.baseline_tokens_per_second = base.metrics["timing"]["tokens_per_second"]
-        if result.speculative_tokens_per_second and result.baseline_tokens_per_second:
-            result.speed = result.speculative_tokens_per_second / result.baseline_tokens_per_second
         result.task_metrics = {"speculative": spec.metrics["metrics"],
                                "baseline": base.metrics["metrics"]}
         result.output_dirs = {"speculative": spec_settings.output_dir,
                               "baseline": base_settings.output_dir}
 
+        batches = [b for b, _ in itertools.islice(
+            infer.batches(examples, settings.batch_size, settings.input_length), speed_batches)]
+        result.costs = costs_lib.measure_costs(
+            models[0], models[1], np.asarray(batches[0]), [settings.gamma],
+            max_decode_len=settings.max_decode_len, num_steps=8, repeats=cost_repeats, seed=0)
+        mesh = getattr(models[0], "mesh", None)
+        timed = benchmark.benchmark_setting(
+            models[0], [models[1]] * len(batches),
+            [partitioning.shard_batch(b, mesh) if mesh is not None else b for b in batches],
+            sampling=settings.sampling, gammas=[settings.gamma],
+            max_decode_len=settings.max_decode_len, repeats=speed_repeats,
+            lenience=settings.lenience, seed=settings.seed, costs=result.costs)[0]
+        result.speed, result.speed_spread = timed["speedup"], timed["speedup_spread"]
         if c is None:
-            first_inputs, _ = next(infer.batches(examples, settings.batch_size,
-                                                 settings.input_length))
-            from speculative.runs import costs  # pylint: disable=g-import-not-at-top
-
-            result.costs = costs.measure_costs(
-                models[0], models[1], np.asarray(first_inputs), [settings.gamma],
-                max_decode_len=settings.max_decode_len, num_steps=8, repeats=cost_repeats,
-                seed=0)
             result.c = result.costs["c"]
             result.verify_cost = result.costs["verify_cost"][settings.gamma]
             result.c_source = "measured"
