@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from speculative import decoding, theory
-from speculative.models import t5
+from speculative.models import synthetic, t5
 from speculative.runs import alpha as alpha_lib
 from speculative.runs import benchmark
 from speculative.runs import config as config_lib
@@ -189,13 +189,13 @@ def test_synthetic_acceptance_gives_requested_alpha(tmp_path):
     target = models.load_model(_cfg(), None, seed=0)
     inputs = next(benchmark.input_batches(4, vocab_size=16, input_length=L_IN, seed=0))
     for requested in (0.0, 1.0):  # the same compilation: acceptance and seed are traced
-        draft = benchmark.SyntheticDraft(target, requested, seed=0)
+        draft = synthetic.SyntheticDraft(target, requested, seed=0)
         out = decoding.speculative_decode(target, draft, inputs, rng=jax.random.PRNGKey(0),
                                           gamma=3, sampling=SamplingConfig(temperature=0.0),
                                           max_decode_len=N)
         assert out.stats.alpha == requested
     with pytest.raises(ValueError, match="synthetic_acceptance=1.5"):
-        benchmark.SyntheticDraft(target, 1.5)
+        synthetic.SyntheticDraft(target, 1.5)
 
 
 @pytest.mark.parametrize("override, message", [
