@@ -691,3 +691,9 @@ def speculative_decode(
     if debug:
         return _speculative_impl(target, draft, inputs, rng, debug=True, **kwargs)
     return _SPEC_JIT(target, draft, inputs, rng, **kwargs)
+
+
+# Beam search (T5X's, and the exact speculative variant of the paper's appendix A.4) lives in
+# speculative/beam_search.py; these names are part of the decoding API.
+from speculative.beam_search import (  # noqa: E402  pylint: disable=g-import-not-at-top,wrong-import-position
+    BeamSearchResult, beam_search, speculative_beam_search)

@@ -482,7 +482,8 @@ def distill_targets(module, params, examples: Sequence[Example], max_length: int
         with np.load(cache_path) as data:
             if np.array_equal(data["inputs"], inputs) and np.array_equal(data["teacher"], teacher):
                 logging.info("Distillation targets read from %s", cache_path)
-                return [(x, o[:np.count_nonzero(o)].astype(np.int32))
+                # Every output ends at its (only) EOS; a 0 the target emitted before it stays.
+                return [(x, o[:int(np.argmax(o == EOS_ID)) + 1].astype(np.int32))
                         for (x, _), o in zip(examples, data["outputs"])]
         logging.warning("%s was written for other inputs or parameters; decoding again.",
                         cache_path)

@@ -426,3 +426,20 @@ def test_init_checkpoint_starts_from_its_parameters_and_refuses_another_shape(tm
     other = t5.Transformer(tiny_config(vocab_size=40, emb_dim=24))
     with pytest.raises(ValueError, match="shape"):
         training.init_state(other, optimizer, jax.random.PRNGKey(0), path)
+
+
+def test_distill_cache_reads_back_outputs_holding_a_zero_token(tmp_path, monkeypatch):
+    """A teacher output may hold id 0 before its EOS (an untrained or odd teacher): the cache
+    returns it whole, so its teacher-distribution cache (keyed on the outputs) still matches."""
+    outputs = [np.array([5, 0, 7, EOS], np.int32), np.array([9, EOS], np.int32),
+               np.array([3] * 8, np.int32)]  # the last hits max_length: EOS replaces its end
+    monkeypatch.setattr(training, "greedy_decode", lambda *a, **k: [o.copy() for o in outputs])
+    examples = [(np.array([4, EOS], np.int32), np.array([EOS], np.int32))] * 3
+    cache = str(tmp_path / "d.npz")
+    fresh = training.distill_targets(None, None, examples, 8, cache)
+    monkeypatch.setattr(training, "greedy_decode", lambda *a, **k: pytest.fail("decoded again"))
+    again = training.distill_targets(None, None, examples, 8, cache)
+    for (_, a), (_, b) in zip(fresh, again):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(again[0][1], [5, 0, 7, EOS])
+    np.testing.assert_array_equal(again[2][1], [3] * 7 + [EOS])

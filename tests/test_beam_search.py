@@ -1,0 +1,72 @@
+"""Speculative beam search (paper A.4) equals the target's own T5X-style beam search, token for
+token and score for score, on the bundled EN->DE pair; and it saves target calls."""
+
+import numpy as np
+import pytest
+
+from speculative import decoding, training
+from speculative.runs import mini
+
+MAX_LEN = 48
+
+
+@pytest.fixture(scope="module")
+def pair_and_inputs():
+    target, draft = mini.load(mini.MINI_TARGET), mini.load("mini_draft_10")
+    pairs = training.load_pairs(f"{training.MINI_DIR}/test.tsv")
+    return target, draft, pairs
+
+
+def _compare(target, draft, sources, beam_size, draft_beam, gamma=4):
+    inputs = training.Tokenizer().encode_sources(sources, MAX_LEN)
+    spec = decoding.speculative_beam_search(target, draft, inputs, beam_size=beam_size,
+                                            draft_beam=draft_beam, gamma=gamma,
+                                            max_decode_len=MAX_LEN)
+    # With forwards of the same shape the numbers are the same bit for bit ...
+    same_shape = decoding.beam_search(target, inputs, beam_size=beam_size,
+                                      max_decode_len=MAX_LEN,
+                                      rows=len(sources) * (beam_size + draft_beam))
+    np.testing.assert_array_equal(spec.sequences, same_shape.sequences)
+    np.testing.assert_array_equal(spec.scores, same_shape.scores)
+    assert spec.steps == same_shape.steps
+    # ... and the plain search's own shape changes the scores' last float32 bits only.
+    plain = decoding.beam_search(target, inputs, beam_size=beam_size, max_decode_len=MAX_LEN)
+    np.testing.assert_array_equal(spec.sequences, plain.sequences)
+    np.testing.assert_allclose(spec.scores, plain.scores, rtol=1e-5)
+    return plain, spec
+
+
+@pytest.mark.parametrize("beam_size,draft_beam", [(1, 2), (2, 4), (4, 8)])
+def test_speculative_beam_search_equals_target_beam_search(pair_and_inputs, beam_size,
+                                                           draft_beam):
+    target, draft, pairs = pair_and_inputs
+    plain, spec = _compare(target, draft, [s for s, _ in pairs[:4]], beam_size, draft_beam)
+    assert spec.target_calls < plain.target_calls  # the point of it
+    assert np.all(np.diff(spec.scores, axis=1) <= 0)  # best beam first
+    # Every returned best beam is a real translation: it ends with EOS within MAX_LEN.
+    assert all(decoding.EOS_ID in row for row in spec.sequences[:, 0])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("beam_size,draft_beam", [(1, 2), (2, 4), (4, 8)])
+def test_speculative_beam_search_equals_on_the_whole_test_split(pair_and_inputs, beam_size,
+                                                                draft_beam):
+    target, draft, pairs = pair_and_inputs
+    sources = [s for s, _ in pairs]
+    for start in range(0, len(sources), 64):
+        _compare(target, draft, sources[start:start + 64], beam_size, draft_beam)
+
+
+def test_beam_search_arguments_are_checked(pair_and_inputs):
+    target, draft, _ = pair_and_inputs
+    inputs = np.ones((1, 4), np.int32)
+    with pytest.raises(ValueError, match="draft_beam=1 must be >= beam_size=2"):
+        decoding.speculative_beam_search(target, draft, inputs, beam_size=2, draft_beam=1,
+                                         gamma=3, max_decode_len=8)
+    with pytest.raises(ValueError, match="beam_size=0"):
+        decoding.beam_search(target, inputs, beam_size=0, max_decode_len=8)
+    with pytest.raises(ValueError, match="gamma=0"):
+        decoding.speculative_beam_search(target, draft, inputs, beam_size=1, draft_beam=1,
+                                         gamma=0, max_decode_len=8)
+    with pytest.raises(ValueError, match="integer token ids"):
+        decoding.beam_search(target, inputs.astype(np.float32), beam_size=1, max_decode_len=8)
