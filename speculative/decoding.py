@@ -499,6 +499,7 @@ class _SpecState:
     done: Array  # [B]
     rng: Array
     stats: DecodeStats
+    budget: Array  # [B] drafts allowed next round (the +2/-1 schedule; gamma otherwise)
 
 
 def _draft(draft, s: _SpecState, rngs, sampling, gamma, confidence, active):
@@ -553,7 +554,7 @@ def _draft(draft, s: _SpecState, rngs, sampling, gamma, confidence, active):
             top = (jnp.max(jax.nn.softmax(jnp.asarray(logits[:, 0], jnp.float32)), axis=-1)
                    if sampling.greedy else jnp.max(qi, axis=-1))
             going = going & (top >= confidence)
-        going = going & sampling_lib.finite_rows(logits[:, 0])
+        going = going & sampling_lib.finite_rows(logits[:, 0]) & (i < s.budget)
         x = jax.lax.dynamic_update_slice_in_dim(x, xi[:, None], i, axis=1)
         q = jax.lax.dynamic_update_slice_in_dim(q, qi[:, None], i, axis=1)
         return i + 1, dstate, x, q, num + going.astype(jnp.int32), going
@@ -564,7 +565,8 @@ def _draft(draft, s: _SpecState, rngs, sampling, gamma, confidence, active):
 
 
 def _speculative_impl(target, draft, inputs, rng, *, gamma, sampling, max_decode_len,
-                      lenience=1.0, draft_confidence=0.0, debug=False):
+                      lenience=1.0, draft_confidence=0.0, gamma_schedule="constant",
+                      initial_gamma=None, debug=False):
     batch = inputs.shape[0]
     tstate = target.init(target.params, inputs, _cache_len(target, inputs, max_decode_len, gamma))
     dstate = draft.init(draft.params, inputs, _cache_len(draft, inputs, max_decode_len, gamma))
@@ -574,6 +576,7 @@ def _speculative_impl(target, draft, inputs, rng, *, gamma, sampling, max_decode
         lag=jnp.zeros((batch,), bool),
         tokens=jnp.zeros((batch, max_decode_len + gamma + 1), jnp.int32),
         num_generated=zeros, done=jnp.zeros((batch,), bool), rng=rng,
+        budget=jnp.full((batch,), gamma if initial_gamma is None else initial_gamma, jnp.int32),
         stats=DecodeStats(
             rounds=jnp.zeros((), jnp.int32), target_calls=zeros, draft_calls=zeros,
             drafted=zeros, accepted=zeros, generated=zeros,
@@ -644,14 +647,26 @@ def _speculative_impl(target, draft, inputs, rng, *, gamma, sampling, max_decode
             target_state=tstate, draft_state=dstate,
             last=jnp.where(advance, t, s.last), prev=jnp.where(advance, prev, s.prev),
             lag=jnp.where(advance, n > fed, s.lag), tokens=tokens,
-            num_generated=num_generated, done=done, rng=rng, stats=stats)
+            num_generated=num_generated, done=done, rng=rng, stats=stats,
+            budget=_next_budget(s.budget, n, num_drafted, gamma, gamma_schedule))
 
     s = (_python_while if debug else jax.lax.while_loop)(cond, body, init)
     return DecodeResult(tokens=s.tokens[:, :max_decode_len], lengths=s.num_generated,
                         stats=s.stats)
 
 
-_SPEC_STATIC = ("gamma", "sampling", "max_decode_len", "lenience", "draft_confidence", "debug")
+def _next_budget(budget, accepted, drafted, gamma, schedule):
+    """Drafts each row may propose next round. 'constant': gamma. 'heuristic' (HF's default
+    for assistant models): +2 after a round whose drafts were all accepted, -1 otherwise,
+    within [1, gamma]. It depends only on past rounds, so the output law is unchanged."""
+    if schedule == "constant":
+        return budget
+    all_accepted = (accepted >= drafted) & (drafted > 0)
+    return jnp.clip(jnp.where(all_accepted, budget + 2, budget - 1), 1, gamma)
+
+
+_SPEC_STATIC = ("gamma", "sampling", "max_decode_len", "lenience", "draft_confidence",
+                "gamma_schedule", "initial_gamma", "debug")
 _SPEC_JIT = jax.jit(_speculative_impl, static_argnames=_SPEC_STATIC)
 
 
@@ -666,6 +681,8 @@ def speculative_decode(
     max_decode_len: int,
     lenience: float = 1.0,
     draft_confidence: float = 0.0,
+    gamma_schedule: str = "constant",
+    initial_gamma: Optional[int] = None,
     debug: bool = False,
 ) -> DecodeResult:
     """Speculative decoding of `inputs [B, L_in]` (Algorithm 1), exact for `lenience=1`.
@@ -674,6 +691,12 @@ def speculative_decode(
     early when the draft's top probability for the next draft falls below it (dynamic gamma, as
     HF's `assistant_confidence_threshold`); the stopping rule sees only the draft, so the output
     stays exact. The draft loop exits when every row has stopped.
+
+    `gamma_schedule='heuristic'` adapts each row's drafts per round the way transformers does
+    by default for assistant models: start at `initial_gamma` (default `gamma`), +2 after a
+    round whose drafts were all accepted, -1 otherwise, within [1, gamma] (`gamma` is the
+    buffer); 'constant' always drafts `gamma`. Both rules look only at past rounds, so the
+    output stays exact.
 
     The output has the target's distribution under `sampling` (the same adjustment is applied to
     p and q); at temperature 0 it equals `autoregressive_decode` token for token. Rows accept
@@ -686,8 +709,17 @@ def speculative_decode(
     if not 0.0 <= draft_confidence <= 1.0:
         raise ValueError(f"draft_confidence={draft_confidence!r} must lie in [0, 1] (0 = always "
                          "draft gamma tokens).")
+    if gamma_schedule not in ("constant", "heuristic"):
+        raise ValueError(f"gamma_schedule={gamma_schedule!r} is invalid: 'constant' (always "
+                         "gamma drafts) or 'heuristic' (+2 / -1 per round, within [1, gamma]).")
+    if initial_gamma is not None and (isinstance(initial_gamma, bool) or not isinstance(
+            initial_gamma, (int, np.integer)) or not 1 <= initial_gamma <= gamma):
+        raise ValueError(f"initial_gamma={initial_gamma!r} is invalid: an int in [1, gamma="
+                         f"{gamma}] (or None = gamma).")
     kwargs = dict(gamma=int(gamma), sampling=sampling, max_decode_len=int(max_decode_len),
-                  lenience=float(lenience), draft_confidence=float(draft_confidence))
+                  lenience=float(lenience), draft_confidence=float(draft_confidence),
+                  gamma_schedule=gamma_schedule,
+                  initial_gamma=None if initial_gamma is None else int(initial_gamma))
     if debug:
         return _speculative_impl(target, draft, inputs, rng, debug=True, **kwargs)
     return _SPEC_JIT(target, draft, inputs, rng, **kwargs)

@@ -189,6 +189,42 @@ def test_joint_law_with_dynamic_gamma(joint_models):
     assert _joint_pvalue(samples, probs) > 1e-6
 
 
+def test_joint_law_with_the_heuristic_gamma_schedule(joint_models):
+    """transformers' +2 / -1 schedule (per row, from 1 draft up to gamma): the target's law."""
+    module, target, draft, enc = joint_models
+    cfg = JOINT_CONFIGS["t1"]
+    probs = _exact_joint(module, target.params, enc, cfg)
+    samples, stats = _sample_three(target, draft, enc, cfg, gamma=3, seed=11,
+                                   gamma_schedule="heuristic", initial_gamma=1)
+    drafted, rounds = int(jnp.sum(stats.drafted)), int(jnp.sum(stats.target_calls))
+    assert rounds <= drafted < 3 * rounds  # budgets of 1 (the start) and more after accepts
+    assert _joint_pvalue(samples, probs) > 1e-6
+
+
+def test_heuristic_schedule_greedy_identity_and_budget_rule(encdec):
+    target, draft = encdec
+    inputs = _prompts([7, 3, 5, 1], 7)
+    ar = decoding.autoregressive_decode(target, inputs, rng=jax.random.PRNGKey(0),
+                                        sampling=GREEDY, max_decode_len=16)
+    for d in (draft, target):
+        sp = decoding.speculative_decode(target, d, inputs, rng=jax.random.PRNGKey(0), gamma=6,
+                                         sampling=GREEDY, max_decode_len=16,
+                                         gamma_schedule="heuristic", initial_gamma=2)
+        np.testing.assert_array_equal(sp.tokens, ar.tokens)
+    # With the target as its own draft every draft is accepted: 2, 4, 6, 6, ... per round.
+    rounds = int(sp.stats.rounds)
+    assert int(sp.stats.drafted[0]) <= 2 + 4 + 6 * (rounds - 2)
+    got = decoding._next_budget(jnp.array([2, 2, 5, 1]), jnp.array([2, 1, 5, 0]),
+                                jnp.array([2, 2, 5, 1]), 6, "heuristic")
+    np.testing.assert_array_equal(got, [4, 1, 6, 1])  # +2, -1, capped at gamma, floor 1
+    with pytest.raises(ValueError, match="gamma_schedule='linear'"):
+        decoding.speculative_decode(target, draft, inputs, rng=jax.random.PRNGKey(0), gamma=3,
+                                    sampling=GREEDY, max_decode_len=4, gamma_schedule="linear")
+    with pytest.raises(ValueError, match="initial_gamma=7"):
+        decoding.speculative_decode(target, draft, inputs, rng=jax.random.PRNGKey(0), gamma=3,
+                                    sampling=GREEDY, max_decode_len=4, initial_gamma=7)
+
+
 _EXACT_KERNEL = sampling.speculative_sample
 
 
