@@ -146,8 +146,11 @@ def test_dynamic_gamma_rows_share_one_baseline():
     batches = mini.source_batches(6, 1, mini_results.INPUT_LENGTH)
     rows = mini_results.dynamic_gamma(target, draft, batches, GREEDY, 2, repeats=1, seed=0,
                                       draft_name="mini_draft_30")
-    assert [r["confidence"] for r in rows] == list(mini_results.DYNAMIC_CONFIDENCES)
+    assert [r["confidence"] for r in rows] == list(mini_results.DYNAMIC_CONFIDENCES) + ["+2/-1"]
     assert len({r["fixed_speedup"] for r in rows}) == 1  # one fixed-gamma program
+    *rows, heuristic = rows
+    assert 1.0 <= heuristic["drafted_per_round"] <= mini_results.DYNAMIC_MAX_GAMMA
+    assert heuristic["oracle_bound"] is None  # no costs given
     drafted = [r["drafted_per_round"] for r in rows]
     assert all(1.0 <= d <= mini_results.DYNAMIC_MAX_GAMMA for d in drafted)
     assert drafted == sorted(drafted, reverse=True) and drafted[0] > drafted[-1]

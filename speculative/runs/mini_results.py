@@ -55,6 +55,7 @@ MAX_DECODE_LEN = 48
 NUM_CALIBRATION = 12  # validation sentences on which the decode-loop cost model is fitted
 DYNAMIC_MAX_GAMMA = 6  # dynamic gamma: draft up to this many tokens ...
 DYNAMIC_CONFIDENCES = (0.3, 0.5, 0.7)  # ... while the draft's top probability is at least this
+HEURISTIC_START = 5  # transformers' +2/-1 schedule starts at its num_assistant_tokens = 5
 README_MARKER = "<!-- RESULTS -->"
 RESULT_DIRS = {mini.LARGE_TARGET: "results/large", mini.MINI_TARGET: "results/mini"}
 
@@ -103,13 +104,17 @@ def _row(run: Dict, **extra) -> Dict:
 
 
 def dynamic_gamma(target, draft, batches, sampling: SamplingConfig, fixed_gamma: int, *,
-                  repeats: int, seed: int, draft_name: str = "draft") -> List[Dict]:
-    """Baseline, speculative decoding with `fixed_gamma`, and dynamic gamma (up to
-    DYNAMIC_MAX_GAMMA drafts, each of DYNAMIC_CONFIDENCES), timed in one interleaved run; one
-    row per confidence, with both speedups over the same baseline."""
+                  repeats: int, seed: int, draft_name: str = "draft",
+                  costs: Optional[Dict] = None) -> List[Dict]:
+    """Baseline, speculative decoding with `fixed_gamma`, dynamic gamma (up to
+    DYNAMIC_MAX_GAMMA drafts, each of DYNAMIC_CONFIDENCES) and transformers' +2/-1 schedule
+    (from HEURISTIC_START, within [1, DYNAMIC_MAX_GAMMA]), timed in one interleaved run; one row
+    per schedule, with both speedups over the same baseline and the §3.5 oracle bound at the
+    fixed run's alpha (c and verify cost from `costs`, if given)."""
     programs = costs_lib.decode_programs(
         target, [draft] * len(batches), batches,
-        {"fixed": (fixed_gamma, 0.0), **{c: (DYNAMIC_MAX_GAMMA, c) for c in DYNAMIC_CONFIDENCES}},
+        {"fixed": (fixed_gamma, 0.0), **{c: (DYNAMIC_MAX_GAMMA, c) for c in DYNAMIC_CONFIDENCES},
+         "+2/-1": (DYNAMIC_MAX_GAMMA, 0.0, "heuristic", min(HEURISTIC_START, DYNAMIC_MAX_GAMMA))},
         sampling=sampling, max_decode_len=MAX_DECODE_LEN, seed=seed)
     _, times, outputs = costs_lib.interleaved(programs, repeats)
     base = float(np.median(times["baseline"]))
@@ -119,15 +124,21 @@ def dynamic_gamma(target, draft, batches, sampling: SamplingConfig, fixed_gamma:
         return (base / float(np.median(times[name])), stats["tokens_per_target_call"],
                 stats["drafted"] / stats["target_calls"], stats["alpha"])
 
-    fixed_speedup, fixed_tokens, _, _ = summary("fixed")
+    fixed_speedup, fixed_tokens, _, fixed_alpha = summary("fixed")
+    oracle = None
+    if costs is not None:  # verify cost of k + 1 tokens: the nearest measured gamma's
+        measured = {int(g): v for g, v in costs["verify_cost"].items()}
+        oracle = float(theory.oracle_dynamic_gamma_speedup(
+            fixed_alpha, costs["c"],
+            verify_cost=lambda k: measured[min(measured, key=lambda g: abs(g - k))]))
     rows = []
-    for c in DYNAMIC_CONFIDENCES:
+    for c in list(DYNAMIC_CONFIDENCES) + ["+2/-1"]:
         speedup, tokens, drafted, alpha = summary(c)
         rows.append({"draft": draft_name, "temperature": sampling.temperature,
                      "max_gamma": DYNAMIC_MAX_GAMMA, "confidence": c, "speedup": speedup, "alpha": alpha,
                      "tokens_per_target_call": tokens, "drafted_per_round": drafted,
                      "fixed_gamma": fixed_gamma, "fixed_speedup": fixed_speedup,
-                     "fixed_tokens_per_target_call": fixed_tokens})
+                     "fixed_tokens_per_target_call": fixed_tokens, "oracle_bound": oracle})
     return rows
 
 
@@ -203,7 +214,8 @@ def run(output_dir: Optional[str] = None, num_alpha_tokens: int = 10_000,
     for t in TEMPERATURES if dynamic else ():
         fixed = next(r for r in table2 if r["draft"] == best and r["temperature"] == t)
         rows = dynamic_gamma(target, drafts[best], bench_batches, SamplingConfig(t),
-                             fixed["gamma"], repeats=repeats, seed=seed, draft_name=best)
+                             fixed["gamma"], repeats=repeats, seed=seed, draft_name=best,
+                             costs=costs[best])
         for r in rows:
             print("dynamic", t, r["confidence"], round(r["speedup"], 2),
                   round(r["fixed_speedup"], 2), flush=True)
@@ -223,9 +235,16 @@ def _objective(entry: Dict) -> str:
     """How a bundled T5 draft was trained, from its card entry."""
     objective = entry.get("train_config", {}).get("objective", "ce")
     if objective == "ce":
-        return "target's greedy tokens (CE)" if entry.get("distilled") else "references (CE)"
-    return {"kl": "target's distributions (KL)", "tv": "acceptance, 1 - Σ min(p, q) (TV)"}[
-        objective]
+        text = "target's greedy tokens (CE)" if entry.get("distilled") else "references (CE)"
+    else:
+        text = {"kl": "target's distributions (KL)",
+                "tv": "acceptance, 1 - Σ min(p, q) (TV)"}[objective]
+    sources = entry.get("distill_sources")
+    if sources:
+        text += f", + {sources['pairs'] / 1000:.0f}k unseen sources"
+    if entry.get("init_checkpoint"):
+        text += f", from {entry['init_checkpoint']}"
+    return text
 
 
 def _write_tables(results: Dict, output_dir: str) -> None:
@@ -281,11 +300,14 @@ def _write_tables(results: Dict, output_dir: str) -> None:
     if results.get("dynamic"):
         tables["dynamic_gamma.md"] = _markdown(
             ["M_q", "Temp", "fixed γ", "speed (fixed)", "tokens/call (fixed)", "γ max",
-             "confidence", "drafts/round", "tokens/call", "speed (dynamic)"],
+             "schedule", "drafts/round", "tokens/call", "speed (dynamic)", "oracle bound"],
             [[r["draft"], int(r["temperature"]), r["fixed_gamma"], f"{r['fixed_speedup']:.2f}X",
-              f"{r['fixed_tokens_per_target_call']:.2f}", r["max_gamma"], r["confidence"],
+              f"{r['fixed_tokens_per_target_call']:.2f}", r["max_gamma"],
+              r["confidence"] if r["confidence"] == "+2/-1" else f"confidence {r['confidence']}",
               f"{r['drafted_per_round']:.2f}", f"{r['tokens_per_target_call']:.2f}",
-              f"{r['speedup']:.2f}X"] for r in results["dynamic"]])
+              f"{r['speedup']:.2f}X",
+              f"{r['oracle_bound']:.2f}X" if r.get("oracle_bound") else "-"]
+             for r in results["dynamic"]])
     for name, text in tables.items():
         files.write_atomic(os.path.join(output_dir, name), text)
 
@@ -399,8 +421,11 @@ def _pair_section(results: Dict, output_dir: str) -> List[str]:
             f"Dynamic γ (beyond the paper; `speculative_decode(draft_confidence=...)`): "
             f"{dynamic[0]['draft']} drafts up to {gmax} tokens and a row stops drafting when the "
             "draft's top probability falls below the threshold (the rule sees only the draft, so "
-            "the output stays exact); the baseline, the fixed γ and three thresholds timed in one "
-            "interleaved run:",
+            "the output stays exact); transformers' default schedule (+2 drafts after a round "
+            "whose drafts were all accepted, -1 otherwise, per row, "
+            "`speculative_decode(gamma_schedule='heuristic')`) beside them; the baseline, the "
+            "fixed γ and the schedules timed in one interleaved run, with the §3.5 oracle bound "
+            "(`theory.oracle_dynamic_gamma_speedup`) at the fixed run's α and the measured costs:",
             "",
             table("dynamic_gamma.md"),
             "",
