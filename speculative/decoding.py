@@ -728,4 +728,4 @@ def speculative_decode(
 # Beam search (T5X's, and the exact speculative variant of the paper's appendix A.4) lives in
 # speculative/beam_search.py; these names are part of the decoding API.
 from speculative.beam_search import (  # noqa: E402  pylint: disable=g-import-not-at-top,wrong-import-position
-    BeamSearchResult, beam_search, speculative_beam_search)
+    BeamSearchResult, beam_search, speculative_beam_search)  # noqa: F401

@@ -144,13 +144,16 @@ def test_dynamic_gamma_rows_share_one_baseline():
     higher confidence threshold drafts fewer tokens per round (at temperature 0, deterministic)."""
     target, draft = mini.load(mini.TARGET), mini.load("mini_draft_30")
     batches = mini.source_batches(6, 1, mini_results.INPUT_LENGTH)
+    costs = {"c": 0.1, "verify_cost": {2: 1.5, mini_results.DYNAMIC_MAX_GAMMA: 2.0}}
     rows = mini_results.dynamic_gamma(target, draft, batches, GREEDY, 2, repeats=1, seed=0,
-                                      draft_name="mini_draft_30")
+                                      draft_name="mini_draft_30", costs=costs)
     assert [r["confidence"] for r in rows] == list(mini_results.DYNAMIC_CONFIDENCES) + ["+2/-1"]
     assert len({r["fixed_speedup"] for r in rows}) == 1  # one fixed-gamma program
     *rows, heuristic = rows
     assert 1.0 <= heuristic["drafted_per_round"] <= mini_results.DYNAMIC_MAX_GAMMA
-    assert heuristic["oracle_bound"] is None  # no costs given
+    # The section 3.5 bound at the fixed run's alpha and these costs, on every row.
+    assert len({r["oracle_bound"] for r in rows + [heuristic]}) == 1
+    assert heuristic["oracle_bound"] > 0
     drafted = [r["drafted_per_round"] for r in rows]
     assert all(1.0 <= d <= mini_results.DYNAMIC_MAX_GAMMA for d in drafted)
     assert drafted == sorted(drafted, reverse=True) and drafted[0] > drafted[-1]

@@ -44,7 +44,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import jax
 import numpy as np
 
-from speculative import decoding, files
+from speculative import decoding, files, theory
 from speculative.runs import alpha as alpha_lib
 from speculative.runs import benchmark, costs as costs_lib, mini, plots
 from speculative.sampling import SamplingConfig
@@ -426,11 +426,14 @@ def _pair_section(results: Dict, output_dir: str) -> List[str]:
             f"Dynamic γ (beyond the paper; `speculative_decode(draft_confidence=...)`): "
             f"{dynamic[0]['draft']} drafts up to {gmax} tokens and a row stops drafting when the "
             "draft's top probability falls below the threshold (the rule sees only the draft, so "
-            "the output stays exact); transformers' default schedule (+2 drafts after a round "
-            "whose drafts were all accepted, -1 otherwise, per row, "
-            "`speculative_decode(gamma_schedule='heuristic')`) beside them; the baseline, the "
-            "fixed γ and the schedules timed in one interleaved run, with the §3.5 oracle bound "
-            "(`theory.oracle_dynamic_gamma_speedup`) at the fixed run's α and the measured costs:",
+            "the output stays exact)"
+            + ("; transformers' default schedule (+2 drafts after a round whose drafts were all "
+               "accepted, -1 otherwise, per row, `speculative_decode(gamma_schedule="
+               "'heuristic')`) beside them; the baseline, the fixed γ and the schedules timed in "
+               "one interleaved run, with the §3.5 oracle bound "
+               "(`theory.oracle_dynamic_gamma_speedup`) at the fixed run's α and the measured "
+               "costs:" if any(r["confidence"] == "+2/-1" for r in dynamic) else
+               "; the baseline, the fixed γ and three thresholds timed in one interleaved run:"),
             "",
             table("dynamic_gamma.md"),
             "",
