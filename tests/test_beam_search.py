@@ -36,7 +36,8 @@ def _compare(target, draft, sources, beam_size, draft_beam, gamma=4):
     return plain, spec
 
 
-@pytest.mark.parametrize("beam_size,draft_beam", [(1, 2), (2, 4), (4, 8)])
+@pytest.mark.parametrize("beam_size,draft_beam", [
+    (1, 2), (2, 4), pytest.param(4, 8, marks=pytest.mark.slow)])  # w = 4: ~20 s
 def test_speculative_beam_search_equals_target_beam_search(pair_and_inputs, beam_size,
                                                            draft_beam):
     target, draft, pairs = pair_and_inputs

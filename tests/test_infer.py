@@ -340,6 +340,9 @@ def dump(obj, f, **kw):  # a real SIGINT to this process while metrics.json is h
 
 
 json.dump = dump
+# As in a terminal: Ctrl-C raises KeyboardInterrupt (a shell's background job would otherwise
+# start this process with SIGINT ignored).
+signal.signal(signal.SIGINT, signal.default_int_handler)
 sys.argv = sys.argv[1:]
 runpy.run_path(sys.argv[0], run_name="__main__")
 '''

@@ -10,6 +10,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from speculative.runs import config as config_lib
 
 SCRIPT = textwrap.dedent(r"""
@@ -163,6 +165,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow  # three processes start jax and compile: ~30 s
 def test_two_processes_split_a_batch_and_write_what_one_process_writes(tmp_path):
     """scripts/infer.py as a 2-process job on localhost (jax.distributed, gloo collectives, 2
     CPU devices each, a 2x2 mesh: each process holds one row of every batch) writes, from
