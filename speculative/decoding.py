@@ -46,6 +46,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
+from speculative import partitioning
 from speculative import sampling as sampling_lib
 from speculative.models import t5
 
@@ -86,11 +87,7 @@ class _T5Model:
         return self.module.config.vocab_size
 
     def _pin(self, state):
-        if self.mesh is None:
-            return state
-        from speculative import partitioning  # pylint: disable=g-import-not-at-top
-
-        return partitioning.constrain_state(state, self.mesh)
+        return state if self.mesh is None else partitioning.constrain_state(state, self.mesh)
 
     def init(self, params, inputs, max_len):
         return self._pin(self.module.apply({"params": params}, inputs, max_len,

@@ -141,13 +141,11 @@ def param_shardings(module: nn.Module, mesh: Mesh, rules: Optional[LogicalRules]
     """`NamedSharding` of every parameter of `module` on `mesh` (`fit_spec` for dimensions the
     mesh does not divide), computed from shapes alone: what `checkpoints.load_params` needs to
     read a checkpoint straight into its layout."""
-    specs = param_partition_specs(module, rules)
-    flat_specs = {path: spec for path, spec in jax.tree_util.tree_flatten_with_path(
-        specs, is_leaf=lambda x: isinstance(x, PartitionSpec))[0]}
     return jax.tree_util.tree_map_with_path(
-        lambda path, x: NamedSharding(mesh, fit_spec(
-            flat_specs[path], x.shape, mesh, "/".join(str(getattr(k, "key", k)) for k in path),
-            strict)), t5.param_shapes(module))
+        lambda path, spec, x: NamedSharding(mesh, fit_spec(
+            spec, x.shape, mesh, "/".join(str(getattr(k, "key", k)) for k in path), strict)),
+        param_partition_specs(module, rules), t5.param_shapes(module),
+        is_leaf=lambda x: isinstance(x, PartitionSpec))
 
 
 def shard_params(params: Any, module: nn.Module, mesh: Mesh,

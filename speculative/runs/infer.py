@@ -160,8 +160,6 @@ class InferSettings:
         """The ('data', 'model') mesh of MESH_SHAPE, or None (one device)."""
         if self.mesh_shape is None:
             return None
-        from speculative import partitioning  # pylint: disable=g-import-not-at-top
-
         try:
             return partitioning.make_mesh(mesh_shape=self.mesh_shape)
         except ValueError as e:
