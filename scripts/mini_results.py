@@ -9,9 +9,12 @@ two predictions beside each measured speedup (Theorem 3.8, and the decode-loop c
 gamma for the best draft (speedup_vs_gamma.png). About 25 minutes for large_target and 8 for
 mini_target on 2 CPU cores; run it with nothing else busy on the machine. With --readme, the
 README's results section is rewritten from the results files of every bundled target.
+An earlier results.json is replaced only with --overwrite. Every finished stage (alpha, costs,
+Table 2, the gamma sweep, dynamic gamma) is saved in results.partial.json as it ends, and
+--resume continues a run that crashed or was stopped.
 
 Example:
-  python scripts/mini_results.py --readme=README.md
+  python scripts/mini_results.py --readme=README.md --overwrite
   python scripts/mini_results.py --targets=mini_target --output_dir=/tmp/quick \
       --num_alpha_tokens=1000 --repeats=2
 """
@@ -30,6 +33,9 @@ _TOKENS = flags.DEFINE_integer("num_alpha_tokens", 10_000, "Tokens per alpha mea
 _SENTENCES = flags.DEFINE_integer("num_sentences", 24, "Test sentences timed at batch 1.")
 _REPEATS = flags.DEFINE_integer("repeats", 15, "Interleaved timing repeats (medians reported).")
 _DYNAMIC = flags.DEFINE_bool("dynamic", True, "Also time dynamic gamma (draft_confidence).")
+_OVERWRITE = flags.DEFINE_bool("overwrite", False, "Replace the results.json of an earlier run.")
+_RESUME = flags.DEFINE_bool("resume", False, "Continue a stopped run from the stages it saved in "
+                            "results.partial.json (same settings).")
 _README = flags.DEFINE_string("readme", None, "README to rewrite from the <!-- RESULTS --> marker "
                               "to the next section (None = leave it alone).")
 
@@ -49,7 +55,8 @@ def main(argv):
     for target in targets:
         mini_results.run(output_dir=_OUT.value, num_alpha_tokens=_TOKENS.value,
                          num_sentences=_SENTENCES.value, repeats=_REPEATS.value,
-                         target_name=target, dynamic=_DYNAMIC.value)
+                         target_name=target, dynamic=_DYNAMIC.value,
+                         overwrite=_OVERWRITE.value, resume=_RESUME.value)
     if _README.value:
         pairs = [(mini_results.load_results(mini_results.RESULT_DIRS[t]),
                   mini_results.RESULT_DIRS[t]) for t in mini.targets()

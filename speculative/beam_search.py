@@ -56,7 +56,8 @@ class BeamSearchResult:
     """`sequences [B, w, N]` int32 (best beam first, 0 after EOS), `scores [B, w]` (the
     length-penalised log-probability of finished beams; the log-probability of alive beams
     for a row where none finished), `target_calls` (target forwards of the whole batch) and
-    `steps` (beam-search steps taken)."""
+    `steps` (beam-search steps taken, summed over rows); `row_steps [B]` per row: the target
+    alone makes `max(row_steps)` forwards for the batch."""
 
     sequences: np.ndarray
     scores: np.ndarray
@@ -64,6 +65,7 @@ class BeamSearchResult:
     steps: int
     rounds: int = 0
     draft_calls: int = 0
+    row_steps: Optional[np.ndarray] = None
 
 
 def brevity_penalty(alpha: float, length: int) -> float:
@@ -115,6 +117,7 @@ class _Row:
     finished: List[List[int]]
     finished_scores: np.ndarray  # [w] length-penalised (NEG_INF = empty)
     done: bool = False
+    steps: int = 0
 
 
 def _new_row(w: int) -> _Row:
@@ -127,6 +130,11 @@ def _new_row(w: int) -> _Row:
 def _step(row: _Row, log_probs: np.ndarray, step: int, w: int, alpha: float,
           max_decode_len: int) -> None:
     """One T5X beam-search step of `row` from `log_probs [w, V]` of its alive beams."""
+    if not np.isfinite(log_probs).all():  # a NaN must never become a kept token
+        raise FloatingPointError(
+            f"beam search step {step}: the target's log-probabilities are NaN or infinite; "
+            "check the checkpoint for NaN/inf parameters.")
+    row.steps += 1
     vocab = log_probs.shape[-1]
     candidates = (row.alive_scores[:, None] + log_probs).reshape(-1)  # [w * V]
     top = np.argsort(-candidates, kind="stable")[:2 * w]
@@ -165,7 +173,8 @@ def _result(rows: List[_Row], max_decode_len: int, target_calls: int, steps: int
         for k, seq in enumerate(seqs):
             sequences[b, k, :len(seq)] = seq
         scores[b] = sc
-    return BeamSearchResult(sequences, scores, target_calls, steps, rounds, draft_calls)
+    return BeamSearchResult(sequences, scores, target_calls, steps, rounds, draft_calls,
+                            np.asarray([row.steps for row in rows], np.int64))
 
 
 def _check(inputs, beam_size: int, max_decode_len: int, length_penalty: float) -> np.ndarray:

@@ -71,3 +71,20 @@ def test_beam_search_arguments_are_checked(pair_and_inputs):
                                          gamma=0, max_decode_len=8)
     with pytest.raises(ValueError, match="integer token ids"):
         decoding.beam_search(target, inputs.astype(np.float32), beam_size=1, max_decode_len=8)
+
+
+def test_non_finite_target_distribution_never_becomes_a_beam(pair_and_inputs):
+    """A NaN in the target's parameters stops the search with an error naming it, instead of
+    ranking NaN scores into kept beams."""
+    import jax  # pylint: disable=g-import-not-at-top
+
+    target, draft, _ = pair_and_inputs
+    broken = decoding.EncoderDecoderModel(
+        target.module, jax.tree_util.tree_map(lambda x: x * np.nan, target.params))
+    inputs = np.asarray([[5, 6, 7, decoding.EOS_ID]], np.int32)
+    for search in (lambda: decoding.beam_search(broken, inputs, beam_size=2, max_decode_len=4),
+                   lambda: decoding.speculative_beam_search(
+                       broken, draft, inputs, beam_size=2, draft_beam=2, gamma=2,
+                       max_decode_len=4)):
+        with pytest.raises(FloatingPointError, match="NaN or infinite"):
+            search()

@@ -362,3 +362,43 @@ def test_sigint_during_the_write_of_a_real_process_leaves_the_earlier_run(tiny_g
     assert proc.returncode != 0 and "KeyboardInterrupt" in proc.stderr, proc.stderr[-3000:]
     assert {name: (out / name).read_text() for name in os.listdir(out)} == before
     assert os.listdir(tmp_path) == ["run"]  # the staging directory was removed
+
+
+def test_infer_beam_search_speculative_equals_the_targets_own(tiny_gin, tmp_path):
+    """BEAM_SIZE: speculative beam search through scripts/infer.py's run gives the target's own
+    beam search (same beams, scores to float32 round-off) in no more target forwards."""
+    runs = {}
+    for speculative in (True, False):
+        gin.clear_config()
+        out = tmp_path / str(speculative)
+        config_lib.parse_gin([INFER_GIN, tiny_gin], _bindings(
+            out, SPECULATIVE=str(speculative), BEAM_SIZE="2", DRAFT_BEAM="3", NUM_EXAMPLES="2")
+            + ["infer.infer.progress = False"])
+        runs[speculative] = (infer.infer(), _read_jsonl(out / "predictions.jsonl"))
+    (spec, spec_rows), (base, base_rows) = runs[True], runs[False]
+    assert spec.metrics["mode"] == "speculative_beam_search"
+    assert base.metrics["mode"] == "beam_search"
+    assert [r["prediction_tokens"] for r in spec_rows] == [r["prediction_tokens"] for r in base_rows]
+    for s, b in zip(spec_rows, base_rows):
+        assert len(s["beams"]) == 2 and s["score"] == s["beams"][0]["score"]
+        assert [x["prediction"] for x in s["beams"]] == [x["prediction"] for x in b["beams"]]
+        assert [x["score"] for x in s["beams"]] == pytest.approx(
+            [x["score"] for x in b["beams"]], rel=1e-5)
+    d, db = spec.metrics["decoding"], base.metrics["decoding"]
+    assert db["target_calls"] == db["target_alone_forwards"] and db["target_calls_saved"] == 0
+    assert d["target_alone_forwards"] == db["target_calls"]
+    assert 1 <= d["target_calls"] <= d["target_alone_forwards"]
+    assert d["target_calls_saved"] == pytest.approx(1 - d["target_calls"] / db["target_calls"])
+    assert d["draft_calls"] > 0 and d["generated_tokens"] == db["generated_tokens"]
+
+
+@pytest.mark.parametrize("macros, match", [
+    (dict(BEAM_SIZE="2", TEMPERATURE="1.0"), "TEMPERATURE=1.0"),
+    (dict(BEAM_SIZE="0"), "BEAM_SIZE=0"),
+    (dict(BEAM_SIZE="3", DRAFT_BEAM="2"), "DRAFT_BEAM=2"),
+    (dict(BEAM_SIZE="2", LENGTH_PENALTY="'0.6'"), "LENGTH_PENALTY='0.6'"),
+])
+def test_infer_beam_settings_are_checked_first(tiny_gin, macros, match):
+    config_lib.parse_gin([INFER_GIN, tiny_gin], _bindings(None, **macros))
+    with pytest.raises(ValueError, match=match):
+        infer.infer(dry_run=True)

@@ -81,6 +81,24 @@ def _written():
             if os.path.exists(os.path.join(REPO, mini_results.RESULT_DIRS[t], "results.json"))]
 
 
+def test_results_stages_resume_and_refuse_to_overwrite(tmp_path):
+    """Each finished stage is on disk at once; a resumed run takes it from there (same settings
+    only), and a finished run's results.json is replaced only when asked."""
+    settings = {"target": "t", "repeats": 3, "environment": {"time": "then"}}
+    stages = mini_results._Stages(str(tmp_path), settings, resume=False)
+    stages.done("table3", {"d": {"0.0": {"alpha": float("nan")}}})
+    resumed = mini_results._Stages(str(tmp_path), {**settings, "environment": {"time": "now"}},
+                                   resume=True)
+    assert "table3" in resumed and "costs" not in resumed
+    assert resumed["table3"] == {"d": {"0.0": {"alpha": None}}}  # strict JSON on disk
+    assert "table3" not in mini_results._Stages(str(tmp_path), settings, resume=False)
+    with pytest.raises(ValueError, match="other settings"):
+        mini_results._Stages(str(tmp_path), {**settings, "repeats": 4}, resume=True)
+    (tmp_path / "results.json").write_text("{}")
+    with pytest.raises(FileExistsError, match="overwrite"):
+        mini_results.run(output_dir=str(tmp_path), target_name=mini.TARGET)
+
+
 @pytest.mark.skipif(not os.path.exists(os.path.join(RESULTS, "results.json")),
                     reason="results/mini not written yet")
 def test_readme_shows_the_results_files(monkeypatch):

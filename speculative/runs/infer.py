@@ -107,6 +107,9 @@ class InferSettings:
     overwrite: bool = False
     mesh_shape: Optional[Tuple[int, int]] = None
     draft_partitioned: bool = False
+    beam_size: Optional[int] = None
+    draft_beam: Optional[int] = None
+    length_penalty: float = 0.6
 
     def __post_init__(self):
         def fail(name, value, fix):
@@ -149,12 +152,35 @@ class InferSettings:
             fail("NUM_EXAMPLES", self.num_examples, "use an int >= 1, or None for the whole split.")
         if not isinstance(self.sampling, sampling_lib.SamplingConfig):
             fail("sampling", self.sampling, "bind a @sampling.SamplingConfig().")
+        if self.beam_size is not None:
+            self._check_beam(fail)
         if self.mesh_shape is not None:
             data = self.make_mesh().shape["data"]  # raises for a shape the devices cannot hold
             if self.batch_size % data:
                 fail("BATCH_SIZE", self.batch_size,
                      f"MESH_SHAPE={tuple(self.mesh_shape)} splits each batch over {data} data "
                      f"shards; use a multiple of {data}.")
+
+    def _check_beam(self, fail) -> None:
+        def positive(value):
+            return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+        if not positive(self.beam_size):
+            fail("BEAM_SIZE", self.beam_size, "use an int >= 1 (None decodes without beams).")
+        if self.sampling.temperature != 0:
+            fail("TEMPERATURE", self.sampling.temperature,
+                 f"beam search (BEAM_SIZE={self.beam_size}) is deterministic: use 0.")
+        if self.mesh_shape is not None:
+            fail("MESH_SHAPE", self.mesh_shape, "beam search runs on one device (host-driven); "
+                 "use MESH_SHAPE = None with BEAM_SIZE.")
+        if self.speculative and self.draft_beam is not None and not (
+                positive(self.draft_beam) and self.draft_beam >= self.beam_size):
+            fail("DRAFT_BEAM", self.draft_beam,
+                 f"the draft proposes at least BEAM_SIZE={self.beam_size} beams: use an int "
+                 f">= {self.beam_size} (None = BEAM_SIZE).")
+        if not isinstance(self.length_penalty, (int, float)) or not math.isfinite(
+                self.length_penalty):
+            fail("LENGTH_PENALTY", self.length_penalty, "use a finite float (T5X's 0.6).")
 
     def make_mesh(self):
         """The ('data', 'model') mesh of MESH_SHAPE, or None (one device)."""
@@ -175,6 +201,8 @@ class InferSettings:
 
     @property
     def mode(self) -> str:
+        if self.beam_size is not None:
+            return "speculative_beam_search" if self.speculative else "beam_search"
         return "speculative" if self.speculative else "autoregressive"
 
     def to_json(self) -> Dict[str, Any]:
@@ -301,8 +329,10 @@ def load_models(settings: InferSettings) -> Tuple[decoding.DecodeModel, Optional
     return target, draft
 
 
-def decode_batch(settings: InferSettings, target, draft, inputs: np.ndarray,
-                 rng) -> decoding.DecodeResult:
+def decode_batch(settings: InferSettings, target, draft, inputs: np.ndarray, rng):
+    """A `decoding.DecodeResult`, or with BEAM_SIZE a `decoding.BeamSearchResult`."""
+    if settings.beam_size is not None:
+        return _beam_batch(settings, target, draft, inputs)
     mesh = getattr(target, "mesh", None)
     if mesh is not None:  # rows split over the mesh's 'data' axis
         inputs = partitioning.shard_batch(inputs, mesh)
@@ -317,10 +347,21 @@ def decode_batch(settings: InferSettings, target, draft, inputs: np.ndarray,
         max_decode_len=settings.max_decode_len)
 
 
-def _gathered(result: decoding.DecodeResult) -> decoding.DecodeResult:
+def _beam_batch(settings: InferSettings, target, draft,
+                inputs: np.ndarray) -> decoding.BeamSearchResult:
+    kw = dict(beam_size=settings.beam_size, max_decode_len=settings.max_decode_len,
+              length_penalty=settings.length_penalty)
+    if not settings.speculative:
+        return decoding.beam_search(target, inputs, **kw)
+    return decoding.speculative_beam_search(
+        target, draft, inputs, draft_beam=settings.draft_beam or settings.beam_size,
+        gamma=settings.gamma, **kw)
+
+
+def _gathered(result):
     """The whole batch's result on this host: in a multi-process job the rows live on several
     hosts' devices and are all-gathered; otherwise the result as it is."""
-    if jax.process_count() == 1:
+    if jax.process_count() == 1 or isinstance(result, decoding.BeamSearchResult):
         return result
     from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
 
@@ -392,6 +433,59 @@ def _summary(stats: List[decoding.DecodeStats], rows: List[int]) -> Dict[str, An
     }
 
 
+def _best_beam(tokens: np.ndarray) -> List[int]:
+    """A beam's tokens up to and including its EOS (all of them if it has none)."""
+    ids = tokens.tolist()
+    return ids[:ids.index(decoding.EOS_ID) + 1] if decoding.EOS_ID in ids else ids
+
+
+def _beam_records(examples, result: decoding.BeamSearchResult, vocabulary,
+                  max_decode_len) -> List[Dict[str, Any]]:
+    """One record per example: the best beam as the prediction, every beam with its score.
+    Target calls are the batch's (a beam-search forward serves all its rows at once)."""
+    records = []
+    for row, ex in enumerate(examples):
+        beams = [_best_beam(result.sequences[row, k]) for k in range(result.sequences.shape[1])]
+        ids = beams[0]
+        ended = bool(ids and ids[-1] == decoding.EOS_ID)
+        records.append({
+            "index": ex.index,
+            "inputs": ex.inputs_text,
+            "targets": ex.targets_text,
+            "prediction": vocabulary.decode(ids),
+            "prediction_tokens": ids,
+            "score": _nan_to_none(float(result.scores[row, 0])),
+            "beams": [{"prediction": vocabulary.decode(b), "score": _nan_to_none(float(s))}
+                      for b, s in zip(beams, result.scores[row])],
+            "input_length": ex.input_length,
+            "input_truncated": ex.truncated,
+            "ended_with_eos": ended,
+            "hit_max_decode_len": bool(len(ids) >= max_decode_len and not ended),
+            "generated": len(ids),
+        })
+    return records
+
+
+def _beam_summary(results: List[decoding.BeamSearchResult], rows: List[int]) -> Dict[str, Any]:
+    """Target forwards, against the forwards of the target's own beam search on the same
+    batches (one per step of a batch's longest search: `max(row_steps)`); the speculative
+    search makes one per round, and `target_calls_saved` is the fraction it saved."""
+    calls = sum(r.target_calls for r in results)
+    alone = sum(int(np.max(r.row_steps[:n])) for r, n in zip(results, rows))
+    generated = sum(len(_best_beam(r.sequences[b, 0])) for r, n in zip(results, rows)
+                    for b in range(n))
+    return {
+        "generated_tokens": generated,
+        "mean_generated": generated / sum(rows),
+        "target_calls": calls,
+        "target_forwards": calls,
+        "target_alone_forwards": alone,
+        "target_calls_saved": 1.0 - calls / alone if alone else None,
+        "rounds": sum(r.rounds for r in results),
+        "draft_calls": sum(r.draft_calls for r in results),
+    }
+
+
 def _task_metrics(task, records) -> Dict[str, float]:
     targets = [r["targets"] for r in records]
     predictions = [r["prediction"] for r in records]
@@ -429,8 +523,11 @@ def run(settings: InferSettings, models: Optional[Tuple[Any, Any]] = None,
     first = _gathered(jax.block_until_ready(decode_batch(
         settings, target, draft, all_batches[0][0], jax.random.fold_in(key, 0))))
     compile_seconds = time.perf_counter() - start
-    # Broken (NaN/inf) parameters show on the first batch: stop before the long work.
-    first.stats.check_finite(f"{settings.mode} decoding, first batch")
+    # Broken (NaN/inf) parameters show on the first batch: stop before the long work (beam
+    # search raises on a non-finite distribution itself).
+    beams = settings.beam_size is not None
+    if not beams:
+        first.stats.check_finite(f"{settings.mode} decoding, first batch")
 
     from tqdm import tqdm  # pylint: disable=g-import-not-at-top
 
@@ -443,13 +540,18 @@ def run(settings: InferSettings, models: Optional[Tuple[Any, Any]] = None,
         result = _gathered(jax.block_until_ready(
             decode_batch(settings, target, draft, inputs, jax.random.fold_in(key, i))))
         decode_seconds += time.perf_counter() - start
-        result.stats.check_finite(f"{settings.mode} decoding, batch {i}")  # no text from NaN
-        batch_stats.append(result.stats)
-        records += _row_records(examples[offset:offset + num_real], result, vocabulary,
-                                settings.max_decode_len)
+        if beams:
+            batch_stats.append(result)
+            records += _beam_records(examples[offset:offset + num_real], result, vocabulary,
+                                     settings.max_decode_len)
+        else:
+            result.stats.check_finite(f"{settings.mode} decoding, batch {i}")  # no text from NaN
+            batch_stats.append(result.stats)
+            records += _row_records(examples[offset:offset + num_real], result, vocabulary,
+                                    settings.max_decode_len)
         offset += num_real
 
-    summary = _summary(batch_stats, [n for _, n in all_batches])
+    summary = (_beam_summary if beams else _summary)(batch_stats, [n for _, n in all_batches])
     metrics = {
         "task": task.name,
         "split": settings.split,
@@ -478,8 +580,8 @@ def run(settings: InferSettings, models: Optional[Tuple[Any, Any]] = None,
     if settings.output_dir and config_lib.is_writer():  # multi-process: process 0 writes
         files = write_outputs(settings.output_dir, records, metrics)
     logging.info("%s: %d examples, %s, alpha %s, %.2f tokens/target call, %.1f tokens/s",
-                 settings.mode, len(records), metrics["metrics"], summary["alpha"],
-                 summary["tokens_per_target_call"] or 0.0,
+                 settings.mode, len(records), metrics["metrics"], summary.get("alpha"),
+                 summary.get("tokens_per_target_call") or 0.0,
                  metrics["timing"]["tokens_per_second"] or 0.0)
     return InferResult(settings=settings, metrics=metrics, records=records, output_files=files)
 
@@ -554,6 +656,9 @@ def infer(
     overwrite: bool = False,
     mesh_shape: Optional[Tuple[int, int]] = None,
     draft_partitioned: bool = False,
+    beam_size: Optional[int] = None,
+    draft_beam: Optional[int] = None,
+    length_penalty: float = 0.6,
     dry_run: bool = False,
 ):
     """Speculative (or baseline) inference over a seqio task; see the module docstring.
@@ -584,6 +689,12 @@ def infer(
         T5X's standard rules, KV caches batch over 'data' and heads over 'model', and each
         batch's rows split over 'data'; None decodes on one device.
       draft_partitioned: shard the draft like the target (default: replicated, batch split).
+      beam_size: T5X-style beam search of this width instead of sampling (gin: BEAM_SIZE;
+        TEMPERATURE must be 0). Speculative: `decoding.speculative_beam_search` (paper A.4),
+        whose output equals the target's own `decoding.beam_search`; gamma steps per round.
+      draft_beam: beams the draft proposes per round (gin: DRAFT_BEAM; >= beam_size; None =
+        beam_size).
+      length_penalty: T5X's ((5 + length) / 6) ** length_penalty (gin: LENGTH_PENALTY).
       dry_run: return the resolved `InferSettings` without reading data or building models.
 
     Returns:
@@ -598,7 +709,8 @@ def infer(
         lenience=lenience, truncate_inputs=truncate_inputs, param_dtype=param_dtype,
         tfds_data_dir=tfds_data_dir, progress=progress, overwrite=overwrite,
         mesh_shape=None if mesh_shape is None else tuple(mesh_shape),
-        draft_partitioned=draft_partitioned)
+        draft_partitioned=draft_partitioned, beam_size=beam_size, draft_beam=draft_beam,
+        length_penalty=length_penalty)
     if dry_run:
         return settings
     return run(settings)

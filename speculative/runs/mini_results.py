@@ -3,7 +3,7 @@
 One command per bundled target writes its results directory (`RESULT_DIRS`: `results/large/` for
 the memory-bound `large_target`, `results/mini/` for the compute-bound `mini_target`):
 
-    python scripts/mini_results.py --targets=large_target,mini_target --readme=README.md
+    python scripts/mini_results.py --targets=large_target,mini_target --readme=README.md --overwrite
 
 * Table 3 analogue (`table3.md`): alpha of every bundled draft (unigram, bigram, the T5 drafts)
   against the bundled target at temperature 0 and 1, measured as the paper does (Cor. 3.6: the mean
@@ -148,13 +148,54 @@ def _markdown(header: Sequence[str], rows: Sequence[Sequence]) -> str:
     return "\n".join(lines) + "\n"
 
 
+PARTIAL = "results.partial.json"  # the stages finished so far by a run that has not ended
+
+
+class _Stages:
+    """The run's results, written to `PARTIAL` after every stage (atomically), so that a crash or
+    a stop loses at most the stage in progress; with `resume`, stages already in `PARTIAL` for
+    the same settings are taken from there instead of measured again."""
+
+    def __init__(self, output_dir: str, settings: Dict, resume: bool):
+        self.path = os.path.join(output_dir, PARTIAL)
+        settings = files.json_ready(settings)
+        self.results = {"settings": settings}
+        if resume and os.path.exists(self.path):
+            with open(self.path) as f:
+                old = json.load(f)
+            same = {k: v for k, v in old["settings"].items() if k != "environment"} == {
+                k: v for k, v in settings.items() if k != "environment"}
+            if not same:
+                raise ValueError(f"{self.path} was written with other settings "
+                                 f"({old['settings']}); delete it or run without --resume.")
+            self.results = old
+            print(f"resuming: {sorted(k for k in old if k != 'settings')} from {self.path}")
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.results
+
+    def __getitem__(self, key: str):
+        return self.results[key]
+
+    def done(self, key: str, value) -> None:
+        self.results[key] = files.json_ready(value)
+        files.write_atomic(self.path, json.dumps(self.results, indent=1))
+
+
 def run(output_dir: Optional[str] = None, num_alpha_tokens: int = 10_000,
         num_sentences: int = 24, repeats: int = 15, gammas: Sequence[int] = tuple(range(1, 9)),
         seed: int = 0, num_calibration: int = NUM_CALIBRATION, target_name: str = mini.TARGET,
-        dynamic: bool = True) -> Dict:
+        dynamic: bool = True, overwrite: bool = False, resume: bool = False) -> Dict:
     """Measures everything for one bundled target and its drafts and writes the tables (see the
-    module docstring) into `output_dir` (default: `RESULT_DIRS[target_name]`)."""
+    module docstring) into `output_dir` (default: `RESULT_DIRS[target_name]`).
+
+    An earlier `results.json` there is replaced only with `overwrite`. Each finished stage is
+    saved in `results.partial.json`; `resume` continues from it after a crash or a stop."""
     output_dir = output_dir or RESULT_DIRS[target_name]
+    final = os.path.join(output_dir, "results.json")
+    if os.path.exists(final) and not overwrite:
+        raise FileExistsError(f"{final} exists (an earlier run); pass overwrite=True "
+                              "(--overwrite) to replace it, or another output_dir.")
     os.makedirs(output_dir, exist_ok=True)
     target = mini.load(target_name)
     names = mini.drafts(target_name)
@@ -162,56 +203,66 @@ def run(output_dir: Optional[str] = None, num_alpha_tokens: int = 10_000,
     t5_drafts = mini.t5_drafts(target_name)
     bench_batches = mini.source_batches(num_sentences, 1, INPUT_LENGTH)
     calibration = mini.source_batches(num_calibration, 1, INPUT_LENGTH, split="valid")
-    results = {"settings": {"target": target_name, "num_alpha_tokens": num_alpha_tokens,
-                            "num_sentences":
-                            len(bench_batches), "repeats": repeats, "gammas": list(gammas),
-                            "input_length": INPUT_LENGTH, "max_decode_len": MAX_DECODE_LEN,
-                            "num_calibration": len(calibration), "seed": seed,
-                            "environment": benchmark.environment()}}
+    stages = _Stages(output_dir, {
+        "target": target_name, "num_alpha_tokens": num_alpha_tokens,
+        "num_sentences": len(bench_batches), "repeats": repeats, "gammas": list(gammas),
+        "input_length": INPUT_LENGTH, "max_decode_len": MAX_DECODE_LEN,
+        "num_calibration": len(calibration), "seed": seed, "dynamic": dynamic,
+        "environment": benchmark.environment()}, resume)
 
-    table3 = {}
-    for name in names:
-        table3[name] = {str(t): measure_alpha(target, drafts[name], t, num_alpha_tokens, seed)
-                        for t in TEMPERATURES}
-        print(name, {t: round(v["alpha"], 3) for t, v in table3[name].items()}, flush=True)
-    results["table3"] = table3
+    if "table3" not in stages:
+        table3 = {}
+        for name in names:
+            table3[name] = {str(t): measure_alpha(target, drafts[name], t, num_alpha_tokens, seed)
+                            for t in TEMPERATURES}
+            print(name, {t: round(v["alpha"], 3) for t, v in table3[name].items()}, flush=True)
+        stages.done("table3", table3)
+    table3 = stages["table3"]
 
-    cost_gammas = sorted(set(gammas) | {DYNAMIC_MAX_GAMMA})
-    costs = {name: costs_lib.measure_costs(target, drafts[name], bench_batches[0], cost_gammas,
-                                           max_decode_len=MAX_DECODE_LEN, num_steps=32,
-                                           repeats=7, seed=seed)
-             for name in t5_drafts}
-    results["costs"] = costs
+    if "costs" not in stages:
+        cost_gammas = sorted(set(gammas) | {DYNAMIC_MAX_GAMMA})
+        stages.done("costs", {
+            name: costs_lib.measure_costs(target, drafts[name], bench_batches[0], cost_gammas,
+                                          max_decode_len=MAX_DECODE_LEN, num_steps=32,
+                                          repeats=7, seed=seed)
+            for name in t5_drafts})
+    costs = {name: {**c, "verify_cost": {int(g): v for g, v in c["verify_cost"].items()}}
+             for name, c in stages["costs"].items()}  # JSON keys are strings
 
-    table2 = []
-    for name in t5_drafts:
-        for t in TEMPERATURES:
-            gamma = costs_lib.best_gamma(table3[name][str(t)]["alpha"], costs[name], gammas)
-            run_ = benchmark.benchmark_setting(
-                target, [drafts[name]] * len(bench_batches), bench_batches,
-                sampling=SamplingConfig(t), gammas=[gamma], max_decode_len=MAX_DECODE_LEN,
-                repeats=repeats, lenience=1.0, seed=seed, costs=costs[name],
-                calibration=calibration)[0]
-            table2.append(_row(run_, draft=name, temperature=t,
-                               breakdown=round_breakdown(run_, costs[name])))
-            print(table2[-1]["draft"], t, gamma, round(run_["speedup"], 2), flush=True)
-    results["table2"] = table2
+    if "table2" not in stages:
+        table2 = []
+        for name in t5_drafts:
+            for t in TEMPERATURES:
+                gamma = costs_lib.best_gamma(table3[name][str(t)]["alpha"], costs[name], gammas)
+                run_ = benchmark.benchmark_setting(
+                    target, [drafts[name]] * len(bench_batches), bench_batches,
+                    sampling=SamplingConfig(t), gammas=[gamma], max_decode_len=MAX_DECODE_LEN,
+                    repeats=repeats, lenience=1.0, seed=seed, costs=costs[name],
+                    calibration=calibration)[0]
+                table2.append(_row(run_, draft=name, temperature=t,
+                                   breakdown=round_breakdown(run_, costs[name])))
+                print(table2[-1]["draft"], t, gamma, round(run_["speedup"], 2), flush=True)
+        stages.done("table2", table2)
+    table2 = stages["table2"]
 
     best = max(t5_drafts, key=lambda n: max(r["speedup"] for r in table2
                                             if r["draft"] == n and r["temperature"] == 0.0))
-    sweep = benchmark.benchmark_setting(
-        target, [drafts[best]] * len(bench_batches), bench_batches, sampling=SamplingConfig(0.0),
-        gammas=list(gammas), max_decode_len=MAX_DECODE_LEN, repeats=repeats, lenience=1.0,
-        seed=seed, costs=costs[best], calibration=calibration)
-    results["sweep"] = {"draft": best, "runs": [_row(r) for r in sweep]}
-    plots.plot_speedup_vs_gamma(results["sweep"]["runs"],
+    if "sweep" not in stages:
+        sweep = benchmark.benchmark_setting(
+            target, [drafts[best]] * len(bench_batches), bench_batches,
+            sampling=SamplingConfig(0.0), gammas=list(gammas), max_decode_len=MAX_DECODE_LEN,
+            repeats=repeats, lenience=1.0, seed=seed, costs=costs[best],
+            calibration=calibration)
+        stages.done("sweep", {"draft": best, "runs": [_row(r) for r in sweep]})
+    plots.plot_speedup_vs_gamma(stages["sweep"]["runs"],
                                 os.path.join(output_dir, "speedup_vs_gamma.png"))
 
     # Dynamic gamma (beyond the paper): the best draft drafts up to DYNAMIC_MAX_GAMMA tokens and
     # stops a row when its top probability falls below a threshold; timed in one interleaved run
     # with the baseline and the fixed gamma of its Table 2 row.
-    results["dynamic"] = []
     for t in TEMPERATURES if dynamic else ():
+        if f"dynamic_{t:g}" in stages:
+            continue
         fixed = next(r for r in table2 if r["draft"] == best and r["temperature"] == t)
         rows = dynamic_gamma(target, drafts[best], bench_batches, SamplingConfig(t),
                              fixed["gamma"], repeats=repeats, seed=seed, draft_name=best,
@@ -219,10 +270,12 @@ def run(output_dir: Optional[str] = None, num_alpha_tokens: int = 10_000,
         for r in rows:
             print("dynamic", t, r["confidence"], round(r["speedup"], 2),
                   round(r["fixed_speedup"], 2), flush=True)
-        results["dynamic"] += rows
+        stages.done(f"dynamic_{t:g}", rows)
 
-    files.write_atomic(os.path.join(output_dir, "results.json"), json.dumps(
-        files.json_ready(results), indent=1))
+    results = {k: v for k, v in stages.results.items() if not k.startswith("dynamic_")}
+    results["dynamic"] = [r for t in TEMPERATURES if dynamic for r in stages[f"dynamic_{t:g}"]]
+    files.write_atomic(final, json.dumps(files.json_ready(results), indent=1))
+    os.remove(stages.path)
     _write_tables(results, output_dir)
     return results
 
@@ -361,7 +414,7 @@ def _pair_section(results: Dict, output_dir: str) -> List[str]:
         f"({card[target]['params'] / 1e6:.2f}M parameters, valid BLEU "
         f"{card[target]['valid_bleu']:.1f})",
         "",
-        f"`python scripts/mini_results.py --targets={target}` writes these tables, "
+        f"`python scripts/mini_results.py --targets={target} --overwrite` writes these tables, "
         f"`{output_dir}/results.json` and `{output_dir}/speedup_vs_gamma.png` "
         f"({s['environment'].get('time', '')[:10]}, load average in the JSON).",
         "",

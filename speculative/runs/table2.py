@@ -335,6 +335,11 @@ def reproduce(
         info, settings, path = resolve_row(
             name, rows_dir=rows_dir, checkpoints=checkpoints, row_bindings=row_bindings,
             output_dir=row_out)
+        if settings.beam_size is not None:
+            raise ValueError(
+                f"row {name}: BEAM_SIZE={settings.beam_size}: reproduce_table2 times the paper's "
+                "sampling decoders; for beam search run scripts/infer.py with --gin.BEAM_SIZE "
+                "(its metrics.json reports the target calls saved).")
         result = RowResult(name=name, gin_file=path, info=info, gamma=settings.gamma,
                            temperature=settings.sampling.temperature, settings=settings)
         results.append(result)
