@@ -378,7 +378,8 @@ def test_infer_beam_search_speculative_equals_the_targets_own(tiny_gin, tmp_path
     (spec, spec_rows), (base, base_rows) = runs[True], runs[False]
     assert spec.metrics["mode"] == "speculative_beam_search"
     assert base.metrics["mode"] == "beam_search"
-    assert [r["prediction_tokens"] for r in spec_rows] == [r["prediction_tokens"] for r in base_rows]
+    assert ([r["prediction_tokens"] for r in spec_rows]
+            == [r["prediction_tokens"] for r in base_rows])
     for s, b in zip(spec_rows, base_rows):
         assert len(s["beams"]) == 2 and s["score"] == s["beams"][0]["score"]
         assert [x["prediction"] for x in s["beams"]] == [x["prediction"] for x in b["beams"]]

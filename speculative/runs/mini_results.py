@@ -55,7 +55,7 @@ MAX_DECODE_LEN = 48
 NUM_CALIBRATION = 12  # validation sentences on which the decode-loop cost model is fitted
 DYNAMIC_MAX_GAMMA = 6  # dynamic gamma: draft up to this many tokens ...
 DYNAMIC_CONFIDENCES = (0.3, 0.5, 0.7)  # ... while the draft's top probability is at least this
-HEURISTIC_START = 5  # transformers' +2/-1 schedule starts at its num_assistant_tokens = 5
+HEURISTIC_START = 5  # the +2/-1 ('heuristic') schedule from 5 drafts: transformers 4.x's default
 README_MARKER = "<!-- RESULTS -->"
 RESULT_DIRS = {mini.LARGE_TARGET: "results/large", mini.MINI_TARGET: "results/mini"}
 
