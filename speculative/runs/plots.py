@@ -109,3 +109,29 @@ def plot_speedup_vs_gamma(runs: Sequence[Mapping[str, Any]], path: str) -> str:
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+def plot_speedup_vs_batch(lines: Mapping[str, Sequence[tuple]], path: str) -> str:
+    """Plots measured speedup against batch size to `path`: one line per label of `lines`
+    ({label: [(batch_size, speedup), ...]}), a log2 batch axis and a line at 1.0 (below it,
+    speculation loses)."""
+    if not lines or not all(lines.values()):
+        raise ValueError("lines must map at least one label to a non-empty list of "
+                         "(batch_size, speedup) pairs.")
+    fig, ax = plt.subplots(figsize=(5.5, 4))
+    for label, points in lines.items():
+        batch, speedup = zip(*sorted(points))
+        ax.plot(batch, speedup, "o-", label=label)
+    ax.axhline(1.0, color="gray", lw=0.8)
+    ax.set_xscale("log", base=2)
+    batches = sorted({b for points in lines.values() for b, _ in points})
+    ax.set_xticks(batches)
+    ax.set_xticklabels([str(b) for b in batches])
+    ax.set(xlabel="batch size", ylabel="speedup over autoregressive",
+           title="Speedup vs. batch size")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

@@ -1,0 +1,170 @@
+#!/usr/bin/env bash
+# Benchmarks speculative decoding on an accelerator machine (e.g. one H200) and writes JSON.
+#
+# Steps, each into OUT_DIR/<step>/ (JSON and tables; its log in OUT_DIR/logs/<step>.log):
+#   install                  pip install -e . into .venv (created if missing), then
+#                            jax[cuda12|cuda13] pinned to the jax version that installed
+#                            (CUDA 13 when nvidia-smi's driver supports it); checks the GPU
+#   synthetic                scripts/benchmark.py with configs/runs/gpu_benchmark.gin on a random
+#                            T5 1.1 base- and large-sized target with the synthetic draft
+#                            (alpha 0.8): batch 1 and 16, gamma 4, 64 tokens, 5 repeats
+#   limits                   scripts/limits.py: both bundled pairs (target + best draft, 64 test
+#                            sentences) at batch 1, 4, 16, 64, gamma from {2, 4, 6}; the device's
+#                            bandwidth and each step over its bandwidth bound, the synthetic
+#                            targets' included
+#   pairs                    scripts/benchmark.py on each bundled pair: 16 test sentences at
+#                            batch 1, gamma 2, 4, 6, Theorem 3.8 and decode-loop predictions
+# A failed step is reported and the next one runs; OUT_DIR/steps.tsv lists each step's exit
+# code and seconds, and the script exits 1 if any failed. Results already in OUT_DIR are kept
+# (each script refuses to overwrite them) unless OVERWRITE=1.
+#
+# Command:
+#   bash scripts/gpu_benchmark.sh [--dry-run] [--steps=synthetic,limits,pairs] [OUT_DIR]
+# OUT_DIR: default $OUT (the device machine's result folder), else /tmp/gpu_benchmark.
+# Expected: a few minutes to install (tensorflow comes with seqio, the CUDA wheels with jax),
+# then minutes per step on one H200, mostly compilation (steps.tsv has the seconds). The
+# compilation cache $JAX_COMPILATION_CACHE_DIR (default /tmp/speculative_jax_cache) serves
+# programs compiled before.
+# --dry-run: the same steps on CPU with tiny settings (t5_1_1_tiny as the synthetic target,
+# mini_target as the bundled pair, 2 sentences, 1 repeat, 8 tokens), no install: about 30 s
+# with a warm compilation cache, a minute cold, on 2 cores.
+# Environment: PYTHON (default .venv/bin/python), JAX_CUDA=cuda12|cuda13 (instead of the driver
+# check), JAX_VERSION (pin jax and its CUDA plugin to this version), OVERWRITE=1.
+
+set -euo pipefail
+
+usage() { sed -n '2,/^$/s/^# \{0,1\}//p' "$0"; }
+DRY_RUN=0
+OUT_DIR=""
+STEPS_WANTED="synthetic,limits,pairs"
+for arg in "$@"; do
+  case "$arg" in
+    --dry-run) DRY_RUN=1 ;;
+    --steps=*) STEPS_WANTED="${arg#--steps=}" ;;
+    -h|--help) usage; exit 0 ;;
+    -*) echo "gpu_benchmark.sh: unknown option $arg; see --help." >&2; exit 2 ;;
+    *) if [[ -n "$OUT_DIR" ]]; then
+         echo "gpu_benchmark.sh: give one OUT_DIR (got $OUT_DIR and $arg)." >&2; exit 2
+       fi
+       OUT_DIR="$arg" ;;
+  esac
+done
+for s in ${STEPS_WANTED//,/ }; do
+  if [[ ! "$s" =~ ^(synthetic|limits|pairs)$ ]]; then
+    echo "gpu_benchmark.sh: --steps=$STEPS_WANTED names '$s'; choose from synthetic,limits,pairs." >&2
+    exit 2
+  fi
+done
+wanted() { [[ ",$STEPS_WANTED," == *",$1,"* ]]; }
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+OUT_DIR="${OUT_DIR:-${OUT:-/tmp/gpu_benchmark}}"
+mkdir -p "$OUT_DIR/logs"
+OUT_DIR="$(cd "$OUT_DIR" && pwd)"
+STEPS="$OUT_DIR/steps.tsv"
+printf 'step\texit_code\tseconds\n' > "$STEPS"
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+export JAX_COMPILATION_CACHE_DIR="${JAX_COMPILATION_CACHE_DIR:-/tmp/speculative_jax_cache}"
+export JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0
+FAILED=()
+
+# step NAME COMMAND...: runs the command, its output into logs/NAME.log and to stdout.
+step() {
+  local name="$1" start=$SECONDS code=0
+  shift
+  echo "=== $name: $*"
+  "$@" > >(tee "$OUT_DIR/logs/$name.log") 2>&1 || code=$?
+  printf '%s\t%s\t%s\n' "$name" "$code" "$((SECONDS - start))" >> "$STEPS"
+  if (( code )); then
+    FAILED+=("$name")
+    echo "=== $name failed (exit $code); its log: $OUT_DIR/logs/$name.log"
+  fi
+  return 0
+}
+
+install() {  # every command checked: `set -e` does not apply inside `step`'s `||`
+  if [[ ! -x "$PY" ]]; then python3 -m venv .venv || return; fi
+  "$PY" -m pip install -q --upgrade pip setuptools wheel || return
+  "$PY" -m pip install -q -e . || return
+  local version cuda="${JAX_CUDA:-}" driver=""
+  version="${JAX_VERSION:-$("$PY" -c 'import jax; print(jax.__version__)')}" || return
+  if [[ -z "$cuda" ]]; then
+    driver="$(nvidia-smi 2>/dev/null | sed -n 's/.*CUDA Version: *\([0-9]*\).*/\1/p' | head -n 1)"
+    if [[ "${driver:-12}" -ge 13 ]]; then cuda=cuda13; else cuda=cuda12; fi
+  fi
+  echo "driver CUDA ${driver:-?}: installing jax[$cuda]==$version"
+  "$PY" -m pip install -q "jax[$cuda]==$version" || return
+  "$PY" -c 'import jax; print(jax.devices()); assert jax.default_backend() == "gpu", "no GPU"'
+}
+
+if (( DRY_RUN )); then
+  PY="${PYTHON:-$([[ -x .venv/bin/python ]] && echo .venv/bin/python || echo python3)}"
+  export JAX_PLATFORMS=cpu
+  export XLA_FLAGS="${XLA_FLAGS:-} --xla_backend_optimization_level=0"  # fast compiles
+  SIZES=(t5_1_1_tiny)
+  PAIRS=(mini_target)
+  SYNTHETIC=(--gin.BATCH_SIZES=[1] --gin.GAMMAS=[2] --gin.MAX_DECODE_LEN=8
+             --gin.INPUT_LENGTH=8 --gin.REPEATS=1)
+  PAIR=(--gin.NUM_BATCHES=2 --gin.GAMMAS=[2] --gin.MAX_DECODE_LEN=8 --gin.REPEATS=1
+        --gin.CALIBRATION_BATCHES=0)
+  LIMITS=(--batch_sizes=1 --num_sentences=2 --gammas=2 --repeats=1 --max_decode_len=8
+          --bandwidth_mb=16)
+else
+  PY="${PYTHON:-.venv/bin/python}"
+  SIZES=(t5_1_1_base t5_1_1_large)
+  PAIRS=(large_target mini_target)
+  SYNTHETIC=()
+  PAIR=(--gin.NUM_BATCHES=16 --gin.GAMMAS=[2,4,6] --gin.CALIBRATION_BATCHES=8)
+  LIMITS=(--batch_sizes=1,4,16,64 --num_sentences=64 --gammas=2,4,6)
+  step install install
+  if (( ${#FAILED[@]} )); then
+    echo "gpu_benchmark.sh: the install failed; nothing else can run." >&2
+    exit 1
+  fi
+fi
+OVERWRITE_GIN=()
+OVERWRITE_FLAG=()
+if [[ "${OVERWRITE:-0}" == 1 ]]; then
+  OVERWRITE_GIN=(--gin.OVERWRITE=True)
+  OVERWRITE_FLAG=(--overwrite)
+fi
+"$PY" -c 'import jax; print("devices:", jax.devices())'
+
+BENCHMARK_JSONS=()  # the synthetic runs in OUT_DIR (this call's or an earlier one's)
+for size in "${SIZES[@]}"; do
+  if wanted synthetic; then
+    step "${size}_synthetic" "$PY" scripts/benchmark.py \
+      --gin_file="configs/models/$size.gin" --gin_file=configs/runs/gpu_benchmark.gin \
+      "--gin.TARGET_MODEL=@$size/t5.T5Config()" \
+      "--gin.OUTPUT_DIR='$OUT_DIR/${size}_synthetic'" "${SYNTHETIC[@]}" "${OVERWRITE_GIN[@]}"
+  fi
+  if [[ -f "$OUT_DIR/${size}_synthetic/benchmark.json" ]]; then
+    BENCHMARK_JSONS+=("$OUT_DIR/${size}_synthetic/benchmark.json")
+  fi
+done
+
+if wanted limits; then
+  step limits "$PY" scripts/limits.py --output_dir="$OUT_DIR/limits" \
+    --targets="$(IFS=,; echo "${PAIRS[*]}")" \
+    --benchmark_json="$(IFS=,; echo "${BENCHMARK_JSONS[*]}")" "${LIMITS[@]}" \
+    "${OVERWRITE_FLAG[@]}"
+fi
+
+for target in "${PAIRS[@]}"; do
+  wanted pairs || break
+  draft="$("$PY" -c "from speculative.runs import mini; print(mini.best_draft('$target'))")"
+  step "${target}_pair" "$PY" scripts/benchmark.py --gin_file=configs/runs/gpu_benchmark.gin \
+    "--gin.TARGET_MODEL=@target/mini.load()" "--gin.target/mini.load.name='$target'" \
+    "--gin.DRAFT_MODEL=@draft/mini.load()" "--gin.draft/mini.load.name='$draft'" \
+    --gin.SYNTHETIC_ACCEPTANCE=None "--gin.TASK='mini_ende'" "--gin.SPLIT='test'" \
+    --gin.BATCH_SIZES=[1] --gin.INPUT_LENGTH=48 --gin.MAX_DECODE_LEN=48 \
+    "--gin.OUTPUT_DIR='$OUT_DIR/${target}_pair'" "${PAIR[@]}" "${OVERWRITE_GIN[@]}"
+done
+
+echo "=== steps (exit code, seconds):"
+column -t "$STEPS" 2>/dev/null || cat "$STEPS"
+if (( ${#FAILED[@]} )); then
+  echo "gpu_benchmark.sh: failed steps: ${FAILED[*]} (logs in $OUT_DIR/logs/)" >&2
+  exit 1
+fi
+echo "gpu_benchmark.sh: results in $OUT_DIR"

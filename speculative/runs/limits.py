@@ -1,0 +1,467 @@
+"""Where speculative decoding stops paying: larger batches, and the memory-bandwidth limit.
+
+Speculation pays when a target step is memory-bound: the step streams every decoder weight
+from memory whatever the number of tokens it scores, so verifying gamma + 1 tokens costs
+little more than one step. Two measurements show where that ends, for each bundled pair (the
+target and its `mini.best_draft`: `large_target`, memory-bound on a CPU, and `mini_target`,
+compute-bound; test-split sentences):
+
+* Batch scaling (`batch_scaling`). The same `num_sentences` sentences are decoded at batch 1,
+  4, 16, 64 (`benchmark.benchmark_setting`: baseline and speculative programs compiled first,
+  then timed in interleaved rounds, speedup = ratio of medians). A larger batch reuses each
+  weight for more rows, so the step moves from memory-bound towards compute-bound and the
+  verify cost (`costs.measure_costs`: target on gamma + 1 tokens / on 1 token) grows; gamma is
+  chosen per batch by Theorem 3.8 (`costs.best_gamma`) from the draft's alpha on the model card
+  and that batch's measured costs. `crossover` is the first batch whose speedup is below 1.
+* The bandwidth bound (`measure_bandwidth`, `step_bytes`). The machine's streaming-read
+  bandwidth is timed as a jitted sum over an array far larger than the last-level cache (1 GiB
+  by default); a target step must read at least `step_bytes` (decoder weights, output layer,
+  self-attention keys/values at the mean decode position, cross-attention keys/values of the
+  source), so it cannot take less than bytes / bandwidth. Each row reports the measured times
+  over that bound: the target step alone (a loop of 1-token `extend` calls), the verify call of
+  gamma + 1 tokens (the same bytes) and the baseline decode per step (walltime / loop steps,
+  encoder and sampling included). A ratio near 1 is a step at the memory limit (speculation's
+  regime); a ratio far above 1 is a step bound by compute or per-operation overhead; below 1,
+  the weights came from a cache faster than the streamed memory. `benchmark_bounds` gives the
+  same ratios for the target of a `benchmark.json` (e.g. a random T5 1.1 large on a GPU).
+
+Results (`run`): `limits.json` (below), `batch_scaling.md`, `bandwidth.md` and
+`speedup_vs_batch.png` in the output directory (docs/limits.md reads them).
+
+JSON schema (`limits.json`; NaN and infinities are written as null):
+
+    schema      "speculative.limits/1"
+    settings    targets, batch_sizes, temperatures, gammas (candidates), num_sentences,
+                input_length, max_decode_len, repeats, cost_steps, bandwidth_bytes,
+                benchmark_jsons, seed
+    environment benchmark.environment() plus load_average
+    bandwidth   {bytes, median_s, min_s, first_call_s, gb_per_s (median), gb_per_s_best
+                (fastest round)}
+    rows        one per (pair, temperature, batch size): target, draft, temperature,
+                batch_size, gamma, prior_alpha (the card's, for choosing gamma; null with one
+                gamma), alpha (measured), speedup, speedup_spread, predicted_speedup (Theorem
+                3.8), c, verify_cost, tokens_per_target_call, baseline_s, speculative_s (medians
+                over repeats, all sentences), baseline_steps (loop steps: each batch's longest
+                row), baseline_step_s,
+                target_step_s, target_verify_s, mean_position, mean_source_length,
+                bytes {decoder_weights, output_layer, self_kv, cross_kv, total},
+                bytes_as_allocated (the same with the whole allocated caches),
+                bound_s (bytes.total / bandwidth), step_over_bound, verify_over_bound,
+                baseline_over_bound
+    crossover   one per (pair, temperature): {target, draft, temperature, batch_size (first
+                batch with speedup < 1, or null: none)}
+    benchmark_bounds  one per (benchmark_jsons file, batch size): benchmark_json, batch_size,
+                bytes, bound_s, target_step_s, step_over_bound, target_verify_s {gamma: s},
+                verify_over_bound {gamma: ratio}
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Dict, List, Mapping, Optional, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from speculative import files
+from speculative.models import t5
+from speculative.runs import benchmark, mini, mini_results, plots
+from speculative.runs import costs as costs_lib
+from speculative.sampling import SamplingConfig
+
+SCHEMA = "speculative.limits/1"
+RESULTS_FILE = "limits.json"
+DEFAULT_DIR = "results/limits"
+BATCH_SIZES = (1, 4, 16, 64)
+GAMMAS = (1, 2, 3, 4, 5, 6)  # candidates; Theorem 3.8 picks one per batch size
+BANDWIDTH_BYTES = 1 << 30  # far above any last-level cache (32 MB on the machine of the README)
+
+
+# ----------------------------------------------------------------------------------------------
+# Bytes, bandwidth and the crossover.
+
+
+def step_bytes(config: t5.T5Config, params, *, batch_size: int, position: float,
+               encoder_length: float) -> Dict[str, float]:
+    """The bytes one decode step of a T5 model (`config`, `params`: arrays or
+    `jax.ShapeDtypeStruct`s, e.g. `t5.param_shapes`) must read for one token per row, by part:
+
+      decoder_weights  every decoder parameter except the output layer and the cross-attention
+                       key/value kernels (the encoder output is projected once per sequence)
+      output_layer     the output layer: the whole embedding when tied (logits via the
+                       embedding), else the logits kernel plus the embedding rows of the inputs
+      self_kv          keys and values of `position` cached tokens per row, every layer
+      cross_kv         keys and values of `encoder_length` source positions per row
+      total            their sum
+
+    Weights count in their stored dtype, caches ([B, L, H, D] keys and values per layer, as
+    `decoding` sizes them) in the compute dtype, all for `batch_size` rows. A verify call of
+    gamma + 1 tokens reads the same, plus the gamma new cache rows it writes (negligible).
+    """
+    parts = {"decoder_weights": 0, "output_layer": 0}
+    cross_attention = False
+    for path, x in jax.tree_util.tree_flatten_with_path(params)[0]:
+        names = [str(getattr(k, "key", k)) for k in path]
+        size = int(np.prod(x.shape)) * np.dtype(x.dtype).itemsize
+        if names[0] == "token_embedder":
+            rows = x.shape[0] if config.logits_via_embedding else batch_size
+            parts["output_layer"] += size // x.shape[0] * rows
+        elif names[0] == "decoder":
+            if "encoder_decoder_attention" in names:
+                cross_attention = True
+                if names[-2] in ("key", "value"):
+                    continue
+            parts["output_layer" if "logits_dense" in names else "decoder_weights"] += size
+    per_position = (2 * config.num_decoder_layers * batch_size * config.num_heads
+                    * config.head_dim * np.dtype(config.dtype).itemsize)
+    parts["self_kv"] = per_position * position
+    parts["cross_kv"] = per_position * encoder_length if cross_attention else 0
+    parts["total"] = sum(parts.values())
+    return {k: float(v) for k, v in parts.items()}
+
+
+def mean_position(lengths: Sequence[int]) -> float:
+    """The mean number of cached tokens a step attends to, over the generated tokens of rows of
+    `lengths`: the step that generates a row's j-th token (0-based) reads j + 1 keys and values
+    (BOS and the j tokens before it), so a row of n tokens averages (n + 1) / 2 and rows weigh
+    by their tokens."""
+    n = np.asarray(lengths, np.float64)
+    return float((n * (n + 1) / 2).sum() / max(n.sum(), 1.0))
+
+
+@jax.jit
+def _read(x):
+    return jnp.sum(x)
+
+
+def measure_bandwidth(num_bytes: int = BANDWIDTH_BYTES, repeats: int = 10) -> Dict[str, float]:
+    """Streaming-read bandwidth of the default device: a jitted sum over a float32 array of
+    `num_bytes` (far above the last-level cache), timed by `costs.interleaved`."""
+    x = jax.block_until_ready(jnp.ones((max(num_bytes // 4, 1),), jnp.float32))
+    first, times, _ = costs_lib.interleaved({"read": lambda: _read(x)}, repeats)
+    t = costs_lib.spread(times["read"])
+    return {"bytes": x.nbytes, "median_s": t["median_s"], "min_s": t["min_s"],
+            "first_call_s": first["read"], "gb_per_s": x.nbytes / t["median_s"] / 1e9,
+            "gb_per_s_best": x.nbytes / t["min_s"] / 1e9}
+
+
+def crossover(rows: Sequence[Mapping[str, Any]]) -> Optional[int]:
+    """The smallest batch size whose speedup is below 1 (rows of one pair and temperature), or
+    None when speculation pays at every measured batch size."""
+    slower = [r["batch_size"] for r in rows if r["speedup"] < 1.0]
+    return min(slower) if slower else None
+
+
+def prior_alpha(draft: str, temperature: float) -> float:
+    """The draft's alpha at `temperature` on the model card (measured when it was trained)."""
+    for entry in mini.model_card()["models"][draft].get("alpha") or []:
+        if float(entry["temperature"]) == float(temperature):
+            return float(entry["alpha"])
+    raise ValueError(f"The model card has no alpha for {draft} at temperature {temperature:g}, "
+                     "so gamma cannot be chosen by Theorem 3.8; pass one gamma (--gammas=4).")
+
+
+# ----------------------------------------------------------------------------------------------
+# Batch scaling.
+
+
+def batch_scaling(target, draft, sources: np.ndarray, *, batch_sizes: Sequence[int],
+                  samplings: Sequence[SamplingConfig], gammas: Sequence[int],
+                  alphas: Mapping[float, float], max_decode_len: int, repeats: int,
+                  cost_steps: int, seed: int = 0) -> List[Dict[str, Any]]:
+    """Speculative vs baseline on the rows of `sources [N, L_in]` at each batch size (N a
+    multiple of each); one row per (batch size, sampling), gamma by Theorem 3.8 from
+    `alphas[temperature]` and that batch's costs (the one gamma when `gammas` has one), each
+    cost timed as `cost_steps / b` (at least 2) extend calls of the b-row batch."""
+    rows = []
+    for b in batch_sizes:
+        batches = [sources[i:i + b] for i in range(0, len(sources), b)]
+        # Calls of b rows take longer: fewer of them per timing (cost_steps / b, at least 2).
+        costs = costs_lib.measure_costs(target, draft, batches[0], gammas,
+                                        max_decode_len=max_decode_len,
+                                        num_steps=max(2, cost_steps // b),
+                                        repeats=max(2 * repeats, 5), seed=seed)
+        for sampling in samplings:
+            t = sampling.temperature
+            gamma = (gammas[0] if len(gammas) == 1 else
+                     costs_lib.best_gamma(alphas[t], costs, gammas))
+            run = benchmark.benchmark_setting(
+                target, [draft] * len(batches), batches, sampling=sampling, gammas=[gamma],
+                max_decode_len=max_decode_len, repeats=repeats, lenience=1.0, seed=seed,
+                costs=costs)[0]
+            # The baseline loop runs until a batch's longest row ends; the speculative run
+            # decodes the same sentences (identical rows at T = 0, the same law at T > 0).
+            lengths = np.asarray(run["stats"]["per_row"]["generated"])
+            steps = int(sum(lengths[i:i + b].max() for i in range(0, len(lengths), b)))
+            base_s = run["timings"]["baseline"]["median_s"]
+            rows.append({
+                "temperature": t, "batch_size": b, "gamma": gamma,
+                "prior_alpha": alphas.get(t), "alpha": run["alpha"],
+                "speedup": run["speedup"], "speedup_spread": run["speedup_spread"],
+                "predicted_speedup": run["predicted_speedup"], "c": run["c"],
+                "verify_cost": run["verify_cost"], "baseline_s": base_s,
+                "speculative_s": run["timings"]["speculative"]["median_s"],
+                "tokens_per_target_call": run["tokens_per_target_call"],
+                "baseline_steps": steps, "baseline_step_s": base_s / max(steps, 1),
+                "target_step_s": costs["target_step_s"],
+                "target_verify_s": costs["target_verify_s"][gamma],
+                "mean_position": mean_position(lengths),
+                "mean_source_length": float(np.count_nonzero(sources, axis=1).mean()),
+            })
+    return rows
+
+
+def add_bounds(rows: List[Dict[str, Any]], target, *, bandwidth: Mapping[str, float],
+               input_length: int, max_decode_len: int) -> None:
+    """Adds to each `batch_scaling` row the bytes a target step reads at that batch size
+    (`step_bytes` at the row's mean position and source length, and as allocated: the whole
+    caches our decode loops attend over) and the measured times over bytes / bandwidth."""
+    cache_len = target.prefix_length(input_length) + max_decode_len + 2  # the baseline's cache
+    for r in rows:
+        model = (target.module.config, target.params)
+        r["bytes"] = step_bytes(*model, batch_size=r["batch_size"], position=r["mean_position"],
+                                encoder_length=r["mean_source_length"])
+        r["bytes_as_allocated"] = step_bytes(*model, batch_size=r["batch_size"],
+                                             position=cache_len, encoder_length=input_length)
+        r["bound_s"] = r["bytes"]["total"] / (bandwidth["gb_per_s"] * 1e9)
+        for name, key in (("step", "target_step_s"), ("verify", "target_verify_s"),
+                          ("baseline", "baseline_step_s")):
+            r[f"{name}_over_bound"] = r[key] / r["bound_s"]
+
+
+def benchmark_config(path: str) -> Dict[str, Any]:
+    """The `benchmark.json` at `path` (scripts/benchmark.py), checked to hold an encoder-decoder
+    T5Config target, the only kind `benchmark_bounds` can count bytes for."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+        model = data["config"]["target_model"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"benchmark_json={path!r} is not a readable benchmark.json ({e!r}); "
+                         "give the file scripts/benchmark.py wrote.") from e
+    if not isinstance(model, dict) or model.get("type") != "T5Config" or data["config"].get(
+            "decoder_only"):
+        raise ValueError(f"benchmark_json={path!r} has target_model={model!r}: the bound needs "
+                         "an encoder-decoder T5Config target (e.g. the synthetic-draft runs of "
+                         "configs/runs/gpu_benchmark.gin).")
+    return data
+
+
+def benchmark_bounds(path: str, bandwidth: Mapping[str, float]) -> List[Dict[str, Any]]:
+    """The bandwidth bound of each batch size of a `benchmark.json` (a T5Config target; weights
+    counted in float32, as scripts/benchmark.py stores them unless param_dtype is set): its
+    measured target step and verify calls (`costs`) over bytes / bandwidth, at the mean decode
+    position of that batch size's runs and the full input length (random inputs have no
+    padding)."""
+    data = benchmark_config(path)
+    fields = {k: v for k, v in data["config"]["target_model"].items() if k != "type"}
+    config = t5.T5Config(**fields)
+    params = t5.param_shapes(t5.Transformer(config))
+    rows = []
+    for cost in data["costs"]:
+        b = cost["batch_size"]
+        lengths = [n for r in data["runs"] if r["batch_size"] == b
+                   for n in r["stats"]["per_row"]["generated"]]
+        nbytes = step_bytes(config, params, batch_size=b, position=mean_position(lengths),
+                            encoder_length=data["config"]["input_length"])
+        bound = nbytes["total"] / (bandwidth["gb_per_s"] * 1e9)
+        rows.append({"benchmark_json": path, "batch_size": b, "bytes": nbytes, "bound_s": bound,
+                     "target_step_s": cost["target_step_s"],
+                     "step_over_bound": cost["target_step_s"] / bound,
+                     "target_verify_s": cost["target_verify_s"],
+                     "verify_over_bound": {g: t / bound
+                                           for g, t in cost["target_verify_s"].items()}})
+    return rows
+
+
+# ----------------------------------------------------------------------------------------------
+# The run.
+
+
+def _positive(value, name: str, fix: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{name}={value!r} is invalid: give an int >= 1 ({fix}).")
+    return int(value)
+
+
+def check_settings(*, targets: Sequence[str], batch_sizes, temperatures, gammas,
+                   num_sentences: int, repeats: int, cost_steps: int, max_decode_len: int,
+                   bandwidth_bytes: int) -> Dict[str, Any]:
+    """Every user-given setting, checked before any work (errors name the value and the fix)."""
+    unknown = sorted(set(targets) - set(mini.targets()))
+    if unknown or not targets:
+        raise ValueError(f"targets={list(targets)!r}: give bundled targets, from "
+                         f"{mini.targets()}.")
+    batch_sizes = benchmark.positive_ints(batch_sizes, "batch_sizes", "rows decoded together")
+    gammas = benchmark.positive_ints(gammas, "gammas", "draft tokens per round")
+    samplings = benchmark.sampling_configs(temperatures)
+    _positive(repeats, "repeats", "timed rounds after the compiling call")
+    _positive(cost_steps, "cost_steps", "extend calls per cost timing")
+    _positive(max_decode_len, "max_decode_len", "tokens generated per sentence at most")
+    _positive(bandwidth_bytes, "bandwidth_bytes", "1 << 30 is typical")
+    _positive(num_sentences, "num_sentences", "the same sentences at every batch size")
+    uneven = [b for b in batch_sizes if num_sentences % b]
+    if uneven:
+        raise ValueError(f"num_sentences={num_sentences} is not a multiple of batch sizes "
+                         f"{uneven}: every batch size decodes the same sentences in full batches; "
+                         f"use a multiple of {int(np.lcm.reduce(batch_sizes))}.")
+    available = sum(len(b) for b in mini.source_batches(num_sentences, num_sentences,
+                                                        mini_results.INPUT_LENGTH))
+    if available < num_sentences:
+        raise ValueError(f"num_sentences={num_sentences}: the test split has only {available} "
+                         f"sentences that fit {mini_results.INPUT_LENGTH} tokens; lower it.")
+    if len(gammas) > 1:  # gamma by Theorem 3.8 needs the card's alpha
+        for target in targets:
+            for s in samplings:
+                prior_alpha(mini.best_draft(target), s.temperature)
+    return {"batch_sizes": batch_sizes, "gammas": gammas, "samplings": samplings}
+
+
+def run(output_dir: str = DEFAULT_DIR, *, targets: Optional[Sequence[str]] = None,
+        batch_sizes: Sequence[int] = BATCH_SIZES, temperatures: Sequence[float] = (0.0,),
+        gammas: Sequence[int] = GAMMAS, num_sentences: int = 64, repeats: int = 5,
+        cost_steps: int = 16, max_decode_len: int = mini_results.MAX_DECODE_LEN,
+        bandwidth_bytes: int = BANDWIDTH_BYTES, benchmark_jsons: Sequence[str] = (),
+        overwrite: bool = False, seed: int = 0) -> Dict[str, Any]:
+    """Measures the bandwidth, then each bundled target in `targets` (default: all) with its best
+    draft at every batch size and temperature, and the bound of each `benchmark_jsons` file
+    (`benchmark_bounds`); writes the tables, the plot and `limits.json` (last) into
+    `output_dir`, refusing an earlier `limits.json` there unless `overwrite`."""
+    targets = list(targets) if targets is not None else mini.targets()
+    checked = check_settings(targets=targets, batch_sizes=batch_sizes, temperatures=temperatures,
+                             gammas=gammas, num_sentences=num_sentences, repeats=repeats,
+                             cost_steps=cost_steps, max_decode_len=max_decode_len,
+                             bandwidth_bytes=bandwidth_bytes)
+    for path in benchmark_jsons:
+        benchmark_config(path)
+    if not isinstance(output_dir, str) or not output_dir:
+        raise ValueError(f"output_dir={output_dir!r} is invalid: give a directory path, e.g. "
+                         f"--output_dir={DEFAULT_DIR}.")
+    if not overwrite and os.path.exists(os.path.join(output_dir, RESULTS_FILE)):
+        raise FileExistsError(f"{os.path.join(output_dir, RESULTS_FILE)} holds an earlier run; "
+                              "choose another --output_dir or pass --overwrite to replace it.")
+    benchmark.check_output_dir(output_dir)  # writable
+    input_length = mini_results.INPUT_LENGTH
+    bandwidth = measure_bandwidth(bandwidth_bytes)
+    print(f"bandwidth: {bandwidth['gb_per_s']:.1f} GB/s (sum over "
+          f"{bandwidth['bytes'] / 2**20:.0f} MiB)", flush=True)
+    sources = mini.source_batches(num_sentences, num_sentences, input_length)[0]
+    rows, crossovers = [], []
+    for name in targets:
+        target, draft_name = mini.load(name), mini.best_draft(name)
+        draft = mini.load(draft_name)
+        alphas = {s.temperature: prior_alpha(draft_name, s.temperature)
+                  for s in checked["samplings"]} if len(checked["gammas"]) > 1 else {}
+        pair = batch_scaling(target, draft, sources, batch_sizes=checked["batch_sizes"],
+                             samplings=checked["samplings"], gammas=checked["gammas"],
+                             alphas=alphas, max_decode_len=max_decode_len, repeats=repeats,
+                             cost_steps=cost_steps, seed=seed)
+        add_bounds(pair, target, bandwidth=bandwidth, input_length=input_length,
+                   max_decode_len=max_decode_len)
+        for r in pair:
+            r.update(target=name, draft=draft_name)
+        for s in checked["samplings"]:
+            same = [r for r in pair if r["temperature"] == s.temperature]
+            crossovers.append({"target": name, "draft": draft_name,
+                               "temperature": s.temperature, "batch_size": crossover(same)})
+        rows += pair
+        print(format_batch_table(pair), flush=True)
+    environment = benchmark.environment()
+    environment["load_average"] = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
+    results = {
+        "schema": SCHEMA,
+        "settings": {"targets": targets, "batch_sizes": checked["batch_sizes"],
+                     "temperatures": [s.temperature for s in checked["samplings"]],
+                     "gammas": checked["gammas"], "num_sentences": num_sentences,
+                     "input_length": input_length, "max_decode_len": max_decode_len,
+                     "repeats": repeats, "cost_steps": cost_steps,
+                     "bandwidth_bytes": bandwidth_bytes, "benchmark_jsons": list(benchmark_jsons),
+                     "seed": seed},
+        "environment": environment, "bandwidth": bandwidth, "rows": rows,
+        "crossover": crossovers,
+        "benchmark_bounds": [r for path in benchmark_jsons
+                             for r in benchmark_bounds(path, bandwidth)]}
+    write_results(results, output_dir)
+    return results
+
+
+# ----------------------------------------------------------------------------------------------
+# Tables, plot and files.
+
+
+def _markdown(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return "\n".join(lines + ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]) + "\n"
+
+
+def format_batch_table(rows: Sequence[Mapping[str, Any]]) -> str:
+    """`batch_scaling.md`: one line per (pair, temperature, batch size)."""
+    return _markdown(
+        ["target", "draft", "T", "B", "γ", "α", "baseline ms/step", "speedup", "Thm 3.8", "c",
+         "verify cost", "step / bound"],
+        [[r["target"], r["draft"], f"{r['temperature']:g}",
+          r["batch_size"], r["gamma"], f"{r['alpha']:.2f}", f"{1e3 * r['baseline_step_s']:.2f}",
+          f"{r['speedup']:.2f}X", f"{r['predicted_speedup']:.2f}X", f"{r['c']:.3f}",
+          f"{r['verify_cost']:.2f}", f"{r['step_over_bound']:.2f}"] for r in rows])
+
+
+def format_crossover_table(crossovers: Sequence[Mapping[str, Any]]) -> str:
+    return _markdown(["target", "draft", "T", "stops paying at batch (first speedup < 1)"],
+                     [[c["target"], c["draft"], f"{c['temperature']:g}",
+                       "none" if c["batch_size"] is None else c["batch_size"]]
+                      for c in crossovers])
+
+
+def format_bandwidth_table(results: Mapping[str, Any]) -> str:
+    """`bandwidth.md`: per target at the smallest batch size and the first temperature, then
+    per batch size of each `benchmark_bounds` file."""
+    bw = results["bandwidth"]["gb_per_s"]
+    first = []
+    for name in results["settings"]["targets"]:
+        rows = [r for r in results["rows"] if r["target"] == name]
+        first.append(min(rows, key=lambda r: (r["batch_size"], r["temperature"])))
+    table = _markdown(
+        ["target", "B", "weights MB", "KV MB (self + cross)", "bytes MB", "as allocated MB",
+         "bandwidth GB/s", "bound ms", "target step ms (x bound)",
+         "baseline ms/step (x bound)", "verify γ+1 ms (x bound)"],
+        [[r["target"], r["batch_size"],
+          f"{(r['bytes']['decoder_weights'] + r['bytes']['output_layer']) / 1e6:.1f}",
+          f"{(r['bytes']['self_kv'] + r['bytes']['cross_kv']) / 1e6:.2f}",
+          f"{r['bytes']['total'] / 1e6:.1f}", f"{r['bytes_as_allocated']['total'] / 1e6:.1f}",
+          f"{bw:.1f}", f"{1e3 * r['bound_s']:.3f}",
+          f"{1e3 * r['target_step_s']:.3f} ({r['step_over_bound']:.2f}x)",
+          f"{1e3 * r['baseline_step_s']:.3f} ({r['baseline_over_bound']:.2f}x)",
+          f"{1e3 * r['target_verify_s']:.3f} ({r['verify_over_bound']:.2f}x, γ={r['gamma']})"]
+         for r in first])
+    if not results.get("benchmark_bounds"):
+        return table
+    return table + "\n" + _markdown(
+        ["benchmark run", "B", "bytes MB", "bound ms", "target step ms (x bound)",
+         "verify γ+1 ms (x bound)"],
+        [[os.path.basename(os.path.dirname(os.path.abspath(r["benchmark_json"]))),
+          r["batch_size"], f"{r['bytes']['total'] / 1e6:.1f}",
+          f"{1e3 * r['bound_s']:.3f}",
+          f"{1e3 * r['target_step_s']:.3f} ({r['step_over_bound']:.2f}x)",
+          ", ".join(f"γ={g}: {1e3 * t:.3f} ({r['verify_over_bound'][g]:.2f}x)"
+                    for g, t in r["target_verify_s"].items())]
+         for r in results["benchmark_bounds"]])
+
+
+def write_results(results: Dict[str, Any], output_dir: str) -> str:
+    """The tables and the plot, then `limits.json` (where it exists, the run is complete)."""
+    files.write_atomic(os.path.join(output_dir, "batch_scaling.md"),
+                       format_batch_table(results["rows"]) + "\n"
+                       + format_crossover_table(results["crossover"]))
+    files.write_atomic(os.path.join(output_dir, "bandwidth.md"), format_bandwidth_table(results))
+    lines = {}
+    for r in results["rows"]:
+        lines.setdefault(f"{r['target']} + {r['draft']}, T={r['temperature']:g}", []).append(
+            (r["batch_size"], r["speedup"]))
+    plots.plot_speedup_vs_batch(lines, os.path.join(output_dir, "speedup_vs_batch.png"))
+    path = os.path.join(output_dir, RESULTS_FILE)
+    files.write_atomic(path, json.dumps(files.json_ready(results), indent=1, allow_nan=False)
+                       + "\n")
+    print(f"wrote {path}", flush=True)
+    return path

@@ -1,0 +1,237 @@
+"""Tests for speculative/runs/limits.py, scripts/limits.py and scripts/gpu_benchmark.sh.
+
+Known answers: the bytes a decode step reads, counted by hand for a tiny config and for
+large_target (the ~122 MB of weights its docs state); the mean decode position of rows of known
+lengths; the first batch size with a speedup below 1; the bound of a hand-made benchmark.json;
+a draft identical to the target is always accepted (alpha = 1). The --dry-run of the GPU script
+runs every step end to end on CPU (30-60 s on 2 cores: CI runs it).
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+from conftest import tiny_config
+
+from speculative import decoding
+from speculative.models import t5
+from speculative.runs import limits, mini
+from speculative.sampling import SamplingConfig
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+needs_bundle = pytest.mark.skipif(not mini.available(), reason="no bundled models")
+
+
+def _tiny_bytes(tied: bool, batch: int, position: float, encoder_length: float) -> int:
+    """By hand for conftest's tiny config: E = 16, H * D = 2 * 8 = 16, mlp 32 (gated: wi_0,
+    wi_1, wo), 2 decoder layers, 8 relative-position buckets, vocab 16, float32."""
+    per_layer = (4 * 16 * 16      # self-attention query, key, value, out
+                 + 2 * 16 * 16    # cross-attention query and out (key/value: once per sequence)
+                 + 3 * 16 * 32    # MLP
+                 + 3 * 16)        # three RMSNorm scales
+    decoder = 2 * per_layer + 8 * 2 + 16  # + relative position table + final norm
+    output = 16 * 16 if tied else 16 * 16 + batch * 16  # tied embedding | logits + B lookups
+    kv_per_position = 2 * 2 * batch * 16  # keys and values, 2 layers, B rows, H * D
+    return 4 * (decoder + output + kv_per_position * (position + encoder_length))
+
+
+def _model(config):
+    """A T5 DecodeModel with random numpy weights (T5X's initialisers would compile first)."""
+    rng = np.random.default_rng(0)
+    module = t5.Transformer(config)
+    params = jax.tree_util.tree_map(lambda s: (0.3 * rng.standard_normal(s.shape)).astype(s.dtype),
+                                    t5.param_shapes(module))
+    return decoding.EncoderDecoderModel(module, params)
+
+
+@pytest.mark.parametrize("tied", [False, True])
+def test_step_bytes_by_hand(tied):
+    config = tiny_config(logits_via_embedding=tied)
+    params = t5.param_shapes(t5.Transformer(config))
+    got = limits.step_bytes(config, params, batch_size=3, position=5, encoder_length=7)
+    assert got["total"] == _tiny_bytes(tied, 3, 5, 7)
+    assert got["self_kv"] == 4 * 2 * 2 * 3 * 16 * 5 and got["cross_kv"] == 4 * 2 * 2 * 3 * 16 * 7
+    assert got["total"] == sum(v for k, v in got.items() if k != "total")
+    # Real arrays count like their shapes; the KV terms match the decode loop's memory check.
+    model = _model(config)
+    assert limits.step_bytes(config, model.params, batch_size=3, position=5,
+                             encoder_length=7) == got
+    assert got["self_kv"] == decoding._cache_bytes(model, 3, 5)  # pylint: disable=protected-access
+
+
+@needs_bundle
+def test_step_bytes_large_target_weights():
+    """large_target (E 512, 8 x 64 heads, MLP 2048, 6 decoder layers, 32 buckets, tied vocab
+    4000): the ~122 MB of weights a generated token reads (configs/models/large_target.gin)."""
+    config = mini.config(mini.LARGE_TARGET)
+    got = limits.step_bytes(config, t5.param_shapes(t5.Transformer(config)), batch_size=1,
+                            position=0, encoder_length=0)
+    per_layer = 4 * 512 * 512 + 2 * 512 * 512 + 3 * 512 * 2048 + 3 * 512
+    assert got["decoder_weights"] == 4 * (6 * per_layer + 32 * 8 + 512)
+    assert got["output_layer"] == 4 * 4000 * 512
+    assert got["decoder_weights"] + got["output_layer"] == pytest.approx(122e6, rel=0.01)
+
+
+def test_mean_position_and_crossover():
+    # Rows of 1 and 3 tokens: steps read 1 | 1, 2, 3 keys: (1 + 6) / 4.
+    assert limits.mean_position([1, 3]) == pytest.approx(7 / 4)
+    assert limits.mean_position([4, 4]) == pytest.approx(2.5)
+    rows = [{"batch_size": b, "speedup": s} for b, s in [(16, 0.9), (1, 1.3), (64, 0.7),
+                                                         (4, 1.0)]]
+    assert limits.crossover(rows) == 16  # 1.0 at batch 4 is not slower
+    assert limits.crossover(rows[1:2] + rows[3:]) is None
+
+
+def test_measure_bandwidth_small():
+    bw = limits.measure_bandwidth(1 << 20, repeats=2)
+    assert bw["bytes"] == 1 << 20
+    assert bw["gb_per_s"] > 0 and bw["gb_per_s_best"] >= bw["gb_per_s"]
+
+
+def _benchmark_json(tmp_path, **config_overrides):
+    fields = {k: (list(v) if isinstance(v, tuple) else v)
+              for k, v in vars(tiny_config()).items()}
+    config = {"target_model": {"type": "T5Config", **fields}, "decoder_only": False,
+              "input_length": 5, **config_overrides}
+    data = {"config": config,
+            "costs": [{"batch_size": 2, "target_step_s": 0.002,
+                       "target_verify_s": {"3": 0.003}}],
+            "runs": [{"batch_size": 2, "stats": {"per_row": {"generated": [4, 4]}}}]}
+    path = tmp_path / "benchmark.json"
+    path.write_text(json.dumps(data))
+    return str(path)
+
+
+def test_benchmark_bounds_known_answer(tmp_path):
+    path = _benchmark_json(tmp_path)
+    [row] = limits.benchmark_bounds(path, {"gb_per_s": 1.0})  # 1e9 bytes per second
+    nbytes = _tiny_bytes(False, 2, 2.5, 5)  # two rows of 4 tokens: mean position 2.5
+    assert row["bytes"]["total"] == nbytes
+    assert row["bound_s"] == pytest.approx(nbytes / 1e9)
+    assert row["step_over_bound"] == pytest.approx(0.002 / (nbytes / 1e9))
+    assert row["verify_over_bound"]["3"] == pytest.approx(0.003 / (nbytes / 1e9))
+    with pytest.raises(ValueError, match="encoder-decoder T5Config"):
+        limits.benchmark_config(_benchmark_json(tmp_path, decoder_only=True))
+    with pytest.raises(ValueError, match="not a readable benchmark.json"):
+        limits.benchmark_config(str(tmp_path / "missing.json"))
+
+
+def test_batch_scaling_identical_draft(tiny_cfg):
+    """A draft identical to the target is always accepted (alpha = 1); steps, positions and
+    bytes follow from the rows' lengths; every ratio the tables read is finite."""
+    target = _model(tiny_cfg)
+    sources = np.random.default_rng(0).integers(2, 16, (2, 6)).astype(np.int32)
+    lengths = np.asarray(decoding.autoregressive_decode(
+        target, sources, rng=jax.random.PRNGKey(0), sampling=SamplingConfig(0.0),
+        max_decode_len=4).lengths)
+    rows = limits.batch_scaling(target, target, sources, batch_sizes=[2],
+                                samplings=[SamplingConfig(0.0)], gammas=[2], alphas={},
+                                max_decode_len=4, repeats=1, cost_steps=2)
+    limits.add_bounds(rows, target, bandwidth={"gb_per_s": 10.0}, input_length=6,
+                      max_decode_len=4)
+    [r] = rows
+    assert (r["batch_size"], r["gamma"], r["alpha"]) == (2, 2, 1.0)
+    assert r["baseline_steps"] == lengths.max()  # the loop runs until the longest row ends
+    position = limits.mean_position(lengths)
+    assert r["mean_position"] == pytest.approx(position) and r["mean_source_length"] == 6
+    assert r["bytes"]["total"] == pytest.approx(_tiny_bytes(False, 2, position, 6))
+    assert r["bytes_as_allocated"]["self_kv"] == 4 * 2 * 2 * 2 * 16 * 6  # cache of 4 + 2
+    assert r["bound_s"] == pytest.approx(r["bytes"]["total"] / 10e9)
+    for key in ("speedup", "step_over_bound", "verify_over_bound", "baseline_over_bound"):
+        assert np.isfinite(r[key]) and r[key] > 0
+
+
+def _rows():
+    base = {"draft": "d", "temperature": 0.0, "gamma": 3, "alpha": 0.7, "baseline_step_s": 0.01,
+            "predicted_speedup": 1.5, "c": 0.05, "verify_cost": 1.2, "step_over_bound": 1.3,
+            "target_step_s": 0.006, "baseline_over_bound": 2.0, "target_verify_s": 0.007,
+            "verify_over_bound": 1.5, "bound_s": 0.005,
+            "bytes": {"decoder_weights": 1e8, "output_layer": 8e6, "self_kv": 1e4,
+                      "cross_kv": 1e5, "total": 1.0811e8},
+            "bytes_as_allocated": {"total": 1.09e8}}
+    return [dict(base, target="big", batch_size=b, speedup=s) for b, s in [(1, 1.4), (4, 1.1)]] \
+        + [dict(base, target="small", batch_size=b, speedup=s) for b, s in [(1, 0.7), (4, 0.6)]]
+
+
+def test_write_results_tables_and_plot(tmp_path):
+    rows = _rows()
+    results = {"settings": {"targets": ["big", "small"]}, "bandwidth": {"gb_per_s": 20.0},
+               "rows": rows,
+               "crossover": [{"target": t, "draft": "d", "temperature": 0.0,
+                              "batch_size": limits.crossover([r for r in rows
+                                                              if r["target"] == t])}
+                             for t in ("big", "small")]}
+    limits.write_results(results, str(tmp_path))
+    assert json.loads((tmp_path / "limits.json").read_text())["rows"][0]["speedup"] == 1.4
+    table = (tmp_path / "batch_scaling.md").read_text()
+    assert "| big | d | 0 | none |" in table and "| small | d | 0 | 1 |" in table
+    bandwidth = (tmp_path / "bandwidth.md").read_text()
+    assert bandwidth.count("| big | 1 |") == 1 and "6.000 (1.30x)" in bandwidth
+    assert (tmp_path / "speedup_vs_batch.png").stat().st_size > 1000
+
+
+@needs_bundle
+def test_bad_settings_fail_before_any_work(tmp_path):
+    kw = {"targets": ["mini_target"], "batch_sizes": [1, 4], "temperatures": [0.0],
+          "gammas": [2], "num_sentences": 6, "repeats": 1, "cost_steps": 1,
+          "max_decode_len": 4, "bandwidth_bytes": 1 << 20}
+    with pytest.raises(ValueError, match="num_sentences=6 is not a multiple of batch sizes "
+                                         r"\[4\].*multiple of 4"):
+        limits.check_settings(**kw)
+    with pytest.raises(ValueError, match="targets=.*'nope'"):
+        limits.check_settings(**dict(kw, targets=["nope"]))
+    with pytest.raises(ValueError, match="batch_sizes holds 0"):
+        limits.check_settings(**dict(kw, batch_sizes=[0]))
+    with pytest.raises(ValueError, match="repeats=0 is invalid"):
+        limits.check_settings(**dict(kw, num_sentences=4, repeats=0))
+    (tmp_path / "limits.json").write_text("{}")
+    with pytest.raises(FileExistsError, match="earlier run.*--overwrite"):
+        limits.run(str(tmp_path), **dict(kw, num_sentences=4))
+    with pytest.raises(ValueError, match="benchmark_json="):
+        limits.run(str(tmp_path / "new"), benchmark_jsons=[str(tmp_path / "none.json")],
+                   **dict(kw, num_sentences=4))
+    assert not (tmp_path / "new" / "limits.json").exists()
+
+
+def _gpu_script(*args, timeout=30):
+    env = dict(os.environ, PYTHON=sys.executable, TF_CPP_MIN_LOG_LEVEL="3")
+    return subprocess.run(["bash", os.path.join(REPO, "scripts", "gpu_benchmark.sh"), *args],
+                          capture_output=True, text=True, env=env, timeout=timeout,
+                          check=False)
+
+
+def test_gpu_script_arguments():
+    result = _gpu_script("--help")
+    assert result.returncode == 0 and "--dry-run" in result.stdout
+    result = _gpu_script("--bogus")
+    assert result.returncode == 2 and "unknown option --bogus" in result.stderr
+    result = _gpu_script("/tmp/a", "/tmp/b")
+    assert result.returncode == 2 and "give one OUT_DIR" in result.stderr
+    result = _gpu_script("--steps=limits,plots")
+    assert result.returncode == 2 and "names 'plots'" in result.stderr
+
+
+@needs_bundle
+def test_gpu_script_dry_run(tmp_path):
+    """Every step of scripts/gpu_benchmark.sh on CPU with tiny settings: each writes its JSON."""
+    result = _gpu_script("--dry-run", str(tmp_path), timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    steps = (tmp_path / "steps.tsv").read_text().split("\n")[1:-1]
+    assert [s.split("\t")[:2] for s in steps] == [
+        ["t5_1_1_tiny_synthetic", "0"], ["limits", "0"], ["mini_target_pair", "0"]]
+    for name in ("t5_1_1_tiny_synthetic", "mini_target_pair"):
+        data = json.loads((tmp_path / name / "benchmark.json").read_text())
+        assert data["runs"] and all(r["speedup"] > 0 for r in data["runs"])
+    data = json.loads((tmp_path / "limits" / "limits.json").read_text())
+    assert data["schema"] == limits.SCHEMA and data["bandwidth"]["gb_per_s"] > 0
+    [row] = data["rows"]
+    assert row["target"] == "mini_target" and row["draft"] == mini.best_draft("mini_target")
+    assert row["speedup"] > 0 and row["step_over_bound"] > 0
+    [bound] = data["benchmark_bounds"]
+    assert bound["benchmark_json"].endswith("t5_1_1_tiny_synthetic/benchmark.json")
+    for name in ("batch_scaling.md", "bandwidth.md", "speedup_vs_batch.png"):
+        assert (tmp_path / "limits" / name).exists()
