@@ -25,6 +25,7 @@ from speculative.runs import alpha as alpha_lib
 from speculative.runs import benchmark
 from speculative.runs import config as config_lib
 from speculative.runs import costs
+from speculative.runs import measure
 from speculative.runs import models
 from speculative.sampling import SamplingConfig
 
@@ -130,10 +131,15 @@ def test_decode_loop_cost_model(temperature):
     batches = list(itertools.islice(
         benchmark.input_batches(1, vocab_size=16, input_length=L_IN, seed=1), 10))
     sampling = SamplingConfig(temperature=temperature)
-    [run] = benchmark.benchmark_setting(
+    [measured] = measure.measure(
         target, [target] * 2, batches[:2], sampling=sampling, gammas=[3], max_decode_len=N,
         repeats=3, lenience=1.0, seed=0, costs={"c": 1.0, "verify_cost": {3: 1.0}},
         calibration=batches[2:])
+    run = measured.to_json()  # the typed result and its benchmark.json entry agree
+    assert measured.loop.round_cost == run["loop_costs"]["round_cost"]
+    assert measured.speedup == run["speedup"] == pytest.approx(
+        np.median(measured.baseline.repeats_s) / np.median(measured.speculative.repeats_s))
+    assert measured.predicted_speedup_loop == run["predicted_speedup_loop"]
     loop = run["loop_costs"]
     assert loop["calibration_sequences"] == 8
     for kind, decode in (("baseline", lambda x, k: decoding.autoregressive_decode(

@@ -176,3 +176,19 @@ def test_dynamic_gamma_rows_share_one_baseline():
     assert all(1.0 <= d <= mini_results.DYNAMIC_MAX_GAMMA for d in drafted)
     assert drafted == sorted(drafted, reverse=True) and drafted[0] > drafted[-1]
     assert all(r["speedup"] > 0 and r["draft"] == "mini_draft_30" for r in rows)
+
+
+def test_demo_runs_on_the_bundled_mini_pair(tmp_path):
+    """The main job's code path end to end (small): translations identical to the target's
+    greedy output, one row per temperature with its measured and predicted speedups, the JSON
+    written."""
+    from speculative.runs import demo  # pylint: disable=g-import-not-at-top
+
+    out = tmp_path / "demo.json"
+    summary = demo.run(num_sentences=2, gamma=2, temperatures=(0.0,), target_name=mini.MINI_TARGET,
+                       draft_name="mini_draft_10", repeats=1, output_json=str(out))
+    assert summary["identical_to_baseline"] and summary["sentences"] == 2
+    [row] = summary["rows"]
+    assert row["gamma"] == 2 and 0.0 <= row["alpha"] <= 1.0 and row["speedup"] > 0
+    assert 1.0 <= row["tokens_per_target_call"] <= 3.0 and row["predicted_speedup"] > 0
+    assert json.loads(out.read_text())["rows"][0]["speedup"] == row["speedup"]

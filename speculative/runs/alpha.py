@@ -55,6 +55,7 @@ import numpy as np
 from speculative import decoding
 from speculative import sampling as sampling_lib
 from speculative.runs import benchmark as bench
+from speculative.runs import measure
 from speculative.runs import models as models_lib
 from speculative.sampling import SamplingConfig
 
@@ -241,7 +242,7 @@ def run(
         if stats["num_tokens"] < num_tokens:
             print(f"warning: the inputs ran out after {stats['num_tokens']} of {num_tokens} "
                   "tokens", flush=True)
-        settings.append({"sampling": bench.sampling_dict(sampling), **stats})
+        settings.append({"sampling": measure.sampling_dict(sampling), **stats})
 
     results = {
         "schema": SCHEMA,
@@ -258,7 +259,7 @@ def run(
             "input_length": input_length,
             "inputs": {"source": "random" if task is None and tsv_path is None else "task",
                        "task": task, "tsv_path": tsv_path, "split": split},
-            "samplings": [bench.sampling_dict(s) for s in samplings],
+            "samplings": [measure.sampling_dict(s) for s in samplings],
             "seed": seed,
         },
         "environment": bench.environment(),

@@ -1,6 +1,7 @@
 """Walltime benchmark of speculative vs autoregressive decoding, with two cost models.
 
-For a target/draft pair, inputs, sampling settings, gammas and batch sizes, `run` measures
+For a target/draft pair, inputs, sampling settings, gammas and batch sizes, `run` measures (with
+`measure.measure`, the project's one measurement, which every other run uses too)
 
   * the walltime of `decoding.autoregressive_decode` (the baseline) and of
     `decoding.speculative_decode` for each gamma, after compilation. The first call of each program
@@ -100,10 +101,11 @@ import gin
 import jax
 import numpy as np
 
-from speculative import decoding, files, partitioning, theory
+from speculative import files, partitioning
 from speculative.models import synthetic
 from speculative.runs import config as config_lib
 from speculative.runs import costs as costs_lib
+from speculative.runs import measure
 from speculative.runs import models as models_lib
 from speculative.sampling import SamplingConfig
 
@@ -160,10 +162,6 @@ def sampling_configs(temperatures, top_k: int = 0, top_p: float = 1.0) -> List[S
                 f"Temperature {t!r} has unknown type {type(t).__name__}: use a float >= 0 (0 = "
                 "argmax) or a speculative.sampling.SamplingConfig.")
     return out
-
-
-def sampling_dict(s: SamplingConfig) -> Dict[str, Any]:
-    return {"temperature": s.temperature, "top_k": s.top_k, "top_p": s.top_p}
 
 
 def environment() -> Dict[str, Any]:
@@ -273,121 +271,23 @@ def take_batches(num_batches: int, batch_size: int, **kwargs) -> List[np.ndarray
 
 
 # ----------------------------------------------------------------------------------------------
-# One setting: baseline and speculative programs, interleaved.
+# The printed table.
 
 
-def _compare(baseline: Sequence[float], speculative: Sequence[float]) -> Dict[str, float]:
-    ratios = np.asarray(baseline) / np.asarray(speculative)
-    return {"min": float(ratios.min()), "median": float(np.median(ratios)),
-            "max": float(ratios.max())}
-
-
-def benchmark_setting(target, drafts: Sequence[Any], batches: Sequence[np.ndarray], *,
-                      sampling: SamplingConfig, gammas: Sequence[int], max_decode_len: int,
-                      repeats: int, lenience: float, seed: int,
-                      costs: Dict[str, Any], draft_confidence: float = 0.0,
-                      calibration: Sequence[np.ndarray] = ()) -> List[Dict[str, Any]]:
-    """Times the baseline and every gamma on `batches` (interleaved); one entry per gamma.
-
-    `drafts[i]` drafts for `batches[i]` (the same model, or synthetic drafts with distinct seeds).
-    With `calibration` batches (other inputs than `batches`, decoded with `drafts[0]`), the
-    decode-loop cost model of `costs` is fitted from their timings, taken in the same
-    interleaved rounds as the measured decoders, and each entry gets its prediction.
-    """
-    programs = costs_lib.decode_programs(
-        target, drafts, batches, {g: (g, draft_confidence) for g in gammas}, sampling=sampling,
-        max_decode_len=max_decode_len, lenience=lenience, seed=seed)
-    programs.update(costs_lib.calibration_programs(
-        target, drafts[0], calibration, gammas, sampling=sampling, max_decode_len=max_decode_len,
-        lenience=lenience, draft_confidence=draft_confidence, seed=seed))
-    first, times, outputs = costs_lib.interleaved(
-        programs, repeats,
-        progress=f"batch {batches[0].shape[0]}, T={sampling.temperature:g}: timing")
-    loop_costs = None
-    if calibration:
-        try:
-            loop_costs = costs_lib.fit_loop_costs(times, outputs, gammas)
-        except ValueError as e:  # e.g. no calibration sequence ended before max_decode_len
-            loop_costs = {"error": str(e)}
-
-    def timing(name):
-        out = costs_lib.spread(times[name])
-        out["first_call_s"] = first[name]
-        out["compile_s"] = first[name] - out["median_s"]
-        return out
-
-    base_timing = timing("baseline")
-    base_tokens = int(sum(np.asarray(r.lengths).sum() for r in outputs["baseline"]))
-    runs = []
-    for g in gammas:
-        stats = decoding.merge_stats([r.stats for r in outputs[g]]).summary(per_row=True)
-        spec_timing = timing(g)
-        speedup = base_timing["median_s"] / spec_timing["median_s"]
-        c, verify = costs["c"], costs["verify_cost"][g]
-        alpha = stats["alpha"]
-        ok = math.isfinite(alpha)
-        alpha = min(max(alpha, 0.0), 1.0) if ok else alpha  # float sums may stray by 1 ulp
-        predicted = theory.speedup(alpha, g, c, verify) if ok else float("nan")
-        base_per_token = base_timing["median_s"] / max(base_tokens, 1)
-        spec_per_token = spec_timing["median_s"] / max(stats["generated"], 1)
-        runs.append({
-            "sampling": sampling_dict(sampling),
-            "batch_size": int(batches[0].shape[0]),
-            "gamma": g,
-            "max_decode_len": max_decode_len,
-            "timings": {"baseline": base_timing, "speculative": spec_timing},
-            "speedup": speedup,
-            "speedup_spread": _compare(times["baseline"], times[g]),
-            "baseline_tokens": base_tokens,
-            "speculative_tokens": stats["generated"],
-            "speedup_per_token": base_per_token / spec_per_token,
-            "alpha": alpha,
-            "tokens_per_target_call": stats["tokens_per_target_call"],
-            "expected_tokens_per_call": theory.expected_tokens(alpha, g) if ok else float("nan"),
-            "accepted_per_position": stats["accepted_per_position"],
-            "accepted_per_position_rate": stats["accepted_per_position_rate"],
-            "stats": stats,
-            "c": c,
-            "verify_cost": verify,
-            "predicted_speedup": predicted,
-            "predicted_speedup_paper": theory.speedup(alpha, g, c) if ok else float("nan"),
-            "measured_over_predicted": speedup / predicted if ok else float("nan"),
-        })
-        if loop_costs is None:
-            continue
-        if "error" in loop_costs or not ok:
-            runs[-1]["loop_costs"] = loop_costs
-            runs[-1]["predicted_speedup_loop"] = float("nan")
-            continue
-        walltime = costs_lib.predict_walltime(
-            alpha, g, loop_costs, [int(r.stats.rounds) for r in outputs["baseline"]],
-            [int(np.max(r.lengths)) for r in outputs[g]])
-        runs[-1].update({
-            "loop_costs": {"calibration_sequences": loop_costs["calibration_sequences"],
-                           "baseline": loop_costs["baseline"],
-                           "speculative": loop_costs["speculative"][g],
-                           "round_cost": loop_costs["round_cost"][g]},
-            "predicted_walltime": walltime,
-            "predicted_speedup_loop": walltime["speedup"],
-            "measured_over_predicted_loop": speedup / walltime["speedup"]})
-    return runs
-
-
-def format_table(runs: Sequence[Dict[str, Any]]) -> str:
-    """One line per run: timings, speedup, both predictions (pred = Theorem 3.8, loop = the
-    decode-loop cost model, '-' without calibration), alpha and the cost ratios."""
+def format_table(runs: Sequence[measure.Measurement]) -> str:
+    """One line per measurement: timings, speedup, both predictions (pred = Theorem 3.8, loop =
+    the decode-loop cost model, '-' without calibration), alpha and the cost ratios."""
     head = (f"{'temp':>5} {'B':>3} {'G':>3} {'base ms':>9} {'spec ms':>9} {'speedup':>8} "
             f"{'pred':>6} {'loop':>6} {'alpha':>6} {'tok/call':>8} {'c':>6} {'verify':>6}")
     lines = [head]
     for r in runs:
-        t = r["timings"]
-        loop = r.get("predicted_speedup_loop", float("nan"))
-        loop = f"{loop:>6.3f}" if loop is not None and math.isfinite(loop) else f"{'-':>6}"
+        loop = r.predicted_speedup_loop
+        loop = f"{loop:>6.3f}" if math.isfinite(loop) else f"{'-':>6}"
         lines.append(
-            f"{r['sampling']['temperature']:>5g} {r['batch_size']:>3} {r['gamma']:>3} "
-            f"{1e3 * t['baseline']['median_s']:>9.2f} {1e3 * t['speculative']['median_s']:>9.2f} "
-            f"{r['speedup']:>8.3f} {r['predicted_speedup']:>6.3f} {loop} {r['alpha']:>6.3f} "
-            f"{r['tokens_per_target_call']:>8.3f} {r['c']:>6.3f} {r['verify_cost']:>6.3f}")
+            f"{r.sampling.temperature:>5g} {r.batch_size:>3} {r.gamma:>3} "
+            f"{1e3 * r.baseline.median_s:>9.2f} {1e3 * r.speculative.median_s:>9.2f} "
+            f"{r.speedup:>8.3f} {r.predicted_speedup:>6.3f} {loop} {r.alpha:>6.3f} "
+            f"{r.tokens_per_target_call:>8.3f} {r.c:>6.3f} {r.verify_cost:>6.3f}")
     return "\n".join(lines)
 
 
@@ -514,7 +414,7 @@ def run(
         "draft_confidence": draft_confidence,
         "gammas": gammas,
         "batch_sizes": batch_sizes,
-        "samplings": [sampling_dict(s) for s in samplings],
+        "samplings": [measure.sampling_dict(s) for s in samplings],
         "max_decode_len": max_decode_len,
         "input_length": input_length,
         "inputs": {"source": "random" if task is None and tsv_path is None else "task",
@@ -540,12 +440,12 @@ def run(
                                        repeats=max(2 * repeats, 5), seed=seed)
         costs.append(cost)
         for sampling in samplings:
-            runs.extend(benchmark_setting(
+            measured = measure.measure(
                 target, drafts, batches, sampling=sampling, gammas=gammas,
                 max_decode_len=max_decode_len, repeats=repeats, lenience=lenience, seed=seed,
-                costs=cost, draft_confidence=draft_confidence,
-                calibration=calibration))
-            print(format_table(runs[-len(gammas):]), flush=True)
+                costs=cost, draft_confidence=draft_confidence, calibration=calibration)
+            print(format_table(measured), flush=True)
+            runs.extend(m.to_json() for m in measured)
 
     results = {"schema": SCHEMA, "config": config, "environment": environment(),
                "costs": costs, "runs": runs}

@@ -18,7 +18,7 @@ Two predictions of the speedup of `decoding.speculative_decode` over `autoregres
   expected rounds (`theory.expected_rounds` at the measured alpha).
 
 `interleaved` times several programs in rounds with a rotated order, so machine noise hits all of
-them alike; `benchmark.benchmark_setting` puts the calibration programs in the same rounds as the
+them alike; `measure.measure` puts the calibration programs in the same rounds as the
 decoders it measures.
 """
 

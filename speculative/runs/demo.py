@@ -23,7 +23,7 @@ import numpy as np
 
 from speculative import decoding, files
 from speculative.models import t5
-from speculative.runs import benchmark, costs as costs_lib, mini, models
+from speculative.runs import benchmark, costs as costs_lib, measure, mini, models
 from speculative.sampling import SamplingConfig
 
 
@@ -92,20 +92,18 @@ def run(*, num_sentences: int = 8, gamma: Optional[int] = None,
         sampling = SamplingConfig(float(temperature))
         g = gamma or _pick_gamma(target, draft, batches, sampling, costs, gammas,
                                  max_decode_len, seed)
-        result = benchmark.benchmark_setting(
+        [m] = measure.measure(
             target, [draft] * len(batches), batches, sampling=sampling, gammas=[g],
             max_decode_len=max_decode_len, repeats=repeats, lenience=1.0, seed=seed,
-            costs=costs, calibration=calibration)[0]
+            costs=costs, calibration=calibration)
         row = {
-            "temperature": float(temperature), "gamma": g, "alpha": result["alpha"],
-            "tokens_per_target_call": result["tokens_per_target_call"], "c": result["c"],
-            "verify_cost": result["verify_cost"], "speedup": result["speedup"],
-            "speedup_spread": result["speedup_spread"],
-            "predicted_speedup": result["predicted_speedup"],
-            "predicted_speedup_loop": result.get("predicted_speedup_loop", float("nan")),
-            "round_cost": result.get("loop_costs", {}).get("round_cost", float("nan")),
-            "baseline_s": result["timings"]["baseline"]["median_s"],
-            "speculative_s": result["timings"]["speculative"]["median_s"],
+            "temperature": float(temperature), "gamma": g, "alpha": m.alpha,
+            "tokens_per_target_call": m.tokens_per_target_call, "c": m.c,
+            "verify_cost": m.verify_cost, "speedup": m.speedup,
+            "speedup_spread": m.speedup_spread, "predicted_speedup": m.predicted_speedup,
+            "predicted_speedup_loop": m.predicted_speedup_loop,
+            "round_cost": m.loop.round_cost if m.loop else float("nan"),
+            "baseline_s": m.baseline.median_s, "speculative_s": m.speculative.median_s,
         }
         rows.append(row)
         print(f"T={temperature:g}: speedup {row['speedup']:.2f}x (gamma {g}, alpha "

@@ -7,7 +7,7 @@ target and its `mini.best_draft`: `large_target`, memory-bound on a CPU, and `mi
 compute-bound; test-split sentences):
 
 * Batch scaling (`batch_scaling`). The same `num_sentences` sentences are decoded at batch 1,
-  4, 16, 64 (`benchmark.benchmark_setting`: baseline and speculative programs compiled first,
+  4, 16, 64 (`measure.measure`: baseline and speculative programs compiled first,
   then timed in interleaved rounds, speedup = ratio of medians). A larger batch reuses each
   weight for more rows, so the step moves from memory-bound towards compute-bound and the
   verify cost (`costs.measure_costs`: target on gamma + 1 tokens / on 1 token) grows; gamma is
@@ -67,7 +67,7 @@ import numpy as np
 
 from speculative import files
 from speculative.models import t5
-from speculative.runs import benchmark, mini, mini_results, plots
+from speculative.runs import benchmark, measure, mini, mini_results, plots
 from speculative.runs import costs as costs_lib
 from speculative.sampling import SamplingConfig
 
@@ -187,23 +187,23 @@ def batch_scaling(target, draft, sources: np.ndarray, *, batch_sizes: Sequence[i
             t = sampling.temperature
             gamma = (gammas[0] if len(gammas) == 1 else
                      costs_lib.best_gamma(alphas[t], costs, gammas))
-            run = benchmark.benchmark_setting(
+            [run] = measure.measure(
                 target, [draft] * len(batches), batches, sampling=sampling, gammas=[gamma],
                 max_decode_len=max_decode_len, repeats=repeats, lenience=1.0, seed=seed,
-                costs=costs)[0]
+                costs=costs)
             # The baseline loop runs until a batch's longest row ends; the speculative run
             # decodes the same sentences (identical rows at T = 0, the same law at T > 0).
-            lengths = np.asarray(run["stats"]["per_row"]["generated"])
+            lengths = np.asarray(run.stats["per_row"]["generated"])
             steps = int(sum(lengths[i:i + b].max() for i in range(0, len(lengths), b)))
-            base_s = run["timings"]["baseline"]["median_s"]
+            base_s = run.baseline.median_s
             rows.append({
                 "temperature": t, "batch_size": b, "gamma": gamma,
-                "prior_alpha": alphas.get(t), "alpha": run["alpha"],
-                "speedup": run["speedup"], "speedup_spread": run["speedup_spread"],
-                "predicted_speedup": run["predicted_speedup"], "c": run["c"],
-                "verify_cost": run["verify_cost"], "baseline_s": base_s,
-                "speculative_s": run["timings"]["speculative"]["median_s"],
-                "tokens_per_target_call": run["tokens_per_target_call"],
+                "prior_alpha": alphas.get(t), "alpha": run.alpha,
+                "speedup": run.speedup, "speedup_spread": run.speedup_spread,
+                "predicted_speedup": run.predicted_speedup, "c": run.c,
+                "verify_cost": run.verify_cost, "baseline_s": base_s,
+                "speculative_s": run.speculative.median_s,
+                "tokens_per_target_call": run.tokens_per_target_call,
                 "baseline_steps": steps, "baseline_step_s": base_s / max(steps, 1),
                 "target_step_s": costs["target_step_s"],
                 "target_verify_s": costs["target_verify_s"][gamma],

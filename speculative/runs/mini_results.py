@@ -46,7 +46,7 @@ import numpy as np
 
 from speculative import decoding, files, theory
 from speculative.runs import alpha as alpha_lib
-from speculative.runs import benchmark, costs as costs_lib, mini, plots
+from speculative.runs import benchmark, costs as costs_lib, measure, mini, plots
 from speculative.sampling import SamplingConfig
 
 TEMPERATURES = (0.0, 1.0)
@@ -60,18 +60,18 @@ README_MARKER = "<!-- RESULTS -->"
 RESULT_DIRS = {mini.LARGE_TARGET: "results/large", mini.MINI_TARGET: "results/mini"}
 
 
-def round_breakdown(run: Dict, costs: Dict) -> Dict[str, float]:
+def round_breakdown(run: measure.Measurement, costs: Dict) -> Dict[str, float]:
     """Where one round's time goes (seconds and shares of the round), from a Table 2 run with
     its decode-loop costs and `costs_lib.measure_costs`' single calls: the verify call (target
     on gamma + 1 tokens), the draft calls (gamma single-token steps), and `outside`, what the
     loop spends beyond those calls as a bare loop of calls costs them. The same split of a
     baseline step: the target's single-token call and the rest."""
-    gamma = run["gamma"]
+    gamma = run.gamma
     verify = costs["target_verify_s"][gamma] if gamma in costs["target_verify_s"] else \
         costs["target_verify_s"][str(gamma)]
     draft = gamma * costs["draft_step_s"]
-    round_s = run["loop_costs"]["speculative"]["iteration_s"]
-    step_s = run["loop_costs"]["baseline"]["iteration_s"]
+    round_s = run.loop.speculative["iteration_s"]
+    step_s = run.loop.baseline["iteration_s"]
     return {"round_s": round_s, "verify_s": verify, "draft_s": draft,
             "outside_s": round_s - verify - draft, "verify_share": verify / round_s,
             "draft_share": draft / round_s, "outside_share": 1.0 - (verify + draft) / round_s,
@@ -89,18 +89,19 @@ def measure_alpha(target, draft, temperature: float, num_tokens: int, seed: int)
     return {k: stats[k] for k in ("alpha", "se_cluster", "num_tokens", "lag1_autocorrelation")}
 
 
-def _row(run: Dict, **extra) -> Dict:
-    return {**extra, "gamma": run["gamma"], "alpha": run["alpha"], "speedup": run["speedup"],
-            "speedup_spread": run["speedup_spread"], "c": run["c"],
-            "verify_cost": run["verify_cost"], "predicted_speedup": run["predicted_speedup"],
-            "measured_over_predicted": run["measured_over_predicted"],
-            "round_cost": run["loop_costs"]["round_cost"],
-            "predicted_speedup_loop": run["predicted_speedup_loop"],
-            "measured_over_predicted_loop": run["measured_over_predicted_loop"],
-            "tokens_per_target_call": run["tokens_per_target_call"],
-            "baseline_s": run["timings"]["baseline"]["median_s"],
-            "speculative_s": run["timings"]["speculative"]["median_s"],
-            "predicted_walltime": run["predicted_walltime"], "loop_costs": run["loop_costs"]}
+def _row(run: measure.Measurement, **extra) -> Dict:
+    """A results.json row: the measurement's numbers the tables use (the loop model fitted)."""
+    if run.loop is None:
+        raise ValueError(f"gamma {run.gamma}: the decode-loop cost model could not be fitted "
+                         f"({run.loop_error}); the calibration sentences must end before "
+                         f"max_decode_len={run.max_decode_len}.")
+    out = run.to_json()
+    return {**extra, **{k: out[k] for k in (
+        "gamma", "alpha", "speedup", "speedup_spread", "c", "verify_cost", "predicted_speedup",
+        "measured_over_predicted", "predicted_speedup_loop", "measured_over_predicted_loop",
+        "tokens_per_target_call", "predicted_walltime", "loop_costs")},
+        "round_cost": run.loop.round_cost, "baseline_s": run.baseline.median_s,
+        "speculative_s": run.speculative.median_s}
 
 
 def dynamic_gamma(target, draft, batches, sampling: SamplingConfig, fixed_gamma: int, *,
@@ -234,21 +235,21 @@ def run(output_dir: Optional[str] = None, num_alpha_tokens: int = 10_000,
         for name in t5_drafts:
             for t in TEMPERATURES:
                 gamma = costs_lib.best_gamma(table3[name][str(t)]["alpha"], costs[name], gammas)
-                run_ = benchmark.benchmark_setting(
+                [run_] = measure.measure(
                     target, [drafts[name]] * len(bench_batches), bench_batches,
                     sampling=SamplingConfig(t), gammas=[gamma], max_decode_len=MAX_DECODE_LEN,
                     repeats=repeats, lenience=1.0, seed=seed, costs=costs[name],
-                    calibration=calibration)[0]
+                    calibration=calibration)
                 table2.append(_row(run_, draft=name, temperature=t,
                                    breakdown=round_breakdown(run_, costs[name])))
-                print(table2[-1]["draft"], t, gamma, round(run_["speedup"], 2), flush=True)
+                print(name, t, gamma, round(run_.speedup, 2), flush=True)
         stages.done("table2", table2)
     table2 = stages["table2"]
 
     best = max(t5_drafts, key=lambda n: max(r["speedup"] for r in table2
                                             if r["draft"] == n and r["temperature"] == 0.0))
     if "sweep" not in stages:
-        sweep = benchmark.benchmark_setting(
+        sweep = measure.measure(
             target, [drafts[best]] * len(bench_batches), bench_batches,
             sampling=SamplingConfig(0.0), gammas=list(gammas), max_decode_len=MAX_DECODE_LEN,
             repeats=repeats, lenience=1.0, seed=seed, costs=costs[best],

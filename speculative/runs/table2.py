@@ -16,7 +16,7 @@ For each row `reproduce`:
      target alone through the same pipeline), each timed without compilation, into
      `output_dir/<row>/{speculative,baseline}/` (predictions.jsonl, metrics.json, config.gin);
   3. takes alpha from the speculative run; Speed comes from the one timing engine the benchmark,
-     the mini results and the demo use (`benchmark.benchmark_setting`): baseline and
+     the mini results and the demo use (`measure.measure`): baseline and
      speculative decoding of the row's first `speed_batches` batches, compiled first, then
      timed in `speed_repeats` interleaved rounds; Speed is the ratio of the medians (the two
      infer runs' tokens/s are kept beside it);
@@ -67,7 +67,7 @@ import gin
 import numpy as np
 
 from speculative import files, partitioning, theory
-from speculative.runs import benchmark, costs as costs_lib
+from speculative.runs import costs as costs_lib, measure
 from speculative.runs import config as config_lib
 
 _UNSET = object()
@@ -114,7 +114,7 @@ class RowResult:
     gamma: int
     temperature: float
     alpha: Optional[float] = None
-    speed: Optional[float] = None  # interleaved medians (benchmark.benchmark_setting)
+    speed: Optional[float] = None  # interleaved medians (measure.measure)
     speed_spread: Dict[str, float] = dataclasses.field(default_factory=dict)
     c: Optional[float] = None
     c_source: Optional[str] = None
@@ -245,7 +245,7 @@ def markdown(results: Sequence[RowResult], c_note: str) -> str:
         f"Target M_p: {', '.join(sorted({r.info.target for r in results}))}. "
         "Speed = median walltime of the baseline (the target alone, same jitted loop) / median "
         "walltime of speculative decoding on the row's first batches, compiled first and timed "
-        "in interleaved rounds in one process (`benchmark.benchmark_setting`). α = mean β over "
+        "in interleaved rounds in one process (`measure.measure`). α = mean β over "
         "drafted positions (Cor. 3.6).",
         f"c: {c_note}",
         "Thm 3.8: (1 - α^(γ+1)) / ((1 - α)(γc + 1)) with the measured α; 'measured verify' "
@@ -369,13 +369,13 @@ def reproduce(
             models[0], models[1], np.asarray(batches[0]), [settings.gamma],
             max_decode_len=settings.max_decode_len, num_steps=8, repeats=cost_repeats, seed=0)
         mesh = getattr(models[0], "mesh", None)
-        timed = benchmark.benchmark_setting(
+        [timed] = measure.measure(
             models[0], [models[1]] * len(batches),
             [partitioning.shard_batch(b, mesh) if mesh is not None else b for b in batches],
             sampling=settings.sampling, gammas=[settings.gamma],
             max_decode_len=settings.max_decode_len, repeats=speed_repeats,
-            lenience=settings.lenience, seed=settings.seed, costs=result.costs)[0]
-        result.speed, result.speed_spread = timed["speedup"], timed["speedup_spread"]
+            lenience=settings.lenience, seed=settings.seed, costs=result.costs)
+        result.speed, result.speed_spread = timed.speedup, timed.speedup_spread
         if c is None:
             result.c = result.costs["c"]
             result.verify_cost = result.costs["verify_cost"][settings.gamma]

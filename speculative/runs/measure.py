@@ -1,0 +1,229 @@
+"""The one measurement of speculative against autoregressive decoding, with typed results.
+
+`measure(target, drafts, batches, ...)` compiles the baseline and the speculative decode programs
+for the same `batches` (`costs.decode_programs`), times them with the one timing engine
+(`costs.interleaved`: each program's first call apart, then rounds in a rotated order, so machine
+noise hits every program alike; medians), merges the decode statistics of all batches
+(`decoding.merge_stats`), and prices each result two ways: Theorem 3.8 from the c and verify cost
+that `costs.measure_costs` timed, and, given calibration batches (other inputs, timed in the same
+rounds), the decode-loop cost model (`costs.fit_loop_costs`, `costs.predict_walltime`).
+
+Every speed the project reports comes from here: `scripts/benchmark.py`, Table 2
+(`reproduce_table2`), the bundled-model results (`mini_results`), the main job (`demo`) and the
+batch-scaling limits (`limits`). Each gamma measured gives one `Measurement`; its
+`to_json()` is an entry of benchmark.json's `runs` (and of the other results files).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from speculative import decoding, theory
+from speculative.runs import costs as costs_lib
+from speculative.sampling import SamplingConfig
+
+
+def sampling_dict(s: SamplingConfig) -> Dict[str, Any]:
+    return {"temperature": s.temperature, "top_k": s.top_k, "top_p": s.top_p}
+
+
+@dataclasses.dataclass(frozen=True)
+class Timing:
+    """One program's seconds: its first call (compilation included) and the timed repeats, in
+    the order of the interleaved rounds."""
+
+    repeats_s: Tuple[float, ...]
+    first_call_s: float
+
+    @property
+    def median_s(self) -> float:
+        return float(np.median(self.repeats_s))
+
+    @property
+    def compile_s(self) -> float:
+        return self.first_call_s - self.median_s
+
+    def to_json(self) -> Dict[str, Any]:
+        return {**costs_lib.spread(self.repeats_s), "first_call_s": self.first_call_s,
+                "compile_s": self.compile_s}
+
+
+@dataclasses.dataclass(frozen=True)
+class LoopPrediction:
+    """The decode-loop cost model for one gamma: each program's start-up and cost per
+    iteration (seconds) fitted on the calibration sequences, the round's cost in baseline
+    steps, and the predicted walltimes (`costs.predict_walltime`)."""
+
+    calibration_sequences: int
+    baseline: Dict[str, float]
+    speculative: Dict[str, float]
+    round_cost: float
+    walltime: Dict[str, Any]
+
+    @property
+    def speedup(self) -> float:
+        return float(self.walltime["speedup"])
+
+
+@dataclasses.dataclass(frozen=True)
+class Measurement:
+    """Speculative decoding with one gamma against the baseline, on the same batches.
+
+    `stats` is `DecodeStats.summary(per_row=True)` of the speculative runs (all batches
+    merged); `c` and `verify_cost` are the single-call costs Theorem 3.8 uses; `loop` is the
+    decode-loop model's prediction (None without calibration batches; `loop_error` says why
+    it could not be fitted, e.g. no calibration sequence ended before max_decode_len).
+    """
+
+    sampling: SamplingConfig
+    batch_size: int
+    gamma: int
+    max_decode_len: int
+    baseline: Timing
+    speculative: Timing
+    baseline_tokens: int
+    stats: Dict[str, Any]
+    c: float
+    verify_cost: float
+    loop: Optional[LoopPrediction] = None
+    loop_error: Optional[str] = None
+
+    @property
+    def speedup(self) -> float:
+        """Median baseline seconds over median speculative seconds."""
+        return self.baseline.median_s / self.speculative.median_s
+
+    @property
+    def speedup_spread(self) -> Dict[str, float]:
+        """min / median / max of the per-round ratios (both programs timed in each round)."""
+        ratios = np.asarray(self.baseline.repeats_s) / np.asarray(self.speculative.repeats_s)
+        return {"min": float(ratios.min()), "median": float(np.median(ratios)),
+                "max": float(ratios.max())}
+
+    @property
+    def alpha(self) -> float:
+        """Mean beta over the tested drafts (NaN if none was tested)."""
+        alpha = float(self.stats["alpha"])
+        # Float sums may stray from [0, 1] by an ulp.
+        return min(max(alpha, 0.0), 1.0) if math.isfinite(alpha) else alpha
+
+    @property
+    def tokens_per_target_call(self) -> float:
+        return float(self.stats["tokens_per_target_call"])
+
+    @property
+    def predicted_speedup(self) -> float:
+        """Theorem 3.8 with the measured c and verify cost."""
+        if not math.isfinite(self.alpha):
+            return float("nan")
+        return float(theory.speedup(self.alpha, self.gamma, self.c, self.verify_cost))
+
+    @property
+    def predicted_speedup_loop(self) -> float:
+        return self.loop.speedup if self.loop is not None else float("nan")
+
+    def to_json(self) -> Dict[str, Any]:
+        """The benchmark.json `runs` entry (NaN stays NaN here; writers make it null)."""
+        ok = math.isfinite(self.alpha)
+        base_tokens, spec_tokens = self.baseline_tokens, self.stats["generated"]
+        out = {
+            "sampling": sampling_dict(self.sampling),
+            "batch_size": self.batch_size,
+            "gamma": self.gamma,
+            "max_decode_len": self.max_decode_len,
+            "timings": {"baseline": self.baseline.to_json(),
+                        "speculative": self.speculative.to_json()},
+            "speedup": self.speedup,
+            "speedup_spread": self.speedup_spread,
+            "baseline_tokens": base_tokens,
+            "speculative_tokens": spec_tokens,
+            "speedup_per_token": (self.baseline.median_s / max(base_tokens, 1))
+            / (self.speculative.median_s / max(spec_tokens, 1)),
+            "alpha": self.alpha,
+            "tokens_per_target_call": self.tokens_per_target_call,
+            "expected_tokens_per_call":
+                theory.expected_tokens(self.alpha, self.gamma) if ok else float("nan"),
+            "accepted_per_position": self.stats["accepted_per_position"],
+            "accepted_per_position_rate": self.stats["accepted_per_position_rate"],
+            "stats": self.stats,
+            "c": self.c,
+            "verify_cost": self.verify_cost,
+            "predicted_speedup": self.predicted_speedup,
+            "predicted_speedup_paper":
+                theory.speedup(self.alpha, self.gamma, self.c) if ok else float("nan"),
+            "measured_over_predicted": self.speedup / self.predicted_speedup
+            if ok else float("nan"),
+        }
+        if self.loop_error is not None:
+            out.update(loop_costs={"error": self.loop_error},
+                       predicted_speedup_loop=float("nan"))
+        elif self.loop is not None:
+            out.update(
+                loop_costs={"calibration_sequences": self.loop.calibration_sequences,
+                            "baseline": self.loop.baseline,
+                            "speculative": self.loop.speculative,
+                            "round_cost": self.loop.round_cost},
+                predicted_walltime=self.loop.walltime,
+                predicted_speedup_loop=self.loop.speedup,
+                measured_over_predicted_loop=self.speedup / self.loop.speedup)
+        return out
+
+
+def measure(target, drafts: Sequence[Any], batches: Sequence[np.ndarray], *,
+            sampling: SamplingConfig, gammas: Sequence[int], max_decode_len: int,
+            repeats: int, lenience: float, seed: int, costs: Dict[str, Any],
+            draft_confidence: float = 0.0,
+            calibration: Sequence[np.ndarray] = ()) -> List[Measurement]:
+    """Times the baseline and every gamma on `batches` (interleaved); one `Measurement` per
+    gamma.
+
+    `drafts[i]` drafts for `batches[i]` (the same model, or synthetic drafts with distinct seeds).
+    With `calibration` batches (other inputs than `batches`, decoded with `drafts[0]`), the
+    decode-loop cost model is fitted from their timings, taken in the same interleaved rounds
+    as the measured decoders, and each measurement gets its prediction. `costs` is
+    `costs.measure_costs`' result (c and the verify cost of each gamma).
+    """
+    programs = costs_lib.decode_programs(
+        target, drafts, batches, {g: (g, draft_confidence) for g in gammas}, sampling=sampling,
+        max_decode_len=max_decode_len, lenience=lenience, seed=seed)
+    programs.update(costs_lib.calibration_programs(
+        target, drafts[0], calibration, gammas, sampling=sampling, max_decode_len=max_decode_len,
+        lenience=lenience, draft_confidence=draft_confidence, seed=seed))
+    first, times, outputs = costs_lib.interleaved(
+        programs, repeats,
+        progress=f"batch {batches[0].shape[0]}, T={sampling.temperature:g}: timing")
+    loop_costs, loop_error = None, None
+    if calibration:
+        try:
+            loop_costs = costs_lib.fit_loop_costs(times, outputs, gammas)
+        except ValueError as e:  # e.g. no calibration sequence ended before max_decode_len
+            loop_error = str(e)
+
+    def timing(name) -> Timing:
+        return Timing(tuple(times[name]), first[name])
+
+    baseline = timing("baseline")
+    base_tokens = int(sum(np.asarray(r.lengths).sum() for r in outputs["baseline"]))
+    base_rounds = [int(r.stats.rounds) for r in outputs["baseline"]]
+    results = []
+    for g in gammas:
+        stats = decoding.merge_stats([r.stats for r in outputs[g]]).summary(per_row=True)
+        result = Measurement(
+            sampling=sampling, batch_size=int(batches[0].shape[0]), gamma=g,
+            max_decode_len=max_decode_len, baseline=baseline, speculative=timing(g),
+            baseline_tokens=base_tokens, stats=stats, c=costs["c"],
+            verify_cost=costs["verify_cost"][g], loop_error=loop_error)
+        if loop_costs is not None and math.isfinite(result.alpha):
+            walltime = costs_lib.predict_walltime(
+                result.alpha, g, loop_costs, base_rounds,
+                [int(np.max(r.lengths)) for r in outputs[g]])
+            result = dataclasses.replace(result, loop=LoopPrediction(
+                calibration_sequences=loop_costs["calibration_sequences"],
+                baseline=loop_costs["baseline"], speculative=loop_costs["speculative"][g],
+                round_cost=loop_costs["round_cost"][g], walltime=walltime))
+        results.append(result)
+    return results
