@@ -29,6 +29,7 @@ import sys
 from absl import app, flags
 
 from speculative.runs import peers
+from speculative.runs.config import flag_numbers
 
 _PAIRS = flags.DEFINE_list("pairs", None, "target:draft pairs of bundled T5 models; default: "
                            "each bundled target with its best draft.")
@@ -77,10 +78,7 @@ def _pairs():
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-    try:
-        temperatures = [float(t) for t in _TEMPERATURES.value]
-    except ValueError as e:
-        raise app.UsageError(f"--temperatures={','.join(_TEMPERATURES.value)}: {e}") from e
+    temperatures = flag_numbers(_TEMPERATURES.value, "temperatures", float)
     try:
         peers.run(output_dir=_OUT.value, pairs=_pairs(), num_sentences=_SENTENCES.value,
                   repeats=_REPEATS.value, gamma=_GAMMA.value, temperatures=temperatures,

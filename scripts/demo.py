@@ -17,6 +17,7 @@ Example:
 from absl import app, flags
 
 from speculative.runs import demo
+from speculative.runs.config import flag_numbers
 
 _NUM = flags.DEFINE_integer("num_sentences", 8, "Test sentences to translate.")
 _GAMMA = flags.DEFINE_integer("gamma", None, "Draft length; default: Theorem 3.8's best for the "
@@ -31,10 +32,7 @@ _OUTPUT = flags.DEFINE_string("output_json", None, "Also write the numbers here.
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-    try:
-        temperatures = [float(t) for t in _TEMPERATURES.value]
-    except ValueError as e:
-        raise app.UsageError(f"--temperatures={','.join(_TEMPERATURES.value)}: {e}") from e
+    temperatures = flag_numbers(_TEMPERATURES.value, "temperatures", float)
     demo.run(num_sentences=_NUM.value, gamma=_GAMMA.value, temperatures=temperatures,
              target_name=_TARGET.value, draft_name=_DRAFT.value, repeats=_REPEATS.value,
              output_json=_OUTPUT.value)

@@ -20,6 +20,7 @@ Quick check (about a minute):
 from absl import app, flags
 
 from speculative.runs import limits
+from speculative.runs.config import flag_numbers
 
 _OUT = flags.DEFINE_string("output_dir", limits.DEFAULT_DIR, "Where the results go.")
 _TARGETS = flags.DEFINE_list("targets", None, "Bundled targets (default: all bundled).")
@@ -46,22 +47,14 @@ _BENCH = flags.DEFINE_list("benchmark_json", [], "benchmark.json files of script
 _OVERWRITE = flags.DEFINE_bool("overwrite", False, "Replace an earlier limits.json.")
 
 
-def _numbers(values, name, kind):
-    try:
-        return [kind(v) for v in values]
-    except ValueError as e:
-        raise app.UsageError(f"--{name}={','.join(values)}: {e}; give comma-separated "
-                             f"{kind.__name__}s.") from e
-
-
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
     # Every setting is checked (errors name the value and the fix) before any timing.
     limits.run(_OUT.value, targets=_TARGETS.value,
-               batch_sizes=_numbers(_BATCH.value, "batch_sizes", int),
-               temperatures=_numbers(_TEMPS.value, "temperatures", float),
-               gammas=_numbers(_GAMMAS.value, "gammas", int),
+               batch_sizes=flag_numbers(_BATCH.value, "batch_sizes", int),
+               temperatures=flag_numbers(_TEMPS.value, "temperatures", float),
+               gammas=flag_numbers(_GAMMAS.value, "gammas", int),
                num_sentences=_SENTENCES.value, repeats=_REPEATS.value,
                cost_steps=_COST_STEPS.value, max_decode_len=_MAX_LEN.value,
                bandwidth_bytes=_BW_MB.value << 20, benchmark_jsons=_BENCH.value,

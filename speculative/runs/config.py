@@ -109,6 +109,18 @@ def parse_gin(gin_files: Sequence[str], gin_bindings: Sequence[str] = (),
     gin.parse_config_files_and_bindings(list(gin_files), list(gin_bindings), finalize_config=False)
 
 
+def flag_numbers(values: Sequence[str], name: str, kind: Callable = float) -> list:
+    """A comma-separated list flag (`flags.DEFINE_list`) as numbers; a value that is not one is
+    a usage error naming the flag and the fix."""
+    from absl import app  # pylint: disable=g-import-not-at-top
+
+    try:
+        return [kind(v) for v in values]
+    except ValueError as e:
+        raise app.UsageError(f"--{name}={','.join(values)}: {e}; give comma-separated "
+                             f"{kind.__name__}s.") from e
+
+
 def check_writable(directory: str, what: str) -> None:
     """Creates `directory` if needed and writes and removes a probe file there, so a place a
     run cannot write fails before the run's work, naming `what` (e.g. 'OUTPUT_DIR')."""

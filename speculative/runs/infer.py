@@ -381,6 +381,16 @@ def _nan_to_none(x: float) -> Optional[float]:
     return None if x is None or not math.isfinite(x) else float(x)
 
 
+def _record(ex: Example, ids: List[int], vocabulary, max_decode_len: int) -> Dict[str, Any]:
+    """The fields every prediction record has: the example, the prediction and how it ended."""
+    ended = bool(ids and ids[-1] == decoding.EOS_ID)
+    return {"index": ex.index, "inputs": ex.inputs_text, "targets": ex.targets_text,
+            "prediction": vocabulary.decode(ids), "prediction_tokens": ids,
+            "input_length": ex.input_length, "input_truncated": ex.truncated,
+            "ended_with_eos": ended,
+            "hit_max_decode_len": bool(len(ids) >= max_decode_len and not ended)}
+
+
 def _row_records(examples, result, vocabulary, max_decode_len) -> List[Dict[str, Any]]:
     tokens = np.asarray(result.tokens)
     lengths = np.asarray(result.lengths)
@@ -391,17 +401,8 @@ def _row_records(examples, result, vocabulary, max_decode_len) -> List[Dict[str,
         ids = tokens[row, :n].tolist()
         tested = int(st.tested[row])
         calls = int(st.target_calls[row])
-        ended = bool(n and ids[-1] == decoding.EOS_ID)
         records.append({
-            "index": ex.index,
-            "inputs": ex.inputs_text,
-            "targets": ex.targets_text,
-            "prediction": vocabulary.decode(ids),
-            "prediction_tokens": ids,
-            "input_length": ex.input_length,
-            "input_truncated": ex.truncated,
-            "ended_with_eos": ended,
-            "hit_max_decode_len": bool(n >= max_decode_len and not ended),
+            **_record(ex, ids, vocabulary, max_decode_len),
             "generated": int(st.generated[row]),
             "target_calls": calls,
             "draft_calls": int(st.draft_calls[row]),
@@ -446,22 +447,12 @@ def _beam_records(examples, result: decoding.BeamSearchResult, vocabulary,
     records = []
     for row, ex in enumerate(examples):
         beams = [_best_beam(result.sequences[row, k]) for k in range(result.sequences.shape[1])]
-        ids = beams[0]
-        ended = bool(ids and ids[-1] == decoding.EOS_ID)
         records.append({
-            "index": ex.index,
-            "inputs": ex.inputs_text,
-            "targets": ex.targets_text,
-            "prediction": vocabulary.decode(ids),
-            "prediction_tokens": ids,
+            **_record(ex, beams[0], vocabulary, max_decode_len),
             "score": _nan_to_none(float(result.scores[row, 0])),
             "beams": [{"prediction": vocabulary.decode(b), "score": _nan_to_none(float(s))}
                       for b, s in zip(beams, result.scores[row])],
-            "input_length": ex.input_length,
-            "input_truncated": ex.truncated,
-            "ended_with_eos": ended,
-            "hit_max_decode_len": bool(len(ids) >= max_decode_len and not ended),
-            "generated": len(ids),
+            "generated": len(beams[0]),
         })
     return records
 
