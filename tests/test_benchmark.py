@@ -313,6 +313,7 @@ def test_script_help_shows_docstring(script, first_line):
     assert "Example" in result.stdout and "--gin_file" in result.stdout
 
 
+@pytest.mark.slow  # ~12 s; the benchmark CLI test covers the gin path in CI
 def test_measure_alpha_cli_identical_draft_is_one(tmp_path, tiny_gin):
     """The script end to end (gin file + --gin.X flags); a draft equal to the target: alpha = 1."""
     out = tmp_path / "cli"

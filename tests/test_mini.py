@@ -161,7 +161,7 @@ def test_dynamic_gamma_rows_share_one_baseline():
     """mini_results.dynamic_gamma: fixed and dynamic gamma against one interleaved baseline; a
     higher confidence threshold drafts fewer tokens per round (at temperature 0, deterministic)."""
     target, draft = mini.load(mini.TARGET), mini.load("mini_draft_30")
-    batches = mini.source_batches(6, 1, mini_results.INPUT_LENGTH)
+    batches = mini.source_batches(4, 1, mini_results.INPUT_LENGTH)
     costs = {"c": 0.1, "verify_cost": {2: 1.5, mini_results.DYNAMIC_MAX_GAMMA: 2.0}}
     rows = mini_results.dynamic_gamma(target, draft, batches, GREEDY, 2, repeats=1, seed=0,
                                       draft_name="mini_draft_30", costs=costs)

@@ -44,6 +44,7 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow  # ~14 s; tests/test_sharded_runs.py checks the same through infer in CI
 def test_sharded_speculative_decode_matches_unsharded():
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8",
                JAX_PLATFORMS="cpu")

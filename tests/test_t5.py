@@ -94,7 +94,8 @@ def _chunks(rng, total):
     return sizes
 
 
-@pytest.mark.parametrize("logits_via_embedding", [False, True])
+@pytest.mark.parametrize("logits_via_embedding",
+                         [False, pytest.param(True, marks=pytest.mark.slow)])  # CI: untied
 def test_encoder_decoder_chunked_extend_equals_full_forward(logits_via_embedding):
     cfg = tiny_config(logits_via_embedding=logits_via_embedding,
                       mlp_activations=("relu",) if logits_via_embedding else ("gelu", "linear"))
@@ -169,6 +170,7 @@ def test_decoder_only_prompt_longer_than_cache_raises():
         model.apply(params, jnp.ones((1, 8), jnp.int32), 8, method="init_cache")
 
 
+@pytest.mark.slow  # ~8 s; bfloat16 is for storage on CPU (its dots are ~10x slower)
 def test_bfloat16_compute_keeps_float32_logits_and_params():
     cfg = tiny_config(dtype="bfloat16")
     model = t5.Transformer(cfg)

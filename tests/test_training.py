@@ -377,6 +377,7 @@ def test_train_script_ngrams_run_needs_no_training_macros():
         gin.clear_config()
 
 
+@pytest.mark.slow  # ~13 s, trains twice; teacher distributions, TV and the cache run in CI
 def test_distill_sources_add_the_teachers_translations_of_unseen_sentences(tmp_path):
     """`distill_sources` (one English sentence per line) become distillation pairs whose
     targets are the teacher's greedy outputs, cached beside `distill_cache`; asking for them
