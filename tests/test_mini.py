@@ -157,6 +157,7 @@ def test_alpha_reproduces_to_two_decimals():
         assert round(got["alpha"], 2) == round(row["0.0"]["alpha"], 2), name
 
 
+@pytest.mark.slow  # ~19 s (six decode programs compile); mini_results saves each stage
 def test_dynamic_gamma_rows_share_one_baseline():
     """mini_results.dynamic_gamma: fixed and dynamic gamma against one interleaved baseline; a
     higher confidence threshold drafts fewer tokens per round (at temperature 0, deterministic)."""
