@@ -118,6 +118,13 @@ RESULTS_FILE = "benchmark.json"
 # Validation and configuration helpers (shared with alpha.py).
 
 
+def positive_int(value, name: str, what: str) -> int:
+    """One int >= 1; the error names the value and what it counts."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{name}={value!r} is invalid: give an int >= 1 ({what}).")
+    return int(value)
+
+
 def positive_ints(values, name: str, what: str) -> List[int]:
     """A non-empty list of ints >= 1 (a single int is accepted); errors name the bad value."""
     if isinstance(values, (int, np.integer)) and not isinstance(values, bool):

@@ -280,12 +280,6 @@ def benchmark_bounds(path: str, bandwidth: Mapping[str, float]) -> List[Dict[str
 # The run.
 
 
-def _positive(value, name: str, fix: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"{name}={value!r} is invalid: give an int >= 1 ({fix}).")
-    return int(value)
-
-
 def check_settings(*, targets: Sequence[str], batch_sizes, temperatures, gammas,
                    num_sentences: int, repeats: int, cost_steps: int, max_decode_len: int,
                    bandwidth_bytes: int) -> Dict[str, Any]:
@@ -297,11 +291,13 @@ def check_settings(*, targets: Sequence[str], batch_sizes, temperatures, gammas,
     batch_sizes = benchmark.positive_ints(batch_sizes, "batch_sizes", "rows decoded together")
     gammas = benchmark.positive_ints(gammas, "gammas", "draft tokens per round")
     samplings = benchmark.sampling_configs(temperatures)
-    _positive(repeats, "repeats", "timed rounds after the compiling call")
-    _positive(cost_steps, "cost_steps", "extend calls per cost timing")
-    _positive(max_decode_len, "max_decode_len", "tokens generated per sentence at most")
-    _positive(bandwidth_bytes, "bandwidth_bytes", "1 << 30 is typical")
-    _positive(num_sentences, "num_sentences", "the same sentences at every batch size")
+    benchmark.positive_int(repeats, "repeats", "timed rounds after the compiling call")
+    benchmark.positive_int(cost_steps, "cost_steps", "extend calls per cost timing")
+    benchmark.positive_int(max_decode_len, "max_decode_len",
+                           "tokens generated per sentence at most")
+    benchmark.positive_int(bandwidth_bytes, "bandwidth_bytes", "1 << 30 is typical")
+    benchmark.positive_int(num_sentences, "num_sentences",
+                           "the same sentences at every batch size")
     uneven = [b for b in batch_sizes if num_sentences % b]
     if uneven:
         raise ValueError(f"num_sentences={num_sentences} is not a multiple of batch sizes "

@@ -48,9 +48,9 @@ JSON schema (`peers.json`; NaN and infinities are written as null):
       assistant_default  the settings transformers' assisted generation used by default:
                   num_assistant_tokens, num_assistant_tokens_schedule,
                   assistant_confidence_threshold, adaptive_threshold (`assistant_settings`)
-      methods     one per (implementation, method, temperature): timing (costs.spread +
-                  first_call_s), tokens (per repeat), tokens_per_s, target_calls,
-                  tokens_per_target_call
+      methods     one per (implementation, method, temperature): timing
+                  (`measure.Timing.to_json`: costs.spread, first_call_s, compile_s), tokens
+                  (per repeat), tokens_per_s, target_calls, tokens_per_target_call
       comparisons one per (ours, theirs) at each temperature: both tokens/s and tokens per target
                   call, ours_over_theirs (tokens/s ratio)
       greedy      {sentences, identical (all greedy methods equal), methods, identical_to
@@ -71,7 +71,7 @@ import numpy as np
 
 from speculative import checkpoints, decoding, files
 from speculative.models import t5
-from speculative.runs import benchmark, costs as costs_lib, mini, models
+from speculative.runs import benchmark, costs as costs_lib, measure, mini, models
 from speculative.sampling import SamplingConfig
 
 SCHEMA = "speculative.peers/1"
@@ -301,7 +301,7 @@ def check_pair(target, draft, batches: Sequence[np.ndarray]) -> None:
 
 def _method(implementation: str, method: str, temperature: float, times, first, tokens: int,
             target_calls: Optional[int]) -> Dict[str, Any]:
-    timing = {**costs_lib.spread(times), "first_call_s": first}
+    timing = measure.Timing(tuple(times), first).to_json()
     return {"implementation": implementation, "method": method, "temperature": temperature,
             "timing": timing, "tokens": tokens, "tokens_per_s": tokens / timing["median_s"],
             "target_calls": target_calls,
@@ -404,7 +404,7 @@ def _check_args(pairs, num_sentences, repeats, gamma, temperatures, max_decode_l
                                                    "tokens per sentence at most"),
             ("input_length", input_length, "encoder input tokens"),
             ("torch_threads", torch_threads, "torch's threads")):
-        benchmark.positive_ints([value], name, what)
+        benchmark.positive_int(value, name, what)
     if not temperatures or any(isinstance(t, bool) or not t >= 0 for t in temperatures):
         raise ValueError(f"temperatures={list(temperatures)!r}: give one or more values >= 0 "
                          "(0 = greedy), e.g. --temperatures=0,1.")
