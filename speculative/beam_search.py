@@ -117,7 +117,7 @@ class _Row:
     finished: List[List[int]]
     finished_scores: np.ndarray  # [w] length-penalised (NEG_INF = empty)
     done: bool = False
-    steps: int = 0
+    steps: int = 0  # beam-search steps taken (the next step's index)
 
 
 def _new_row(w: int) -> _Row:
@@ -161,7 +161,7 @@ def _step(row: _Row, log_probs: np.ndarray, step: int, w: int, alpha: float,
     row.done = step + 1 >= max_decode_len or bool(worst_finished > best_alive)
 
 
-def _result(rows: List[_Row], max_decode_len: int, target_calls: int, steps: int,
+def _result(rows: List[_Row], max_decode_len: int, target_calls: int,
             rounds: int = 0, draft_calls: int = 0) -> BeamSearchResult:
     w = len(rows[0].alive)
     sequences = np.zeros((len(rows), w, max_decode_len), np.int32)
@@ -173,8 +173,9 @@ def _result(rows: List[_Row], max_decode_len: int, target_calls: int, steps: int
         for k, seq in enumerate(seqs):
             sequences[b, k, :len(seq)] = seq
         scores[b] = sc
-    return BeamSearchResult(sequences, scores, target_calls, steps, rounds, draft_calls,
-                            np.asarray([row.steps for row in rows], np.int64))
+    row_steps = np.asarray([row.steps for row in rows], np.int64)
+    return BeamSearchResult(sequences, scores, target_calls, int(row_steps.sum()), rounds,
+                            draft_calls, row_steps)
 
 
 def _check(inputs, beam_size: int, max_decode_len: int, length_penalty: float) -> np.ndarray:
@@ -202,7 +203,6 @@ def beam_search(target, inputs, *, beam_size: int, max_decode_len: int,
     w, batch = beam_size, inputs.shape[0]
     scorer = _Scorer(target, inputs, rows or batch * w, max_decode_len)
     state = [_new_row(w) for _ in range(batch)]
-    steps = 0
     for i in range(max_decode_len):
         active = [b for b in range(batch) if not state[b].done]
         if not active:
@@ -211,8 +211,7 @@ def beam_search(target, inputs, *, beam_size: int, max_decode_len: int,
                     [seq for b in active for seq in state[b].alive])
         for n, b in enumerate(active):
             _step(state[b], lp[n * w:(n + 1) * w, i], i, w, length_penalty, max_decode_len)
-        steps += len(active)
-    return _result(state, max_decode_len, scorer.calls, steps)
+    return _result(state, max_decode_len, scorer.calls)
 
 
 def _forward_rows(batch: int, beam_size: int, draft_beam: int) -> int:
@@ -276,21 +275,20 @@ def speculative_beam_search(target, draft, inputs, *, beam_size: int, draft_beam
     scorer = _Scorer(target, inputs, rows_per_call, max_decode_len)
     draft_scorer = _Scorer(draft, inputs, rows_per_call, max_decode_len)
     state = [_new_row(w) for _ in range(batch)]
-    step = [0] * batch
-    steps = rounds = 0
+    rounds = 0
     while True:
         active = [b for b in range(batch) if not state[b].done]
         if not active:
             break
         # One round for all active rows; rows at different steps are fine (each sequence
         # carries its own positions).
-        proposals = _draft_paths(draft_scorer, state, {b: step[b] for b in active}, gamma,
+        proposals = _draft_paths(draft_scorer, state, {b: state[b].steps for b in active}, gamma,
                                  draft_beam, max_decode_len)
         flat = [(b, k, path) for b in active for k, path in proposals[b]]
         lp = scorer([b for b, _, _ in flat], [state[b].alive[k] + path for b, k, path in flat])
         rounds += 1
         for b in active:
-            row, start = state[b], step[b]
+            row, start = state[b], state[b].steps
             rows_b = [(n, k, path) for n, (bb, k, path) in enumerate(flat) if bb == b]
             roots = [list(s) for s in row.alive]  # alive beams at the round's start
             for s in range(gamma + 1):
@@ -313,6 +311,4 @@ def speculative_beam_search(target, draft, inputs, *, beam_size: int, draft_beam
                 fallback = next(h for h in found if h is not None)
                 log_probs = np.stack([lp[fallback if h is None else h, i] for h in found])
                 _step(row, log_probs, i, w, length_penalty, max_decode_len)
-                step[b] += 1
-                steps += 1
-    return _result(state, max_decode_len, scorer.calls, steps, rounds, draft_scorer.calls)
+    return _result(state, max_decode_len, scorer.calls, rounds, draft_scorer.calls)
