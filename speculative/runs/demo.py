@@ -96,15 +96,7 @@ def run(*, num_sentences: int = 8, gamma: Optional[int] = None,
             target, [draft] * len(batches), batches, sampling=sampling, gammas=[g],
             max_decode_len=max_decode_len, repeats=repeats, lenience=1.0, seed=seed,
             costs=costs, calibration=calibration)
-        row = {
-            "temperature": float(temperature), "gamma": g, "alpha": m.alpha,
-            "tokens_per_target_call": m.tokens_per_target_call, "c": m.c,
-            "verify_cost": m.verify_cost, "speedup": m.speedup,
-            "speedup_spread": m.speedup_spread, "predicted_speedup": m.predicted_speedup,
-            "predicted_speedup_loop": m.predicted_speedup_loop,
-            "round_cost": m.loop.round_cost if m.loop else float("nan"),
-            "baseline_s": m.baseline.median_s, "speculative_s": m.speculative.median_s,
-        }
+        row = {"temperature": float(temperature), **m.row()}
         rows.append(row)
         print(f"T={temperature:g}: speedup {row['speedup']:.2f}x (gamma {g}, alpha "
               f"{row['alpha']:.3f}, {row['tokens_per_target_call']:.2f} tokens per target call; "

@@ -126,6 +126,18 @@ class Measurement:
     def predicted_speedup_loop(self) -> float:
         return self.loop.speedup if self.loop is not None else float("nan")
 
+    def row(self) -> Dict[str, Any]:
+        """The numbers a results table shows for this measurement (the demo's rows and the
+        mini results' Table 2 rows start from it)."""
+        return {"gamma": self.gamma, "alpha": self.alpha,
+                "tokens_per_target_call": self.tokens_per_target_call, "c": self.c,
+                "verify_cost": self.verify_cost, "speedup": self.speedup,
+                "speedup_spread": self.speedup_spread,
+                "predicted_speedup": self.predicted_speedup,
+                "predicted_speedup_loop": self.predicted_speedup_loop,
+                "round_cost": self.loop.round_cost if self.loop else float("nan"),
+                "baseline_s": self.baseline.median_s, "speculative_s": self.speculative.median_s}
+
     def to_json(self) -> Dict[str, Any]:
         """The benchmark.json `runs` entry (NaN stays NaN here; writers make it null)."""
         ok = math.isfinite(self.alpha)

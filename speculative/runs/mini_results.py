@@ -96,12 +96,9 @@ def _row(run: measure.Measurement, **extra) -> Dict:
                          f"({run.loop_error}); the calibration sentences must end before "
                          f"max_decode_len={run.max_decode_len}.")
     out = run.to_json()
-    return {**extra, **{k: out[k] for k in (
-        "gamma", "alpha", "speedup", "speedup_spread", "c", "verify_cost", "predicted_speedup",
-        "measured_over_predicted", "predicted_speedup_loop", "measured_over_predicted_loop",
-        "tokens_per_target_call", "predicted_walltime", "loop_costs")},
-        "round_cost": run.loop.round_cost, "baseline_s": run.baseline.median_s,
-        "speculative_s": run.speculative.median_s}
+    return {**extra, **run.row(), **{k: out[k] for k in (
+        "measured_over_predicted", "measured_over_predicted_loop", "predicted_walltime",
+        "loop_costs")}}
 
 
 def dynamic_gamma(target, draft, batches, sampling: SamplingConfig, fixed_gamma: int, *,
