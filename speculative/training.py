@@ -55,6 +55,7 @@ from flax import struct
 from speculative import checkpoints
 from speculative import decoding
 from speculative import files
+from speculative import metrics as metrics_lib
 from speculative import sampling as sampling_lib
 from speculative.models import t5
 
@@ -457,15 +458,13 @@ def greedy_decode(module: t5.Transformer, params, inputs: Sequence[np.ndarray], 
 
 
 def bleu(module, params, pairs, tokenizer: Tokenizer, max_length: int) -> Tuple[float, List[str]]:
-    """Greedy corpus BLEU (`tasks.bleu`: sacrebleu, intl tokenizer) and the hypotheses."""
-    from speculative import tasks  # pylint: disable=g-import-not-at-top  (imports TensorFlow)
-
+    """Greedy corpus BLEU (`metrics.bleu`: sacrebleu, intl tokenizer) and the hypotheses."""
     inputs = [x[:max_length - 1] + [EOS_ID] if len(x) > max_length else x
               for x in tokenizer.encode_inputs([s for s, _ in pairs])]
     outputs = greedy_decode(module, params, [np.asarray(x, np.int32) for x in inputs],
                             max_decode_len=max_length, input_length=max_length)
     hyps = [tokenizer.decode(o) for o in outputs]
-    return tasks.bleu([t for _, t in pairs], hyps)["bleu"], hyps
+    return metrics_lib.bleu([t for _, t in pairs], hyps)["bleu"], hyps
 
 
 def distill_targets(module, params, examples: Sequence[Example], max_length: int,

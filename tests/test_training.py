@@ -10,6 +10,8 @@ model_card.json.
 import json
 import os
 import shutil
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -32,6 +34,18 @@ def _card():
         return {}
     with open(path) as f:
         return json.load(f)["models"]
+
+
+def test_training_needs_neither_seqio_nor_tensorflow():
+    # Training (BLEU included) runs on accelerator images that have JAX but not TensorFlow.
+    code = ("import sys; sys.modules['seqio'] = sys.modules['tensorflow'] = None\n"
+            "from speculative import training, metrics\n"
+            "s = 'das ist ein kleines Haus am See'\n"
+            "print(metrics.bleu([s], [s])['bleu'])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert out.returncode == 0, out.stderr
+    assert float(out.stdout) == pytest.approx(100.0)
 
 
 # ------------------------------------------------------------------------------------ batching
