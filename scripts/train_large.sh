@@ -18,7 +18,9 @@
 # A stage whose run finished (its OUT_ROOT/<name>/summary.json exists) is skipped.
 #
 # Command (from the repository root):
-#   bash scripts/train_large.sh [--stages=target,kd,kdtv,kl,tv,ce] [OUT_ROOT] [-- TRAIN_ARGS...]
+#   bash scripts/train_large.sh [--stages=target,kd,kdtv,kl,tv,ce] [--print] [OUT_ROOT]
+#       [-- TRAIN_ARGS...]
+# --print: print each stage's train.py command (shell-quoted, one per line) instead of running it.
 # OUT_ROOT: default out/large (any directory outside the repository will do). TRAIN_ARGS are
 # appended to every train.py call (e.g. --gin.training.train.data_dir="'/tmp/tiny'" for a
 # quick check on a small corpus).
@@ -34,10 +36,12 @@ usage() { sed -n '2,/^$/s/^# \{0,1\}//p' "$0"; }
 ALL="target,kd,kdtv,kl,tv,ce"
 STAGES="$ALL"
 OUT_ROOT=""
+PRINT=0
 EXTRA=()
 while (( $# )); do
   case "$1" in
     --stages=*) STAGES="${1#--stages=}" ;;
+    --print) PRINT=1 ;;
     -h|--help) usage; exit 0 ;;
     --) shift; EXTRA=("$@"); break ;;
     -*) echo "train_large.sh: unknown option $1; see --help." >&2; exit 2 ;;
@@ -65,7 +69,7 @@ DRAFT_STEPS="${DRAFT_STEPS:-2000}"
 KD_STEPS="${KD_STEPS:-4000}"
 DISTILL_PAIRS="${DISTILL_PAIRS:-24000}"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-mkdir -p "$OUT_ROOT"
+(( PRINT )) || mkdir -p "$OUT_ROOT"
 
 q() { printf '"%s"' "$1"; }  # a gin string
 COMMON=(--gin_file=configs/models/large_target.gin --gin_file=configs/runs/train.gin
@@ -82,6 +86,11 @@ UNSEEN=(--gin.DISTILL_SOURCES="'mono_en.txt'")
 stage() {
   local name="$1" start=$SECONDS
   shift
+  if (( PRINT )); then
+    printf '%q ' "$PYTHON" scripts/train.py "$@" --gin.MODEL_DIR="$(q "$OUT_ROOT/$name")" "${EXTRA[@]}"
+    echo
+    return 0
+  fi
   if [[ -f "$OUT_ROOT/$name/summary.json" ]]; then
     echo "=== $name: done before ($OUT_ROOT/$name/summary.json), skipped"
     return 0
@@ -116,4 +125,4 @@ fi
 if wanted ce; then
   stage large_draft_ce "${DRAFT[@]}" --gin.TRAIN_STEPS="$DRAFT_STEPS"
 fi
-echo "=== all stages done: $STAGES"
+(( PRINT )) || echo "=== all stages done: $STAGES"

@@ -9,6 +9,7 @@ model_card.json.
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -458,3 +459,49 @@ def test_distill_cache_reads_back_outputs_holding_a_zero_token(tmp_path, monkeyp
         np.testing.assert_array_equal(a, b)
     np.testing.assert_array_equal(again[0][1], [5, 0, 7, EOS])
     np.testing.assert_array_equal(again[2][1], [3] * 7 + [EOS])
+
+
+def test_train_large_recipe_commands_parse(tmp_path):
+    """scripts/train_large.sh --print: every stage's train.py command is valid gin with the
+    settings MODEL_CARD.md states (so a typo in the recipe fails here, not hours into a run)."""
+    import gin  # pylint: disable=g-import-not-at-top
+    import shlex  # pylint: disable=g-import-not-at-top
+
+    from speculative.runs import config as config_lib  # pylint: disable=g-import-not-at-top
+
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = subprocess.run(["bash", os.path.join(repo, "scripts", "train_large.sh"), "--print",
+                          str(tmp_path / "large")], capture_output=True, text=True, check=True)
+    lines = out.stdout.splitlines()
+    assert len(lines) == 6 and not os.path.exists(tmp_path / "large")  # printed, nothing run
+    expected = {  # model dir -> (steps, objective, distill, learning rate, exported)
+        "large_target": (4000, "ce", False, 0.01, True),
+        "large_draft_kd": (4000, "kl", True, 0.03, False),
+        "large_draft_kdtv": (2000, "tv", True, 0.01, True),
+        "large_draft_kl": (2000, "kl", True, 0.03, True),
+        "large_draft_tv": (2000, "tv", True, 0.03, True),
+        "large_draft_ce": (2000, "ce", False, 0.03, True),
+    }
+    seen = set()
+    for line in lines:
+        argv = shlex.split(line)
+        args = argv[argv.index("scripts/train.py") + 1:]
+        files = [a.split("=", 1)[1] for a in args if a.startswith("--gin_file=")]
+        bindings = [f"{m.group(1)} = {m.group(2)}" for m in
+                    (re.fullmatch(r"--gin\.([^=]+)=(.*)", a) for a in args) if m]
+        gin.clear_config()
+        try:
+            config_lib.parse_gin(files, bindings, search_paths=(repo,))
+            name = os.path.basename(gin.query_parameter("%MODEL_DIR"))
+            steps, objective, distill, lr, exported = expected[name]
+            assert gin.query_parameter("%TRAIN_STEPS") == steps
+            assert gin.query_parameter("%OBJECTIVE") == objective
+            assert gin.query_parameter("%DISTILL") is distill
+            assert gin.query_parameter("%LEARNING_RATE") == lr
+            assert (gin.query_parameter("%EXPORT_DIR") is not None) == exported
+            dropout = gin.query_parameter("large_target/t5.T5Config.dropout_rate")
+            assert dropout == (0.1 if name == "large_target" else 0.0)
+        finally:
+            gin.clear_config()
+        seen.add(name)
+    assert seen == set(expected)
