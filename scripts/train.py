@@ -11,6 +11,11 @@ EXPORT_DIR/model_card.json.
 Flags: --gin_file (repeatable, later files override earlier) and --gin.NAME=VALUE (T5X style,
 rewritten into the gin binding `NAME = VALUE`; strings need inner quotes) or --gin_bindings.
 
+With configs/runs/train_code.gin (DECODER_ONLY = True) and a configs/models/code_*.gin scope it
+trains a decoder-only (GPT-like) language model on the Python-code corpus instead
+(speculative/data/code/; scripts/build_code_corpus.py --train_split_only writes its train split):
+the command and the expected step times are in that gin file's header.
+
 --run=ngrams fits the unigram and bigram drafts instead (training.fit_ngram_drafts); the T5
 training macros (MODEL, MODEL_DIR, TRAIN_STEPS) are not needed then and default to None.
 

@@ -10,6 +10,12 @@ network (seqio sources and vocabularies are lazy):
   mini_ende            the offline English->German corpus made from gettext
                        catalogs by scripts/build_corpus.py, with its own
                        4k-piece vocabulary (when its files are present).
+  stdlib_code          the offline Python-code corpus made from the standard
+                       library by scripts/build_code_corpus.py, for decoder-only
+                       models: inputs a code prefix (16 whole lines of a file),
+                       targets its continuation (the next 16 lines), neither with
+                       EOS; its own 4k-piece vocabulary (when its files are
+                       present).
 
 The paper's tasks use T5's vocabulary (`default_vocabulary()`, 32,100 ids, on
 GCS) and need TFDS data prepared on a connected machine; `check_task_data`
@@ -24,7 +30,7 @@ files) or `register_pairs_task` (in-memory pairs).
   next(ds.as_numpy_iterator())["inputs_pretokenized"]
   # b'translate English to German: compilation of Java class failed, ...'
 
-Splits use seqio's names: train, validation (valid.tsv), test.
+Splits use seqio's names: train, validation (valid.tsv / valid.jsonl), test.
 
 `bleu` and `rouge` are plain functions of (targets, predictions) lists of
 strings, usable with or without seqio; scores are on a 0-100 scale.
@@ -37,6 +43,7 @@ from typing import Callable, Dict, Mapping, Optional, Sequence, Tuple, Union
 import seqio
 import tensorflow as tf
 
+from speculative import code_corpus
 from speculative import metrics
 
 DEFAULT_SPM_PATH = "gs://t5-data/vocabs/cc_all.32000/sentencepiece.model"
@@ -50,6 +57,7 @@ WMT_ENDE_TFDS = "wmt_t2t_translate/de-en:1.0.0"
 CNN_DM_TASK = "cnn_dailymail_v002"
 CNN_DM_TFDS = "cnn_dailymail:3.4.0"
 MINI_TASK = "mini_ende"
+CODE_TASK = "stdlib_code"
 
 # Bundled with the package (vocabulary + splits); the full build output of
 # scripts/build_corpus.py lives in <repo>/data/corpus.
@@ -59,6 +67,9 @@ CORPUS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file
 SPM_MODEL = "spm.model"
 # seqio split name -> file written by scripts/build_corpus.py.
 MINI_SPLIT_FILES = {"train": "train.tsv", "validation": "valid.tsv", "test": "test.tsv"}
+# The code corpus (scripts/build_code_corpus.py): bundled valid/test splits and vocabulary.
+BUNDLED_CODE_DIR = code_corpus.CODE_DIR
+CODE_SPLITS = ("train", "validation", "test")
 
 MetricSpec = Union[None, str, Sequence[Callable[..., Mapping[str, float]]]]
 
@@ -104,11 +115,25 @@ def mini_vocabulary(data_dir: Optional[str] = None) -> seqio.SentencePieceVocabu
     return _spm_vocabulary(path)
 
 
-def output_features(vocabulary: seqio.Vocabulary) -> Dict[str, seqio.Feature]:
-    """T5's DEFAULT_OUTPUT_FEATURES with `vocabulary`: inputs optional, both with EOS."""
+def code_vocabulary(data_dir: Optional[str] = None) -> seqio.SentencePieceVocabulary:
+    """The code corpus' SentencePiece vocabulary (pad 0, eos 1, unk 2, "\\n" its own piece)."""
+    path = os.path.abspath(os.path.join(data_dir or BUNDLED_CODE_DIR, SPM_MODEL))
+    if not os.path.exists(path):
+        raise TaskDataUnavailableError(
+            f"no vocabulary at {path}; build it with "
+            f"`python scripts/build_code_corpus.py --output_dir={os.path.dirname(path)}`")
+    return _spm_vocabulary(path)
+
+
+def output_features(vocabulary: seqio.Vocabulary,
+                    add_eos: bool = True) -> Dict[str, seqio.Feature]:
+    """T5's DEFAULT_OUTPUT_FEATURES with `vocabulary`: inputs optional, both with EOS.
+
+    `add_eos=False` for language modelling: a prompt is continued, not ended.
+    """
     return {
-        "inputs": seqio.Feature(vocabulary=vocabulary, add_eos=True, required=False),
-        "targets": seqio.Feature(vocabulary=vocabulary, add_eos=True),
+        "inputs": seqio.Feature(vocabulary=vocabulary, add_eos=add_eos, required=False),
+        "targets": seqio.Feature(vocabulary=vocabulary, add_eos=add_eos),
     }
 
 
@@ -237,12 +262,13 @@ class CheckedTask(seqio.Task):
 # Registration.
 
 
-def _register(name: str, source, preprocessors, vocabulary, metric) -> seqio.Task:
+def _register(name: str, source, preprocessors, vocabulary, metric,
+              add_eos: bool = True) -> seqio.Task:
     seqio.TaskRegistry.remove(name)
     return seqio.TaskRegistry.add(
         name,
         source=source,
-        output_features=output_features(vocabulary),
+        output_features=output_features(vocabulary, add_eos),
         preprocessors=_text_to_text_preprocessors(preprocessors),
         metric_fns=_metric_fns(metric),
         task_cls=CheckedTask,
@@ -335,6 +361,52 @@ def register_mini_task(data_dir: Optional[str] = None, name: str = MINI_TASK) ->
     return register_tsv_task(name, splits, vocabulary, prefix=EN_DE_PREFIX, metric="bleu")
 
 
+def register_code_task(data_dir: Optional[str] = None, name: str = CODE_TASK,
+                       prompt_lines: int = 16, continuation_lines: int = 16) -> seqio.Task:
+    """Registers the Python-code corpus in `data_dir` (default: the bundled one) as a
+    prompt -> continuation task for decoder-only models.
+
+    Each file of a split is cut into windows of whole lines (`code_corpus.line_windows`):
+    inputs the first `prompt_lines` lines of a window, targets the next `continuation_lines`,
+    so `inputs_pretokenized + targets_pretokenized` is a slice of the file, byte for byte, and
+    no piece is cut between them (a prompt ends with "\\n", a piece of its own). No EOS is
+    added to either: a prompt is continued, and a continuation ends at a line, not at the end of
+    the file. (seqio tokenizes with TF Text's SentencePiece op: where a long run of spaces has
+    several equally likely segmentations it may pick another one than the Python library
+    picks for the same text in training; the text is the same.) Splits are those whose file exists (the repository bundles validation and test;
+    `scripts/build_code_corpus.py --train_split_only` writes train); the vocabulary is
+    `data_dir/spm.model`. No metric: continuations of code are compared by loss and
+    acceptance, not by n-gram overlap.
+    """
+    data_dir = os.path.abspath(data_dir or BUNDLED_CODE_DIR)
+    vocabulary = code_vocabulary(data_dir)
+    splits = [s for s in CODE_SPLITS
+              if os.path.exists(os.path.join(data_dir, code_corpus.split_file(s)))]
+    if not splits:
+        raise TaskDataUnavailableError(
+            f"no train/valid/test.jsonl in {data_dir}; build them with "
+            f"`python scripts/build_code_corpus.py --output_dir={data_dir}`")
+    code_corpus.line_windows("", prompt_lines, continuation_lines)  # checks the line counts
+
+    def dataset_fn(split, shuffle_files, seed=None):
+        del shuffle_files, seed  # one file per split, read in order
+        docs = code_corpus.read_documents(
+            code_corpus.corpus_file(data_dir, code_corpus.split_file(split)))
+        windows = list(code_corpus.iter_line_windows(docs, prompt_lines, continuation_lines))
+        paths, prompts, continuations = zip(*windows) if windows else ((), (), ())
+        return tf.data.Dataset.from_tensor_slices({
+            "path": tf.constant(paths, tf.string), "prompt": tf.constant(prompts, tf.string),
+            "continuation": tf.constant(continuations, tf.string)})
+
+    return _register(
+        name, seqio.FunctionDataSource(dataset_fn, splits=splits),
+        [functools.partial(prefix_pair, prefix="", source_key="prompt",
+                           target_key="continuation")],
+        vocabulary, None, add_eos=False)
+
+
 register_paper_tasks()
 if os.path.exists(os.path.join(mini_data_dir(), SPM_MODEL)):
     register_mini_task()
+if os.path.exists(os.path.join(BUNDLED_CODE_DIR, SPM_MODEL)):
+    register_code_task()

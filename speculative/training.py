@@ -1,4 +1,5 @@
-"""A small optax trainer for `t5.Transformer` (teacher forcing) and sequence-level distillation.
+"""A small optax trainer for `t5.Transformer` and `t5.DecoderOnly` (teacher forcing), and
+sequence-level distillation.
 
 It trains the bundled EN->DE models (`speculative/data/mini/models/`) on the gettext corpus in
 `speculative/data/mini/` on CPU in minutes. The pieces, in data-flow order:
@@ -27,10 +28,19 @@ at every position, and the draft minimises either the KL from it ('kl') or one m
 acceptance probability sum_x min(p, q) itself ('tv', total variation), the quantity whose mean
 is alpha at temperature 1.
 
+Decoder-only language models (`train(decoder_only=True, ...)`, the paper's GPT-like row) train
+on the Python-code corpus of `scripts/build_code_corpus.py` (`speculative/data/code/`) with the
+same loop, optimizer, schedule, resumption and export: each document's ids plus EOS are cut into
+chunks of `config.max_length` tokens (`lm_examples`), each an example with no inputs whose
+targets are the chunk, so batching, losses and evaluation are the encoder-decoder's and the
+model predicts every next token after BOS. Drafts are measured against a decoder-only target
+on prompts made of the first tokens of valid chunks.
+
 Cost (`decoder_flops_per_token`): multiply-adds per generated token are `L_dec * (6 E I + 3 E F
 + 2 I (l_self + l_enc)) + E V` (self-attention q/k/v/o and cross-attention q/o projections, gated
 MLP, attention over l_self cached and l_enc encoder positions, output layer); FLOPs are twice
-that. Cross-attention keys/values are projected once per sentence, so they are not counted.
+that. Cross-attention keys/values are projected once per sentence, so they are not counted. A
+decoder-only model has no cross-attention: `L_dec * (4 E I + 3 E F + 2 I l_self) + E V`.
 
 Shape legend: B batch, L length, V vocab, E embed, I = heads * head_dim, F mlp_dim.
 """
@@ -43,7 +53,7 @@ import json
 import math
 import os
 import time
-from typing import Any, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Iterator, List, Optional, Sequence, Tuple, Union
 
 import jax
 import jax.numpy as jnp
@@ -53,14 +63,18 @@ from absl import logging
 from flax import struct
 
 from speculative import checkpoints
+from speculative import code_corpus
 from speculative import decoding
 from speculative import files
 from speculative import metrics as metrics_lib
 from speculative import sampling as sampling_lib
 from speculative.models import t5
+from speculative.runs import models as models_lib
 
 Array = jax.Array
 Example = Tuple[np.ndarray, np.ndarray]  # (input ids, target ids), each ending in EOS
+Module = Union[t5.Transformer, t5.DecoderOnly]
+NO_INPUTS = np.zeros((0,), np.int32)  # the inputs of a decoder-only (language model) example
 
 PREFIX = "translate English to German: "  # == tasks.EN_DE_PREFIX (the mini_ende task)
 MINI_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "mini")
@@ -254,9 +268,28 @@ def batches(examples: Sequence[Example], buckets: Sequence[int], batch_tokens: i
                     for f in range(len(examples[idx[0]])))
 
 
+def lm_examples(data_dir: str, split: str, tokenizer: Tokenizer, length: int) -> List[Example]:
+    """A split of the code corpus in `data_dir` as language-model examples `(NO_INPUTS, chunk)`:
+    each document's ids plus EOS in chunks of at most `length` tokens (`code_corpus.lm_chunks`)."""
+    path = code_corpus.corpus_file(data_dir, code_corpus.split_file(split))
+    ids = tokenizer.encode_targets([doc.text for doc in code_corpus.read_documents(path)])
+    return [(NO_INPUTS, chunk) for chunk in code_corpus.lm_chunks(ids, length)]
+
+
 def shift_right(targets: Array) -> Array:
     """Decoder inputs: BOS (0) then the targets without their last position."""
     return jnp.pad(targets[:, :-1], ((0, 0), (1, 0)), constant_values=t5.BOS_ID)
+
+
+def teacher_forced_logits(module: Module, params, inputs: Array, targets: Array,
+                          **kwargs) -> Array:
+    """Logits `[B, L, V]` for `targets` (0 = padding) under teacher forcing: a `t5.Transformer`
+    encodes `inputs`; a `t5.DecoderOnly` ignores them (its examples have none). `kwargs` go to
+    `apply` (dropout)."""
+    variables = {"params": params}
+    if isinstance(module, t5.DecoderOnly):
+        return module.apply(variables, shift_right(targets), targets, **kwargs)
+    return module.apply(variables, inputs, shift_right(targets), targets, **kwargs)
 
 
 # ------------------------------------------------------------------------------ loss and optimizer
@@ -343,7 +376,7 @@ class TrainState:
     opt_state: Any
 
 
-def init_state(module: t5.Transformer, optimizer, rng: Array,
+def init_state(module: Module, optimizer, rng: Array,
                init_checkpoint: Optional[str] = None) -> TrainState:
     """Step 0 with float32 parameters: T5X initialisation (`t5.init_params`), or the parameters
     of `init_checkpoint` (fine-tuning; checked against the model's names and shapes) with a
@@ -358,7 +391,7 @@ def init_state(module: t5.Transformer, optimizer, rng: Array,
                       opt_state=optimizer.init(params))
 
 
-def make_train_step(module: t5.Transformer, optimizer, config: TrainConfig):
+def make_train_step(module: Module, optimizer, config: TrainConfig):
     """Returns jitted `step(state, inputs, targets, rng[, teacher_ids, teacher_probs]) ->
     (state, metrics)`; state is donated.
 
@@ -370,8 +403,8 @@ def make_train_step(module: t5.Transformer, optimizer, config: TrainConfig):
     dropout = module.config.dropout_rate > 0
 
     def loss_fn(params, inputs, targets, rng, teacher_ids, teacher_probs):
-        logits = module.apply({"params": params}, inputs, shift_right(targets), targets,
-                              enable_dropout=dropout, rngs={"dropout": rng} if dropout else None)
+        logits = teacher_forced_logits(module, params, inputs, targets, enable_dropout=dropout,
+                                       rngs={"dropout": rng} if dropout else None)
         loss, ce = token_losses(logits, targets, config.label_smoothing, config.z_loss)
         if config.objective != "ce":
             log_z = jax.nn.logsumexp(logits.astype(jnp.float32), axis=-1)
@@ -397,11 +430,11 @@ def make_train_step(module: t5.Transformer, optimizer, config: TrainConfig):
     return jax.jit(step, donate_argnums=(0,))
 
 
-def make_eval_step(module: t5.Transformer):
+def make_eval_step(module: Module):
     """Jitted `(params, inputs, targets) -> (summed cross-entropy, target tokens)`."""
 
     def step(params, inputs, targets):
-        logits = module.apply({"params": params}, inputs, shift_right(targets), targets)
+        logits = teacher_forced_logits(module, params, inputs, targets)
         _, ce = token_losses(logits, targets)
         weights = (targets > 0).astype(jnp.float32)
         return jnp.sum(ce * weights), jnp.sum(weights)
@@ -519,7 +552,7 @@ def teacher_distributions(module, params, examples: Sequence[Example], config: T
 
     @jax.jit
     def top_k(params, inputs, targets):
-        logits = module.apply({"params": params}, inputs, shift_right(targets), targets)
+        logits = teacher_forced_logits(module, params, inputs, targets)
         probs, ids = jax.lax.top_k(jax.nn.softmax(logits.astype(jnp.float32), axis=-1), k)
         return ids, probs
 
@@ -582,11 +615,16 @@ def draft_alpha(target: decoding.DecodeModel, draft: decoding.DecodeModel,
     return results
 
 
-def decoder_flops_per_token(config: t5.T5Config, self_len: int = 16, enc_len: int = 20) -> dict:
-    """Decoder FLOPs per generated token (see the module docstring); 2 FLOPs per multiply-add."""
+def decoder_flops_per_token(config: t5.T5Config, self_len: int = 16, enc_len: int = 20, *,
+                            decoder_only: bool = False) -> dict:
+    """Decoder FLOPs per generated token (see the module docstring); 2 FLOPs per multiply-add.
+
+    `self_len` and `enc_len` are the cached and encoder positions attended to; a decoder-only
+    model has no cross-attention (`enc_len` unused)."""
     e, i, f, v = config.emb_dim, config.inner_dim, config.mlp_dim, config.vocab_size
     mlp = (len(config.mlp_activations) + 1) * e * f
-    attention = 6 * e * i + 2 * i * (self_len + enc_len)
+    cross = 0 if decoder_only else 2 * e * i + 2 * i * enc_len  # query/out projections, scores
+    attention = 4 * e * i + 2 * i * self_len + cross
     layers = config.num_decoder_layers * (attention + mlp)
     return {"decoder_layers": 2 * layers, "output_layer": 2 * e * v, "total": 2 * (layers + e * v)}
 
@@ -685,34 +723,38 @@ def _teach(teacher, examples: Sequence[Example], config: TrainConfig,
     """Distillation data for `examples`: the teacher's greedy outputs as targets and, for the
     'kl' and 'tv' objectives, its top-k distributions along them; cached beside `cache`."""
     t0 = time.time()
-    examples = distill_targets(*teacher, examples, config.max_length, cache)
+    examples = distill_targets(teacher.module, teacher.params, examples, config.max_length,
+                               cache)
     logging.info("distillation targets for %d sources: %.0f s", len(examples), time.time() - t0)
     if config.objective == "ce":
         return examples
     t0 = time.time()
     examples = teacher_distributions(
-        *teacher, examples, config,
+        teacher.module, teacher.params, examples, config,
         cache and f"{os.path.splitext(cache)[0]}.top{config.teacher_top_k}.npz")
     logging.info("teacher distributions (top %d): %.0f s", config.teacher_top_k,
                  time.time() - t0)
     return examples
 
 
-def _load_target(target_model: t5.T5Config, target_checkpoint: str):
-    params = checkpoints.load_params(target_checkpoint, dtype="float32", config=target_model)
-    return t5.Transformer(target_model), params
+def _load_target(target_model: t5.T5Config, target_checkpoint: str,
+                 decoder_only: bool = False) -> decoding.DecodeModel:
+    """The teacher / target as a float32 `DecodeModel` (checked against `target_model`)."""
+    return models_lib.load_model(target_model, target_checkpoint, decoder_only=decoder_only,
+                                 param_dtype="float32")
 
 
 def train(*, model: t5.T5Config, model_dir: str, config: TrainConfig, seed: int,
-          name: Optional[str] = None, data_dir: Optional[str] = None, eval_every: int = 500,
-          log_every: int = 50, bleu_sentences: Optional[int] = None,
-          max_train_pairs: Optional[int] = None, distill: bool = False,
-          distill_pairs: Optional[int] = None, distill_cache: Optional[str] = None,
-          distill_sources: Optional[str] = None, target_model: Optional[t5.T5Config] = None, target_checkpoint: Optional[str] = None,
-          alpha_sentences: int = 256, alpha_gamma: int = 4, card_subset: int = 64,
-          export_dir: Optional[str] = None, export_dtype: str = "bfloat16",
-          checkpoint_every: int = 0, init_checkpoint: Optional[str] = None,
-          gin_config: Optional[str] = None) -> dict:
+          name: Optional[str] = None, data_dir: Optional[str] = None,
+          decoder_only: bool = False, eval_every: int = 500, log_every: int = 50,
+          bleu_sentences: Optional[int] = None, max_train_pairs: Optional[int] = None,
+          distill: bool = False, distill_pairs: Optional[int] = None,
+          distill_cache: Optional[str] = None, distill_sources: Optional[str] = None,
+          target_model: Optional[t5.T5Config] = None, target_checkpoint: Optional[str] = None,
+          alpha_sentences: int = 256, alpha_gamma: int = 4, prompt_length: int = 64,
+          card_subset: int = 64, export_dir: Optional[str] = None,
+          export_dtype: str = "bfloat16", checkpoint_every: int = 0,
+          init_checkpoint: Optional[str] = None, gin_config: Optional[str] = None) -> dict:
     """Trains `model` on the corpus in `data_dir` (default: the bundled one); returns a summary.
 
     Writes to `model_dir`: `config.gin` (`gin_config`, if given), `metrics.jsonl` (train loss
@@ -726,10 +768,18 @@ def train(*, model: t5.T5Config, model_dir: str, config: TrainConfig, seed: int,
     cached beside `distill_cache`) rather than its tokens. `distill_sources` (a file of English
     sentences in `data_dir`, one per line, e.g. `mono_en.txt` from `scripts/build_corpus.py
     --monolingual`) adds the teacher's translations of sources it was never trained on: on
-    its own training sources an overfit teacher mostly repeats the references. With `export_dir`, the final
-    parameters are also saved in `export_dtype` as `<export_dir>/<name>/checkpoint_<steps>` and
-    the summary goes into `<export_dir>/model_card.json` under `name` (default: the basename
-    of `model_dir`).
+    its own training sources an overfit teacher mostly repeats the references. With
+    `export_dir`, the final parameters are also saved in `export_dtype` as
+    `<export_dir>/<name>/checkpoint_<steps>` and the summary goes into
+    `<export_dir>/model_card.json` under `name` (default: the basename of `model_dir`).
+
+    `decoder_only=True` trains a `t5.DecoderOnly` language model on the code corpus in
+    `data_dir` (default `speculative/data/code/`): next-token cross-entropy on chunks of
+    `config.max_length` tokens (`lm_examples`; `max_train_pairs` caps the chunks), valid loss
+    on the valid split's chunks, no BLEU and no `valid_greedy.txt`. A decoder-only target is
+    decoder-only too, and alpha is measured on `alpha_sentences` prompts, the first
+    `prompt_length` tokens of valid chunks, each continued for `prompt_length` tokens. It does
+    not distill (the corpus itself is the data).
 
     `init_checkpoint` starts from those parameters instead of random ones (e.g. a 'tv'
     fine-tune of a 'kl' draft); the steps and schedule are this run's.
@@ -742,7 +792,16 @@ def train(*, model: t5.T5Config, model_dir: str, config: TrainConfig, seed: int,
     """
     start = time.time()
     name = name or os.path.basename(os.path.normpath(model_dir))
-    data_dir = data_dir or MINI_DIR
+    data_dir = data_dir or (code_corpus.CODE_DIR if decoder_only else MINI_DIR)
+    max_len = config.max_length
+    if decoder_only and (distill or distill_sources or config.objective != "ce"):
+        raise ValueError(
+            f"decoder_only=True trains a language model on the corpus itself, but distill="
+            f"{distill}, distill_sources={distill_sources!r}, objective={config.objective!r} "
+            "distill an encoder-decoder draft; use distill=False and objective='ce'.")
+    if decoder_only and target_checkpoint and not 1 <= prompt_length < max_len:
+        raise ValueError(f"prompt_length={prompt_length} must be in [1, {max_len}) (the chunk "
+                         "length config.max_length) to leave valid chunks that hold a prompt.")
     os.makedirs(model_dir, exist_ok=True)
     if gin_config is not None:
         with open(os.path.join(model_dir, "config.gin"), "w") as f:
@@ -761,17 +820,24 @@ def train(*, model: t5.T5Config, model_dir: str, config: TrainConfig, seed: int,
         raise ValueError(f"objective={config.objective!r} learns the teacher's distributions on "
                          "its own outputs: set distill=True with target_model and "
                          "target_checkpoint (or use objective='ce').")
-    max_len = config.max_length
-    valid_pairs = load_pairs(os.path.join(data_dir, "valid.tsv"))
-    train_ex, dropped = tokenize_pairs(
-        load_pairs(os.path.join(data_dir, "train.tsv"))[:max_train_pairs], tokenizer, config)
-    valid_ex, valid_dropped = tokenize_pairs(valid_pairs, tokenizer, config)
-    subset_ex, _ = tokenize_pairs(valid_pairs[:card_subset], tokenizer,
-                                  dataclasses.replace(config, truncate=True))
-    logging.info("train: %d pairs (%d longer than %d dropped); valid: %d (%d dropped)",
-                 len(train_ex), dropped, max_len, len(valid_ex), valid_dropped)
-    module = t5.Transformer(model)
-    teacher = _load_target(target_model, target_checkpoint) if target_checkpoint else None
+    if decoder_only:
+        train_ex = lm_examples(data_dir, "train", tokenizer, max_len)[:max_train_pairs]
+        valid_ex = lm_examples(data_dir, "valid", tokenizer, max_len)
+        subset_ex, dropped = valid_ex[:card_subset], 0
+        logging.info("train: %d chunks of up to %d tokens; valid: %d", len(train_ex), max_len,
+                     len(valid_ex))
+    else:
+        valid_pairs = load_pairs(os.path.join(data_dir, "valid.tsv"))
+        train_ex, dropped = tokenize_pairs(
+            load_pairs(os.path.join(data_dir, "train.tsv"))[:max_train_pairs], tokenizer, config)
+        valid_ex, valid_dropped = tokenize_pairs(valid_pairs, tokenizer, config)
+        subset_ex, _ = tokenize_pairs(valid_pairs[:card_subset], tokenizer,
+                                      dataclasses.replace(config, truncate=True))
+        logging.info("train: %d pairs (%d longer than %d dropped); valid: %d (%d dropped)",
+                     len(train_ex), dropped, max_len, len(valid_ex), valid_dropped)
+    module = models_lib.make_module(model, decoder_only=decoder_only)
+    teacher = (_load_target(target_model, target_checkpoint, decoder_only) if target_checkpoint
+               else None)
     mono_ex = []
     if distill_sources:
         mono_ex, _ = make_examples(  # the placeholder target is replaced by the teacher's
@@ -796,7 +862,8 @@ def train(*, model: t5.T5Config, model_dir: str, config: TrainConfig, seed: int,
                                       "train_config": dataclasses.asdict(config),
                                       "distill": distill, "train_pairs": len(train_ex),
                                       "distill_sources": distill_sources,
-                                      "init_checkpoint": init_checkpoint})
+                                      "init_checkpoint": init_checkpoint,
+                                      **({"decoder_only": True} if decoder_only else {})})
     state, first_step, prior_s = resume.restore(state)
     train_step, eval_step = make_train_step(module, optimizer, config), make_eval_step(module)
     data_rng = np.random.default_rng(seed)
@@ -837,33 +904,48 @@ def train(*, model: t5.T5Config, model_dir: str, config: TrainConfig, seed: int,
     params = jax.device_get(state.params)
     checkpoints.save_t5x(params, model_dir, step=config.steps, overwrite=True)
 
-    bleu_pairs = valid_pairs[:bleu_sentences] if bleu_sentences else valid_pairs
-    bleu_score, hyps = bleu(module, params, bleu_pairs, tokenizer, max_len)
-    with open(os.path.join(model_dir, "valid_greedy.txt"), "w", encoding="utf-8") as f:
-        f.write("\n".join(hyps) + "\n")
-    logging.info("valid BLEU %.2f on %d sentences", bleu_score, len(bleu_pairs))
-    flops = decoder_flops_per_token(model)
+    # Decoding a prompt_length continuation after a prompt_length prompt attends to 1.5x that.
+    flops_kw = dict(decoder_only=True, self_len=prompt_length * 3 // 2) if decoder_only else {}
+    flops = decoder_flops_per_token(model, **flops_kw)
     summary = {
         "name": name, "config": dataclasses.asdict(model),
         "train_config": dataclasses.asdict(config),
         "params": num_params(params), "decoder_flops_per_token": flops, "steps": config.steps,
-        "seed": seed, "distilled": distill, "train_pairs": len(train_ex), "train_dropped": dropped,
-        "distill_sources": distill_sources and {"file": distill_sources, "pairs": len(mono_ex)},
-        "init_checkpoint": init_checkpoint and _run_name(init_checkpoint),
+        "seed": seed, "init_checkpoint": init_checkpoint and _run_name(init_checkpoint),
         "train_wall_s": round(train_s, 1), "final_train_loss": record["train_loss"],
-        "final_valid_loss": record["valid_loss"], "valid_bleu": bleu_score,
-        "bleu_sentences": len(bleu_pairs),
-        "valid_subset": {"first_n_valid_pairs": card_subset, "truncate": True,
-                         "loss_float32": evaluate_loss(eval_step, params, subset_ex, config)},
+        "final_valid_loss": record["valid_loss"],
     }
+    subset_loss = evaluate_loss(eval_step, params, subset_ex, config)
+    if decoder_only:
+        summary.update({
+            "decoder_only": True, "train_chunks": len(train_ex), "valid_chunks": len(valid_ex),
+            "chunk_length": max_len,
+            "valid_subset": {"first_n_valid_chunks": card_subset, "loss_float32": subset_loss}})
+    else:
+        bleu_pairs = valid_pairs[:bleu_sentences] if bleu_sentences else valid_pairs
+        bleu_score, hyps = bleu(module, params, bleu_pairs, tokenizer, max_len)
+        with open(os.path.join(model_dir, "valid_greedy.txt"), "w", encoding="utf-8") as f:
+            f.write("\n".join(hyps) + "\n")
+        logging.info("valid BLEU %.2f on %d sentences", bleu_score, len(bleu_pairs))
+        summary.update({
+            "distilled": distill, "train_pairs": len(train_ex), "train_dropped": dropped,
+            "distill_sources": distill_sources and {"file": distill_sources, "pairs": len(mono_ex)},
+            "valid_bleu": bleu_score, "bleu_sentences": len(bleu_pairs),
+            "valid_subset": {"first_n_valid_pairs": card_subset, "truncate": True,
+                             "loss_float32": subset_loss}})
     if teacher is not None:
+        if decoder_only:  # prompts: the first prompt_length tokens of chunks that go on after them
+            inputs = [y[:prompt_length] for _, y in valid_ex
+                      if len(y) > prompt_length and EOS_ID not in y[:prompt_length]]
+            alpha_len = prompt_length
+        else:
+            inputs, alpha_len = [x for x, _ in valid_ex], max_len
         summary["alpha"] = draft_alpha(
-            decoding.EncoderDecoderModel(*teacher), decoding.EncoderDecoderModel(module, params),
-            [x for x, _ in valid_ex[:alpha_sentences]], rng=alpha_rng, gamma=alpha_gamma,
-            max_length=max_len)
+            teacher, models_lib.as_decode_model(module, params), inputs[:alpha_sentences],
+            rng=alpha_rng, gamma=alpha_gamma, max_length=alpha_len)
         summary["target"] = _run_name(target_checkpoint)
         summary["flops_ratio_to_target"] = flops["total"] / decoder_flops_per_token(
-            target_model)["total"]
+            target_model, **flops_kw)["total"]
         logging.info("alpha %s", summary["alpha"])
     summary["total_wall_s"] = round(time.time() - start, 1)
     if export_dir:
@@ -873,9 +955,9 @@ def train(*, model: t5.T5Config, model_dir: str, config: TrainConfig, seed: int,
         bundled = checkpoints.load_params(path, dtype="float32")
         summary["valid_subset"]["loss_" + export_dtype] = evaluate_loss(
             eval_step, bundled, subset_ex, config)
-        # What users decode is the stored copy (upcast to float32): its BLEU too.
-        summary["valid_bleu_" + export_dtype] = bleu(module, bundled, bleu_pairs, tokenizer,
-                                                     max_len)[0]
+        if not decoder_only:  # what users decode is the stored copy (upcast): its BLEU too
+            summary["valid_bleu_" + export_dtype] = bleu(module, bundled, bleu_pairs, tokenizer,
+                                                         max_len)[0]
         summary["checkpoint"] = os.path.relpath(path, export_dir)
         _update_card(export_dir, name, summary)
     _write_json(os.path.join(model_dir, "summary.json"), summary)
@@ -900,7 +982,7 @@ def fit_ngram_drafts(*, export_dir: str, target_model: t5.T5Config, target_check
     train_ex, dropped = tokenize_pairs(load_pairs(os.path.join(data_dir, "train.tsv")),
                                        tokenizer, config)
     valid_ex, _ = tokenize_pairs(load_pairs(os.path.join(data_dir, "valid.tsv")), tokenizer, config)
-    target = decoding.EncoderDecoderModel(*_load_target(target_model, target_checkpoint))
+    target = _load_target(target_model, target_checkpoint)
     os.makedirs(export_dir, exist_ok=True)
     os.makedirs(model_dir, exist_ok=True)
     if gin_config is not None:

@@ -22,3 +22,36 @@ def tiny_cfg():
 
 def random_params(module, seed):
     return t5.init_params(module, jax.random.PRNGKey(seed))
+
+
+def load_script(name: str):
+    """`scripts/<name>.py` as a module (the scripts are not a package)."""
+    import importlib.util  # pylint: disable=g-import-not-at-top
+    import os  # pylint: disable=g-import-not-at-top
+
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts",
+                        f"{name}.py")
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# Real standard-library files for a tiny code corpus: by the hash of their paths, sched.py and
+# token.py land in valid and keyword.py in test at fractions (0.05, 0.15); getopt.py and
+# sqlite3/dbapi2.py hold non-ASCII text.
+TINY_CODE_PATHS = ("sched.py", "token.py", "keyword.py", "bisect.py", "colorsys.py", "fnmatch.py",
+                   "getopt.py", "sqlite3/dbapi2.py", "copy.py", "reprlib.py", "this.py",
+                   "json/scanner.py", "glob.py")
+TINY_CODE_SPLITS = {"valid": ["sched.py", "token.py"], "test": ["keyword.py"]}
+
+
+@pytest.fixture(scope="session")
+def tiny_code_corpus(tmp_path_factory):
+    """A code corpus of `TINY_CODE_PATHS` with a 400-piece vocabulary, built once by
+    scripts/build_code_corpus.py (under a second); returns its directory."""
+    out = tmp_path_factory.mktemp("code") / "corpus"
+    load_script("build_code_corpus").build_code_corpus(
+        str(out), paths=TINY_CODE_PATHS, valid_fraction=0.05, test_fraction=0.15,
+        vocab_size=400)
+    return out

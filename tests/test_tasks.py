@@ -184,3 +184,59 @@ def test_rouge():
     assert half["rouge1"] == pytest.approx(50.0) and half["rouge2"] == pytest.approx(0.0)
     # Averaged over examples: one perfect, one disjoint.
     assert tasks.rouge(["x y", "p q"], ["x y", "r s"])["rouge1"] == pytest.approx(50.0)
+
+
+def _consume(docs, examples, prompt_lines):
+    """Matches the examples, in order, to consecutive slices of the documents' text: each file
+    is covered from its start, leaving at most `prompt_lines` lines (no continuation) over."""
+    k = 0
+    for doc in docs:
+        pos = 0
+        while k < len(examples):
+            text = (examples[k]["inputs_pretokenized"] + examples[k]["targets_pretokenized"]
+                    ).decode("utf-8")
+            if not doc.text.startswith(text, pos):
+                break
+            pos, k = pos + len(text), k + 1
+        assert doc.text[pos:].count("\n") <= prompt_lines, doc.path
+    assert k == len(examples)
+
+
+def test_code_task_yields_prompts_and_continuations_of_the_source(tiny_code_corpus):
+    from speculative import code_corpus
+
+    task = tasks.register_code_task(str(tiny_code_corpus), name="tiny_code", prompt_lines=4,
+                                    continuation_lines=3)
+    assert set(task.source.splits) == {"train", "validation", "test"}
+    vocab = task.output_features["targets"].vocabulary
+    assert vocab is tasks.code_vocabulary(str(tiny_code_corpus)) and vocab.vocab_size == 400
+    for split, name in (("validation", "valid"), ("test", "test")):
+        examples = _examples(task, split, {"inputs": 512, "targets": 512})
+        docs = code_corpus.read_documents(str(tiny_code_corpus / f"{name}.jsonl"))
+        _consume(docs, examples, prompt_lines=4)
+        for ex in examples:
+            prompt, continuation = (ex["inputs_pretokenized"].decode(),
+                                    ex["targets_pretokenized"].decode())
+            assert prompt.count("\n") == 4 and prompt.endswith("\n")
+            assert 1 <= continuation.count("\n") + (not continuation.endswith("\n")) <= 3
+            assert vocab.decode(ex["inputs"].tolist()) == prompt  # exactly, whitespace and all
+            assert vocab.decode(ex["targets"].tolist()) == continuation
+            assert vocab.eos_id not in ex["inputs"] and vocab.eos_id not in ex["targets"]
+    with pytest.raises(tasks.TaskDataUnavailableError, match="build_code_corpus"):
+        tasks.code_vocabulary("/nonexistent/dir")
+    seqio.TaskRegistry.remove("tiny_code")
+
+
+def test_bundled_code_task():
+    from speculative import code_corpus
+
+    task = seqio.get_mixture_or_task(tasks.CODE_TASK)
+    assert {"validation", "test"} <= set(task.source.splits)
+    examples = _examples(task, "validation", {"inputs": 1024, "targets": 1024})
+    docs = code_corpus.read_documents(os.path.join(tasks.BUNDLED_CODE_DIR, "valid.jsonl"))
+    _consume(docs, examples, prompt_lines=16)
+    vocab = task.output_features["inputs"].vocabulary
+    assert vocab.vocab_size == 4000
+    for ex in examples:
+        assert vocab.decode(ex["inputs"].tolist()) == ex["inputs_pretokenized"].decode()
+        assert vocab.decode(ex["targets"].tolist()) == ex["targets_pretokenized"].decode()

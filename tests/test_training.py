@@ -7,7 +7,9 @@ the trainer's own parameters; every bundled model scores the valid-subset loss r
 model_card.json.
 """
 
+import dataclasses
 import json
+import math
 import os
 import re
 import shutil
@@ -21,6 +23,7 @@ import pytest
 
 from conftest import tiny_config
 from speculative import checkpoints
+from speculative import decoding
 from speculative import training
 from speculative.models import ngram
 from speculative.models import t5
@@ -505,3 +508,121 @@ def test_train_large_recipe_commands_parse(tmp_path):
             gin.clear_config()
         seen.add(name)
     assert seen == set(expected)
+
+
+# --------------------------------------------------------------------- decoder-only (GPT-like)
+
+def _lm_model(**overrides):
+    return tiny_config(vocab_size=400, num_encoder_layers=0, **overrides)
+
+
+def test_decoder_only_training_lowers_the_loss_and_exports_a_reloadable_checkpoint(
+        tiny_code_corpus, tmp_path):
+    """`train(decoder_only=True)` on the code corpus: next-token loss falls within 20 steps; the
+    float32 checkpoint reproduces the subset loss of the trainer's own parameters exactly, and
+    the bfloat16 export is those parameters rounded to bfloat16, logit for logit."""
+    from speculative.runs import models as models_lib  # pylint: disable=g-import-not-at-top
+
+    model = _lm_model()
+    config = training.TrainConfig(steps=20, batch_tokens=256, buckets=(32,), learning_rate=1e-2,
+                                  warmup_steps=5)
+    model_dir, export = tmp_path / "run", tmp_path / "bundle"
+    summary = training.train(model=model, model_dir=str(model_dir), config=config, seed=0,
+                             data_dir=str(tiny_code_corpus), decoder_only=True, eval_every=10,
+                             card_subset=4, export_dir=str(export))
+    records = [json.loads(line) for line in (model_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [10, 20]
+    assert records[1]["train_loss"] < records[0]["train_loss"] < np.log(400) + 1
+    assert records[1]["valid_loss"] < records[0]["valid_loss"]
+    assert sorted(os.listdir(model_dir)) == ["checkpoint_20", "metrics.jsonl", "summary.json"]
+    tok = training.Tokenizer(str(tiny_code_corpus / "spm.model"))
+    train_ex = training.lm_examples(str(tiny_code_corpus), "train", tok, 32)
+    valid_ex = training.lm_examples(str(tiny_code_corpus), "valid", tok, 32)
+    assert summary["decoder_only"] and "valid_bleu" not in summary
+    assert (summary["train_chunks"], summary["valid_chunks"]) == (len(train_ex), len(valid_ex))
+    assert all(len(x) == 0 and 0 < len(y) <= 32 for x, y in train_ex)
+
+    module = t5.DecoderOnly(model)
+    params = checkpoints.load_params(str(model_dir / "checkpoint_20"))
+    checkpoints.validate_params(params, module)
+    eval_step = training.make_eval_step(module)
+    loss = training.evaluate_loss(eval_step, params, valid_ex[:4], config)
+    assert loss == summary["valid_subset"]["loss_float32"]
+    bundled = models_lib.load_model(model, str(export / "run"), decoder_only=True)
+    assert isinstance(bundled, decoding.DecoderOnlyModel)
+    _, targets = next(training.batches(valid_ex[:4], (32,), 128))
+    rounded = jax.tree_util.tree_map(lambda x: jnp.asarray(x, jnp.bfloat16), params)
+    np.testing.assert_array_equal(
+        module.apply({"params": bundled.params}, training.shift_right(targets), targets),
+        module.apply({"params": rounded}, training.shift_right(targets), targets))
+    assert json.loads((export / "model_card.json").read_text())["models"]["run"][
+        "checkpoint"] == "run/checkpoint_20"
+
+
+def test_decoder_only_draft_equal_to_its_target_has_alpha_one(tiny_code_corpus, tmp_path):
+    """A decoder-only draft is measured against a decoder-only target on prompts cut from valid
+    chunks; a draft that is the target (its checkpoint, learning rate 0) accepts everything."""
+    model = _lm_model(num_decoder_layers=1)
+    kw = dict(model=model, seed=0, data_dir=str(tiny_code_corpus), decoder_only=True,
+              eval_every=2, card_subset=2)
+    training.train(model_dir=str(tmp_path / "target"), **kw,
+                   config=training.TrainConfig(steps=2, batch_tokens=128, buckets=(32,)))
+    summary = training.train(
+        model_dir=str(tmp_path / "draft"), **kw, init_checkpoint=str(tmp_path / "target"),
+        config=training.TrainConfig(steps=1, batch_tokens=128, buckets=(32,),
+                                    learning_rate=0.0),
+        target_model=model, target_checkpoint=str(tmp_path / "target"), alpha_sentences=3,
+        alpha_gamma=2, prompt_length=8)
+    assert [a["temperature"] for a in summary["alpha"]] == [0.0, 1.0]
+    for a in summary["alpha"]:
+        assert a["sentences"] == 3 and a["gamma"] == 2
+        assert a["alpha"] == pytest.approx(1.0, abs=1e-5)
+        # 8 tokens per prompt in rounds of gamma + 1 = 3 (the last one cut to 8): 3 target calls.
+        assert a["tokens_per_target_call"] == pytest.approx(8 / 3)
+    assert summary["flops_ratio_to_target"] == 1.0 and summary["target"] == "target"
+
+
+def test_decoder_only_refuses_distillation_and_a_missing_train_split(tiny_code_corpus, tmp_path):
+    config = training.TrainConfig(steps=1, buckets=(32,))
+    kw = dict(model=_lm_model(), config=config, seed=0, decoder_only=True)
+    with pytest.raises(ValueError, match="distill=True.*use distill=False"):
+        training.train(model_dir=str(tmp_path / "a"), data_dir=str(tiny_code_corpus),
+                       distill=True, **kw)
+    data = tmp_path / "no_train"
+    shutil.copytree(tiny_code_corpus, data)
+    (data / "train.jsonl").unlink()
+    with pytest.raises(FileNotFoundError, match="build_code_corpus.py.*--train_split_only"):
+        training.train(model_dir=str(tmp_path / "b"), data_dir=str(data), **kw)
+
+
+def test_code_models_and_run_file_parse_with_the_papers_proportions():
+    """configs/runs/train_code.gin with code_target/code_draft: a decoder-only run on 256-token
+    chunks; the draft costs 1/15-1/30 of the target's decoder FLOPs per token (paper: 6M/97M)
+    and the target is a scaled-down 97M GPT."""
+    import gin  # pylint: disable=g-import-not-at-top
+
+    from speculative.runs import config as config_lib  # pylint: disable=g-import-not-at-top
+
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    files = [f"configs/models/{m}.gin" for m in ("code_target", "code_draft")] + [
+        "configs/runs/train_code.gin"]
+    bindings = ["MODEL = @code_draft/t5.T5Config()", "MODEL_DIR = '/tmp/x'", "TRAIN_STEPS = 800",
+                "TARGET_MODEL = @code_target/t5.T5Config()"]
+    gin.clear_config()
+    try:
+        config_lib.parse_gin(files, bindings, search_paths=(repo,))
+        assert gin.query_parameter("%DECODER_ONLY") is True
+        assert gin.query_parameter("training.TrainConfig.buckets") == (256,)
+        assert gin.query_parameter("%BATCH_TOKENS") == 4096
+        configs = {scope: t5.T5Config(**{
+            f.name: gin.query_parameter(f"{scope}/t5.T5Config.{f.name}")
+            for f in dataclasses.fields(t5.T5Config)}) for scope in ("code_target", "code_draft")}
+    finally:
+        gin.clear_config()
+    flops = {k: training.decoder_flops_per_token(c, decoder_only=True, self_len=96)["total"]
+             for k, c in configs.items()}
+    assert 15 <= flops["code_target"] / flops["code_draft"] <= 30
+    params = {k: sum(math.prod(x.shape) for x in jax.tree_util.tree_leaves(
+        t5.param_shapes(t5.DecoderOnly(c)))) for k, c in configs.items()}
+    assert 5e6 < params["code_target"] < 97e6 / 5 and params["code_draft"] < 6e6 / 5
+    assert configs["code_target"].vocab_size == 4000  # the bundled code vocabulary's size

@@ -6,8 +6,8 @@
     target = load_model(config, checkpoint, mesh=mesh)            # sharded by T5X's rules
     draft = build_model("bigram.npz", name="draft", mesh=mesh)    # an n-gram draft, replicated
 
-Every run (infer, benchmark, alpha, Table 2, the mini results and the demo) and the notebook
-build their models here, so a new draft kind is one branch in `build_model` plus a test.
+Every run (infer, benchmark, alpha, Table 2, the mini results and the demo), the trainer and the
+notebook build their models here, so a new draft kind is one branch in `build_model` plus a test.
 
 A checkpoint path is anything `checkpoints.load_params` accepts (T5X legacy or Orbax dir, step
 dir, msgpack file, HF directory); its tree is validated against the config before use, so a
@@ -31,6 +31,19 @@ from speculative import decoding, partitioning
 from speculative.models import t5
 
 
+def make_module(config: t5.T5Config, *, decoder_only: bool = False):
+    """The flax module of `config`: `t5.DecoderOnly`, or the encoder-decoder `t5.Transformer`."""
+    return t5.DecoderOnly(config) if decoder_only else t5.Transformer(config)
+
+
+def as_decode_model(module, params, **kwargs) -> decoding.DecodeModel:
+    """A T5 `module` with `params` as a `DecodeModel` (the adapter for its kind; `kwargs` go to
+    it, e.g. `mesh`)."""
+    if isinstance(module, t5.DecoderOnly):
+        return decoding.DecoderOnlyModel(module, params, **kwargs)
+    return decoding.EncoderDecoderModel(module, params, **kwargs)
+
+
 def load_model(
     config: t5.T5Config,
     checkpoint: Optional[str] = None,
@@ -51,8 +64,7 @@ def load_model(
       param_dtype: cast parameters on load (e.g. 'bfloat16' as T5X's infer.gin does).
       mesh, rules: place the model on a ('data', 'model') mesh (`partitioning.place_model`).
     """
-    module = t5.DecoderOnly(config) if decoder_only else t5.Transformer(config)
-    adapter = decoding.DecoderOnlyModel if decoder_only else decoding.EncoderDecoderModel
+    module = make_module(config, decoder_only=decoder_only)
     if checkpoint:
         from speculative import checkpoints  # tensorstore/orbax only when a checkpoint is read
 
@@ -62,14 +74,14 @@ def load_model(
             params = checkpoints.load_params(
                 checkpoint, dtype=param_dtype,
                 shardings=partitioning.param_shardings(module, mesh, rules))
-            return adapter(module, params, mesh=mesh)
+            return as_decode_model(module, params, mesh=mesh)
         params = checkpoints.load_params(checkpoint, dtype=param_dtype)
         params = jax.tree_util.tree_map(jnp.asarray, params)
     else:
         params = t5.init_params(module, jax.random.PRNGKey(seed))
         if param_dtype:
             params = jax.tree_util.tree_map(lambda x: x.astype(param_dtype), params)
-    model = adapter(module, params)
+    model = as_decode_model(module, params)
     return partitioning.place_model(model, mesh, rules) if mesh is not None else model
 
 
