@@ -548,7 +548,8 @@ def readme_section(pairs: Sequence[Tuple[Dict, str]]) -> str:
         "",
         "`python scripts/mini_results.py --readme=README.md` writes this section from the "
         "results files. The models (trained by the recipe in "
-        "[MODEL_CARD.md](speculative/data/mini/models/MODEL_CARD.md) on 2 CPU cores) translate "
+        "[MODEL_CARD.md](speculative/data/mini/models/MODEL_CARD.md); its commands run on 2 CPU "
+        "cores, and large_target was trained with them on one H200) translate "
         "English UI strings from gettext catalogs into German. Two targets share one "
         "vocabulary: the memory-bound large_target, where speculative decoding pays on this "
         "CPU, and the compute-bound mini_target, where it does not.",
