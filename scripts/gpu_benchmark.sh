@@ -19,7 +19,8 @@
 # (each script refuses to overwrite them) unless OVERWRITE=1.
 #
 # Command:
-#   bash scripts/gpu_benchmark.sh [--dry-run] [--steps=synthetic,limits,pairs] [OUT_DIR]
+#   bash scripts/gpu_benchmark.sh [--dry-run | --no-install] [--steps=synthetic,limits,pairs]
+#       [OUT_DIR]
 # OUT_DIR: default $OUT (the device machine's result folder), else /tmp/gpu_benchmark.
 # Expected: a few minutes to install (tensorflow comes with seqio, the CUDA wheels with jax),
 # then minutes per step on one H200, mostly compilation (steps.tsv has the seconds). The
@@ -28,6 +29,11 @@
 # --dry-run: the same steps on CPU with tiny settings (t5_1_1_tiny as the synthetic target,
 # mini_target as the bundled pair, 2 sentences, 1 repeat, 8 tokens), no install: about 30 s
 # with a warm compilation cache, a minute cold, on 2 cores.
+# --no-install: no install step, for machines without a package registry whose Python already
+# has JAX for the GPU (e.g. a lent H200's image): PYTHON (default python3) must import jax, flax,
+# optax, orbax, tensorstore, sentencepiece and gin (gin-config can be carried as a wheel and
+# installed with pip --target; seqio and TensorFlow are not needed); the first step checks
+# that JAX sees a GPU.
 # Environment: PYTHON (default .venv/bin/python), JAX_CUDA=cuda12|cuda13 (instead of the driver
 # check), JAX_VERSION (pin jax and its CUDA plugin to this version), OVERWRITE=1.
 
@@ -35,11 +41,13 @@ set -euo pipefail
 
 usage() { sed -n '2,/^$/s/^# \{0,1\}//p' "$0"; }
 DRY_RUN=0
+NO_INSTALL=0
 OUT_DIR=""
 STEPS_WANTED="synthetic,limits,pairs"
 for arg in "$@"; do
   case "$arg" in
     --dry-run) DRY_RUN=1 ;;
+    --no-install) NO_INSTALL=1 ;;
     --steps=*) STEPS_WANTED="${arg#--steps=}" ;;
     -h|--help) usage; exit 0 ;;
     -*) echo "gpu_benchmark.sh: unknown option $arg; see --help." >&2; exit 2 ;;
@@ -49,6 +57,10 @@ for arg in "$@"; do
        OUT_DIR="$arg" ;;
   esac
 done
+if (( DRY_RUN && NO_INSTALL )); then
+  echo "gpu_benchmark.sh: --dry-run runs on CPU without installing; drop --no-install." >&2
+  exit 2
+fi
 for s in ${STEPS_WANTED//,/ }; do
   if [[ ! "$s" =~ ^(synthetic|limits|pairs)$ ]]; then
     echo "gpu_benchmark.sh: --steps=$STEPS_WANTED names '$s'; choose from synthetic,limits,pairs." >&2
@@ -82,6 +94,8 @@ step() {
   return 0
 }
 
+GPU_CHECK='import jax; print(jax.devices()); assert jax.default_backend() == "gpu", "no GPU"'
+
 install() {  # every command checked: `set -e` does not apply inside `step`'s `||`
   if [[ ! -x "$PY" ]]; then python3 -m venv .venv || return; fi
   "$PY" -m pip install -q --upgrade pip setuptools wheel || return
@@ -94,7 +108,7 @@ install() {  # every command checked: `set -e` does not apply inside `step`'s `|
   fi
   echo "driver CUDA ${driver:-?}: installing jax[$cuda]==$version"
   "$PY" -m pip install -q "jax[$cuda]==$version" || return
-  "$PY" -c 'import jax; print(jax.devices()); assert jax.default_backend() == "gpu", "no GPU"'
+  "$PY" -c "$GPU_CHECK"
 }
 
 if (( DRY_RUN )); then
@@ -110,15 +124,19 @@ if (( DRY_RUN )); then
   LIMITS=(--batch_sizes=1 --num_sentences=2 --gammas=2 --repeats=1 --max_decode_len=8
           --bandwidth_mb=16)
 else
-  PY="${PYTHON:-.venv/bin/python}"
+  PY="${PYTHON:-$( (( NO_INSTALL )) && echo python3 || echo .venv/bin/python)}"
   SIZES=(t5_1_1_base t5_1_1_large)
   PAIRS=(large_target mini_target)
   SYNTHETIC=()
   PAIR=(--gin.NUM_BATCHES=16 --gin.GAMMAS=[2,4,6] --gin.CALIBRATION_BATCHES=8)
   LIMITS=(--batch_sizes=1,4,16,64 --num_sentences=64 --gammas=2,4,6)
-  step install install
+  if (( NO_INSTALL )); then
+    step check_gpu "$PY" -c "$GPU_CHECK"
+  else
+    step install install
+  fi
   if (( ${#FAILED[@]} )); then
-    echo "gpu_benchmark.sh: the install failed; nothing else can run." >&2
+    echo "gpu_benchmark.sh: ${FAILED[0]} failed; nothing else can run." >&2
     exit 1
   fi
 fi

@@ -213,6 +213,19 @@ def test_gpu_script_arguments():
     assert result.returncode == 2 and "give one OUT_DIR" in result.stderr
     result = _gpu_script("--steps=limits,plots")
     assert result.returncode == 2 and "names 'plots'" in result.stderr
+    result = _gpu_script("--dry-run", "--no-install")
+    assert result.returncode == 2 and "drop --no-install" in result.stderr
+
+
+def test_gpu_script_no_install_stops_without_a_gpu(tmp_path):
+    # --no-install uses PYTHON as it is (no pip): on a machine without a GPU its first step
+    # fails the GPU check, and nothing else runs or is installed.
+    result = _gpu_script("--no-install", str(tmp_path))
+    assert result.returncode == 1 and "check_gpu failed; nothing else can run" in result.stderr
+    assert "no GPU" in (tmp_path / "logs" / "check_gpu.log").read_text()
+    steps = (tmp_path / "steps.tsv").read_text().splitlines()
+    assert steps[0].split("\t") == ["step", "exit_code", "seconds"]
+    assert [line.split("\t")[:2] for line in steps[1:]] == [["check_gpu", "1"]]
 
 
 @needs_bundle
