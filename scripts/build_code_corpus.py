@@ -44,8 +44,6 @@ Expect, for CPython 3.11: ~730 files and ~330k lines (12 MB), ~15 files in each 
 test, and about 3 bytes of code per token.
 """
 
-import hashlib
-import io
 import json
 import os
 import sys
@@ -56,6 +54,7 @@ from absl import app
 from absl import flags
 
 from speculative import code_corpus
+from speculative import corpora
 from speculative import files
 
 FLAGS = flags.FLAGS
@@ -104,10 +103,7 @@ def read_sources(root: str, paths: Sequence[str]):
     return docs, skipped
 
 
-def hash_fraction(path: str) -> float:
-    """A deterministic number in [0, 1) from sha256 of the relative path."""
-    digest = hashlib.sha256(path.encode("utf-8")).digest()
-    return int.from_bytes(digest[:8], "big") / 2.0**64
+hash_fraction = corpora.hash_fraction  # of each file's relative path
 
 
 def split_documents(docs: Sequence[code_corpus.Document], valid_fraction: float = 0.02,
@@ -130,48 +126,19 @@ def train_vocabulary(docs: Sequence[code_corpus.Document], model_path: str,
     """Trains the code vocabulary (see the module docstring) on `docs`; returns its sha256.
 
     The trainer reads one line at a time ("\\n" is a user-defined piece, so no piece could span
-    lines anyway). One thread, a fixed seed and no sentence sampling make the model bytes a
-    function of `docs`.
+    lines anyway); `corpora.train_sentencepiece` makes the bytes a function of `docs`.
     """
-    import sentencepiece as spm  # pylint: disable=g-import-not-at-top
-
-    lines = [line for doc in docs for line in doc.text.split("\n") if line]
-    if not lines:
-        raise ValueError("cannot train a vocabulary on an empty corpus")
-    spm.set_random_generator_seed(0)
-    model = io.BytesIO()
-    spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(lines),
-        model_writer=model,
-        model_type="unigram",
-        vocab_size=vocab_size,
-        pad_id=0,
-        eos_id=1,
-        unk_id=2,
-        bos_id=-1,
-        user_defined_symbols=[code_corpus.NEWLINE],
-        normalization_rule_name="identity",
-        remove_extra_whitespaces=False,
-        add_dummy_prefix=False,
-        split_by_whitespace=False,
-        allow_whitespace_only_pieces=True,
-        byte_fallback=True,
-        character_coverage=0.9995,
-        input_sentence_size=0,
-        shuffle_input_sentence=False,
-        num_threads=1,
-        minloglevel=2,
-    )
-    data = model.getvalue()
-    files.write_atomic(model_path, data)
-    return hashlib.sha256(data).hexdigest()
+    return corpora.train_sentencepiece(
+        (line for doc in docs for line in doc.text.split("\n") if line), model_path,
+        vocab_size, user_defined_symbols=[code_corpus.NEWLINE],
+        normalization_rule_name="identity", remove_extra_whitespaces=False,
+        add_dummy_prefix=False, split_by_whitespace=False, allow_whitespace_only_pieces=True,
+        byte_fallback=True, character_coverage=0.9995)
 
 
 def _file_record(path: str, docs: Sequence[code_corpus.Document]) -> dict:
-    with open(path, "rb") as f:
-        data = f.read()
     return {"documents": len(docs), "lines": sum(d.text.count("\n") for d in docs),
-            "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest(),
+            "bytes": os.path.getsize(path), "sha256": corpora.file_sha256(path),
             "python_version": sys.version.split()[0]}
 
 
@@ -200,7 +167,6 @@ def build_code_corpus(output_dir: str, stdlib: Optional[str] = None, *,
     docs, skipped = read_sources(root, paths)
     splits = split_documents(docs, valid_fraction, test_fraction)
     os.makedirs(output_dir, exist_ok=True)
-    manifest_path = os.path.join(output_dir, code_corpus.MANIFEST)
     if train_split_only:
         with open(code_corpus.corpus_file(output_dir, code_corpus.MANIFEST),
                   encoding="utf-8") as f:

@@ -43,7 +43,6 @@ Debian machine with the usual locales).
 import collections
 import dataclasses
 import hashlib
-import io
 import json
 import os
 import re
@@ -56,6 +55,7 @@ from absl import app
 from absl import flags
 from absl import logging
 
+from speculative import corpora
 from speculative import files
 
 _OUTPUT_DIR = flags.DEFINE_string(
@@ -339,8 +339,7 @@ def split_key(source: str) -> str:
 
 def hash_fraction(source: str) -> float:
     """A deterministic number in [0, 1) from sha256 of the split key."""
-    digest = hashlib.sha256(split_key(source).encode("utf-8")).digest()
-    return int.from_bytes(digest[:8], "big") / 2.0**64
+    return corpora.hash_fraction(split_key(source))
 
 
 def split_pairs(
@@ -395,12 +394,7 @@ def read_tsv(path: str) -> List[Tuple[str, str]]:
         return [tuple(line.rstrip("\n").split("\t", 1)) for line in f if line.strip()]
 
 
-def file_sha256(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+file_sha256 = corpora.file_sha256
 
 
 def train_vocabulary(
@@ -410,38 +404,11 @@ def train_vocabulary(
     byte_fallback: bool = True,
     hard_vocab_limit: bool = True,
 ) -> str:
-    """Trains a T5-style SentencePiece unigram model on `texts`; returns its sha256.
-
-    Ids: pad 0, eos 1, unk 2, no bos (as T5's vocabularies). One thread, a fixed
-    seed and no sentence sampling make the model bytes a function of `texts`.
-    """
-    import sentencepiece as spm  # pylint: disable=g-import-not-at-top
-
-    if not texts:
-        raise ValueError("cannot train a vocabulary on an empty corpus")
-    spm.set_random_generator_seed(0)
-    model = io.BytesIO()
-    spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(texts),
-        model_writer=model,
-        model_type="unigram",
-        vocab_size=vocab_size,
-        pad_id=0,
-        eos_id=1,
-        unk_id=2,
-        bos_id=-1,
-        byte_fallback=byte_fallback,
-        character_coverage=0.9995 if byte_fallback else 1.0,
-        input_sentence_size=0,
-        shuffle_input_sentence=False,
-        num_threads=1,
-        hard_vocab_limit=hard_vocab_limit,
-        minloglevel=2,
-    )
-    data = model.getvalue()
-    with open(model_path, "wb") as f:
-        f.write(data)
-    return hashlib.sha256(data).hexdigest()
+    """Trains the corpus' SentencePiece unigram model on `texts`; returns its sha256
+    (`corpora.train_sentencepiece`: T5 ids, deterministic)."""
+    return corpora.train_sentencepiece(
+        texts, model_path, vocab_size, byte_fallback=byte_fallback,
+        character_coverage=0.9995 if byte_fallback else 1.0, hard_vocab_limit=hard_vocab_limit)
 
 
 def build_corpus(
