@@ -104,25 +104,24 @@ def _spm_vocabulary(path: str) -> seqio.SentencePieceVocabulary:
     return seqio.SentencePieceVocabulary(path)
 
 
-def mini_vocabulary(data_dir: Optional[str] = None) -> seqio.SentencePieceVocabulary:
-    """The gettext corpus' SentencePiece vocabulary (pad 0, eos 1, unk 2, no sentinels)."""
-    path = os.path.abspath(os.path.join(data_dir or mini_data_dir(), SPM_MODEL))
+def _corpus_vocabulary(data_dir: str, build_script: str) -> seqio.SentencePieceVocabulary:
+    """`data_dir/spm.model`, or TaskDataUnavailableError naming the script that builds it."""
+    path = os.path.abspath(os.path.join(data_dir, SPM_MODEL))
     if not os.path.exists(path):
         raise TaskDataUnavailableError(
             f"no vocabulary at {path}; build it with "
-            f"`python scripts/build_corpus.py --output_dir={os.path.dirname(path)}`"
-        )
+            f"`python scripts/{build_script} --output_dir={os.path.dirname(path)}`")
     return _spm_vocabulary(path)
+
+
+def mini_vocabulary(data_dir: Optional[str] = None) -> seqio.SentencePieceVocabulary:
+    """The gettext corpus' SentencePiece vocabulary (pad 0, eos 1, unk 2, no sentinels)."""
+    return _corpus_vocabulary(data_dir or mini_data_dir(), "build_corpus.py")
 
 
 def code_vocabulary(data_dir: Optional[str] = None) -> seqio.SentencePieceVocabulary:
     """The code corpus' SentencePiece vocabulary (pad 0, eos 1, unk 2, "\\n" its own piece)."""
-    path = os.path.abspath(os.path.join(data_dir or BUNDLED_CODE_DIR, SPM_MODEL))
-    if not os.path.exists(path):
-        raise TaskDataUnavailableError(
-            f"no vocabulary at {path}; build it with "
-            f"`python scripts/build_code_corpus.py --output_dir={os.path.dirname(path)}`")
-    return _spm_vocabulary(path)
+    return _corpus_vocabulary(data_dir or BUNDLED_CODE_DIR, "build_code_corpus.py")
 
 
 def output_features(vocabulary: seqio.Vocabulary,
