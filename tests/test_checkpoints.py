@@ -3,7 +3,6 @@
 Every checkpoint here is written in the test (tiny configs; no download, no network).
 """
 
-import importlib.util
 import json
 import os
 import resource
@@ -17,6 +16,7 @@ import numpy as np
 import pytest
 from flax import serialization
 
+from conftest import load_script
 from speculative import checkpoints
 from speculative.checkpoints import CheckpointError
 from speculative.models import t5
@@ -372,11 +372,7 @@ def test_gcs_and_old_specs_resolve_against_the_checkpoint_dir():
 
 @pytest.fixture(scope="module")
 def convert_script():
-    spec = importlib.util.spec_from_file_location(
-        "convert_checkpoint", os.path.join(REPO, "scripts", "convert_checkpoint.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("convert_checkpoint")
 
 
 def _run(script, argv):

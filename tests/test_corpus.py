@@ -2,7 +2,6 @@
 
 import gettext
 import hashlib
-import importlib.util
 import json
 import os
 import shutil
@@ -12,18 +11,13 @@ import sys
 
 import pytest
 
+from conftest import load_script
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(REPO, "scripts", "build_corpus.py")
 
 
-def _load_script():
-    spec = importlib.util.spec_from_file_location("build_corpus", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-bc = _load_script()
+bc = load_script("build_corpus")
 
 HEADER = ("Project-Id-Version: test\nContent-Type: text/plain; charset=UTF-8\n"
           "Plural-Forms: nplurals=2; plural=(n != 1);\n")

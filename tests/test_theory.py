@@ -3,22 +3,17 @@
 [L] = Leviathan et al., ICML 2023.
 """
 
-import importlib.util
 import os
 
 import numpy as np
 import pytest
 
+from conftest import load_script
 from speculative import theory
-
-_SCRIPT = os.path.join(os.path.dirname(__file__), os.pardir, "scripts", "plot_theory.py")
 
 
 def _load_plot_script():
-    spec = importlib.util.spec_from_file_location("plot_theory", _SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("plot_theory")
 
 
 # [L] Table 1 (§3.5), c = c_hat = 0: (alpha, gamma, operations, speed).

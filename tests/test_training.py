@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import tiny_config
+from conftest import load_script, tiny_config
 from speculative import checkpoints
 from speculative import decoding
 from speculative import training
@@ -371,15 +371,10 @@ def test_bundle_fits_the_size_budget():
 def test_train_script_ngrams_run_needs_no_training_macros():
     """`scripts/train.py --run=ngrams` parses train.gin without MODEL/MODEL_DIR/TRAIN_STEPS (gin
     rejects REQUIRED macros left unset); the plain training run still requires them."""
-    import importlib.util  # pylint: disable=g-import-not-at-top
-
     import gin  # pylint: disable=g-import-not-at-top
 
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    spec = importlib.util.spec_from_file_location(
-        "train_script", os.path.join(repo, "scripts", "train.py"))
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = load_script("train")
     files = [os.path.join(repo, "configs", "models", "mini_target.gin"),
              os.path.join(repo, "configs", "runs", "train.gin")]
     bindings = ["TARGET_MODEL = @mini_target/t5.T5Config()", "EXPORT_DIR = '/tmp/ngrams'"]
