@@ -1,10 +1,11 @@
-"""scripts/infer.py end to end (offline, tiny random models on mini_ende), the Table 2 rows and
-scripts/reproduce_table2.py.
+"""scripts/infer.py end to end (offline, tiny random models on mini_ende, and tiny decoder-only
+models on stdlib_code), the Table 2 rows and scripts/reproduce_table2.py.
 
 Known answers: at temperature 0 speculative and baseline predictions are identical token for
-token; the baseline makes one target call per token; the JSONL has one line per requested
-example (the padded rows of the last batch are dropped); the truncation count equals the
-too-long inputs; each Table 2 gin file resolves to the paper's gamma and temperature with a T5-XXL
+token (encoder-decoder and decoder-only); the baseline makes one target call per token; the
+JSONL has one line per requested example (the padded rows of the last batch are dropped); the
+truncation count equals the too-long inputs; a too-long decoder-only prompt keeps exactly its
+last L_in tokens; each Table 2 gin file resolves to the paper's gamma and temperature with a T5-XXL
 target; a paper task without its data fails with TaskDataUnavailableError before any model loads.
 """
 
@@ -14,8 +15,11 @@ import subprocess
 import sys
 
 import gin
+import numpy as np
 import pytest
+import seqio
 
+from speculative import decoding
 from speculative import tasks
 from speculative import theory
 from speculative.runs import config as config_lib
@@ -31,8 +35,10 @@ _TINY = dict(vocab_size=4000, emb_dim=16, num_heads=2, head_dim=8, mlp_dim=32,
 TINY_GIN = "from __gin__ import dynamic_registration\nfrom speculative.models import t5\n"
 TINY_GIN += "".join(
     f"{scope}/t5.T5Config:\n" + "".join(f"  {k} = {v!r}\n" for k, v in dict(
-        _TINY, num_encoder_layers=n, num_decoder_layers=n).items())
-    for scope, n in (("tiny_target", 2), ("tiny_draft", 1)))
+        _TINY, num_encoder_layers=enc, num_decoder_layers=dec).items())
+    for scope, enc, dec in (("tiny_target", 2, 2), ("tiny_draft", 1, 1),
+                            # decoder-only (DECODER_ONLY = True), for the stdlib_code task
+                            ("tiny_code_target", 0, 2), ("tiny_code_draft", 0, 1)))
 
 NUM_EXAMPLES = 5  # BATCH_SIZE 2: batches of 2, 2 and 1 (+ 1 padding row)
 LENGTHS = {"inputs": 16, "targets": 8}
@@ -403,3 +409,139 @@ def test_infer_beam_settings_are_checked_first(tiny_gin, macros, match):
     config_lib.parse_gin([INFER_GIN, tiny_gin], _bindings(None, **macros))
     with pytest.raises(ValueError, match=match):
         infer.infer(dry_run=True)
+
+
+# ----------------------------------------------------------------------------------------------
+# Decoder-only (GPT-like) models on the stdlib_code task (prompt -> continuation, no EOS).
+
+CODE_LENGTHS = {"inputs": 24, "targets": 8}  # the bundled prompts are 100+ tokens: all truncated
+
+
+def _code_bindings(out_dir, **macros):
+    values = dict(TARGET_MODEL="@tiny_code_target/t5.T5Config()",
+                  DRAFT_MODEL="@tiny_code_draft/t5.T5Config()", DECODER_ONLY="True",
+                  MIXTURE_OR_TASK_NAME=repr(tasks.CODE_TASK),
+                  TASK_FEATURE_LENGTHS=repr(CODE_LENGTHS), NUM_EXAMPLES="3")
+    values.update(macros)
+    return _bindings(out_dir, **values) + ["infer.infer.progress = False"]
+
+
+def test_infer_decoder_only_on_stdlib_code_speculative_equals_baseline(tiny_gin, tmp_path):
+    """Tiny random decoder-only models continue code prompts through infer's run: at temperature
+    0 the speculative predictions are the baseline's token for token; the task has no metric and
+    metrics.json is still written, with decoder_only among the settings."""
+    runs = {}
+    for speculative in (True, False):
+        gin.clear_config()
+        out = tmp_path / str(speculative)
+        config_lib.parse_gin([INFER_GIN, tiny_gin], _code_bindings(
+            out, SPECULATIVE=str(speculative)))
+        runs[speculative] = (infer.infer(), _read_jsonl(out / "predictions.jsonl"),
+                             json.loads((out / "metrics.json").read_text()))
+    (spec, spec_rows, spec_metrics), (base, base_rows, base_metrics) = runs[True], runs[False]
+    assert [r["index"] for r in spec_rows] == [0, 1, 2]  # BATCH_SIZE 2: the filler row dropped
+    tokens = [r["prediction_tokens"] for r in spec_rows]
+    assert tokens == [r["prediction_tokens"] for r in base_rows]
+    assert len({t for row in tokens for t in row}) > 1  # not one repeated token: a real check
+    vocabulary = seqio.get_mixture_or_task(tasks.CODE_TASK).output_features["targets"].vocabulary
+    for r in spec_rows:
+        assert 1 <= r["generated"] == len(r["prediction_tokens"]) <= CODE_LENGTHS["targets"]
+        assert r["prediction"] == vocabulary.decode(r["prediction_tokens"])
+        assert r["inputs"].endswith("\n") and r["targets"]  # 16 whole lines, then the next 16
+        assert r["input_truncated"] and r["input_length"] > CODE_LENGTHS["inputs"]
+        assert r["alpha"] is not None and 0.0 <= r["alpha"] <= 1.0
+    assert all(r["target_calls"] == r["generated"] and r["alpha"] is None for r in base_rows)
+    for metrics, mode in ((spec_metrics, "speculative"), (base_metrics, "autoregressive")):
+        assert metrics["task"] == tasks.CODE_TASK and metrics["mode"] == mode
+        assert metrics["metrics"] == {} and metrics["num_examples"] == 3
+        assert metrics["settings"]["decoder_only"] is True
+        assert metrics["inputs"]["num_truncated"] == 3
+    assert spec.metrics["decoding"]["generated_tokens"] == sum(r["generated"] for r in spec_rows)
+    assert base.metrics["decoding"]["tokens_per_target_call"] == 1.0
+    assert "DECODER_ONLY = True" in (tmp_path / "True" / "config.gin").read_text()
+
+
+def test_decoder_only_prompts_keep_their_last_tokens(tiny_gin, tmp_path, monkeypatch):
+    """A too-long prompt keeps its last L_in tokens (no EOS added), flagged and counted; an
+    encoder input keeps seqio's first L_in - 1 tokens + EOS; with truncate_inputs=False a
+    too-long prompt is an error before any model loads."""
+    config_lib.parse_gin([INFER_GIN, tiny_gin], _code_bindings(None, NUM_EXAMPLES="4"))
+    settings = infer.infer(dry_run=True)
+    task, examples = infer.load_examples(settings)
+    raw = [np.asarray(ex["inputs"]) for ex in task.get_dataset(
+        None, split="test", shuffle=False, num_epochs=1).take(4).as_numpy_iterator()]
+    n = CODE_LENGTHS["inputs"]
+    for ex, ids in zip(examples, raw):
+        assert ex.input_length == len(ids) > n and ex.truncated
+        np.testing.assert_array_equal(ex.input_ids, ids[-n:])
+    assert [ex.index for ex in examples] == [0, 1, 2, 3]
+    ids = np.arange(2, 12, dtype=np.int32)
+    np.testing.assert_array_equal(infer.fit_input(ids, 4, decoder_only=True), [8, 9, 10, 11])
+    np.testing.assert_array_equal(infer.fit_input(ids, 4, decoder_only=False),
+                                  [2, 3, 4, decoding.EOS_ID])
+    assert infer.fit_input(ids, 10, decoder_only=True) is ids  # fits: untouched
+
+    gin.clear_config()
+    config_lib.parse_gin([INFER_GIN, tiny_gin], _code_bindings(tmp_path / "out") + [
+        "infer.infer.truncate_inputs = False"])
+    monkeypatch.setattr(infer, "load_models", lambda s: pytest.fail("models loaded"))
+    with pytest.raises(ValueError, match=r"more than TASK_FEATURE_LENGTHS\['inputs'\]=24.*"
+                                         r"last L_in tokens"):
+        infer.infer()
+
+
+def test_decoder_only_prompt_with_the_padding_id_is_refused(tiny_gin):
+    """A decoder-only prompt is right-padded with 0: an id 0 inside one would end it early."""
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+    class OneExample:
+        name = "fake"
+
+        def get_dataset(self, *args, **kwargs):
+            return tf.data.Dataset.from_tensors({"inputs": np.array([5, 0, 7], np.int32)})
+
+    config_lib.parse_gin([INFER_GIN, tiny_gin], _code_bindings(None))
+    with pytest.raises(ValueError, match=r"Example 0 of fake/test has the padding id 0 .*"
+                                         r"positions \[1\]"):
+        infer.load_examples(infer.infer(dry_run=True), OneExample())
+
+
+@pytest.mark.parametrize("macros, match", [
+    (dict(TARGET_MODEL="@tiny_target/t5.T5Config()"),
+     r"TARGET_MODEL.num_encoder_layers=2 is invalid: DECODER_ONLY = True"),
+    (dict(DRAFT_MODEL="@tiny_draft/t5.T5Config()"),
+     r"DRAFT_MODEL.num_encoder_layers=1 is invalid: DECODER_ONLY = True"),
+    (dict(DECODER_ONLY="False"),
+     r"TARGET_MODEL.num_encoder_layers=0 is invalid: an encoder-decoder T5 \(DECODER_ONLY = "
+     r"False\).*set DECODER_ONLY = True"),
+    (dict(DECODER_ONLY="False", TARGET_MODEL="@tiny_target/t5.T5Config()"),
+     r"DRAFT_MODEL.num_encoder_layers=0 is invalid: an encoder-decoder"),
+    (dict(BEAM_SIZE="2"), r"BEAM_SIZE=2 is invalid: beam search .* encoder-decoder T5 models "
+                          r"only, and DECODER_ONLY = True"),
+    (dict(DECODER_ONLY="'yes'"), r"DECODER_ONLY='yes' is invalid"),
+])
+def test_decoder_only_mismatches_fail_before_any_work(tiny_gin, tmp_path, monkeypatch, macros,
+                                                      match):
+    out = tmp_path / "out"
+    config_lib.parse_gin([INFER_GIN, tiny_gin], _code_bindings(out, **macros))
+    monkeypatch.setattr(infer, "get_task", lambda s: pytest.fail("task read"))
+    monkeypatch.setattr(infer, "load_models", lambda s: pytest.fail("models loaded"))
+    with pytest.raises(ValueError, match=match):
+        infer.infer()
+    assert not os.path.exists(out)
+
+
+def test_preloaded_models_of_the_other_kind_are_refused(tiny_gin):
+    """`run` with models loaded elsewhere (as Table 2 passes them): an encoder-decoder target
+    with DECODER_ONLY = True is refused before decoding."""
+    from speculative.runs import models as models_lib  # pylint: disable=g-import-not-at-top
+
+    config_lib.parse_gin([INFER_GIN, tiny_gin], _code_bindings(
+        None, SPECULATIVE="False", DRAFT_MODEL="None", NUM_EXAMPLES="1"))
+    settings = infer.infer(dry_run=True)
+    gin.clear_config()
+    config_lib.parse_gin([INFER_GIN, tiny_gin], _bindings(None))
+    encdec = models_lib.load_model(infer.infer(dry_run=True).target_config)
+    with pytest.raises(ValueError, match="DECODER_ONLY=True but the target is an "
+                                         "encoder-decoder model"):
+        infer.run(settings, models=(encdec, None))

@@ -12,6 +12,12 @@ The run behind `scripts/infer.py` and `configs/runs/infer.gin` (T5X's `infer.py`
       --gin.TASK_FEATURE_LENGTHS="{'inputs': 256, 'targets': 256}" \
       --gin.INFER_OUTPUT_DIR=\"/tmp/infer\"
 
+`decoder_only=True` (gin: DECODER_ONLY) decodes decoder-only (GPT-like) language models instead:
+`t5.DecoderOnly` target and draft (configs with `num_encoder_layers = 0`, e.g. configs/models/
+code_target.gin) on a prompt -> continuation task such as `stdlib_code`, whose inputs are
+prompts without EOS that the decoder continues (`decoding.DecoderOnlyModel`: BOS + prompt is
+prefilled, the continuation is the prediction). Beam search needs an encoder-decoder model.
+
 Pipeline (`run`):
 
   1. check the task's data is on this machine (`tasks.check_task_data`): a paper task without its
@@ -19,7 +25,8 @@ Pipeline (`run`):
   2. read `num_examples` examples of `split` in order (no shuffling), untrimmed;
   3. load the target (and, when speculative, the draft): `models.load_model` with the checkpoint,
      or random weights when the checkpoint is None (target seed `seed`, draft seed `seed + 1`);
-  4. batch with fixed shapes: inputs `[B, L_in]` padded with 0 to `task_feature_lengths['inputs']`,
+  4. batch with fixed shapes: inputs `[B, L_in]` right-padded with 0 to
+     `task_feature_lengths['inputs']` (encoder inputs, or decoder-only prompts),
      `max_decode_len = task_feature_lengths['targets']`; the last partial batch is filled with
      copies of its last example and those rows are dropped from every output and statistic;
   5. decode each batch with `decoding.speculative_decode` (or `autoregressive_decode` when
@@ -31,15 +38,20 @@ Pipeline (`run`):
                           generated, target_calls, draft_calls, drafted, accepted, alpha,
                           tokens_per_target_call
        metrics.json       the task's metrics (tasks.bleu for translation, tasks.rouge for
-                          summarization), timings (decode seconds excluding compile, tokens/s),
-                          alpha and tokens per target call, truncation counts, the settings
+                          summarization; {} for a task without one, e.g. stdlib_code),
+                          timings (decode seconds excluding compile, tokens/s), alpha and
+                          tokens per target call, truncation counts, the settings
        config.gin         the resolved gin config (`config.write_config`)
 
-Too-long inputs are never cut silently. By default they are truncated the way seqio/T5X trim
-(first `L_in - 1` tokens + EOS), flagged per example (`input_truncated`), counted in
-`metrics.json["inputs"]["num_truncated"]` and logged; with `truncate_inputs=False` the first
-too-long input raises a ValueError instead. Predictions that reach `max_decode_len` without EOS
-are counted in `metrics.json["targets"]["num_hit_max_decode_len"]`.
+Too-long inputs are never cut silently. By default they are truncated, flagged per example
+(`input_truncated`), counted in `metrics.json["inputs"]["num_truncated"]` and logged; with
+`truncate_inputs=False` the first too-long input raises a ValueError instead. An encoder input
+is trimmed the way seqio/T5X trim (its first `L_in - 1` tokens + EOS); a decoder-only prompt
+keeps its last `L_in` tokens (the context nearest the continuation; no EOS is added or needed,
+since a prompt is continued, not ended). An empty prompt is decoded from BOS alone (an empty
+encoder input is refused by the decode loops); a prompt holding the padding id 0 is refused,
+since the decoder would read it as the prompt's end. Predictions that reach `max_decode_len`
+without EOS are counted in `metrics.json["targets"]["num_hit_max_decode_len"]`.
 
 `alpha` is the paper's alpha (mean beta = sum_x min(p, q) over the drafted positions the accept
 test examined; at temperature 0 the fraction of draft tokens equal to the target's argmax);
@@ -99,6 +111,7 @@ class InferSettings:
     num_examples: Optional[int] = None
     seed: int = 0
     speculative: bool = True
+    decoder_only: bool = False
     lenience: float = 1.0
     truncate_inputs: bool = True
     param_dtype: Optional[str] = None
@@ -134,6 +147,10 @@ class InferSettings:
         if not isinstance(self.target_config, t5.T5Config):
             fail("TARGET_MODEL", self.target_config,
                  "bind a T5Config, e.g. TARGET_MODEL = @t5_1_1_xxl/t5.T5Config().")
+        if not isinstance(self.decoder_only, bool):
+            fail("DECODER_ONLY", self.decoder_only,
+                 "use True (decoder-only language models) or False (encoder-decoder T5).")
+        self._check_model_kind(fail, "TARGET_MODEL", self.target_config)
         if self.speculative:
             if not isinstance(self.draft_config, t5.T5Config):
                 fail("DRAFT_MODEL", self.draft_config,
@@ -143,6 +160,7 @@ class InferSettings:
                 fail("DRAFT_MODEL.vocab_size", self.draft_config.vocab_size,
                      f"the draft must share the target's vocabulary "
                      f"(vocab_size={self.target_config.vocab_size}).")
+            self._check_model_kind(fail, "DRAFT_MODEL", self.draft_config)
             if not isinstance(self.gamma, int) or isinstance(self.gamma, bool) or self.gamma < 1:
                 fail("GAMMA", self.gamma, "draft at least one token per round (an int >= 1).")
         if not isinstance(self.batch_size, int) or self.batch_size < 1:
@@ -161,12 +179,36 @@ class InferSettings:
                      f"MESH_SHAPE={tuple(self.mesh_shape)} splits each batch over {data} data "
                      f"shards; use a multiple of {data}.")
 
+    def _check_model_kind(self, fail, macro: str, config: t5.T5Config) -> None:
+        """The config must be of the kind DECODER_ONLY builds. T5Config itself accepts both
+        (`t5.DecoderOnly` ignores `num_encoder_layers`, and `t5.Transformer` runs with none), so
+        a mismatch would otherwise decode silently with a model of the wrong shape: a decoder-only
+        checkpoint loaded as an encoder-decoder fails only at the parameter check, and random
+        weights not at all."""
+        layers = config.num_encoder_layers
+        if self.decoder_only and layers > 0:
+            fail(f"{macro}.num_encoder_layers", layers,
+                 "DECODER_ONLY = True builds t5.DecoderOnly, which has no encoder: bind a "
+                 "decoder-only config (num_encoder_layers = 0, e.g. @code_target/t5.T5Config() "
+                 "of configs/models/code_target.gin), or set DECODER_ONLY = False for an "
+                 "encoder-decoder T5.")
+        if not self.decoder_only and layers == 0:
+            fail(f"{macro}.num_encoder_layers", layers,
+                 "an encoder-decoder T5 (DECODER_ONLY = False) needs at least one encoder "
+                 "layer; a config without any is a decoder-only language model: set "
+                 "DECODER_ONLY = True (with a prompt -> continuation task such as stdlib_code).")
+
     def _check_beam(self, fail) -> None:
         def positive(value):
             return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
         if not positive(self.beam_size):
             fail("BEAM_SIZE", self.beam_size, "use an int >= 1 (None decodes without beams).")
+        if self.decoder_only:
+            fail("BEAM_SIZE", self.beam_size,
+                 "beam search (decoding.beam_search, speculative_beam_search) scores "
+                 "encoder-decoder T5 models only, and DECODER_ONLY = True: use BEAM_SIZE = None "
+                 "(argmax or sampling) with decoder-only models.")
         if self.sampling.temperature != 0:
             fail("TEMPERATURE", self.sampling.temperature,
                  f"beam search (BEAM_SIZE={self.beam_size}) is deterministic: use 0.")
@@ -224,7 +266,7 @@ class Example:
     index: int
     inputs_text: str
     targets_text: str
-    input_ids: np.ndarray  # [<= L_in] int32, ends with EOS
+    input_ids: np.ndarray  # [<= L_in] int32: encoder input (ends with EOS), or prompt
     input_length: int  # before truncation
     truncated: bool
 
@@ -266,6 +308,17 @@ def _text(value) -> str:
     return value.decode("utf-8") if isinstance(value, bytes) else str(value)
 
 
+def fit_input(ids: np.ndarray, limit: int, decoder_only: bool) -> np.ndarray:
+    """`ids` cut to `limit` tokens: an encoder input keeps its first `limit - 1` tokens + EOS
+    (seqio's `append_eos_after_trim`), a decoder-only prompt its last `limit` tokens (the
+    context the continuation follows; a prompt has no EOS to keep)."""
+    if len(ids) <= limit:
+        return ids
+    if decoder_only:
+        return ids[len(ids) - limit:]
+    return np.concatenate([ids[:limit - 1], [decoding.EOS_ID]]).astype(np.int32)
+
+
 def load_examples(settings: InferSettings, task=None) -> Tuple[Any, List[Example]]:
     """Reads the split in order (untrimmed) and fits each input to `L_in` (see module doc)."""
     task = task or get_task(settings)
@@ -273,23 +326,32 @@ def load_examples(settings: InferSettings, task=None) -> Tuple[Any, List[Example
     if settings.num_examples is not None:
         ds = ds.take(settings.num_examples)
     limit = settings.input_length
+    how = ("keeping each prompt's last L_in tokens" if settings.decoder_only
+           else "seqio-style: the first L_in - 1 tokens + EOS")
     examples = []
     for i, ex in enumerate(ds.as_numpy_iterator()):
         if "inputs" not in ex:
             raise ValueError(f"Task {task.name!r} has no 'inputs' feature; infer decodes "
-                             "encoder-decoder tasks (inputs -> targets).")
+                             "inputs -> targets tasks (encoder input, or decoder-only prompt).")
         ids = np.asarray(ex["inputs"], np.int32)
+        if settings.decoder_only and np.any(ids == t5.PAD_ID):
+            raise ValueError(
+                f"Example {i} of {task.name}/{settings.split} has the padding id "
+                f"{t5.PAD_ID} in its prompt (positions "
+                f"{np.nonzero(ids == t5.PAD_ID)[0].tolist()[:10]}): a decoder-only prompt is "
+                "right-padded with it, so the model would read it as the prompt's end. Encode "
+                "prompts with a vocabulary that keeps id 0 for padding (seqio's "
+                "SentencePiece vocabularies never emit it).")
         truncated = len(ids) > limit
-        if truncated:
-            if not settings.truncate_inputs:
-                raise ValueError(
-                    f"Example {i} of {task.name}/{settings.split} has {len(ids)} input tokens, "
-                    f"more than TASK_FEATURE_LENGTHS['inputs']={limit}. Raise the feature length,"
-                    " or set infer.truncate_inputs=True to truncate (seqio-style) and count them.")
-            ids = np.concatenate([ids[:limit - 1], [decoding.EOS_ID]]).astype(np.int32)
+        if truncated and not settings.truncate_inputs:
+            raise ValueError(
+                f"Example {i} of {task.name}/{settings.split} has {len(ids)} input tokens, "
+                f"more than TASK_FEATURE_LENGTHS['inputs']={limit}. Raise the feature length,"
+                f" or set infer.truncate_inputs=True to truncate ({how}) and count them.")
         examples.append(Example(
             index=i, inputs_text=_text(ex.get("inputs_pretokenized", b"")),
-            targets_text=_text(ex.get("targets_pretokenized", b"")), input_ids=ids,
+            targets_text=_text(ex.get("targets_pretokenized", b"")),
+            input_ids=fit_input(ids, limit, settings.decoder_only),
             input_length=int(len(ex["inputs"])), truncated=bool(truncated)))
     if not examples:
         raise ValueError(f"Task {task.name!r}, split {settings.split!r} has no examples.")
@@ -313,16 +375,19 @@ def batches(examples: List[Example], batch_size: int,
 
 
 def load_models(settings: InferSettings) -> Tuple[decoding.DecodeModel, Optional[Any]]:
-    """`(target, draft)`; the draft is None for the baseline. No checkpoint = random weights."""
+    """`(target, draft)`; the draft is None for the baseline. No checkpoint = random weights.
+    Both are `t5.DecoderOnly` with `decoder_only`, encoder-decoder `t5.Transformer`s otherwise."""
     logging.info("Loading target %s", settings.target_checkpoint or "(random weights)")
     mesh = settings.make_mesh()
     target = models_lib.load_model(settings.target_config, settings.target_checkpoint,
-                                   seed=settings.seed, param_dtype=settings.param_dtype, mesh=mesh)
+                                   decoder_only=settings.decoder_only, seed=settings.seed,
+                                   param_dtype=settings.param_dtype, mesh=mesh)
     draft = None
     if settings.speculative:
         logging.info("Loading draft %s", settings.draft_checkpoint or "(random weights)")
         draft = models_lib.build_draft(
-            settings.draft_config, settings.draft_checkpoint, target, seed=settings.seed,
+            settings.draft_config, settings.draft_checkpoint, target,
+            decoder_only=settings.decoder_only, seed=settings.seed,
             param_dtype=settings.param_dtype, mesh=mesh,
             rules=partitioning.standard_logical_axis_rules()
             if settings.draft_partitioned else None)
@@ -375,6 +440,32 @@ def _check_vocab(settings: InferSettings, vocabulary) -> None:
             f"TARGET_MODEL.vocab_size={settings.target_config.vocab_size} is smaller than the "
             f"task's vocabulary ({size} ids, {settings.mixture_or_task_name}); use a model "
             "trained with that vocabulary (its vocab_size must be at least the vocabulary's).")
+
+
+def _check_kinds(settings: InferSettings, task, target, draft) -> None:
+    """The models must be of the kind DECODER_ONLY says (preloaded ones are not built from the
+    settings). The task's kind is not recorded anywhere, so it is only guessed from its inputs:
+    prompts that a decoder continues carry no EOS (stdlib_code), encoder inputs end with one; a
+    disagreement is logged, since a model may have been trained either way."""
+    for name, model in (("target", target), ("draft", draft)):
+        prefix = getattr(model, "prefix_length", None)
+        if prefix is None:
+            continue
+        if (prefix(settings.input_length) > 0) != settings.decoder_only:
+            kind = "an encoder-decoder" if settings.decoder_only else "a decoder-only"
+            raise ValueError(
+                f"DECODER_ONLY={settings.decoder_only} but the {name} is {kind} model "
+                f"({type(model).__name__}); load the models with the same settings "
+                "(infer.load_models) or set DECODER_ONLY to match them.")
+    inputs = task.output_features.get("inputs")
+    if inputs is not None and inputs.add_eos == settings.decoder_only:
+        logging.warning(
+            "Task %s's inputs %s EOS, as %s task's do, but DECODER_ONLY=%s; check that the "
+            "models were trained for this task (a decoder-only language model continues a "
+            "prompt, an encoder-decoder model reads an input ending with EOS).", task.name,
+            "end with" if inputs.add_eos else "have no",
+            "an encoder-decoder" if inputs.add_eos else "a decoder-only (prompt -> continuation)",
+            settings.decoder_only)
 
 
 def _nan_to_none(x: float) -> Optional[float]:
@@ -500,12 +591,15 @@ def run(settings: InferSettings, models: Optional[Tuple[Any, Any]] = None,
     target, draft = models if models is not None else load_models(settings)
     if settings.speculative and draft is None:
         raise ValueError("speculative=True but no draft model was given.")
+    _check_kinds(settings, task, target, draft if settings.speculative else None)
 
     num_truncated = sum(ex.truncated for ex in examples)
     if num_truncated:
         logging.warning("%d of %d inputs are longer than TASK_FEATURE_LENGTHS['inputs']=%d and "
-                        "were truncated (counted in metrics.json).", num_truncated, len(examples),
-                        settings.input_length)
+                        "were truncated to %s (counted in metrics.json).", num_truncated,
+                        len(examples), settings.input_length,
+                        "their last L_in tokens" if settings.decoder_only
+                        else "their first L_in - 1 tokens + EOS")
 
     key = jax.random.PRNGKey(settings.seed)
     all_batches = list(batches(examples, settings.batch_size, settings.input_length))
@@ -639,6 +733,7 @@ def infer(
     num_examples: Optional[int] = None,
     seed: int = 0,
     speculative: bool = True,
+    decoder_only: bool = False,
     lenience: float = 1.0,
     truncate_inputs: bool = True,
     param_dtype: Optional[str] = None,
@@ -669,8 +764,13 @@ def infer(
       num_examples: the first N examples of the split; None = all.
       seed: PRNG seed of the decode keys (batch i uses fold_in(key, i)) and of random weights.
       speculative: False decodes with the target alone through the same pipeline (the baseline).
+      decoder_only: decoder-only (GPT-like) models, `t5.DecoderOnly` (gin: DECODER_ONLY). A
+        config's `num_encoder_layers` must be 0 with it and at least 1 without it (checked
+        before any work). The task's inputs are prompts the decoder continues (e.g.
+        stdlib_code); too-long ones keep their last L_in tokens. No beam search.
       lenience: paper A.5; 1 is exact.
-      truncate_inputs: truncate (and count) too-long inputs; False makes them an error.
+      truncate_inputs: truncate (and count) too-long inputs (an encoder input to its first
+        L_in - 1 tokens + EOS, a decoder-only prompt to its last L_in); False makes them an error.
       param_dtype: cast parameters on load (e.g. 'bfloat16').
       tfds_data_dir: where the paper tasks' prepared TFDS data lives.
       progress: show the tqdm bar over batches.
@@ -697,8 +797,9 @@ def infer(
         mixture_or_task_name=mixture_or_task_name, task_feature_lengths=task_feature_lengths,
         output_dir=output_dir, gamma=gamma, sampling=sampling, batch_size=batch_size,
         split=split, num_examples=num_examples, seed=seed, speculative=speculative,
-        lenience=lenience, truncate_inputs=truncate_inputs, param_dtype=param_dtype,
-        tfds_data_dir=tfds_data_dir, progress=progress, overwrite=overwrite,
+        decoder_only=decoder_only, lenience=lenience, truncate_inputs=truncate_inputs,
+        param_dtype=param_dtype, tfds_data_dir=tfds_data_dir, progress=progress,
+        overwrite=overwrite,
         mesh_shape=None if mesh_shape is None else tuple(mesh_shape),
         draft_partitioned=draft_partitioned, beam_size=beam_size, draft_beam=draft_beam,
         length_penalty=length_penalty)
