@@ -1,6 +1,8 @@
-"""Writes results/large/ and results/mini/: the paper's Tables 2, 3 and 4 in miniature.
+"""Writes results/large/, results/mini/ and results/code/: the paper's Tables 2, 3 and 4 in
+miniature.
 
-For each bundled target (large_target: memory-bound on a CPU; mini_target: compute-bound),
+For each bundled target (large_target: memory-bound on a CPU; mini_target: compute-bound;
+code_target: the decoder-only GPT-like row, whose drafts are all timed, prompt lookup too),
 measures alpha for its drafts at temperatures 0 and 1 along target-generated text (Table 3),
 picks gamma per T5 draft by Theorem 3.8 from that alpha and the measured c and verify cost,
 times speculative against autoregressive decoding at batch 1 on test sentences (Table 2), puts
@@ -23,12 +25,12 @@ import os
 
 from absl import app, flags
 
-from speculative.runs import mini, mini_results
+from speculative.runs import mini_results
 
 _TARGETS = flags.DEFINE_list("targets", None, "Bundled targets to measure (default: all); "
                              "--readme also uses the results already written for the others.")
 _OUT = flags.DEFINE_string("output_dir", None, "Where the tables and plot go (one target only; "
-                           "default: results/large or results/mini).")
+                           "default: results/large, results/mini or results/code).")
 _TOKENS = flags.DEFINE_integer("num_alpha_tokens", 10_000, "Tokens per alpha measurement.")
 _SENTENCES = flags.DEFINE_integer("num_sentences", 24, "Test sentences timed at batch 1.")
 _REPEATS = flags.DEFINE_integer("repeats", 15, "Interleaved timing repeats (medians reported).")
@@ -43,10 +45,11 @@ _README = flags.DEFINE_string("readme", None, "README to rewrite from the <!-- R
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-    targets = _TARGETS.value if _TARGETS.value is not None else mini.targets()
-    unknown = sorted(set(targets) - set(mini.targets()))
+    bundled = mini_results.targets()
+    targets = _TARGETS.value if _TARGETS.value is not None else bundled
+    unknown = sorted(set(targets) - set(bundled))
     if unknown:
-        raise app.UsageError(f"--targets: {unknown} not bundled; choose from {mini.targets()}.")
+        raise app.UsageError(f"--targets: {unknown} not bundled; choose from {bundled}.")
     if _OUT.value and len(targets) != 1:
         raise app.UsageError("--output_dir needs exactly one --targets entry.")
     if _OUT.value and _README.value:
@@ -59,7 +62,7 @@ def main(argv):
                          overwrite=_OVERWRITE.value, resume=_RESUME.value)
     if _README.value:
         pairs = [(mini_results.load_results(mini_results.RESULT_DIRS[t]),
-                  mini_results.RESULT_DIRS[t]) for t in mini.targets()
+                  mini_results.RESULT_DIRS[t]) for t in bundled
                  if os.path.exists(os.path.join(mini_results.RESULT_DIRS[t], "results.json"))]
         mini_results.write_readme_section(_README.value, mini_results.readme_section(pairs))
 

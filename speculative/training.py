@@ -276,6 +276,13 @@ def lm_examples(data_dir: str, split: str, tokenizer: Tokenizer, length: int) ->
     return [(NO_INPUTS, chunk) for chunk in code_corpus.lm_chunks(ids, length)]
 
 
+def lm_prompts(examples: Sequence[Example], prompt_length: int) -> List[np.ndarray]:
+    """Prompts for a decoder-only model: the first `prompt_length` tokens of each chunk of
+    `examples` (`lm_examples`) that goes on after them (no EOS inside the prompt)."""
+    return [y[:prompt_length] for _, y in examples
+            if len(y) > prompt_length and EOS_ID not in y[:prompt_length]]
+
+
 def shift_right(targets: Array) -> Array:
     """Decoder inputs: BOS (0) then the targets without their last position."""
     return jnp.pad(targets[:, :-1], ((0, 0), (1, 0)), constant_values=t5.BOS_ID)
@@ -934,10 +941,8 @@ def train(*, model: t5.T5Config, model_dir: str, config: TrainConfig, seed: int,
             "valid_subset": {"first_n_valid_pairs": card_subset, "truncate": True,
                              "loss_float32": subset_loss}})
     if teacher is not None:
-        if decoder_only:  # prompts: the first prompt_length tokens of chunks that go on after them
-            inputs = [y[:prompt_length] for _, y in valid_ex
-                      if len(y) > prompt_length and EOS_ID not in y[:prompt_length]]
-            alpha_len = prompt_length
+        if decoder_only:
+            inputs, alpha_len = lm_prompts(valid_ex, prompt_length), prompt_length
         else:
             inputs, alpha_len = [x for x, _ in valid_ex], max_len
         summary["alpha"] = draft_alpha(
@@ -968,21 +973,40 @@ def train(*, model: t5.T5Config, model_dir: str, config: TrainConfig, seed: int,
 def fit_ngram_drafts(*, export_dir: str, target_model: t5.T5Config, target_checkpoint: str,
                      seed: int, model_dir: str, data_dir: Optional[str] = None,
                      max_length: int = 48, smoothing: float = 0.01, alpha_sentences: int = 256,
-                     alpha_gamma: int = 4, gin_config: Optional[str] = None) -> dict:
-    """Fits unigram and bigram drafts (models/ngram.py) on the tokenized training references
-    (target side, EOS included; pairs over `max_length` dropped), saves them compressed as
-    `<export_dir>/mini_{unigram,bigram}.npz` (`ngram.*Draft.load` reads them) and records them,
-    with their alpha against the target, in `model_card.json`; `model_dir` gets `config.gin`
-    and `summary.json`."""
+                     alpha_gamma: int = 4, decoder_only: bool = False, prompt_length: int = 64,
+                     gin_config: Optional[str] = None) -> dict:
+    """Fits unigram and bigram drafts (models/ngram.py), saves them compressed in `export_dir`
+    (`ngram.load` reads them) and records them, with their alpha against the target, in its
+    `model_card.json`; `model_dir` gets `config.gin` and `summary.json`.
+
+    Encoder-decoder (the EN->DE bundle): `mini_{unigram,bigram}.npz`, fitted on the tokenized
+    training references (target side, EOS included; pairs over `max_length` dropped); alpha on
+    the first `alpha_sentences` valid sources. Decoder-only (`decoder_only=True`, the code
+    corpus): `code_{unigram,bigram}.npz`, fitted on the train split's language-model chunks of
+    `max_length` tokens (`lm_examples`, each read after BOS as the target reads it); alpha on
+    `alpha_sentences` prompts of `prompt_length` tokens from valid chunks (`lm_prompts`), each
+    continued for `prompt_length` tokens, as `train` measures a decoder-only draft."""
     from speculative.models import ngram  # pylint: disable=g-import-not-at-top
 
-    data_dir = data_dir or MINI_DIR
+    data_dir = data_dir or (code_corpus.CODE_DIR if decoder_only else MINI_DIR)
     tokenizer = Tokenizer(os.path.join(data_dir, "spm.model"))
-    config = TrainConfig(steps=1, buckets=(max_length,))
-    train_ex, dropped = tokenize_pairs(load_pairs(os.path.join(data_dir, "train.tsv")),
-                                       tokenizer, config)
-    valid_ex, _ = tokenize_pairs(load_pairs(os.path.join(data_dir, "valid.tsv")), tokenizer, config)
-    target = _load_target(target_model, target_checkpoint)
+    if decoder_only:
+        if not 1 <= prompt_length < max_length:
+            raise ValueError(f"prompt_length={prompt_length} must be in [1, {max_length}) (the "
+                             "chunk length max_length) to leave valid chunks that hold a prompt.")
+        train_ex, dropped = lm_examples(data_dir, "train", tokenizer, max_length), 0
+        prompts = lm_prompts(lm_examples(data_dir, "valid", tokenizer, max_length),
+                             prompt_length)
+        alpha_inputs, alpha_len, prefix = prompts[:alpha_sentences], prompt_length, "code"
+    else:
+        config = TrainConfig(steps=1, buckets=(max_length,))
+        train_ex, dropped = tokenize_pairs(load_pairs(os.path.join(data_dir, "train.tsv")),
+                                           tokenizer, config)
+        valid_ex, _ = tokenize_pairs(load_pairs(os.path.join(data_dir, "valid.tsv")), tokenizer,
+                                     config)
+        alpha_inputs = [x for x, _ in valid_ex[:alpha_sentences]]
+        alpha_len, prefix = max_length, "mini"
+    target = _load_target(target_model, target_checkpoint, decoder_only)
     os.makedirs(export_dir, exist_ok=True)
     os.makedirs(model_dir, exist_ok=True)
     if gin_config is not None:
@@ -990,19 +1014,22 @@ def fit_ngram_drafts(*, export_dir: str, target_model: t5.T5Config, target_check
             f.write(gin_config)
     summaries = {}
     for k, (kind, fit) in enumerate((("unigram", ngram.fit_unigram), ("bigram", ngram.fit_bigram))):
-        start, name = time.time(), f"mini_{kind}"
+        start, name = time.time(), f"{prefix}_{kind}"
         draft = fit([y for _, y in train_ex], tokenizer.vocab_size, smoothing)
         path = os.path.join(export_dir, name + ".npz")
         np.savez_compressed(path, kind=np.asarray(kind),
                             log_probs=np.asarray(draft.params["log_probs"], np.float32))
         summaries[name] = {
             "name": name, "kind": kind, "file": os.path.basename(path), "smoothing": smoothing,
-            "params": num_params(draft.params), "train_pairs": len(train_ex),
+            "params": num_params(draft.params),
+            ("train_chunks" if decoder_only else "train_pairs"): len(train_ex),
             "train_dropped": dropped, "fit_wall_s": round(time.time() - start, 1),
-            "alpha": draft_alpha(target, type(draft).load(path),
-                                 [x for x, _ in valid_ex[:alpha_sentences]],
+            "alpha": draft_alpha(target, type(draft).load(path, decoder_only=decoder_only),
+                                 alpha_inputs,
                                  rng=jax.random.fold_in(jax.random.PRNGKey(seed), k),
-                                 gamma=alpha_gamma, max_length=max_length)}
+                                 gamma=alpha_gamma, max_length=alpha_len)}
+        if decoder_only:
+            summaries[name].update(decoder_only=True, chunk_length=max_length)
         logging.info("%s: %s", name, summaries[name])
         _update_card(export_dir, name, summaries[name])
     _write_json(os.path.join(model_dir, "summary.json"), summaries)

@@ -77,7 +77,7 @@ def _written():
     """(results, directory) of every bundled target whose results are written, as --readme
     renders them."""
     return [(mini_results.load_results(os.path.join(REPO, mini_results.RESULT_DIRS[t])),
-             mini_results.RESULT_DIRS[t]) for t in TARGETS
+             mini_results.RESULT_DIRS[t]) for t in mini_results.targets()
             if os.path.exists(os.path.join(REPO, mini_results.RESULT_DIRS[t], "results.json"))]
 
 

@@ -577,6 +577,60 @@ def test_decoder_only_draft_equal_to_its_target_has_alpha_one(tiny_code_corpus, 
     assert summary["flops_ratio_to_target"] == 1.0 and summary["target"] == "target"
 
 
+def test_decoder_only_ngram_drafts_fit_the_chunks_the_target_reads(tiny_code_corpus, tmp_path,
+                                                                    monkeypatch):
+    """`fit_ngram_drafts(decoder_only=True)`: code_unigram / code_bigram count the train split's
+    chunks (each after BOS, as the target reads them), and their alpha is measured against the
+    decoder-only target on valid prompts (`draft_alpha`, tested on its own above, is recorded
+    here instead of run: its compiles would take a minute) and written to the card."""
+    from speculative.models import ngram  # pylint: disable=g-import-not-at-top
+
+    calls = []
+
+    def fake_alpha(target, draft, inputs, *, rng, gamma, max_length):
+        calls.append((target, draft, inputs, gamma, max_length))
+        return [{"alpha": 0.5, "temperature": t, "sentences": len(inputs)} for t in (0.0, 1.0)]
+
+    monkeypatch.setattr(training, "draft_alpha", fake_alpha)
+
+    from speculative.runs import models as models_lib  # pylint: disable=g-import-not-at-top
+
+    model = _lm_model(num_decoder_layers=1)  # a random target: alpha is measured, not judged
+    target = models_lib.load_model(model, None, decoder_only=True, seed=0)
+    checkpoints.save_t5x(jax.device_get(target.params), str(tmp_path / "target"), step=1)
+    export = tmp_path / "bundle"
+    summaries = training.fit_ngram_drafts(
+        export_dir=str(export), target_model=model, target_checkpoint=str(tmp_path / "target"),
+        seed=0, model_dir=str(tmp_path / "ngrams"), data_dir=str(tiny_code_corpus),
+        max_length=32, alpha_sentences=3, alpha_gamma=2, decoder_only=True, prompt_length=8)
+    assert sorted(summaries) == ["code_bigram", "code_unigram"]
+    tok = training.Tokenizer(str(tiny_code_corpus / "spm.model"))
+    chunks = [y for _, y in training.lm_examples(str(tiny_code_corpus), "train", tok, 32)]
+    card = json.loads((export / "model_card.json").read_text())["models"]
+    for name, fit in (("code_unigram", ngram.fit_unigram), ("code_bigram", ngram.fit_bigram)):
+        draft = ngram.load(str(export / f"{name}.npz"), decoder_only=True)
+        assert draft.decoder_only
+        np.testing.assert_allclose(draft.params["log_probs"],
+                                   fit(chunks, tok.vocab_size).params["log_probs"], rtol=1e-6)
+        entry = card[name]
+        assert entry["decoder_only"] and entry["train_chunks"] == len(chunks)
+        assert [a["temperature"] for a in entry["alpha"]] == [0.0, 1.0]
+        assert all(a["sentences"] == 3 for a in entry["alpha"])
+    valid = training.lm_examples(str(tiny_code_corpus), "valid", tok, 32)
+    prompts = training.lm_prompts(valid, 8)[:3]
+    assert len(calls) == 2 and len(prompts) == 3
+    for target, draft, inputs, gamma, max_length in calls:
+        assert isinstance(target, decoding.DecoderOnlyModel) and draft.decoder_only
+        assert (gamma, max_length) == (2, 8)
+        np.testing.assert_array_equal(np.stack(inputs), np.stack(prompts))
+    with pytest.raises(ValueError, match="prompt_length=32 must be in"):
+        training.fit_ngram_drafts(
+            export_dir=str(export), target_model=model,
+            target_checkpoint=str(tmp_path / "target"), seed=0,
+            model_dir=str(tmp_path / "ngrams"), data_dir=str(tiny_code_corpus), max_length=32,
+            decoder_only=True, prompt_length=32)
+
+
 def test_decoder_only_refuses_distillation_and_a_missing_train_split(tiny_code_corpus, tmp_path):
     config = training.TrainConfig(steps=1, buckets=(32,))
     kw = dict(model=_lm_model(), config=config, seed=0, decoder_only=True)

@@ -39,14 +39,14 @@ from __future__ import annotations
 import json
 import os
 import re
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import jax
 import numpy as np
 
 from speculative import decoding, files, theory
 from speculative.runs import alpha as alpha_lib
-from speculative.runs import benchmark, costs as costs_lib, measure, mini, plots
+from speculative.runs import benchmark, code_lm, costs as costs_lib, measure, mini, plots
 from speculative.sampling import SamplingConfig
 
 TEMPERATURES = (0.0, 1.0)
@@ -57,7 +57,38 @@ DYNAMIC_MAX_GAMMA = 6  # dynamic gamma: draft up to this many tokens ...
 DYNAMIC_CONFIDENCES = (0.3, 0.5, 0.7)  # ... while the draft's top probability is at least this
 HEURISTIC_START = 5  # the +2/-1 ('heuristic') schedule from 5 drafts: transformers 4.x's default
 README_MARKER = "<!-- RESULTS -->"
-RESULT_DIRS = {mini.LARGE_TARGET: "results/large", mini.MINI_TARGET: "results/mini"}
+RESULT_DIRS = {mini.LARGE_TARGET: "results/large", mini.MINI_TARGET: "results/mini",
+               code_lm.TARGET: "results/code"}
+
+
+class Bundle(NamedTuple):
+    """How to measure one bundled target: where its models come from (`mini` or `code_lm`),
+    which drafts get Table 2 rows, and the shapes of its inputs and outputs."""
+
+    models: Any  # the module: load, drafts, t5_drafts, model_card
+    timed_drafts: List[str]
+    input_length: int
+    max_decode_len: int
+
+    def batches(self, num: Optional[int], batch_size: int, split: str = "test"):
+        if self.models is code_lm:
+            return code_lm.prompt_batches(num, batch_size, self.input_length, split)
+        return mini.source_batches(num, batch_size, self.input_length, split)
+
+
+def bundle(target_name: str) -> Bundle:
+    """EN->DE targets: the T5 drafts are timed (the n-gram drafts' alpha is far too low to pay),
+    on test sources of up to INPUT_LENGTH tokens. The decoder-only code target (the GPT-like
+    row): every draft is timed, prompt lookup and the n-gram drafts too, continuing test-split
+    prompts of `code_lm.PROMPT_LENGTH` tokens by `code_lm.MAX_DECODE_LEN`."""
+    if target_name == code_lm.TARGET:
+        return Bundle(code_lm, code_lm.drafts(), code_lm.PROMPT_LENGTH, code_lm.MAX_DECODE_LEN)
+    return Bundle(mini, mini.t5_drafts(target_name), INPUT_LENGTH, MAX_DECODE_LEN)
+
+
+def targets() -> List[str]:
+    """Every bundled target: the EN->DE ones, then the code target where bundled."""
+    return mini.targets() + ([code_lm.TARGET] if code_lm.available() else [])
 
 
 def round_breakdown(run: measure.Measurement, costs: Dict) -> Dict[str, float]:
@@ -79,12 +110,15 @@ def round_breakdown(run: measure.Measurement, costs: Dict) -> Dict[str, float]:
             "baseline_outside_share": 1.0 - costs["target_step_s"] / step_s}
 
 
-def measure_alpha(target, draft, temperature: float, num_tokens: int, seed: int) -> Dict:
-    """Cor. 3.6 along target-generated text (runs/alpha.py), batches of 64 test sources."""
+def measure_alpha(target, draft, temperature: float, num_tokens: int, seed: int,
+                  inputs: Optional[Bundle] = None) -> Dict:
+    """Cor. 3.6 along target-generated text (runs/alpha.py), batches of 64 test inputs of
+    `inputs` (default: the EN->DE bundle's sources)."""
+    inputs = inputs or bundle(mini.TARGET)
     betas = alpha_lib.collect_betas(
-        target, draft, mini.source_batches(None, 64, INPUT_LENGTH),
+        target, draft, inputs.batches(None, 64),
         sampling=SamplingConfig(temperature), num_tokens=num_tokens,
-        max_decode_len=MAX_DECODE_LEN, lenience=1.0, rng=jax.random.PRNGKey(seed))
+        max_decode_len=inputs.max_decode_len, lenience=1.0, rng=jax.random.PRNGKey(seed))
     stats = alpha_lib.beta_statistics(betas)
     return {k: stats[k] for k in ("alpha", "se_cluster", "num_tokens", "lag1_autocorrelation")}
 
@@ -103,7 +137,8 @@ def _row(run: measure.Measurement, **extra) -> Dict:
 
 def dynamic_gamma(target, draft, batches, sampling: SamplingConfig, fixed_gamma: int, *,
                   repeats: int, seed: int, draft_name: str = "draft",
-                  costs: Optional[Dict] = None) -> List[Dict]:
+                  costs: Optional[Dict] = None,
+                  max_decode_len: int = MAX_DECODE_LEN) -> List[Dict]:
     """Baseline, speculative decoding with `fixed_gamma`, dynamic gamma (up to
     DYNAMIC_MAX_GAMMA drafts, each of DYNAMIC_CONFIDENCES) and transformers' +2/-1 schedule
     (from HEURISTIC_START, within [1, DYNAMIC_MAX_GAMMA]), timed in one interleaved run; one row
@@ -113,7 +148,7 @@ def dynamic_gamma(target, draft, batches, sampling: SamplingConfig, fixed_gamma:
         target, [draft] * len(batches), batches,
         {"fixed": (fixed_gamma, 0.0), **{c: (DYNAMIC_MAX_GAMMA, c) for c in DYNAMIC_CONFIDENCES},
          "+2/-1": (DYNAMIC_MAX_GAMMA, 0.0, "heuristic", min(HEURISTIC_START, DYNAMIC_MAX_GAMMA))},
-        sampling=sampling, max_decode_len=MAX_DECODE_LEN, seed=seed)
+        sampling=sampling, max_decode_len=max_decode_len, seed=seed)
     _, times, outputs = costs_lib.interleaved(programs, repeats)
     base = float(np.median(times["baseline"]))
 
@@ -195,24 +230,26 @@ def run(output_dir: Optional[str] = None, num_alpha_tokens: int = 10_000,
         raise FileExistsError(f"{final} exists (an earlier run); pass overwrite=True "
                               "(--overwrite) to replace it, or another output_dir.")
     os.makedirs(output_dir, exist_ok=True)
-    target = mini.load(target_name)
-    names = mini.drafts(target_name)
-    drafts = {name: mini.load(name) for name in names}
-    t5_drafts = mini.t5_drafts(target_name)
-    bench_batches = mini.source_batches(num_sentences, 1, INPUT_LENGTH)
-    calibration = mini.source_batches(num_calibration, 1, INPUT_LENGTH, split="valid")
+    inputs = bundle(target_name)
+    max_decode_len = inputs.max_decode_len
+    target = inputs.models.load(target_name)
+    names = inputs.models.drafts(target_name)
+    drafts = {name: inputs.models.load(name) for name in names}
+    timed = inputs.timed_drafts
+    bench_batches = inputs.batches(num_sentences, 1)
+    calibration = inputs.batches(num_calibration, 1, split="valid")
     stages = _Stages(output_dir, {
         "target": target_name, "num_alpha_tokens": num_alpha_tokens,
         "num_sentences": len(bench_batches), "repeats": repeats, "gammas": list(gammas),
-        "input_length": INPUT_LENGTH, "max_decode_len": MAX_DECODE_LEN,
+        "input_length": inputs.input_length, "max_decode_len": max_decode_len,
         "num_calibration": len(calibration), "seed": seed, "dynamic": dynamic,
         "environment": benchmark.environment()}, resume)
 
     if "table3" not in stages:
         table3 = {}
         for name in names:
-            table3[name] = {str(t): measure_alpha(target, drafts[name], t, num_alpha_tokens, seed)
-                            for t in TEMPERATURES}
+            table3[name] = {str(t): measure_alpha(target, drafts[name], t, num_alpha_tokens, seed,
+                                                  inputs) for t in TEMPERATURES}
             print(name, {t: round(v["alpha"], 3) for t, v in table3[name].items()}, flush=True)
         stages.done("table3", table3)
     table3 = stages["table3"]
@@ -221,20 +258,20 @@ def run(output_dir: Optional[str] = None, num_alpha_tokens: int = 10_000,
         cost_gammas = sorted(set(gammas) | {DYNAMIC_MAX_GAMMA})
         stages.done("costs", {
             name: costs_lib.measure_costs(target, drafts[name], bench_batches[0], cost_gammas,
-                                          max_decode_len=MAX_DECODE_LEN, num_steps=32,
+                                          max_decode_len=max_decode_len, num_steps=32,
                                           repeats=7, seed=seed)
-            for name in t5_drafts})
+            for name in timed})
     costs = {name: {**c, "verify_cost": {int(g): v for g, v in c["verify_cost"].items()}}
              for name, c in stages["costs"].items()}  # JSON keys are strings
 
     if "table2" not in stages:
         table2 = []
-        for name in t5_drafts:
+        for name in timed:
             for t in TEMPERATURES:
                 gamma = costs_lib.best_gamma(table3[name][str(t)]["alpha"], costs[name], gammas)
                 [run_] = measure.measure(
                     target, [drafts[name]] * len(bench_batches), bench_batches,
-                    sampling=SamplingConfig(t), gammas=[gamma], max_decode_len=MAX_DECODE_LEN,
+                    sampling=SamplingConfig(t), gammas=[gamma], max_decode_len=max_decode_len,
                     repeats=repeats, lenience=1.0, seed=seed, costs=costs[name],
                     calibration=calibration)
                 table2.append(_row(run_, draft=name, temperature=t,
@@ -243,12 +280,12 @@ def run(output_dir: Optional[str] = None, num_alpha_tokens: int = 10_000,
         stages.done("table2", table2)
     table2 = stages["table2"]
 
-    best = max(t5_drafts, key=lambda n: max(r["speedup"] for r in table2
+    best = max(timed, key=lambda n: max(r["speedup"] for r in table2
                                             if r["draft"] == n and r["temperature"] == 0.0))
     if "sweep" not in stages:
         sweep = measure.measure(
             target, [drafts[best]] * len(bench_batches), bench_batches,
-            sampling=SamplingConfig(0.0), gammas=list(gammas), max_decode_len=MAX_DECODE_LEN,
+            sampling=SamplingConfig(0.0), gammas=list(gammas), max_decode_len=max_decode_len,
             repeats=repeats, lenience=1.0, seed=seed, costs=costs[best],
             calibration=calibration)
         stages.done("sweep", {"draft": best, "runs": [_row(r) for r in sweep]})
@@ -264,7 +301,7 @@ def run(output_dir: Optional[str] = None, num_alpha_tokens: int = 10_000,
         fixed = next(r for r in table2 if r["draft"] == best and r["temperature"] == t)
         rows = dynamic_gamma(target, drafts[best], bench_batches, SamplingConfig(t),
                              fixed["gamma"], repeats=repeats, seed=seed, draft_name=best,
-                             costs=costs[best])
+                             costs=costs[best], max_decode_len=max_decode_len)
         for r in rows:
             print("dynamic", t, r["confidence"], round(r["speedup"], 2),
                   round(r["fixed_speedup"], 2), flush=True)
@@ -298,9 +335,17 @@ def _objective(entry: Dict) -> str:
     return text
 
 
+def _quality(entry: Dict) -> str:
+    """A model's valid BLEU (EN->DE) or valid loss (a language model), from its card entry."""
+    if "valid_bleu" in entry:
+        return f"{entry['valid_bleu']:.1f}"
+    return f"{entry['final_valid_loss']:.3f}" if "final_valid_loss" in entry else "-"
+
+
 def _write_tables(results: Dict, output_dir: str) -> None:
-    card = mini.model_card()["models"]
     target = results["settings"].get("target", mini.MINI_TARGET)
+    models = bundle(target).models
+    card = models.model_card()["models"]
     t3 = _markdown(
         ["M_p", "M_q", "α (T=0)", "α (T=1)"],
         [[target, name, f"{v['0.0']['alpha']:.2f} ± {v['0.0']['se_cluster']:.2f}",
@@ -319,10 +364,12 @@ def _write_tables(results: Dict, output_dir: str) -> None:
           f"{r['measured_over_predicted']:.2f}", f"{r['measured_over_predicted_loop']:.2f}"]
          for r in results["table2"]])
     sizes = _markdown(
-        ["model", "params", "decoder FLOPs/token vs target", "valid BLEU"],
-        [[n, card[n].get("params", "-"), f"{card[n].get('flops_ratio_to_target', 1.0):.3f}"
-          if "flops_ratio_to_target" in card[n] or n == target else "-",
-          f"{card[n]['valid_bleu']:.1f}" if "valid_bleu" in card[n] else "-"]
+        ["model", "params", "decoder FLOPs/token vs target",
+         "valid BLEU" if models is mini else "valid loss (nats/token)"],
+        [[n, card.get(n, {}).get("params", "-"),
+          f"{card[n].get('flops_ratio_to_target', 1.0):.3f}"
+          if "flops_ratio_to_target" in card.get(n, {}) or n == target else "-",
+          _quality(card.get(n, {}))]
          for n in [target] + list(results["table3"])])
     tables = {"table2.md": t2, "table3.md": t3, "table4.md": t4, "models.md": sizes}
     rows = [{**r, "breakdown": _breakdown(results, r)} for r in results["table2"]]
@@ -337,7 +384,8 @@ def _write_tables(results: Dict, output_dir: str) -> None:
               f"{100 * r['breakdown']['outside_share']:.0f}%",
               f"{1e3 * r['breakdown']['baseline_step_s']:.2f}",
               f"{100 * r['breakdown']['baseline_outside_share']:.0f}%"] for r in rows])
-    trained = [n for n in results["table3"] if "objective" in card[n].get("train_config", {})]
+    trained = [n for n in results["table3"] if models is mini
+               and "objective" in card[n].get("train_config", {})]
     if trained:
         speed = {(r["draft"], r["temperature"]): r["speedup"] for r in results["table2"]}
         tables["objectives.md"] = _markdown(
@@ -395,9 +443,11 @@ def _pair_section(results: Dict, output_dir: str) -> List[str]:
         with open(path) as f:
             return f.read().strip()
 
-    card = mini.model_card()["models"]
     s = results["settings"]
     target = s.get("target", mini.MINI_TARGET)
+    card = bundle(target).models.model_card()["models"]
+    code = target == code_lm.TARGET
+    inputs, timed = ("prompts", "prompts") if code else ("sources", "sentences")
     t2 = results["table2"]
     speedups = [r["speedup"] for r in t2]
     thm = [r["measured_over_predicted"] for r in t2]
@@ -407,10 +457,26 @@ def _pair_section(results: Dict, output_dir: str) -> List[str]:
     peak = max(sweep["runs"], key=lambda r: r["speedup"])
     best_alpha = max(v["0.0"]["alpha"] for v in results["table3"].values())
     memory_bound = target == mini.LARGE_TARGET
+    if code:
+        heading = (f"### Decoder-only pair (the paper's GPT-like row): {target} "
+                   f"({card[target]['params'] / 1e6:.2f}M parameters, valid loss "
+                   f"{card[target]['final_valid_loss']:.3f} nats/token)")
+        about = [
+            "", "A GPT-like language model trained on the Python standard library's source "
+            "(`scripts/build_code_corpus.py`; recipe in "
+            "[speculative/data/code/models/MODEL_CARD.md](speculative/data/code/models/MODEL_CARD.md)) "
+            f"continues test-split prompts of {s['input_length']} tokens (one file after "
+            f"another, round-robin) by {s['max_decode_len']} tokens. Its drafts: code_draft (a "
+            "small decoder-only T5 trained on the same text), unigram and bigram tables fitted "
+            "on the train split, and prompt lookup (copying what followed the latest earlier "
+            "occurrence of the last 1-3 tokens; no parameters). Every draft gets a Table 2 row."]
+    else:
+        heading = (f"### {'Memory' if memory_bound else 'Compute'}-bound pair: {target} "
+                   f"({card[target]['params'] / 1e6:.2f}M parameters, valid BLEU "
+                   f"{card[target]['valid_bleu']:.1f})")
+        about = []
     lines = [
-        f"### {'Memory' if memory_bound else 'Compute'}-bound pair: {target} "
-        f"({card[target]['params'] / 1e6:.2f}M parameters, valid BLEU "
-        f"{card[target]['valid_bleu']:.1f})",
+        heading, *about,
         "",
         f"`python scripts/mini_results.py --targets={target} --overwrite` writes these tables, "
         f"`{output_dir}/results.json` and `{output_dir}/speedup_vs_gamma.png` "
@@ -419,12 +485,12 @@ def _pair_section(results: Dict, output_dir: str) -> List[str]:
         table("models.md"),
         "",
         f"Table 3 analogue: α = mean of Σ_x min(p, q) along {s['num_alpha_tokens']:,} tokens the "
-        "target generates from test sources (± sequence-clustered standard error):",
+        f"target generates from test {inputs} (± sequence-clustered standard error):",
         "",
         table("table3.md"),
         "",
         "Table 2 analogue (batch 1, γ chosen by Theorem 3.8 from the α above and the measured c "
-        f"and verify cost, {s['num_sentences']} test sentences, {s['repeats']} interleaved "
+        f"and verify cost, {s['num_sentences']} test {timed}, {s['repeats']} interleaved "
         "repeats, medians):",
         "",
         table("table2.md"),
@@ -432,7 +498,7 @@ def _pair_section(results: Dict, output_dir: str) -> List[str]:
         "Table 4 analogue: Exp (Thm 3.8) is the paper's formula with the run's α, the measured c "
         "and the measured verify cost (target on γ + 1 tokens / on 1 token); Exp (loop) is the "
         "decode-loop cost model (start-up and cost per baseline step and per round, round cost "
-        f"= round / step, fitted on {s['num_calibration']} validation sentences timed in the "
+        f"= round / step, fitted on {s['num_calibration']} validation {timed} timed in the "
         "same interleaved repeats; `speculative/runs/costs.py`, docs/benchmark_schema.md):",
         "",
         table("table4.md"),
@@ -505,6 +571,8 @@ def _why(pairs: Sequence[Tuple[Dict, str]]) -> List[str]:
     facts = {}
     for results, _ in pairs:
         target = results["settings"].get("target", mini.MINI_TARGET)
+        if target not in (mini.LARGE_TARGET, mini.MINI_TARGET):
+            continue
         t2 = results["table2"]
         best = max(t2, key=lambda r: r["speedup"])
         facts[target] = {
@@ -538,13 +606,17 @@ def _why(pairs: Sequence[Tuple[Dict, str]]) -> List[str]:
 
 def readme_section(pairs: Sequence[Tuple[Dict, str]]) -> str:
     """The README's results section (from the `<!-- RESULTS -->` marker to the next heading):
-    for each `(results, output_dir)` (memory-bound target first) its tables as written to
-    `output_dir` and what they say, then why one pair gains; every number from `results`."""
+    for each EN->DE `(results, output_dir)` (memory-bound target first) its tables as written to
+    `output_dir` and what they say, then why one pair gains, then the decoder-only code pair
+    (the GPT-like row) if it is among `pairs`; every number from `results`."""
     env = pairs[0][0]["settings"]["environment"]
+    code = [p for p in pairs if p[0]["settings"].get("target") == code_lm.TARGET]
+    pairs = [p for p in pairs if p not in code]
     lines = [
         README_MARKER,
         f"## Results on this machine ({env.get('cpu_count')}-core "
-        f"{str(env.get('platform', '')).upper()}, bundled EN→DE models)",
+        f"{str(env.get('platform', '')).upper()}, bundled EN→DE models"
+        + (" and the decoder-only code pair)" if code else ")"),
         "",
         "`python scripts/mini_results.py --readme=README.md` writes this section from the "
         "results files. The models (trained by the recipe in "
@@ -558,6 +630,8 @@ def readme_section(pairs: Sequence[Tuple[Dict, str]]) -> str:
     for results, output_dir in pairs:
         lines += _pair_section(results, output_dir)
     lines += _why(pairs)
+    for results, output_dir in code:
+        lines += _pair_section(results, output_dir)
     lines.append("")
     return "\n".join(lines)
 
