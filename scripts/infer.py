@@ -2,8 +2,8 @@ r"""Decodes a seqio task with speculative decoding (or the baseline); writes pre
 
 Reads MIXTURE_OR_TASK_NAME's SPLIT, decodes it with TARGET_MODEL checked by DRAFT_MODEL
 (SPECULATIVE=False: the target alone), and writes INFER_OUTPUT_DIR/predictions.jsonl (one line per
-example), metrics.json (BLEU or ROUGE, decode seconds excluding compile, tokens/s, alpha, tokens
-per target call) and config.gin (the resolved config). Settings and macros:
+example), metrics.json (BLEU or ROUGE where the task has them, decode seconds excluding compile,
+tokens/s, alpha, tokens per target call) and config.gin (the resolved config). Settings and macros:
 configs/runs/infer.gin; the run: speculative/runs/infer.py. A paper task whose TFDS data is not on
 this machine stops with one TaskDataUnavailableError message before any model is loaded.
 
@@ -25,6 +25,19 @@ A paper row (Table 2; checkpoints are yours, the paper's fine-tuned ones are unp
   python scripts/infer.py --gin_file=configs/experiments/table2/ende_small_t0.gin \
     --gin.TARGET_CHECKPOINT=\"/ckpt/ende_t5_1_1_xxl\" --gin.DRAFT_CHECKPOINT=\"/ckpt/ende_small\" \
     --gin.INFER_OUTPUT_DIR=\"/tmp/ende_small_t0\"
+
+Decoder-only (GPT-like) models continue prompts instead: the bundled code pair on the
+stdlib_code task (16 lines of a standard-library file -> the next 16; no metric, alpha and
+tokens per target call in metrics.json; prompts longer than 'inputs' keep their last tokens):
+
+  python scripts/infer.py --gin_file=configs/runs/infer.gin \
+    --gin_file=configs/models/code_target.gin --gin_file=configs/models/code_draft.gin \
+    --gin.TARGET_MODEL="@code_target/t5.T5Config()" --gin.DRAFT_MODEL="@code_draft/t5.T5Config()" \
+    --gin.TARGET_CHECKPOINT=\"speculative/data/code/models/code_target\" \
+    --gin.DRAFT_CHECKPOINT=\"speculative/data/code/models/code_draft\" --gin.DECODER_ONLY=True \
+    --gin.MIXTURE_OR_TASK_NAME=\"stdlib_code\" \
+    --gin.TASK_FEATURE_LENGTHS="{'inputs': 256, 'targets': 64}" \
+    --gin.INFER_OUTPUT_DIR=\"/tmp/infer_code\" --gin.NUM_EXAMPLES=16
 
 Add --gin.SPECULATIVE=False for the baseline (at TEMPERATURE=0 its predictions are identical).
 """

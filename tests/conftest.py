@@ -55,3 +55,39 @@ def tiny_code_corpus(tmp_path_factory):
         str(out), paths=TINY_CODE_PATHS, valid_fraction=0.05, test_fraction=0.15,
         vocab_size=400)
     return out
+
+
+def check_greedy_identity(target, draft, batches, max_decode_len: int, gamma: int = 4,
+                          what: str = "draft") -> None:
+    """Speculative greedy output equals the target's greedy output on every row of `batches`;
+    a row that differs must be a numerical tie: its two top target logits (teacher-forced
+    along the target's own output) within 1e-4 at the first differing position, since the
+    verification scores gamma + 1 tokens in one call, whose float32 rounding can differ from
+    one-token steps. Prints the counts."""
+    import numpy as np  # pylint: disable=g-import-not-at-top
+
+    from speculative import decoding  # pylint: disable=g-import-not-at-top
+    from speculative.runs import alpha as alpha_lib  # pylint: disable=g-import-not-at-top
+    from speculative.sampling import SamplingConfig  # pylint: disable=g-import-not-at-top
+
+    forced = jax.jit(alpha_lib._forced_logits)  # pylint: disable=protected-access
+    same, ties, total = 0, [], 0
+    for b, inputs in enumerate(batches):
+        kw = dict(rng=jax.random.PRNGKey(b), sampling=SamplingConfig(0.0),
+                  max_decode_len=max_decode_len)
+        base = np.asarray(decoding.autoregressive_decode(target, inputs, **kw).tokens)
+        spec = np.asarray(decoding.speculative_decode(target, draft, inputs, gamma=gamma,
+                                                      **kw).tokens)
+        logits = np.asarray(forced(target, inputs, base))
+        for row in range(len(base)):
+            total += 1
+            diff = np.nonzero(base[row] != spec[row])[0]
+            if not diff.size:
+                same += 1
+                continue
+            top2 = np.sort(logits[row, diff[0]])[-2:]
+            ties.append((total - 1, int(diff[0]), float(top2[1] - top2[0])))
+    print(f"greedy identity, {what}: {same}/{total} identical; numerical ties: {ties}")
+    assert same + len(ties) == total and same > 0
+    for row, position, gap in ties:
+        assert gap <= 1e-4, f"{what}: row {row} differs at {position} with a logit gap {gap}"

@@ -1,24 +1,18 @@
 """The decoder-only (GPT-like) code pair: its prompts, and greedy identity for every draft.
 
 Greedy speculative output must equal the target's greedy output, for the T5-style draft, the
-n-gram drafts and prompt lookup alike. Where a continuation differs, the difference must be a
-numerical tie (the two top target logits within 1e-4 at the first differing position), as in
-test_mini.py: verification scores gamma + 1 tokens in one call, whose float32 rounding can
-differ from one-token steps.
+n-gram drafts and prompt lookup alike (a difference must be a numerical tie:
+`conftest.check_greedy_identity`).
 """
 
 import os
 
-import jax
 import numpy as np
 import pytest
 
-from speculative import code_corpus, decoding, training
-from speculative.runs import alpha as alpha_lib
+from conftest import check_greedy_identity
+from speculative import code_corpus, training
 from speculative.runs import code_lm
-from speculative.sampling import SamplingConfig
-
-GREEDY = SamplingConfig(0.0)
 needs_bundle = pytest.mark.skipif(not code_lm.available(), reason="no bundled code models")
 
 
@@ -45,32 +39,12 @@ def test_prompts_are_whole_chunk_heads_taken_round_robin_over_the_files():
         code_lm.prompt_batches(1, 1, code_lm.CHUNK_LENGTH)
 
 
-def _check_greedy(num_prompts, batch_size, gamma=4):
+def _check_greedy(num_prompts, batch_size):
     target = code_lm.load(code_lm.TARGET)
     batches = code_lm.prompt_batches(num_prompts, batch_size)
-    forced = jax.jit(alpha_lib._forced_logits)
     for name in code_lm.drafts():
-        draft = code_lm.load(name)
-        same, ties, total = 0, [], 0
-        for b, inputs in enumerate(batches):
-            kw = dict(rng=jax.random.PRNGKey(b), sampling=GREEDY,
-                      max_decode_len=code_lm.MAX_DECODE_LEN)
-            base = np.asarray(decoding.autoregressive_decode(target, inputs, **kw).tokens)
-            spec = np.asarray(decoding.speculative_decode(target, draft, inputs, gamma=gamma,
-                                                          **kw).tokens)
-            logits = np.asarray(forced(target, inputs, base))
-            for row in range(len(base)):
-                total += 1
-                diff = np.nonzero(base[row] != spec[row])[0]
-                if not diff.size:
-                    same += 1
-                    continue
-                top2 = np.sort(logits[row, diff[0]])[-2:]
-                ties.append((total - 1, int(diff[0]), float(top2[1] - top2[0])))
-        print(f"{name}: {same}/{total} identical; numerical ties: {ties}")
-        assert same + len(ties) == total and same > 0
-        for prompt, position, gap in ties:
-            assert gap <= 1e-4, f"{name}: prompt {prompt} differs at {position}, logit gap {gap}"
+        check_greedy_identity(target, code_lm.load(name), batches, code_lm.MAX_DECODE_LEN,
+                              what=name)
 
 
 @needs_bundle

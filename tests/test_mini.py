@@ -1,20 +1,16 @@
 """The bundled mini models: greedy identity on the test split, and results that match the README.
 
-Speculative greedy output must equal the target's greedy output. Where a sentence differs, the
-difference must be a numerical tie: the verification scores gamma + 1 tokens in one call, whose
-float32 rounding can differ from one-token steps, and that can only flip an argmax whose two top
-logits are within 1e-4. Such sentences are counted and reported.
+Speculative greedy output must equal the target's greedy output; where a sentence differs, the
+difference must be a numerical tie (`conftest.check_greedy_identity`: the two top logits within
+1e-4), counted and reported.
 """
 
 import json
 import os
 
-import jax
-import jax.numpy as jnp
-import numpy as np
 import pytest
 
-from speculative import decoding
+from conftest import check_greedy_identity
 from speculative.runs import mini, mini_results
 from speculative.sampling import SamplingConfig
 
@@ -25,36 +21,11 @@ GREEDY = SamplingConfig(0.0)
 TARGETS = mini.targets() if mini.available() else []
 
 
-def _compare_greedy(num_sentences, target_name, gamma=4, batch_size=64):
-    target, draft = mini.load(target_name), mini.load(mini.best_draft(target_name))
-    batches = mini.source_batches(num_sentences, batch_size, mini_results.INPUT_LENGTH)
-    forward = jax.jit(lambda enc, dec: target.module.apply({"params": target.params}, enc, dec))
-    same, ties, total = 0, [], 0
-    for b, inputs in enumerate(batches):
-        key = jax.random.PRNGKey(b)
-        kw = dict(rng=key, sampling=GREEDY, max_decode_len=mini_results.MAX_DECODE_LEN)
-        base = np.asarray(decoding.autoregressive_decode(target, inputs, **kw).tokens)
-        spec = np.asarray(decoding.speculative_decode(target, draft, inputs, gamma=gamma,
-                                                      **kw).tokens)
-        dec_in = np.concatenate([np.zeros((len(base), 1), np.int32), base[:, :-1]], axis=1)
-        logits = np.asarray(forward(jnp.asarray(inputs), jnp.asarray(dec_in)))
-        for row in range(len(base)):
-            total += 1
-            diff = np.nonzero(base[row] != spec[row])[0]
-            if not diff.size:
-                same += 1
-                continue
-            top2 = np.sort(logits[row, diff[0]])[-2:]
-            ties.append((total - 1, int(diff[0]), float(top2[1] - top2[0])))
-    return same, ties, total
-
-
 def _check(num_sentences, target_name):
-    same, ties, total = _compare_greedy(num_sentences, target_name)
-    print(f"greedy identity: {same}/{total} identical; numerical ties: {len(ties)} {ties}")
-    assert same + len(ties) == total
-    for sentence, position, gap in ties:
-        assert gap <= 1e-4, f"sentence {sentence} differs at {position} with a logit gap {gap}"
+    draft = mini.best_draft(target_name)
+    check_greedy_identity(mini.load(target_name), mini.load(draft),
+                          mini.source_batches(num_sentences, 64, mini_results.INPUT_LENGTH),
+                          mini_results.MAX_DECODE_LEN, what=draft)
 
 
 @pytest.mark.parametrize("target_name", TARGETS)

@@ -26,7 +26,6 @@ The recipe that trained the models is `speculative/data/code/models/MODEL_CARD.m
 from __future__ import annotations
 
 import itertools
-import json
 import os
 from typing import List, Optional
 
@@ -34,6 +33,7 @@ import numpy as np
 
 from speculative import code_corpus, decoding, training
 from speculative.models import ngram, t5
+from speculative.runs import models as models_lib
 
 MODELS_DIR = os.path.join(code_corpus.CODE_DIR, "models")
 TARGET = "code_target"
@@ -45,22 +45,11 @@ MAX_DECODE_LEN = 64
 
 def available() -> bool:
     """Whether the target and at least one draft are bundled."""
-    path = os.path.join(MODELS_DIR, "model_card.json")
-    if not os.path.exists(path):
-        return False
-    models = model_card().get("models", {})
-    return TARGET in models and len(models) > 1
+    return models_lib.bundle_has(MODELS_DIR, TARGET)
 
 
 def model_card() -> dict:
-    path = os.path.join(MODELS_DIR, "model_card.json")
-    if not os.path.exists(path):
-        raise FileNotFoundError(
-            f"No bundled code models: {path} is missing. Train them with the recipe in "
-            "speculative/data/code/models/MODEL_CARD.md (scripts/train.py), or use a full "
-            "checkout.")
-    with open(path) as f:
-        return json.load(f)
+    return models_lib.bundle_card(MODELS_DIR, "speculative/data/code/models/MODEL_CARD.md")
 
 
 def _entry(name: str) -> dict:
@@ -72,9 +61,7 @@ def _entry(name: str) -> dict:
 
 
 def config(name: str) -> t5.T5Config:
-    fields = dict(_entry(name)["config"])
-    fields["mlp_activations"] = tuple(fields["mlp_activations"])
-    return t5.T5Config(**fields)
+    return models_lib.card_config(_entry(name))
 
 
 def is_t5(name: str) -> bool:
@@ -83,15 +70,13 @@ def is_t5(name: str) -> bool:
 
 def load(name: str, param_dtype: str = "float32") -> decoding.DecodeModel:
     """A bundled model (or prompt lookup) as a decoder-only `DecodeModel`."""
-    from speculative.runs import models  # pylint: disable=g-import-not-at-top
-
     if name == PROMPT_LOOKUP:
         return ngram.PromptLookupDraft(vocab_size=config(TARGET).vocab_size, decoder_only=True)
     entry = _entry(name)
     if not is_t5(name):
         return ngram.load(os.path.join(MODELS_DIR, entry["file"]), decoder_only=True)
-    return models.load_model(config(name), os.path.join(MODELS_DIR, entry["checkpoint"]),
-                             decoder_only=True, param_dtype=param_dtype)
+    return models_lib.load_model(config(name), os.path.join(MODELS_DIR, entry["checkpoint"]),
+                                 decoder_only=True, param_dtype=param_dtype)
 
 
 def drafts(target: str = TARGET) -> List[str]:

@@ -664,10 +664,15 @@ def run(settings: InferSettings, models: Optional[Tuple[Any, Any]] = None,
     files = {}
     if settings.output_dir and config_lib.is_writer():  # multi-process: process 0 writes
         files = write_outputs(settings.output_dir, records, metrics)
-    logging.info("%s: %d examples, %s, alpha %s, %.2f tokens/target call, %.1f tokens/s",
-                 settings.mode, len(records), metrics["metrics"], summary.get("alpha"),
-                 summary.get("tokens_per_target_call") or 0.0,
-                 metrics["timing"]["tokens_per_second"] or 0.0)
+    if settings.beam_size is not None:
+        calls = (f"{summary['target_calls']} target forwards against "
+                 f"{summary['target_alone_forwards']} for the target's own beam search"
+                 if settings.speculative else f"{summary['target_calls']} target forwards")
+    else:
+        calls = (f"alpha {summary.get('alpha')}, "
+                 f"{summary.get('tokens_per_target_call') or 0.0:.2f} tokens/target call")
+    logging.info("%s: %d examples, %s, %s, %.1f tokens/s", settings.mode, len(records),
+                 metrics["metrics"], calls, metrics["timing"]["tokens_per_second"] or 0.0)
     return InferResult(settings=settings, metrics=metrics, records=records, output_files=files)
 
 

@@ -21,7 +21,6 @@ package, so it works on a machine without the original catalogs.
 
 from __future__ import annotations
 
-import json
 import os
 from typing import List, Optional, Tuple
 
@@ -41,20 +40,15 @@ PREFIX = training.PREFIX  # "translate English to German: " (the mini_ende task)
 
 def available() -> bool:
     """Whether the trained target and at least one draft are bundled (a full checkout)."""
-    if not os.path.exists(os.path.join(MODELS_DIR, "model_card.json")):
-        return False
-    models = model_card().get("models", {})
-    return TARGET in models and len(models) > 1
+    from speculative.runs import models  # pylint: disable=g-import-not-at-top
+
+    return models.bundle_has(MODELS_DIR, TARGET)
 
 
 def model_card() -> dict:
-    path = os.path.join(MODELS_DIR, "model_card.json")
-    if not os.path.exists(path):
-        raise FileNotFoundError(
-            f"No bundled models: {path} is missing. Train them with the recipe in "
-            "speculative/data/mini/models/MODEL_CARD.md (scripts/train.py), or use a full checkout.")
-    with open(path) as f:
-        return json.load(f)
+    from speculative.runs import models  # pylint: disable=g-import-not-at-top
+
+    return models.bundle_card(MODELS_DIR, "speculative/data/mini/models/MODEL_CARD.md")
 
 
 def _entry(name: str) -> dict:
@@ -65,9 +59,9 @@ def _entry(name: str) -> dict:
 
 
 def config(name: str) -> t5.T5Config:
-    fields = dict(_entry(name)["config"])
-    fields["mlp_activations"] = tuple(fields["mlp_activations"])
-    return t5.T5Config(**fields)
+    from speculative.runs import models  # pylint: disable=g-import-not-at-top
+
+    return models.card_config(_entry(name))
 
 
 def load(name: str, param_dtype: str = "float32") -> decoding.DecodeModel:

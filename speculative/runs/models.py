@@ -21,6 +21,7 @@ is pinned to batch over 'data' and heads over 'model' inside the jitted loops.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 from typing import Any, Dict, Optional
 
@@ -156,3 +157,36 @@ def describe_model(spec) -> Optional[Dict[str, Any]]:
     if isinstance(spec, (str, os.PathLike)):
         return {"type": "ngram", "path": os.fspath(spec)}
     return {"type": type(spec).__name__}
+
+
+# ----------------------------------------------------------------------------------------------
+# Bundled models: a directory with model_card.json (written by training.train / fit_ngram_drafts).
+
+CARD_FILE = "model_card.json"
+
+
+def bundle_card(models_dir: str, recipe: str) -> dict:
+    """`models_dir/model_card.json`, or FileNotFoundError naming `recipe`, the card that says
+    how to train the models."""
+    path = os.path.join(models_dir, CARD_FILE)
+    if not os.path.exists(path):
+        raise FileNotFoundError(
+            f"No bundled models: {path} is missing. Train them with the recipe in {recipe} "
+            "(scripts/train.py), or use a full checkout.")
+    with open(path) as f:
+        return json.load(f)
+
+
+def bundle_has(models_dir: str, target: str) -> bool:
+    """Whether `models_dir` bundles `target` and at least one other model (a draft)."""
+    if not os.path.exists(os.path.join(models_dir, CARD_FILE)):
+        return False
+    models = bundle_card(models_dir, "").get("models", {})
+    return target in models and len(models) > 1
+
+
+def card_config(entry: dict) -> t5.T5Config:
+    """The `T5Config` a model card entry records (lists back to tuples)."""
+    fields = dict(entry["config"])
+    fields["mlp_activations"] = tuple(fields["mlp_activations"])
+    return t5.T5Config(**fields)
