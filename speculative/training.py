@@ -650,6 +650,11 @@ class ResumableRun:
     with, and `restore` refuses a state written under other settings instead of mixing runs.
     Both are written to a temporary name and renamed, so a run stopped mid-write leaves the
     previous state intact.
+
+    A finished run keeps only `train_state.json`, marked `finished` with its training seconds;
+    running the same command again (same settings) reloads the final float32 checkpoint
+    (`checkpoint_<steps>`) instead of training again, so adding an export directory or a target
+    to measure alpha against only redoes what follows training.
     """
 
     def __init__(self, model_dir: str, settings: dict):
@@ -662,7 +667,7 @@ class ResumableRun:
         from flax import serialization  # pylint: disable=g-import-not-at-top
 
         if not os.path.exists(self.path):
-            return state, 1, 0.0
+            return self._finished(state)
         with open(self.meta_path) as f:
             meta = json.load(f)
         if meta["settings"] != self.settings:
@@ -675,6 +680,22 @@ class ResumableRun:
                                              f.read())
         logging.info("Resuming %s from step %d", self.model_dir, int(saved["step"]))
         return saved["state"], int(saved["step"]) + 1, float(saved["train_s"])
+
+    def _finished(self, state: TrainState) -> Tuple[TrainState, int, float]:
+        """A finished run of the same settings: its final parameters, and no step left to run;
+        otherwise (no run, or a finished run of other settings, which is trained anew) a fresh
+        start."""
+        if not os.path.exists(self.meta_path):
+            return state, 1, 0.0
+        with open(self.meta_path) as f:
+            meta = json.load(f)
+        final = os.path.join(self.model_dir, f"checkpoint_{meta.get('step')}")
+        if not meta.get("finished") or meta["settings"] != self.settings or not os.path.isdir(
+                final):
+            return state, 1, 0.0
+        params = checkpoints.load_params(final, dtype="float32")
+        logging.info("%s finished at step %d: reloading %s", self.model_dir, meta["step"], final)
+        return state.replace(params=params), int(meta["step"]) + 1, float(meta["train_s"])
 
     def save(self, state: TrainState, step: int, train_s: float) -> None:
         from flax import serialization  # pylint: disable=g-import-not-at-top
@@ -689,11 +710,14 @@ class ResumableRun:
         with open(os.path.join(self.model_dir, "metrics.jsonl")) as f:
             return json.loads(f.read().splitlines()[-1])
 
-    def finish(self) -> None:
-        """The run is complete (checkpoint and summary written): the state is not needed."""
-        for path in (self.path, self.meta_path):
-            if os.path.exists(path):
-                os.remove(path)
+    def finish(self, step: int, train_s: float) -> None:
+        """The run is complete (checkpoint and summary written): the state is not needed, only
+        the record that this run, with these settings, ended at `step` (see the class)."""
+        files.write_atomic(self.meta_path, json.dumps(
+            {"settings": self.settings, "step": step, "finished": True, "train_s": train_s},
+            indent=1).encode())
+        if os.path.exists(self.path):
+            os.remove(self.path)
 
 
 def _run_name(checkpoint: str) -> str:
@@ -966,7 +990,7 @@ def train(*, model: t5.T5Config, model_dir: str, config: TrainConfig, seed: int,
         summary["checkpoint"] = os.path.relpath(path, export_dir)
         _update_card(export_dir, name, summary)
     _write_json(os.path.join(model_dir, "summary.json"), summary)
-    resume.finish()
+    resume.finish(config.steps, train_s)
     return summary
 
 

@@ -235,6 +235,21 @@ def test_interrupted_run_resumes_to_the_same_parameters(tmp_path, monkeypatch):
              (tmp_path / "resumed" / "metrics.jsonl").read_text().splitlines()]
     assert steps == [3, 6]
 
+    # The finished run's command again, now exporting: its final checkpoint is reloaded (no
+    # step is trained, metrics.jsonl is untouched) and the export holds those parameters.
+    monkeypatch.setattr(training, "make_train_step",
+                        lambda *a: lambda *b: pytest.fail("a finished run was trained again"))
+    exported = training.train(model_dir=str(tmp_path / "resumed"), **kw,
+                              export_dir=str(tmp_path / "bundle"))
+    assert exported["final_valid_loss"] == whole["final_valid_loss"]
+    assert exported["train_wall_s"] == resumed["train_wall_s"]
+    assert [json.loads(line)["step"] for line in
+            (tmp_path / "resumed" / "metrics.jsonl").read_text().splitlines()] == [3, 6]
+    for a, b in zip(jax.tree_util.tree_leaves(checkpoints.load_params(str(tmp_path / "whole"))),
+                    jax.tree_util.tree_leaves(checkpoints.load_params(
+                        str(tmp_path / "bundle" / "resumed")))):
+        np.testing.assert_array_equal(np.asarray(a, jnp.bfloat16), b)
+
 
 def test_teacher_losses_are_one_minus_beta_and_cross_entropy():
     """With the teacher's whole vocabulary kept, 'tv' is 1 - beta (the kernel's acceptance
@@ -529,7 +544,8 @@ def test_decoder_only_training_lowers_the_loss_and_exports_a_reloadable_checkpoi
     assert [r["step"] for r in records] == [10, 20]
     assert records[1]["train_loss"] < records[0]["train_loss"] < np.log(400) + 1
     assert records[1]["valid_loss"] < records[0]["valid_loss"]
-    assert sorted(os.listdir(model_dir)) == ["checkpoint_20", "metrics.jsonl", "summary.json"]
+    assert sorted(os.listdir(model_dir)) == ["checkpoint_20", "metrics.jsonl", "summary.json",
+                                             "train_state.json"]  # the finished run's record
     tok = training.Tokenizer(str(tiny_code_corpus / "spm.model"))
     train_ex = training.lm_examples(str(tiny_code_corpus), "train", tok, 32)
     valid_ex = training.lm_examples(str(tiny_code_corpus), "valid", tok, 32)
