@@ -170,6 +170,23 @@ def test_decode_loop_cost_model(temperature):
         run["speedup"] / run["predicted_speedup_loop"])
 
 
+def test_calibration_limits_per_batch():
+    """Text that rarely ends (a language model continuing code) is calibrated with one
+    max_decode_len per batch: each program decodes up to its own limit; a count that does not
+    match the batches is refused."""
+    target = models.load_model(_cfg(), None, seed=0)
+    batches = list(itertools.islice(
+        benchmark.input_batches(1, vocab_size=16, input_length=L_IN, seed=1), 3))
+    programs = costs.calibration_programs(target, target, batches, [2],
+                                          sampling=SamplingConfig(0.0), max_decode_len=[2, 3, 5])
+    for i, limit in enumerate([2, 3, 5]):
+        for kind in (None, 2):
+            assert np.asarray(programs[("calibration", kind, i)]().tokens).shape[1] == limit
+    with pytest.raises(ValueError, match="2 limits for 3 calibration batches"):
+        costs.calibration_programs(target, target, batches, [2], sampling=SamplingConfig(0.0),
+                                   max_decode_len=[2, 3])
+
+
 def test_predict_walltime_known_answer():
     loop = {"baseline": {"start_s": 2.0, "iteration_s": 1.0},
             "speculative": {2: {"start_s": 3.0, "iteration_s": 2.5}}, "round_cost": {2: 2.5}}

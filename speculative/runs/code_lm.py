@@ -41,6 +41,7 @@ PROMPT_LOOKUP = "prompt_lookup"  # built here, not a file: PromptLookupDraft has
 CHUNK_LENGTH = 256  # configs/runs/train_code.gin's training.TrainConfig.buckets
 PROMPT_LENGTH = 128
 MAX_DECODE_LEN = 64
+CALIBRATION_LIMITS = (16, 32, 48, 64)  # timing calibration: continuations of these lengths
 
 
 def available() -> bool:

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import functools
 import time
-from typing import Any, Callable, Dict, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple, Union
 
 import jax
 import jax.numpy as jnp
@@ -187,16 +187,25 @@ def fit_line(x: Sequence[float], y: Sequence[float]):
 
 
 def calibration_programs(target, draft, batches: Sequence[np.ndarray], gammas: Sequence[int], *,
-                         sampling: SamplingConfig, max_decode_len: int, lenience: float = 1.0,
-                         draft_confidence: float = 0.0, seed: int = 0
+                         sampling: SamplingConfig, max_decode_len: Union[int, Sequence[int]],
+                         lenience: float = 1.0, draft_confidence: float = 0.0, seed: int = 0
                          ) -> Dict[Any, Callable[[], Any]]:
     """One thunk per (decoder, calibration batch): keys ("calibration", None, i) for the
-    baseline and ("calibration", gamma, i) for speculative decoding with that gamma."""
+    baseline and ("calibration", gamma, i) for speculative decoding with that gamma.
+
+    `max_decode_len` is one limit for every batch or one per batch: text that rarely ends
+    (a language model continuing code) needs several limits, since the line `fit_loop_costs`
+    fits through the timings needs sequences of different lengths."""
+    limits = ([max_decode_len] * len(batches) if isinstance(max_decode_len, int)
+              else list(max_decode_len))
+    if len(limits) != len(batches):
+        raise ValueError(f"max_decode_len has {len(limits)} limits for {len(batches)} "
+                         "calibration batches; give one int or one limit per batch.")
     programs = {}
     for i, x in enumerate(batches):  # one program per batch, each with its own PRNG key
         single = decode_programs(
             target, [draft], [x], {g: (g, draft_confidence) for g in gammas}, sampling=sampling,
-            max_decode_len=max_decode_len, lenience=lenience, seed=seed + 7919 + i)
+            max_decode_len=limits[i], lenience=lenience, seed=seed + 7919 + i)
         for kind, name in [(None, "baseline")] + [(g, g) for g in gammas]:
             programs[("calibration", kind, i)] = lambda f=single[name]: f()[0]  # its one result
     return programs

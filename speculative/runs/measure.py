@@ -189,21 +189,25 @@ def measure(target, drafts: Sequence[Any], batches: Sequence[np.ndarray], *,
             sampling: SamplingConfig, gammas: Sequence[int], max_decode_len: int,
             repeats: int, lenience: float, seed: int, costs: Dict[str, Any],
             draft_confidence: float = 0.0,
-            calibration: Sequence[np.ndarray] = ()) -> List[Measurement]:
+            calibration: Sequence[np.ndarray] = (),
+            calibration_lengths: Optional[Sequence[int]] = None) -> List[Measurement]:
     """Times the baseline and every gamma on `batches` (interleaved); one `Measurement` per
     gamma.
 
     `drafts[i]` drafts for `batches[i]` (the same model, or synthetic drafts with distinct seeds).
     With `calibration` batches (other inputs than `batches`, decoded with `drafts[0]`), the
     decode-loop cost model is fitted from their timings, taken in the same interleaved rounds
-    as the measured decoders, and each measurement gets its prediction. `costs` is
-    `costs.measure_costs`' result (c and the verify cost of each gamma).
+    as the measured decoders, and each measurement gets its prediction; `calibration_lengths`
+    (one max_decode_len per calibration batch; default `max_decode_len`) lets sequences that
+    rarely end vary in length, which the fit needs. `costs` is `costs.measure_costs`' result
+    (c and the verify cost of each gamma).
     """
     programs = costs_lib.decode_programs(
         target, drafts, batches, {g: (g, draft_confidence) for g in gammas}, sampling=sampling,
         max_decode_len=max_decode_len, lenience=lenience, seed=seed)
     programs.update(costs_lib.calibration_programs(
-        target, drafts[0], calibration, gammas, sampling=sampling, max_decode_len=max_decode_len,
+        target, drafts[0], calibration, gammas, sampling=sampling,
+        max_decode_len=max_decode_len if calibration_lengths is None else calibration_lengths,
         lenience=lenience, draft_confidence=draft_confidence, seed=seed))
     first, times, outputs = costs_lib.interleaved(
         programs, repeats,
