@@ -39,12 +39,12 @@ def _compare(target, draft, sources, beam_size, draft_beam, gamma=4):
     return plain, spec
 
 
-@pytest.mark.parametrize("beam_size,draft_beam", [
-    (1, 2), (2, 4), pytest.param(4, 8, marks=pytest.mark.slow)])  # w = 4: ~20 s
+@pytest.mark.parametrize("beam_size,draft_beam,num", [
+    (1, 2, 4), (2, 4, 4), (4, 4, 2), pytest.param(4, 8, 4, marks=pytest.mark.slow)])
 def test_speculative_beam_search_equals_target_beam_search(pair_and_inputs, beam_size,
-                                                           draft_beam):
+                                                           draft_beam, num):
     target, draft, pairs = pair_and_inputs
-    plain, spec = _compare(target, draft, [s for s, _ in pairs[:4]], beam_size, draft_beam)
+    plain, spec = _compare(target, draft, [s for s, _ in pairs[:num]], beam_size, draft_beam)
     assert spec.target_calls < plain.target_calls  # the point of it
     assert np.all(np.diff(spec.scores, axis=1) <= 0)  # best beam first
     # Every returned best beam is a real translation: it ends with EOS within MAX_LEN.

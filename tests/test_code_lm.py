@@ -39,20 +39,22 @@ def test_prompts_are_whole_chunk_heads_taken_round_robin_over_the_files():
         code_lm.prompt_batches(1, 1, code_lm.CHUNK_LENGTH)
 
 
-def _check_greedy(num_prompts, batch_size):
+def _check_greedy(num_prompts, batch_size, drafts):
     target = code_lm.load(code_lm.TARGET)
     batches = code_lm.prompt_batches(num_prompts, batch_size)
-    for name in code_lm.drafts():
+    for name in drafts:
         check_greedy_identity(target, code_lm.load(name), batches, code_lm.MAX_DECODE_LEN,
                               what=name)
 
 
 @needs_bundle
-def test_greedy_identity_every_draft_first_test_prompts():
-    _check_greedy(16, 16)
+def test_greedy_identity_first_test_prompts():
+    """The T5-style draft in CI (prompt lookup and the n-gram drafts in the slow test; their
+    decoder-only greedy identity against a random target is in test_ngram.py)."""
+    _check_greedy(8, 8, ["code_draft"])
 
 
 @needs_bundle
 @pytest.mark.slow
 def test_greedy_identity_every_draft_whole_test_split():
-    _check_greedy(None, 64)
+    _check_greedy(None, 64, code_lm.drafts())

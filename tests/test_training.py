@@ -174,7 +174,8 @@ def test_trainer_checkpoint_loads_back_with_identical_logits(tmp_path):
                              export_dir=str(export), gin_config="# resolved config\n")
     assert (model_dir / "config.gin").read_text() == "# resolved config\n"
     assert sorted(os.listdir(model_dir)) == ["checkpoint_3", "config.gin", "metrics.jsonl",
-                                             "summary.json", "valid_greedy.txt"]
+                                             "summary.json", "train_state.json",
+                                             "valid_greedy.txt"]
     assert summary["bleu_sentences"] == 8 and summary["steps"] == 3
     params = checkpoints.load_params(str(model_dir), config=model)
     assert {np.asarray(x).dtype.name for x in jax.tree_util.tree_leaves(params)} == {"float32"}
