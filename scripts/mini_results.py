@@ -8,8 +8,9 @@ picks gamma per T5 draft by Theorem 3.8 from that alpha and the measured c and v
 times speculative against autoregressive decoding at batch 1 on test sentences (Table 2), puts
 two predictions beside each measured speedup (Theorem 3.8, and the decode-loop cost model; Table
 4), splits each round's time into the verify call, the draft calls and the rest, and sweeps
-gamma for the best draft (speedup_vs_gamma.png). About 25 minutes for large_target and 8 for
-mini_target on 2 CPU cores; run it with nothing else busy on the machine. With --readme, the
+gamma for the best draft (speedup_vs_gamma.png). About 25 minutes for large_target, 8 for
+mini_target and 20 for code_target (--nodynamic) on 2 CPU cores; run it with nothing else busy
+on the machine. With --readme, the
 README's results section is rewritten from the results files of every bundled target.
 An earlier results.json is replaced only with --overwrite. Every finished stage (alpha, costs,
 Table 2, the gamma sweep, dynamic gamma) is saved in results.partial.json as it ends, and
