@@ -276,6 +276,14 @@ def lm_examples(data_dir: str, split: str, tokenizer: Tokenizer, length: int) ->
     return [(NO_INPUTS, chunk) for chunk in code_corpus.lm_chunks(ids, length)]
 
 
+def check_prompt_length(prompt_length: int, chunk_length: int) -> None:
+    """A prompt must leave room in its chunk for what follows it (`lm_prompts`); raised before
+    any work by every run that cuts prompts from chunks."""
+    if not 1 <= prompt_length < chunk_length:
+        raise ValueError(f"prompt_length={prompt_length} must be in [1, {chunk_length}) (the "
+                         "chunk length) to leave chunks that go on after a prompt.")
+
+
 def lm_prompts(examples: Sequence[Example], prompt_length: int) -> List[np.ndarray]:
     """Prompts for a decoder-only model: the first `prompt_length` tokens of each chunk of
     `examples` (`lm_examples`) that goes on after them (no EOS inside the prompt)."""
@@ -830,9 +838,8 @@ def train(*, model: t5.T5Config, model_dir: str, config: TrainConfig, seed: int,
             f"decoder_only=True trains a language model on the corpus itself, but distill="
             f"{distill}, distill_sources={distill_sources!r}, objective={config.objective!r} "
             "distill an encoder-decoder draft; use distill=False and objective='ce'.")
-    if decoder_only and target_checkpoint and not 1 <= prompt_length < max_len:
-        raise ValueError(f"prompt_length={prompt_length} must be in [1, {max_len}) (the chunk "
-                         "length config.max_length) to leave valid chunks that hold a prompt.")
+    if decoder_only and target_checkpoint:
+        check_prompt_length(prompt_length, max_len)
     os.makedirs(model_dir, exist_ok=True)
     if gin_config is not None:
         with open(os.path.join(model_dir, "config.gin"), "w") as f:
@@ -1015,9 +1022,7 @@ def fit_ngram_drafts(*, export_dir: str, target_model: t5.T5Config, target_check
     data_dir = data_dir or (code_corpus.CODE_DIR if decoder_only else MINI_DIR)
     tokenizer = Tokenizer(os.path.join(data_dir, "spm.model"))
     if decoder_only:
-        if not 1 <= prompt_length < max_length:
-            raise ValueError(f"prompt_length={prompt_length} must be in [1, {max_length}) (the "
-                             "chunk length max_length) to leave valid chunks that hold a prompt.")
+        check_prompt_length(prompt_length, max_length)
         train_ex, dropped = lm_examples(data_dir, "train", tokenizer, max_length), 0
         prompts = lm_prompts(lm_examples(data_dir, "valid", tokenizer, max_length),
                              prompt_length)

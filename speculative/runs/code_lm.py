@@ -25,9 +25,10 @@ The recipe that trained the models is `speculative/data/code/models/MODEL_CARD.m
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 import numpy as np
 
@@ -96,15 +97,19 @@ def prompt_batches(num: Optional[int], batch_size: int, length: int = PROMPT_LEN
     """`num` prompts (None = all) of exactly `length` tokens from `split`, round-robin over its
     documents (see the module docstring), after the first `skip`, in `[batch_size, length]`
     int32 batches (the last may be smaller)."""
-    if not 1 <= length < CHUNK_LENGTH:
-        raise ValueError(f"length={length} must be in [1, {CHUNK_LENGTH}) so that a chunk goes "
-                         "on after its prompt.")
+    training.check_prompt_length(length, CHUNK_LENGTH)
+    rows = _split_prompts(split, length)[skip:skip + num if num else None]
+    return [np.stack(rows[i:i + batch_size]).astype(np.int32)
+            for i in range(0, len(rows), batch_size)]
+
+
+@functools.lru_cache(maxsize=None)
+def _split_prompts(split: str, length: int) -> Tuple[np.ndarray, ...]:
+    """Every prompt of `split` in round-robin order, tokenized once per process (a run asks for
+    the test prompts once per draft and temperature)."""
     tokenizer = training.Tokenizer(os.path.join(code_corpus.CODE_DIR, code_corpus.SPM_MODEL))
     path = code_corpus.corpus_file(code_corpus.CODE_DIR, code_corpus.split_file(split))
     ids = tokenizer.encode_targets([doc.text for doc in code_corpus.read_documents(path)])
     per_doc = [training.lm_prompts([(None, c) for c in code_corpus.lm_chunks([d], CHUNK_LENGTH)],
                                    length) for d in ids]
-    rows = [p for group in itertools.zip_longest(*per_doc) for p in group if p is not None]
-    rows = rows[skip:skip + num if num else None]
-    return [np.stack(rows[i:i + batch_size]).astype(np.int32)
-            for i in range(0, len(rows), batch_size)]
+    return tuple(p for group in itertools.zip_longest(*per_doc) for p in group if p is not None)

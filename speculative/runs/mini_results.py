@@ -39,7 +39,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import jax
 import numpy as np
@@ -66,6 +66,7 @@ class Bundle(NamedTuple):
     which drafts get Table 2 rows, and the shapes of its inputs and outputs."""
 
     models: Any  # the module: load, drafts, t5_drafts, model_card
+    source_batches: Callable  # (num, batch_size, length, split) -> [B, length] int32 batches
     timed_drafts: List[str]
     input_length: int
     max_decode_len: int
@@ -77,9 +78,7 @@ class Bundle(NamedTuple):
         return [limits[i % len(limits)] for i in range(num)] if limits else None
 
     def batches(self, num: Optional[int], batch_size: int, split: str = "test"):
-        if self.models is code_lm:
-            return code_lm.prompt_batches(num, batch_size, self.input_length, split)
-        return mini.source_batches(num, batch_size, self.input_length, split)
+        return self.source_batches(num, batch_size, self.input_length, split)
 
 
 def bundle(target_name: str) -> Bundle:
@@ -90,9 +89,10 @@ def bundle(target_name: str) -> Bundle:
     code rarely ends, so the decode-loop cost model is calibrated on continuations cut at
     `code_lm.CALIBRATION_LIMITS` tokens in turn."""
     if target_name == code_lm.TARGET:
-        return Bundle(code_lm, code_lm.drafts(), code_lm.PROMPT_LENGTH, code_lm.MAX_DECODE_LEN,
-                      code_lm.CALIBRATION_LIMITS)
-    return Bundle(mini, mini.t5_drafts(target_name), INPUT_LENGTH, MAX_DECODE_LEN)
+        return Bundle(code_lm, code_lm.prompt_batches, code_lm.drafts(), code_lm.PROMPT_LENGTH,
+                      code_lm.MAX_DECODE_LEN, code_lm.CALIBRATION_LIMITS)
+    return Bundle(mini, mini.source_batches, mini.t5_drafts(target_name), INPUT_LENGTH,
+                  MAX_DECODE_LEN)
 
 
 def targets() -> List[str]:
