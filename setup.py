@@ -35,6 +35,7 @@ setuptools.setup(
         "test": [
             "pytest>=8",
             "pytest-timeout>=2",
+            "pytest-xdist>=3",
             "chex>=0.1.86",
             "hypothesis>=6",
             "scipy>=1.11",

@@ -1,7 +1,13 @@
 """Shared fixtures: tiny T5 configs that compile in seconds on 2 CPU cores."""
 
-import jax
-import pytest
+import os
+
+# The suite runs in two worker processes (pytest.ini); on a GPU each would otherwise reserve
+# most of its memory.
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+
+import jax  # pylint: disable=g-import-not-at-top,wrong-import-position
+import pytest  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 from speculative.models import t5
 

@@ -76,6 +76,32 @@ def test_step_bytes_large_target_weights():
     assert got["decoder_weights"] + got["output_layer"] == pytest.approx(122e6, rel=0.01)
 
 
+def test_cpu_facts_and_cache_regime(tmp_path):
+    """The CPU's caches come from sysfs (instruction caches skipped, sizes in bytes); a target
+    is memory-bound when its weights are >= 3x the last-level cache, unknown without sizes."""
+    from speculative.runs import benchmark  # pylint: disable=g-import-not-at-top
+
+    for index, (level, kind, size) in enumerate([("1", "Data", "48K"), ("1", "Instruction", "32K"),
+                                                 ("2", "Unified", "2048K"),
+                                                 ("3", "Unified", "266240K")]):
+        folder = tmp_path / "cache" / f"index{index}"
+        folder.mkdir(parents=True)
+        for name, value in [("level", level), ("type", kind), ("size", size + "\n")]:
+            (folder / name).write_text(value)
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nmodel name\t: Some CPU @ 2.0GHz\nflags\t: avx\n")
+    facts = benchmark.cpu_facts(str(tmp_path / "cache"), str(cpuinfo))
+    assert facts == {"model": "Some CPU @ 2.0GHz",
+                     "cache_bytes": {"L1": 48 << 10, "L2": 2 << 20, "L3": 260 << 20}}
+    assert benchmark.cpu_facts(str(tmp_path / "none"), str(tmp_path / "none")) == {
+        "model": None, "cache_bytes": {}}
+    big_cache = limits.cache_regime(122e6, facts["cache_bytes"])
+    assert big_cache["memory_bound"] is False and big_cache["last_level_cache_bytes"] == 260 << 20
+    assert big_cache["weights_over_cache"] == pytest.approx(122e6 / (260 << 20))
+    assert limits.cache_regime(122e6, {"L2": 1 << 20, "L3": 32 << 20})["memory_bound"] is True
+    assert limits.cache_regime(122e6, {})["memory_bound"] is None
+
+
 def test_mean_position_and_crossover():
     # Rows of 1 and 3 tokens: steps read 1 | 1, 2, 3 keys: (1 + 6) / 4.
     assert limits.mean_position([1, 3]) == pytest.approx(7 / 4)

@@ -48,7 +48,8 @@ JSON schema (`benchmark.json`; NaN and infinities are written as null):
                   inputs {source: "random"|"task", task, split, num_batches}, repeats,
                   cost_steps, calibration_batches, seed
     environment   device, device_kind, platform, device_count, jax_version, jaxlib_version,
-                  python_version, cpu_count, time (UTC, ISO 8601)
+                  python_version, cpu_count, cpu {model, cache_bytes {L1, L2, L3}},
+                  time (UTC, ISO 8601)
     costs         one per batch size: {batch_size, target_step_s, draft_step_s, c,
                   target_verify_s {gamma: s}, verify_cost {gamma: ratio},
                   from_min {c, verify_cost} (the same ratios from the fastest rounds),
@@ -171,8 +172,52 @@ def sampling_configs(temperatures, top_k: int = 0, top_p: float = 1.0) -> List[S
     return out
 
 
+def _cache_bytes(size: str) -> int:
+    """'48K', '2048K', '260M' (sysfs cache sizes) in bytes."""
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    size = size.strip()
+    return int(size[:-1]) * units[size[-1]] if size[-1:] in units else int(size)
+
+
+def cpu_facts(sys_dir: str = "/sys/devices/system/cpu/cpu0/cache",
+              cpuinfo: str = "/proc/cpuinfo") -> Dict[str, Any]:
+    """The host CPU's model name and data/unified cache sizes in bytes per level ({"L1": ...,
+    "L2": ..., "L3": ...}), read from Linux's /proc and /sys (empty where they cannot be read).
+
+    Whether a target is memory-bound on a CPU depends on its last-level cache: a virtual machine
+    can land on a host whose L3 holds the whole target (a 260 MB L3 holds large_target's 122 MB),
+    and then verification is no longer nearly free. Results record it so runs can be compared.
+    """
+    model = None
+    try:
+        with open(cpuinfo, encoding="utf-8") as f:
+            model = next((line.split(":", 1)[1].strip() for line in f
+                          if line.startswith("model name")), None)
+    except OSError:
+        pass
+    caches = {}
+    try:
+        for index in sorted(os.listdir(sys_dir)):
+            folder = os.path.join(sys_dir, index)
+            try:
+                with open(os.path.join(folder, "type"), encoding="utf-8") as f:
+                    kind = f.read().strip()
+                with open(os.path.join(folder, "level"), encoding="utf-8") as f:
+                    level = f.read().strip()
+                with open(os.path.join(folder, "size"), encoding="utf-8") as f:
+                    size = _cache_bytes(f.read())
+            except (OSError, ValueError):
+                continue
+            if kind != "Instruction":
+                caches[f"L{level}"] = size
+    except OSError:
+        pass
+    return {"model": model, "cache_bytes": caches}
+
+
 def environment() -> Dict[str, Any]:
-    """Device and software versions, for the `environment` section of a results file."""
+    """Device and software versions, and the host CPU (`cpu_facts`), for the `environment`
+    section of a results file."""
     import jaxlib  # pylint: disable=import-outside-toplevel
 
     device = jax.devices()[0]
@@ -185,6 +230,7 @@ def environment() -> Dict[str, Any]:
         "jaxlib_version": getattr(jaxlib, "__version__", None),
         "python_version": platform.python_version(),
         "cpu_count": os.cpu_count(),
+        "cpu": cpu_facts(),
         "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
 

@@ -8,8 +8,10 @@ cost, the measured speedup (`speedup N.NNx`) and both predictions (Theorem 3.8 a
 decode-loop cost model). gamma is Theorem 3.8's best for the measured c, verify cost and a quick
 alpha estimate at that temperature. Timings come from `runs.benchmark` (compiled programs,
 interleaved repeats, medians); the machine's load average is printed with them, since a busy
-second core slows verification more than single steps. Without the bundle (a partial checkout)
-it falls back to random tiny models and says so.
+second core slows verification more than single steps. It also prints whether the target's
+weights exceed 3x the CPU's last-level cache (`limits.cache_regime`): a virtual machine can land
+on a host whose cache holds them all, and the JSON records the CPU (`benchmark.cpu_facts`).
+Without the bundle (a partial checkout) it falls back to random tiny models and says so.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import numpy as np
 
 from speculative import decoding, files
 from speculative.models import t5
-from speculative.runs import benchmark, costs as costs_lib, measure, mini, models
+from speculative.runs import benchmark, costs as costs_lib, limits, measure, mini, models
 from speculative.sampling import SamplingConfig
 
 
@@ -33,6 +35,22 @@ def _random_pair():
                       mlp_activations=("gelu", "linear"), dropout_rate=0.0)
     small = t5.T5Config(**{**cfg.__dict__, "emb_dim": 16, "num_decoder_layers": 1})
     return models.load_model(cfg, seed=0), models.load_model(small, seed=1), "random-tiny"
+
+
+def _regime_line(name: str, regime) -> str:
+    """One sentence on whether the target's weights stream from memory on this CPU."""
+    mb = regime["weight_bytes"] / 1e6
+    if regime["memory_bound"] is None:
+        return f"{name} reads {mb:.1f} MB of weights per step (this CPU's cache sizes are unknown)."
+    cache = regime["last_level_cache_bytes"] / 1e6
+    if regime["memory_bound"]:
+        return (f"{name} reads {mb:.1f} MB of weights per step, {regime['weights_over_cache']:.1f}x "
+                f"this CPU's {cache:.0f} MB last-level cache: memory-bound, so verifying gamma + 1 "
+                "tokens costs little more than one step.")
+    return (f"{name} reads {mb:.1f} MB of weights per step, and this CPU's last-level cache "
+            f"holds {cache:.0f} MB, more than the weights: the step need not stream them from "
+            "memory, verification is then further from free, and the speedup can be lower than "
+            "on a CPU whose cache is under a third of the weights (the README's recorded run).")
 
 
 def _pick_gamma(target, draft, batches, sampling, costs, gammas, max_decode_len, seed) -> int:
@@ -72,7 +90,11 @@ def run(*, num_sentences: int = 8, gamma: Optional[int] = None,
                                     max_decode_len=max_decode_len, num_steps=16, repeats=3,
                                     seed=seed)
 
-    print(f"\nTarget {target_name} | draft {draft_name} | batch 1 | {len(pairs)} test sentences\n")
+    weights = limits.step_bytes(target.module.config, target.params, batch_size=1, position=0,
+                                encoder_length=0)["total"]
+    regime = limits.cache_regime(weights, benchmark.cpu_facts()["cache_bytes"])
+    print(f"\nTarget {target_name} | draft {draft_name} | batch 1 | {len(pairs)} test sentences")
+    print(_regime_line(target_name, regime) + "\n")
     identical = True
     for k, ((source, reference), x) in enumerate(zip(pairs, batches)):
         key = jax.random.fold_in(jax.random.PRNGKey(seed), k)
@@ -113,6 +135,7 @@ def run(*, num_sentences: int = 8, gamma: Optional[int] = None,
         "repeats": repeats, "identical_to_baseline": identical, "rows": rows,
         "target_step_s": costs["target_step_s"], "draft_step_s": costs["draft_step_s"],
         "load_average_1m": {"before": load_before, "after": load_after},
+        "cache_regime": regime,
         "environment": benchmark.environment(),
     }
     if output_json:

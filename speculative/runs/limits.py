@@ -122,6 +122,18 @@ def step_bytes(config: t5.T5Config, params, *, batch_size: int, position: float,
     return {k: float(v) for k, v in parts.items()}
 
 
+def cache_regime(weight_bytes: float, cache_bytes: Mapping[str, int]) -> Dict[str, Any]:
+    """Whether a step reading `weight_bytes` of weights streams them from memory on a CPU with
+    these caches (`benchmark.cpu_facts()["cache_bytes"]`): memory-bound when the weights are at
+    least 3x the last-level cache (the largest level). Returns {weight_bytes,
+    last_level_cache_bytes, weights_over_cache, memory_bound}; the last three are None when the
+    cache sizes are unknown."""
+    last = max(cache_bytes.values()) if cache_bytes else None
+    ratio = weight_bytes / last if last else None
+    return {"weight_bytes": float(weight_bytes), "last_level_cache_bytes": last,
+            "weights_over_cache": ratio, "memory_bound": None if ratio is None else ratio >= 3.0}
+
+
 def mean_position(lengths: Sequence[int]) -> float:
     """The mean number of cached tokens a step attends to, over the generated tokens of rows of
     `lengths`: the step that generates a row's j-th token (0-based) reads j + 1 keys and values
