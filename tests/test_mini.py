@@ -84,6 +84,19 @@ def test_readme_shows_the_results_files(monkeypatch):
     assert section in readme, "README's results section is stale: rerun scripts/mini_results.py"
 
 
+def test_results_tables_are_what_their_results_json_gives(tmp_path):
+    """Every committed table (Tables 2/3/4, models, objectives, round time, dynamic gamma) is
+    what `mini_results` writes from the committed results.json beside it."""
+    for results, directory in _written():
+        out = tmp_path / os.path.basename(directory)
+        mini_results._write_tables(results, str(out))  # pylint: disable=protected-access
+        written = sorted(os.listdir(out))
+        assert {"table2.md", "table3.md", "table4.md", "models.md"} <= set(written)
+        for name in written:
+            assert (out / name).read_text() == open(os.path.join(REPO, directory, name)).read(), \
+                f"{directory}/{name} differs from what its results.json gives"
+
+
 def test_write_readme_section_replaces_only_its_section(tmp_path):
     path = tmp_path / "README.md"
     path.write_text("# t\n\nintro\n\n<!-- RESULTS -->\n## Results\nold\n\n## Next\nkept\n")

@@ -46,7 +46,7 @@ def _regime_line(name: str, regime) -> str:
     if regime["memory_bound"]:
         return (f"{name} reads {mb:.1f} MB of weights per step, {regime['weights_over_cache']:.1f}x "
                 f"this CPU's {cache:.0f} MB last-level cache: memory-bound, so verifying gamma + 1 "
-                "tokens costs little more than one step.")
+                "tokens costs far less than gamma + 1 steps.")
     return (f"{name} reads {mb:.1f} MB of weights per step, and this CPU's last-level cache "
             f"holds {cache:.0f} MB, more than the weights: the step need not stream them from "
             "memory, verification is then further from free, and the speedup can be lower than "

@@ -355,6 +355,11 @@ def _quality(entry: Dict) -> str:
     return f"{entry['final_valid_loss']:.3f}" if "final_valid_loss" in entry else "-"
 
 
+def _quality_heading(target_entry: Dict) -> str:
+    """The heading of `_quality`'s column, from the target's card entry."""
+    return "valid BLEU" if "valid_bleu" in target_entry else "valid loss (nats/token)"
+
+
 def _write_tables(results: Dict, output_dir: str) -> None:
     target = results["settings"].get("target", mini.MINI_TARGET)
     models = bundle(target).models
@@ -378,7 +383,7 @@ def _write_tables(results: Dict, output_dir: str) -> None:
          for r in results["table2"]])
     sizes = _markdown(
         ["model", "params", "decoder FLOPs/token vs target",
-         "valid BLEU" if models is mini else "valid loss (nats/token)"],
+         _quality_heading(card[target])],
         [[n, card.get(n, {}).get("params", "-"),
           f"{card[n].get('flops_ratio_to_target', 1.0):.3f}"
           if "flops_ratio_to_target" in card.get(n, {}) or n == target else "-",
@@ -397,7 +402,8 @@ def _write_tables(results: Dict, output_dir: str) -> None:
               f"{100 * r['breakdown']['outside_share']:.0f}%",
               f"{1e3 * r['breakdown']['baseline_step_s']:.2f}",
               f"{100 * r['breakdown']['baseline_outside_share']:.0f}%"] for r in rows])
-    trained = [n for n in results["table3"] if models is mini
+    # Drafts trained by one of the objectives (data, KL, TV), with the BLEU the table shows.
+    trained = [n for n in results["table3"] if "valid_bleu" in card.get(n, {})
                and "objective" in card[n].get("train_config", {})]
     if trained:
         speed = {(r["draft"], r["temperature"]): r["speedup"] for r in results["table2"]}
