@@ -172,7 +172,7 @@ def sampling_configs(temperatures, top_k: int = 0, top_p: float = 1.0) -> List[S
     return out
 
 
-def _cache_bytes(size: str) -> int:
+def _sysfs_size(size: str) -> int:
     """'48K', '2048K', '260M' (sysfs cache sizes) in bytes."""
     units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
     size = size.strip()
@@ -185,8 +185,9 @@ def cpu_facts(sys_dir: str = "/sys/devices/system/cpu/cpu0/cache",
     "L2": ..., "L3": ...}), read from Linux's /proc and /sys (empty where they cannot be read).
 
     Whether a target is memory-bound on a CPU depends on its last-level cache: a virtual machine
-    can land on a host whose L3 holds the whole target (a 260 MB L3 holds large_target's 122 MB),
-    and then verification is no longer nearly free. Results record it so runs can be compared.
+    can land on a host whose L3 is larger than the whole target (a 260 MiB L3 against
+    large_target's 122 MB), and then verification is further from free. Results record it so
+    that runs on different hosts can be told apart.
     """
     model = None
     try:
@@ -205,7 +206,7 @@ def cpu_facts(sys_dir: str = "/sys/devices/system/cpu/cpu0/cache",
                 with open(os.path.join(folder, "level"), encoding="utf-8") as f:
                     level = f.read().strip()
                 with open(os.path.join(folder, "size"), encoding="utf-8") as f:
-                    size = _cache_bytes(f.read())
+                    size = _sysfs_size(f.read())
             except (OSError, ValueError):
                 continue
             if kind != "Instruction":
