@@ -605,7 +605,8 @@ def _code_findings(results: Dict) -> List[str]:
         + "; ".join(f"{n} (1/{1 / results['costs'][n]['c']:.0f} of a target step) reaches "
                     f"{alpha[n][0]:.2f} / {alpha[n][1]:.2f}, {speed[(n, 0.0)]:.2f}x / "
                     f"{speed[(n, 1.0)]:.2f}x" for n in t5)
-        + ". The target (29 MB in float32) fits the CPU's caches like mini_target, so "
+        + f". The target ({4 * code_lm.model_card()['models'][code_lm.TARGET]['params'] / 1e6:.0f}"
+        " MB in float32) fits the CPU's caches like mini_target, so "
         f"verification costs {_range([r['verify_cost'] for r in results['table2']])} steps: "
         "the same α would buy more on a memory-bound target.",
         "",
