@@ -32,8 +32,9 @@
 # --no-install: no install step, for machines without a package registry whose Python already
 # has JAX for the GPU (e.g. a lent H200's image): PYTHON (default python3) must import jax, flax,
 # optax, orbax, tensorstore, sentencepiece and gin (gin-config can be carried as a wheel and
-# installed with pip --target; seqio and TensorFlow are not needed); the first step checks
-# that JAX sees a GPU.
+# installed with pip --target); seqio and TensorFlow are not needed, as the pairs read the test
+# split's TSV directly (the ids the mini_ende task gives); the first step checks that JAX sees
+# a GPU.
 # Environment: PYTHON (default .venv/bin/python), JAX_CUDA=cuda12|cuda13 (instead of the driver
 # check), JAX_VERSION (pin jax and its CUDA plugin to this version), OVERWRITE=1.
 
@@ -174,7 +175,8 @@ for target in "${PAIRS[@]}"; do
   step "${target}_pair" "$PY" scripts/benchmark.py --gin_file=configs/runs/gpu_benchmark.gin \
     "--gin.TARGET_MODEL=@target/mini.load()" "--gin.target/mini.load.name='$target'" \
     "--gin.DRAFT_MODEL=@draft/mini.load()" "--gin.draft/mini.load.name='$draft'" \
-    --gin.SYNTHETIC_ACCEPTANCE=None "--gin.TASK='mini_ende'" "--gin.SPLIT='test'" \
+    --gin.SYNTHETIC_ACCEPTANCE=None "--gin.SPLIT='test'" \
+    "--gin.benchmark.run.tsv_path='speculative/data/mini/test.tsv'" \
     --gin.BATCH_SIZES=[1] --gin.INPUT_LENGTH=48 --gin.MAX_DECODE_LEN=48 \
     "--gin.OUTPUT_DIR='$OUT_DIR/${target}_pair'" "${PAIR[@]}" "${OVERWRITE_GIN[@]}"
 done

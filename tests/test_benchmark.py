@@ -314,6 +314,23 @@ def test_task_inputs():
         benchmark.take_batches(1, 2, vocab_size=16, input_length=12, seed=0, task="mini_ende")
 
 
+@pytest.mark.parametrize("input_length", [12, 48])
+def test_tsv_inputs_read_without_seqio_equal_the_mini_ende_task(tmp_path, input_length):
+    """A TSV path alone is read directly (no seqio/TensorFlow, as on an accelerator image) and
+    gives the ids the seqio task gives for the same file, cut ones included."""
+    tsv = os.path.join(REPO, "speculative", "data", "mini", "test.tsv")
+    kwargs = dict(vocab_size=4000, input_length=input_length, seed=0, split="test")
+    direct = benchmark.take_batches(40, 1, tsv_path=tsv, **kwargs)
+    via_seqio = benchmark.take_batches(40, 1, task="mini_ende", **kwargs)
+    np.testing.assert_array_equal(np.concatenate(direct), np.concatenate(via_seqio))
+    lengths = (np.concatenate(direct) != 0).sum(axis=1)
+    assert (lengths == input_length).any()  # the cut ones are compared too
+    bad = tmp_path / "bad.tsv"
+    bad.write_text("one field only\n")
+    with pytest.raises(ValueError, match="bad.tsv:1 has 1 tab-separated fields"):
+        benchmark.take_batches(1, 1, tsv_path=str(bad), **kwargs)
+
+
 def _script(name, *args, timeout=120):
     env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=REPO)
     return subprocess.run([sys.executable, os.path.join(REPO, "scripts", name), *args],

@@ -264,9 +264,32 @@ def check_output_dir(output_dir, name: Optional[str] = None, overwrite: bool = T
 # Inputs: a seqio task (or a TSV file) through speculative.tasks, or random token ids.
 
 
+def _tsv_examples(tsv_path: str, spm_path: Optional[str],
+                  input_length: int) -> Iterator[np.ndarray]:
+    """`source<TAB>target` lines encoded as `tasks.register_tsv_task` does (prefix + source,
+    cut to input_length - 1, then EOS), read directly: no seqio or TensorFlow, so an
+    accelerator image without them can run the bundled pairs."""
+    from speculative import training  # pylint: disable=import-outside-toplevel
+
+    tokenizer = training.Tokenizer(spm_path)
+    with open(tsv_path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            fields = line.rstrip("\n").split("\t")
+            if len(fields) != 2:
+                raise ValueError(f"{tsv_path}:{n} has {len(fields)} tab-separated fields; each "
+                                 "line must be source<TAB>target.")
+            ids = tokenizer.encode_inputs(fields[:1])[0]
+            if len(ids) > input_length:
+                ids = ids[:input_length - 1] + ids[-1:]
+            yield np.asarray(ids, np.int32)
+
+
 def _task_examples(task: Optional[str], tsv_path: Optional[str], spm_path: Optional[str],
                    split: str, input_length: int) -> Iterator[np.ndarray]:
     """Yields each example's `inputs` token ids (truncated to input_length, EOS kept)."""
+    if tsv_path and not task:
+        yield from _tsv_examples(tsv_path, spm_path, input_length)
+        return
     import seqio  # pylint: disable=import-outside-toplevel
 
     from speculative import tasks  # pylint: disable=import-outside-toplevel
@@ -274,7 +297,6 @@ def _task_examples(task: Optional[str], tsv_path: Optional[str], spm_path: Optio
     if tsv_path:
         vocab = (seqio.SentencePieceVocabulary(spm_path) if spm_path
                  else tasks.mini_vocabulary())
-        task = task or "benchmark_tsv"
         tasks.register_tsv_task(task, {split: tsv_path}, vocab)
     try:
         seqio_task = seqio.get_mixture_or_task(task)
