@@ -14,6 +14,7 @@
 #                            targets' included
 #   pairs                    scripts/benchmark.py on each bundled pair: 16 test sentences at
 #                            batch 1, gamma 2, 4, 6, Theorem 3.8 and decode-loop predictions
+# summary.md: one markdown line per benchmark.py run in OUT_DIR (benchmark.summary_markdown).
 # A failed step is reported and the next one runs; OUT_DIR/steps.tsv lists each step's exit
 # code and seconds, and the script exits 1 if any failed. Results already in OUT_DIR are kept
 # (each script refuses to overwrite them) unless OVERWRITE=1.
@@ -23,7 +24,9 @@
 #       [OUT_DIR]
 # OUT_DIR: default $OUT (the device machine's result folder), else /tmp/gpu_benchmark.
 # Expected: a few minutes to install (tensorflow comes with seqio, the CUDA wheels with jax),
-# then minutes per step on one H200, mostly compilation (steps.tsv has the seconds). The
+# then, on one H200 (2026-12-01, --no-install): synthetic base 86 s and large 131 s, the pairs
+# 52 s and 38 s, limits over 283 s (stopped there at a time limit); mostly compilation
+# (steps.tsv has the seconds; results/gpu/ holds that run). The
 # compilation cache $JAX_COMPILATION_CACHE_DIR (default /tmp/speculative_jax_cache) serves
 # programs compiled before.
 # --dry-run: the same steps on CPU with tiny settings (t5_1_1_tiny as the synthetic target,
@@ -181,6 +184,12 @@ for target in "${PAIRS[@]}"; do
     "--gin.OUTPUT_DIR='$OUT_DIR/${target}_pair'" "${PAIR[@]}" "${OVERWRITE_GIN[@]}"
 done
 
+JSONS=("$OUT_DIR"/*/benchmark.json)  # this call's and earlier calls' runs in OUT_DIR
+if [[ -e "${JSONS[0]}" ]]; then
+  "$PY" -c 'import sys; from speculative.runs import benchmark
+sys.stdout.write(benchmark.summary_markdown(sys.argv[1:]))' "${JSONS[@]}" > "$OUT_DIR/summary.md"
+  cat "$OUT_DIR/summary.md"
+fi
 echo "=== steps (exit code, seconds):"
 column -t "$STEPS" 2>/dev/null || cat "$STEPS"
 if (( ${#FAILED[@]} )); then

@@ -389,3 +389,16 @@ def test_results_writers_refuse_an_earlier_run_and_write_atomically(tmp_path):
     for bad in (None, "", 3):
         with pytest.raises(ValueError, match="output_dir"):
             benchmark.check_output_dir(bad)
+
+
+def test_committed_gpu_summary_is_what_its_benchmark_jsons_give():
+    """results/gpu/summary.md is benchmark.summary_markdown of the runs beside it, as
+    scripts/gpu_benchmark.sh writes it: no number in it was typed by hand."""
+    root = os.path.join(REPO, "results", "gpu")
+    paths = sorted(os.path.join(root, d, "benchmark.json") for d in os.listdir(root)
+                   if os.path.exists(os.path.join(root, d, "benchmark.json")))
+    assert len(paths) == 4
+    with open(os.path.join(root, "summary.md"), encoding="utf-8") as f:
+        assert f.read() == benchmark.summary_markdown(paths)
+    rows = benchmark.summary_markdown(paths).splitlines()[2:]
+    assert len(rows) == 10 and all("| NVIDIA H200 |" in row for row in rows)

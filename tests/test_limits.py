@@ -265,6 +265,11 @@ def test_gpu_script_dry_run(tmp_path):
     for name in ("t5_1_1_tiny_synthetic", "mini_target_pair"):
         data = json.loads((tmp_path / name / "benchmark.json").read_text())
         assert data["runs"] and all(r["speedup"] > 0 for r in data["runs"])
+    # The pair reads the test split's TSV itself (no seqio on an accelerator image).
+    assert data["config"]["inputs"]["tsv_path"] == "speculative/data/mini/test.tsv"
+    summary = (tmp_path / "summary.md").read_text().splitlines()
+    assert [line.split(" | ")[:2] for line in summary[2:]] == [
+        ["| mini_target_pair", "cpu"], ["| t5_1_1_tiny_synthetic", "cpu"]]
     data = json.loads((tmp_path / "limits" / "limits.json").read_text())
     assert data["schema"] == limits.SCHEMA and data["bandwidth"]["gb_per_s"] > 0
     [row] = data["rows"]

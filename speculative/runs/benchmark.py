@@ -367,6 +367,35 @@ def format_table(runs: Sequence[measure.Measurement]) -> str:
     return "\n".join(lines)
 
 
+def summary_markdown(json_paths: Sequence[str]) -> str:
+    """A markdown table of the `runs` of earlier `benchmark.json` files, one line per run (the
+    run named by its folder), with the device each was measured on: what
+    scripts/gpu_benchmark.sh writes to `summary.md`. The times are medians of the whole timed
+    set of batches; '-' where a number is missing (no decode-loop calibration)."""
+    def num(value, fmt, unit=""):
+        return "-" if value is None or not math.isfinite(value) else format(value, fmt) + unit
+
+    lines = ["| run | device | T | B | γ | baseline ms | speculative ms | speedup | Thm 3.8 | "
+             "loop model | α | tokens/call | c | verify cost |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for path in json_paths:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+        name = os.path.basename(os.path.dirname(os.path.abspath(path)))
+        device = data["environment"]["device_kind"]
+        for r in data["runs"]:
+            t = r["timings"]
+            lines.append(
+                f"| {name} | {device} | {r['sampling']['temperature']:g} | {r['batch_size']} | "
+                f"{r['gamma']} | {1e3 * t['baseline']['median_s']:.2f} | "
+                f"{1e3 * t['speculative']['median_s']:.2f} | {num(r['speedup'], '.2f', 'x')} | "
+                f"{num(r['predicted_speedup'], '.2f', 'x')} | "
+                f"{num(r.get('predicted_speedup_loop'), '.2f', 'x')} | {num(r['alpha'], '.3f')} | "
+                f"{num(r['tokens_per_target_call'], '.2f')} | {num(r['c'], '.3f')} | "
+                f"{num(r['verify_cost'], '.2f')} |")
+    return "\n".join(lines) + "\n"
+
+
 # ----------------------------------------------------------------------------------------------
 # The run function.
 
