@@ -449,7 +449,8 @@ def run(
         draft's top probability falls below it; 0 = always draft gamma tokens.
       max_decode_len, input_length: decode length N and encoder input / prompt length L_in.
       task / tsv_path (+ spm_path, default the mini corpus vocabulary), split: where inputs come
-        from (`speculative.tasks`); neither = random token ids.
+        from (`speculative.tasks`); neither = random token ids. A tsv_path alone is read
+        without seqio (the ids its TSV task would give); with a task it is registered as one.
       num_batches: input batches per timed repeat (each batch size).
       repeats: timed repeats per program after the compiling first call.
       cost_steps: extend calls per timing of the cost model.
