@@ -271,17 +271,11 @@ def _tsv_examples(tsv_path: str, spm_path: Optional[str],
     accelerator image without them can run the bundled pairs."""
     from speculative import training  # pylint: disable=import-outside-toplevel
 
-    tokenizer = training.Tokenizer(spm_path)
-    with open(tsv_path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            fields = line.rstrip("\n").split("\t")
-            if len(fields) != 2:
-                raise ValueError(f"{tsv_path}:{n} has {len(fields)} tab-separated fields; each "
-                                 "line must be source<TAB>target.")
-            ids = tokenizer.encode_inputs(fields[:1])[0]
-            if len(ids) > input_length:
-                ids = ids[:input_length - 1] + ids[-1:]
-            yield np.asarray(ids, np.int32)
+    sources = [source for source, _ in training.load_pairs(tsv_path)]
+    for ids in training.Tokenizer(spm_path).encode_inputs(sources):
+        if len(ids) > input_length:
+            ids = ids[:input_length - 1] + ids[-1:]
+        yield np.asarray(ids, np.int32)
 
 
 def _task_examples(task: Optional[str], tsv_path: Optional[str], spm_path: Optional[str],
