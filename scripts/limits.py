@@ -12,6 +12,9 @@ An earlier limits.json there is kept unless --overwrite.
 Example (temperatures 0 and 1; about 20 minutes on 2 CPU cores with nothing else running,
 mostly the large_target rows; the default --temperatures=0 takes about half):
   python scripts/limits.py --output_dir=results/limits --temperatures=0,1
+How a deeper copy of large_target (random weights) would verify on this machine (writes
+depth_sweep.md and depth_sweep.json; about 10 minutes for 6, 24 and 48 decoder layers):
+  python scripts/limits.py --output_dir=results/limits --depths=6,24,48
 Quick check (about a minute):
   python scripts/limits.py --output_dir=/tmp/limits --targets=mini_target --batch_sizes=1,2 \
       --num_sentences=2 --gammas=2 --repeats=1 --max_decode_len=8 --bandwidth_mb=64
@@ -44,6 +47,9 @@ _BW_MB = flags.DEFINE_integer("bandwidth_mb", limits.BANDWIDTH_BYTES >> 20,
 _BENCH = flags.DEFINE_list("benchmark_json", [], "benchmark.json files of scripts/benchmark.py "
                            "with a T5Config target (e.g. configs/runs/gpu_benchmark.gin's "
                            "synthetic runs): their target step and verify calls get the bound too.")
+_DEPTHS = flags.DEFINE_list("depths", [], "Instead of the batch scaling: decoder-layer counts of "
+                            "random-weight copies of large_target whose c and verify cost are "
+                            "measured (limits.depth_sweep), e.g. 6,24,48.")
 _OVERWRITE = flags.DEFINE_bool("overwrite", False, "Replace an earlier limits.json.")
 
 
@@ -51,6 +57,12 @@ def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
     # Every setting is checked (errors name the value and the fix) before any timing.
+    if _DEPTHS.value:
+        limits.run_depth_sweep(_OUT.value, flag_numbers(_DEPTHS.value, "depths", int),
+                               gammas=flag_numbers(_GAMMAS.value, "gammas", int),
+                               repeats=2 * _REPEATS.value, num_steps=_COST_STEPS.value,
+                               overwrite=_OVERWRITE.value)
+        return
     limits.run(_OUT.value, targets=_TARGETS.value,
                batch_sizes=flag_numbers(_BATCH.value, "batch_sizes", int),
                temperatures=flag_numbers(_TEMPS.value, "temperatures", float),

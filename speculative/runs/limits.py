@@ -57,6 +57,7 @@ JSON schema (`limits.json`; NaN and infinities are written as null):
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from typing import Any, Dict, List, Mapping, Optional, Sequence
@@ -65,9 +66,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from speculative import files
+from speculative import files, theory
 from speculative.models import t5
-from speculative.runs import benchmark, measure, mini, mini_results, plots
+from speculative.runs import benchmark, measure, mini, mini_results, models, plots
 from speculative.runs import costs as costs_lib
 from speculative.sampling import SamplingConfig
 
@@ -286,6 +287,113 @@ def benchmark_bounds(path: str, bandwidth: Mapping[str, float]) -> List[Dict[str
                      "verify_over_bound": {g: t / bound
                                            for g, t in cost["target_verify_s"].items()}})
     return rows
+
+
+# ----------------------------------------------------------------------------------------------
+# Target size: what a deeper target would verify at on this machine.
+
+DEPTH_FILE = "depth_sweep.json"
+
+
+def _check_depth_settings(depths, target, gammas, num_steps, repeats):
+    depths = benchmark.positive_ints(depths, "depths", "decoder layers of each copy")
+    gammas = benchmark.positive_ints(gammas, "gammas", "draft tokens per round")
+    benchmark.positive_int(num_steps, "num_steps", "extend calls per cost timing")
+    benchmark.positive_int(repeats, "repeats", "timed rounds after the compiling call")
+    if target not in mini.targets():
+        raise ValueError(f"target={target!r}: give a bundled target, from {mini.targets()}.")
+    alphas = {t: prior_alpha(mini.best_draft(target), t) for t in (0.0, 1.0)}
+    return depths, gammas, alphas
+
+
+def depth_sweep(depths: Sequence[int], *, target: str = "large_target",
+                gammas: Sequence[int] = GAMMAS, num_steps: int = 16, repeats: int = 10,
+                max_decode_len: int = mini_results.MAX_DECODE_LEN, seed: int = 0
+                ) -> List[Dict[str, Any]]:
+    """c and the verify cost on this machine for copies of a bundled target's shape with
+    `depths` decoder layers (random weights: step costs do not depend on their values), with the
+    target's bundled best draft, at batch 1 on the first test sentence.
+
+    It answers what the cache-regime rule alone cannot: how much cheaper verification and the
+    draft get as the weights a step reads grow past the last-level cache. One row per depth
+    (each timed by `costs.measure_costs`: its programs interleaved, ratios of medians):
+    decoder_layers, bytes (`step_bytes`), regime (`cache_regime`), target_step_s,
+    step_gb_per_s (bytes / step), c, verify_cost {gamma}, and per temperature of the draft's
+    model-card alpha, Theorem 3.8's best gamma and speedup with the measured costs
+    (`thm38`: {temperature: {alpha, gamma, speedup}}).
+    """
+    depths, gammas, alphas = _check_depth_settings(list(depths), target, list(gammas),
+                                                   num_steps, repeats)
+    base = mini.load(target).module.config
+    draft = mini.load(mini.best_draft(target))
+    cache = benchmark.cpu_facts()["cache_bytes"]
+    inputs = mini.source_batches(1, 1, mini_results.INPUT_LENGTH)[0]
+    rows = []
+    for d in depths:
+        config = dataclasses.replace(base, num_decoder_layers=d, dropout_rate=0.0)
+        model = models.load_model(config, seed=seed)
+        costs = costs_lib.measure_costs(model, draft, inputs, gammas,
+                                        max_decode_len=max_decode_len, num_steps=num_steps,
+                                        repeats=repeats, seed=seed)
+        nbytes = step_bytes(config, model.params, batch_size=1, position=0, encoder_length=0)
+        thm = {}
+        for t, alpha in alphas.items():
+            g = costs_lib.best_gamma(alpha, costs, gammas)
+            thm[t] = {"alpha": alpha, "gamma": g, "speedup": float(theory.speedup(
+                alpha, g, costs["c"], costs["verify_cost"][g]))}
+        rows.append({"decoder_layers": d, "bytes": nbytes,
+                     "regime": cache_regime(nbytes["total"], cache),
+                     "target_step_s": costs["target_step_s"],
+                     "step_gb_per_s": nbytes["total"] / costs["target_step_s"] / 1e9,
+                     "c": costs["c"], "verify_cost": costs["verify_cost"], "thm38": thm})
+        print(format_depth_table(rows[-1:]), flush=True)
+        del model
+    return rows
+
+
+def format_depth_table(rows: Sequence[Mapping[str, Any]]) -> str:
+    """`depth_sweep.md`: one line per depth."""
+    gammas = sorted(rows[0]["verify_cost"]) if rows else []
+    return _markdown(
+        ["decoder layers", "weights MB", "x last-level cache", "step ms", "step GB/s", "c"]
+        + [f"verify γ={g}" for g in gammas]
+        + [f"Thm 3.8 T={float(t):g} (α, γ)" for t in (rows[0]["thm38"] if rows else [])],
+        [[r["decoder_layers"], f"{r['bytes']['total'] / 1e6:.0f}",
+          "-" if r["regime"]["weights_over_cache"] is None
+          else f"{r['regime']['weights_over_cache']:.2f}",
+          f"{1e3 * r['target_step_s']:.2f}", f"{r['step_gb_per_s']:.1f}", f"{r['c']:.3f}"]
+         + [f"{r['verify_cost'][g]:.2f}" for g in gammas]
+         + [f"{v['speedup']:.2f}X ({v['alpha']:.2f}, {v['gamma']})" for v in r["thm38"].values()]
+         for r in rows])
+
+
+def run_depth_sweep(output_dir: str, depths: Sequence[int], *, target: str = "large_target",
+                    gammas: Sequence[int] = GAMMAS, num_steps: int = 16, repeats: int = 10,
+                    overwrite: bool = False, seed: int = 0) -> Dict[str, Any]:
+    """`depth_sweep` with the streaming bandwidth beside it; writes `depth_sweep.md` and
+    `depth_sweep.json` (last) into `output_dir`, refusing an earlier JSON there unless
+    `overwrite`. Schema: {schema, settings, environment, bandwidth (`measure_bandwidth`),
+    rows (`depth_sweep`)}."""
+    settings = dict(target=target, gammas=list(gammas), num_steps=num_steps, repeats=repeats,
+                    seed=seed)
+    _check_depth_settings(list(depths), target, list(gammas), num_steps, repeats)
+    path = os.path.join(output_dir, DEPTH_FILE)
+    if not overwrite and os.path.exists(path):
+        raise FileExistsError(f"{path} holds an earlier run; choose another --output_dir or pass "
+                              "--overwrite to replace it.")
+    benchmark.check_output_dir(output_dir)
+    bandwidth = measure_bandwidth()
+    print(f"bandwidth: {bandwidth['gb_per_s']:.1f} GB/s", flush=True)
+    rows = depth_sweep(depths, **settings)
+    environment = benchmark.environment()
+    environment["load_average"] = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
+    results = {"schema": SCHEMA, "settings": {"depths": list(depths), **settings},
+               "environment": environment, "bandwidth": bandwidth, "rows": rows}
+    files.write_atomic(os.path.join(output_dir, "depth_sweep.md"), format_depth_table(rows))
+    files.write_atomic(path, json.dumps(files.json_ready(results), indent=1, allow_nan=False)
+                       + "\n")
+    print(f"wrote {path}", flush=True)
+    return results
 
 
 # ----------------------------------------------------------------------------------------------
