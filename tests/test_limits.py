@@ -223,6 +223,36 @@ def test_bad_settings_fail_before_any_work(tmp_path):
     assert not (tmp_path / "new" / "limits.json").exists()
 
 
+@needs_bundle
+def test_depth_sweep_of_a_one_layer_copy(tmp_path):
+    """A 1-decoder-layer copy of large_target reads its 121,478,144 bytes less 5 decoder layers
+    of 4,720,128 float32 weights each (self-attention q, k, v, o and cross-attention q, o:
+    6 x 512 x 512; the gated MLP: 3 x 512 x 2048; three norm scales of 512); Theorem 3.8's
+    column is `theory.speedup` at the best gamma for the row's own costs and the card's alpha."""
+    from speculative import theory  # pylint: disable=g-import-not-at-top
+
+    with pytest.raises(ValueError, match="depths holds 0"):
+        limits.run_depth_sweep(str(tmp_path), [1, 0])
+    with pytest.raises(ValueError, match="target='nope'"):
+        limits.run_depth_sweep(str(tmp_path), [1], target="nope")
+    assert not (tmp_path / limits.DEPTH_FILE).exists()
+    results = limits.run_depth_sweep(str(tmp_path), [1], gammas=[1, 3], num_steps=2, repeats=1)
+    [row] = results["rows"]
+    assert row["decoder_layers"] == 1
+    assert row["bytes"]["total"] == 121_478_144 - 5 * 4 * 4_720_128
+    assert row["target_step_s"] > 0 and row["c"] > 0 and set(row["verify_cost"]) == {1, 3}
+    for t, entry in row["thm38"].items():
+        assert entry["alpha"] == limits.prior_alpha(mini.best_draft("large_target"), t)
+        best = max(theory.speedup(entry["alpha"], g, row["c"], row["verify_cost"][g])
+                   for g in (1, 3))
+        assert entry["speedup"] == pytest.approx(best)
+    written = json.loads((tmp_path / limits.DEPTH_FILE).read_text())
+    assert written["settings"]["depths"] == [1] and len(written["rows"]) == 1
+    assert "| 1 | 27 |" in (tmp_path / "depth_sweep.md").read_text()
+    with pytest.raises(FileExistsError, match="earlier run.*--overwrite"):
+        limits.run_depth_sweep(str(tmp_path), [1])
+
+
 def _gpu_script(*args, timeout=30):
     env = dict(os.environ, PYTHON=sys.executable, TF_CPP_MIN_LOG_LEVEL="3")
     return subprocess.run(["bash", os.path.join(REPO, "scripts", "gpu_benchmark.sh"), *args],
