@@ -163,7 +163,7 @@ def test_dynamic_gamma_rows_share_one_baseline():
     assert all(r["speedup"] > 0 and r["draft"] == "mini_draft_30" for r in rows)
 
 
-def test_demo_runs_on_the_bundled_mini_pair(tmp_path):
+def test_demo_runs_on_the_bundled_mini_pair(tmp_path, capsys):
     """The main job's code path end to end (small): translations identical to the target's
     greedy output, one row per temperature with its measured and predicted speedups, the JSON
     written."""
@@ -181,3 +181,15 @@ def test_demo_runs_on_the_bundled_mini_pair(tmp_path):
     # mini_target's weights (~11 MB) against this CPU's last-level cache, when sysfs tells it.
     assert 5e6 < written["cache_regime"]["weight_bytes"] < 20e6
     assert "cache_bytes" in written["environment"]["cpu"]
+    step_ms = 1e3 * written["target_step_s"]
+    assert f"A step took {step_ms:.1f} ms" in capsys.readouterr().out
+    # The regime line in each case: the step's read rate is the weights over the step time.
+    regime = {"weight_bytes": 100e6, "last_level_cache_bytes": 32e6, "weights_over_cache": 3.1,
+              "memory_bound": True}
+    regime_line = demo._regime_line  # pylint: disable=protected-access
+    line = regime_line("t", regime, 0.005)
+    assert "memory-bound" in line and "A step took 5.0 ms (20 GB/s of weights)" in line
+    line = regime_line("t", dict(regime, memory_bound=False), 0.004)
+    assert "more than the weights" in line and "(25 GB/s of weights)" in line
+    line = regime_line("t", dict(regime, memory_bound=None), 0.01)
+    assert "unknown" in line and "(10 GB/s of weights)" in line

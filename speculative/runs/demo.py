@@ -37,20 +37,25 @@ def _random_pair():
     return models.load_model(cfg, seed=0), models.load_model(small, seed=1), "random-tiny"
 
 
-def _regime_line(name: str, regime) -> str:
-    """One sentence on whether the target's weights stream from memory on this CPU."""
+def _regime_line(name: str, regime, step_s: float) -> str:
+    """Whether the target's weights stream from memory on this CPU, and how fast a step read
+    them (`step_s`: the measured target step)."""
     mb = regime["weight_bytes"] / 1e6
+    step = (f" A step took {1e3 * step_s:.1f} ms ({regime['weight_bytes'] / step_s / 1e9:.0f} "
+            "GB/s of weights).")
     if regime["memory_bound"] is None:
-        return f"{name} reads {mb:.1f} MB of weights per step (this CPU's cache sizes are unknown)."
+        return (f"{name} reads {mb:.1f} MB of weights per step (this CPU's cache sizes are "
+                "unknown)." + step)
     cache = regime["last_level_cache_bytes"] / 1e6
     if regime["memory_bound"]:
         return (f"{name} reads {mb:.1f} MB of weights per step, {regime['weights_over_cache']:.1f}x "
                 f"this CPU's {cache:.0f} MB last-level cache: memory-bound, so verifying gamma + 1 "
-                "tokens costs far less than gamma + 1 steps.")
+                "tokens costs far less than gamma + 1 steps." + step)
     return (f"{name} reads {mb:.1f} MB of weights per step, and this CPU's last-level cache "
-            f"holds {cache:.0f} MB, more than the weights: the step need not stream them from "
-            "memory, verification is then further from free, and the speedup can be lower than "
-            "on a CPU whose cache is under a third of the weights (the README's recorded run).")
+            f"holds {cache:.0f} MB, more than the weights." + step + " When the cache serves "
+            "them (a fast step) verification is further from free and the speedup lower than "
+            "when they stream from memory; a cache shared with other tenants can switch between "
+            "the two within minutes (docs/limits.md).")
 
 
 def _pick_gamma(target, draft, batches, sampling, costs, gammas, max_decode_len, seed) -> int:
@@ -94,7 +99,7 @@ def run(*, num_sentences: int = 8, gamma: Optional[int] = None,
                                 encoder_length=0)["total"]
     regime = limits.cache_regime(weights, benchmark.cpu_facts()["cache_bytes"])
     print(f"\nTarget {target_name} | draft {draft_name} | batch 1 | {len(pairs)} test sentences")
-    print(_regime_line(target_name, regime) + "\n")
+    print(_regime_line(target_name, regime, costs["target_step_s"]) + "\n")
     identical = True
     for k, ((source, reference), x) in enumerate(zip(pairs, batches)):
         key = jax.random.fold_in(jax.random.PRNGKey(seed), k)
