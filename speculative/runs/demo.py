@@ -48,9 +48,10 @@ def _regime_line(name: str, regime, step_s: float) -> str:
                 "unknown)." + step)
     cache = regime["last_level_cache_bytes"] / 1e6
     if regime["memory_bound"]:
-        return (f"{name} reads {mb:.1f} MB of weights per step, {regime['weights_over_cache']:.1f}x "
-                f"this CPU's {cache:.0f} MB last-level cache: memory-bound, so verifying gamma + 1 "
-                "tokens costs far less than gamma + 1 steps." + step)
+        over = regime["weights_over_cache"]
+        return (f"{name} reads {mb:.1f} MB of weights per step, {over:.1f}x this CPU's "
+                f"{cache:.0f} MB last-level cache: memory-bound, so verifying gamma + 1 tokens "
+                "costs far less than gamma + 1 steps." + step)
     return (f"{name} reads {mb:.1f} MB of weights per step, and this CPU's last-level cache "
             f"holds {cache:.0f} MB, more than the weights." + step + " When the cache serves "
             "them (a fast step) verification is further from free and the speedup lower than "
