@@ -403,3 +403,21 @@ def test_committed_gpu_summary_is_what_its_benchmark_jsons_give():
         assert f.read() == summary
     rows = summary.splitlines()[2:]
     assert len(rows) == 10 and all("| NVIDIA H200 |" in row for row in rows)
+
+    # The README's short table copies four of those rows: every cell it shares with them.
+    def cells(line):
+        return [c.strip() for c in line.strip().strip("|").split("|")]
+
+    header, *full = [cells(r) for r in summary.splitlines() if not r.startswith("|---")]
+    by_key = {(r[0], r[2], r[3], r[4]): dict(zip(header, r)) for r in full}  # run, T, B, γ
+    with open(os.path.join(root, "README.md"), encoding="utf-8") as f:
+        readme = f.read()
+    table = readme.split("## What it shows", 1)[1].split("\n\n", 2)[1].splitlines()
+    short_header, copied = cells(table[0]), [cells(r) for r in table[2:]]
+    assert len(copied) == 4
+    for row in copied:
+        short = dict(zip(short_header, row))
+        original = by_key[(short["run"], short["T"], short["B"], short["γ"])]
+        for column, value in short.items():
+            if column != "device":
+                assert original[column] == value, (short["run"], column)
