@@ -10,7 +10,7 @@ alpha estimate at that temperature. Timings come from `runs.benchmark` (compiled
 interleaved repeats, medians); the machine's load average is printed with them, since a busy
 second core slows verification more than single steps. It also prints whether the target's
 weights exceed 3x the CPU's last-level cache (`limits.cache_regime`): a virtual machine can land
-on a host whose cache holds them all, and the JSON records the CPU (`benchmark.cpu_facts`).
+on a host whose cache holds them all, and the JSON records the CPU (`benchmark.environment`).
 Without the bundle (a partial checkout) it falls back to random tiny models and says so.
 """
 
@@ -98,7 +98,8 @@ def run(*, num_sentences: int = 8, gamma: Optional[int] = None,
 
     weights = limits.step_bytes(target.module.config, target.params, batch_size=1, position=0,
                                 encoder_length=0)["total"]
-    regime = limits.cache_regime(weights, benchmark.cpu_facts()["cache_bytes"])
+    environment = benchmark.environment()  # the CPU and its caches, read once
+    regime = limits.cache_regime(weights, environment["cpu"]["cache_bytes"])
     print(f"\nTarget {target_name} | draft {draft_name} | batch 1 | {len(pairs)} test sentences")
     print(_regime_line(target_name, regime, costs["target_step_s"]) + "\n")
     identical = True
@@ -142,7 +143,7 @@ def run(*, num_sentences: int = 8, gamma: Optional[int] = None,
         "target_step_s": costs["target_step_s"], "draft_step_s": costs["draft_step_s"],
         "load_average_1m": {"before": load_before, "after": load_after},
         "cache_regime": regime,
-        "environment": benchmark.environment(),
+        "environment": environment,
     }
     if output_json:
         files.write_atomic(output_json, json.dumps(summary, indent=1))  # never half-written
