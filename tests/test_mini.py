@@ -173,6 +173,8 @@ def test_demo_runs_on_the_bundled_mini_pair(tmp_path, capsys):
     summary = demo.run(num_sentences=2, gamma=2, temperatures=(0.0,), target_name=mini.MINI_TARGET,
                        draft_name="mini_draft_10", repeats=1, output_json=str(out))
     assert summary["identical_to_baseline"] and summary["sentences"] == 2
+    # The first two test sentences need 18 tokens each (prefix and EOS): padded to 24.
+    assert summary["input_length"] == 24
     [row] = summary["rows"]
     assert row["gamma"] == 2 and 0.0 <= row["alpha"] <= 1.0 and row["speedup"] > 0
     assert 1.0 <= row["tokens_per_target_call"] <= 3.0 and row["predicted_speedup"] > 0
