@@ -183,8 +183,18 @@ def test_demo_runs_on_the_bundled_mini_pair(tmp_path, capsys):
     # mini_target's weights (~11 MB) against this CPU's last-level cache, when sysfs tells it.
     assert 5e6 < written["cache_regime"]["weight_bytes"] < 20e6
     assert "cache_bytes" in written["environment"]["cpu"]
+    printed = capsys.readouterr().out
     step_ms = 1e3 * written["target_step_s"]
-    assert f"A step took {step_ms:.1f} ms" in capsys.readouterr().out
+    assert f"A step took {step_ms:.1f} ms" in printed
+    assert f"target step: {step_ms:.2f} ms before the timings" in printed
+    loop_ms = 1e3 * row["baseline_step_s_loop"]
+    assert f"{loop_ms:.2f} ms per baseline loop step during them" in printed
+    # A host that changed state between the cost timing and the decode timings is named.
+    state_line = demo._state_line  # pylint: disable=protected-access
+    assert "changed state" in state_line(0.004, [0.007]) and "Rerun" in state_line(0.004, [0.007])
+    assert "changed state" in state_line(0.007, [0.0045])
+    assert "changed state" not in state_line(0.007, [0.0075, 0.0068])
+    assert "no decode-loop fit" in state_line(0.007, [None])
     # The regime line in each case: the step's read rate is the weights over the step time.
     regime = {"weight_bytes": 100e6, "last_level_cache_bytes": 32e6, "weights_over_cache": 3.1,
               "memory_bound": True}
