@@ -194,6 +194,7 @@ def test_demo_runs_on_the_bundled_mini_pair(tmp_path, capsys):
     assert "changed state" in state_line(0.004, [0.007]) and "Rerun" in state_line(0.004, [0.007])
     assert "changed state" in state_line(0.007, [0.0045])
     assert "changed state" not in state_line(0.007, [0.0075, 0.0068])
+    assert "changed state" in state_line(0.0054, [0.0045, 0.0069])  # between temperatures
     assert "no decode-loop fit" in state_line(0.007, [None])
     # The regime line in each case: the step's read rate is the weights over the step time.
     regime = {"weight_bytes": 100e6, "last_level_cache_bytes": 32e6, "weights_over_cache": 3.1,

@@ -71,17 +71,18 @@ def _regime_line(name: str, regime, step_s: float) -> str:
 
 def _state_line(step_s: float, loop_steps_s: Sequence[Optional[float]]) -> str:
     """Compares the target step timed before the decoders (which chose gamma and Theorem 3.8's
-    costs) with the baseline's cost per loop step while they were timed; a host whose shared
-    cache switches state mid-run (docs/limits.md) shows as a large difference."""
+    costs) with the baseline's cost per loop step while they were timed, one per temperature;
+    a host whose shared cache switches state mid-run (docs/limits.md) shows as a large
+    difference between any two of them."""
     during = [t for t in loop_steps_s if t is not None and t > 0]
     line = f"target step: {1e3 * step_s:.2f} ms before the timings"
     if not during:
         return line + " (no decode-loop fit to compare with)"
     line += (", " + " / ".join(f"{1e3 * t:.2f}" for t in during)
              + " ms per baseline loop step during them")
-    worst = max(max(t / step_s, step_s / t) for t in during)
+    worst = max([step_s] + during) / min([step_s] + during)
     if worst > STATE_CHANGE:
-        line += (f": they differ by {worst:.2f}x, so this host changed state during the run "
+        line += (f": they differ by up to {worst:.2f}x, so this host changed state during the run "
                  "(docs/limits.md); gamma and Theorem 3.8 used the costs from before, and the "
                  "speedups mix two states. Rerun for a clean number.")
     return line
