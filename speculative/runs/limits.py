@@ -324,7 +324,7 @@ def depth_sweep(depths: Sequence[int], *, target: str = "large_target",
     """
     depths, gammas, alphas = _check_depth_settings(list(depths), target, list(gammas),
                                                    num_steps, repeats)
-    base = mini.load(target).module.config
+    base = mini.config(target)  # the shape only: the copies get random weights
     draft = mini.load(mini.best_draft(target))
     cache = benchmark.cpu_facts()["cache_bytes"]
     inputs = mini.source_batches(1, 1, mini_results.INPUT_LENGTH)[0]
