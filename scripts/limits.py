@@ -13,8 +13,8 @@ Example (temperatures 0 and 1; about 20 minutes on 2 CPU cores with nothing else
 mostly the large_target rows; the default --temperatures=0 takes about half):
   python scripts/limits.py --output_dir=results/limits --temperatures=0,1
 How a deeper copy of large_target (random weights) would verify on this machine (writes
-depth_sweep.md and depth_sweep.json; about 10 minutes for 6, 24 and 48 decoder layers):
-  python scripts/limits.py --output_dir=results/limits --depths=6,24,48
+depth_sweep.md and depth_sweep.json; about 5 minutes for 6, 12, 24 and 48 decoder layers):
+  python scripts/limits.py --output_dir=/tmp/depth --depths=6,12,24,48
 Quick check (about a minute):
   python scripts/limits.py --output_dir=/tmp/limits --targets=mini_target --batch_sizes=1,2 \
       --num_sentences=2 --gammas=2 --repeats=1 --max_decode_len=8 --bandwidth_mb=64

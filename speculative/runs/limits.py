@@ -25,6 +25,11 @@ compute-bound; test-split sentences):
   the weights came from a cache faster than the streamed memory. `benchmark_bounds` gives the
   same ratios for the target of a `benchmark.json` (e.g. a random T5 1.1 large on a GPU).
 
+* Target size (`depth_sweep`; `scripts/limits.py --depths`). Random-weight copies of a bundled
+  target with more decoder layers, timed against its bundled draft: how c and the verify cost
+  change as the weights grow past the last-level cache, and what Theorem 3.8 then gives at the
+  draft's alpha. `run_depth_sweep` writes `depth_sweep.json` and `depth_sweep.md`.
+
 Results (`run`): `limits.json` (below), `batch_scaling.md`, `bandwidth.md` and
 `speedup_vs_batch.png` in the output directory (docs/limits.md reads them).
 
