@@ -26,6 +26,8 @@ _TEMPERATURES = flags.DEFINE_list("temperatures", ["0", "1"], "0 = greedy; > 0 =
 _TARGET = flags.DEFINE_string("target", None, "Bundled target; default: large_target.")
 _DRAFT = flags.DEFINE_string("draft", None, "Bundled draft name; default: the target's best.")
 _REPEATS = flags.DEFINE_integer("repeats", 5, "Timed repeats (medians are reported).")
+_INPUT_LENGTH = flags.DEFINE_integer("input_length", None, "Padded source length; default: the "
+                                     "longest sentence's tokens rounded up to a multiple of 8.")
 _OUTPUT = flags.DEFINE_string("output_json", None, "Also write the numbers here.")
 
 
@@ -35,7 +37,7 @@ def main(argv):
     temperatures = flag_numbers(_TEMPERATURES.value, "temperatures", float)
     demo.run(num_sentences=_NUM.value, gamma=_GAMMA.value, temperatures=temperatures,
              target_name=_TARGET.value, draft_name=_DRAFT.value, repeats=_REPEATS.value,
-             output_json=_OUTPUT.value)
+             input_length=_INPUT_LENGTH.value, output_json=_OUTPUT.value)
 
 
 if __name__ == "__main__":

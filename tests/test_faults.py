@@ -241,6 +241,7 @@ def _run_settings_cases(tmp_path):
          "num_sentences=0"),
         ("demo temperatures", lambda: demo.run(temperatures=[-1.0]), ValueError,
          "temperatures"),
+        ("demo input_length", lambda: demo.run(input_length=0), ValueError, "input_length=0"),
         ("bundle model", lambda: mini.load("no_such_model"), ValueError, "no_such_model"),
         ("bundle target", lambda: mini.drafts("mini_draft_10"), ValueError,
          "target='mini_draft_10'"),
