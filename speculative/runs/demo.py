@@ -108,10 +108,9 @@ def run(*, num_sentences: int = 8, gamma: Optional[int] = None,
     test sentences that fit it."""
     if num_sentences < 1 or repeats < 1:
         raise ValueError(f"num_sentences={num_sentences} and repeats={repeats} must be >= 1.")
-    if input_length is not None and (isinstance(input_length, bool) or not isinstance(
-            input_length, int) or input_length < 1):
-        raise ValueError(f"input_length={input_length!r} is invalid: give an int >= 1 (the "
-                         "padded source length), or None to fit the longest sentence.")
+    if input_length is not None:
+        benchmark.positive_int(input_length, "input_length", "the padded source length; None "
+                               "fits the longest sentence")
     if not temperatures or any(not t >= 0 for t in temperatures):
         raise ValueError(f"temperatures={list(temperatures)!r}: give one or more values >= 0 "
                          "(0 = greedy).")
