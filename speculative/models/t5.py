@@ -180,6 +180,8 @@ class DecodeCache:
       cross_kv: per decoder layer `(key, value)` of the encoder output, `[B, L_enc, H, D]`, or
         `()` for the decoder-only model.
       encoder_mask: `[B, L_enc]` bool (`[B, 0]` for the decoder-only model).
+      encoded: `[B, L_enc, E]` the encoder output, kept only when `init_cache(keep_encoded=True)`
+        (a target-aware draft cross-attends to it); None otherwise.
     """
 
     lengths: Array
@@ -187,6 +189,7 @@ class DecodeCache:
     self_kv: Tuple[Tuple[Array, Array], ...]
     cross_kv: Tuple[Tuple[Array, Array], ...]
     encoder_mask: Array
+    encoded: Optional[Array] = None
 
     @property
     def max_length(self) -> int:
@@ -336,6 +339,15 @@ class Decoder(nn.Module):
 
     def extend(self, tokens: Array, cache: DecodeCache, with_logits: bool = True):
         """Appends `tokens [B, K]` at each row's own position; returns (logits, cache)."""
+        logits, _, cache = self.extend_with_features(tokens, cache, (), with_logits)
+        return logits, cache
+
+    def extend_with_features(self, tokens: Array, cache: DecodeCache,
+                             feature_layers: Tuple[int, ...], with_logits: bool = True):
+        """`extend`, also returning the residual stream after each decoder layer in
+        `feature_layers` (1-based; `num_decoder_layers` is the top, before the final norm),
+        concatenated: `(logits [B, K, V], features [B, K, len(feature_layers) * E] f32, cache)`.
+        Feature i of row b is the state that produced `logits[b, i]`."""
         num_new = tokens.shape[1]
         max_len = cache.max_length
         query_pos = cache.lengths[:, None] + jnp.arange(num_new)[None]  # [B, K]
@@ -345,14 +357,16 @@ class Decoder(nn.Module):
                      + layers.mask_to_bias(mask))
         cross_bias = layers.mask_to_bias(cache.encoder_mask[:, None, None, :])
         x = self.shared_embedding(tokens)
-        new_kv = []
-        for layer, kv, ckv in zip(self.layers, cache.self_kv, cache.cross_kv or
-                                  [()] * len(self.layers)):
+        new_kv, features = [], []
+        for depth, (layer, kv, ckv) in enumerate(zip(self.layers, cache.self_kv, cache.cross_kv or
+                                                     [()] * len(self.layers)), 1):
             x, kv = layer.extend(x, kv, cache.lengths, self_bias, ckv, cross_bias)
             new_kv.append(kv)
+            if depth in feature_layers:
+                features.append(jnp.asarray(x, jnp.float32))
         cache = cache.replace(lengths=cache.lengths + num_new, self_kv=tuple(new_kv))
         logits = self.logits(x) if with_logits else None
-        return logits, cache
+        return logits, (jnp.concatenate(features, -1) if features else None), cache
 
 
 def _empty_self_kv(cfg: T5Config, batch: int, max_len: int):
@@ -401,8 +415,10 @@ class Transformer(nn.Module):
         return self.decode(encoded, encoder_input_tokens, decoder_input_tokens,
                            decoder_target_tokens, enable_dropout)
 
-    def init_cache(self, encoder_input_tokens: Array, max_len: int) -> DecodeCache:
-        """Runs the encoder once and projects its cross-attention keys/values once."""
+    def init_cache(self, encoder_input_tokens: Array, max_len: int,
+                   keep_encoded: bool = False) -> DecodeCache:
+        """Runs the encoder once and projects its cross-attention keys/values once
+        (`keep_encoded`: the encoder output stays in the cache, for a target-aware draft)."""
         encoded = self.encode(encoder_input_tokens)
         batch = encoder_input_tokens.shape[0]
         return DecodeCache(
@@ -411,11 +427,17 @@ class Transformer(nn.Module):
             self_kv=_empty_self_kv(self.config, batch, max_len),
             cross_kv=self.decoder.project_cross_kv(encoded),
             encoder_mask=encoder_input_tokens > 0,
+            encoded=jnp.asarray(encoded, jnp.float32) if keep_encoded else None,
         )
 
     def extend(self, cache: DecodeCache, tokens: Array) -> Tuple[Array, DecodeCache]:
         """Appends `tokens [B, K]` per row; returns float32 logits `[B, K, V]` and the cache."""
         return self.decoder.extend(tokens, cache)
+
+    def extend_with_features(self, cache: DecodeCache, tokens: Array,
+                             feature_layers: Tuple[int, ...]):
+        """`extend` plus the decoder's hidden states: `(logits, features [B, K, F], cache)`."""
+        return self.decoder.extend_with_features(tokens, cache, feature_layers)
 
 
 class DecoderOnly(nn.Module):

@@ -1,0 +1,219 @@
+"""The target's own outputs and hidden states, cached once for training a target-aware draft.
+
+A target-aware draft (`models/feature_draft.py`) reads three things of the target: its encoder
+output, the hidden states of some decoder layers, and (as the training signal) its next-token
+distributions. All three are produced by one greedy (or sampled) decode of each source with the
+frozen target, with the cached `extend` the decode loops use, so the features are exactly those
+the draft will see at inference. They are written in shards (`shard_00000.npz`, ...), each
+renamed into place when complete, so a stopped run resumes at the first missing shard:
+
+    manifest.json        sources, feature layers, temperature, shard size, the target's name
+    shard_00000.npz      src [n, L_in] int16, out [n, N] int16 (0 after EOS), out_len [n]
+                         (incl. EOS), enc [sum src_len, E] and feat [sum out_len, F] as bfloat16
+                         bits (uint16), top_ids [sum out_len, k] int16, top_probs float16
+
+Row j of a sentence's `feat` (and of its `top_*`) is the target's state after reading decoder
+input j (BOS, y_1, ..., y_{m-1}), the state that predicts y_{j+1}; `top_*` is its top-k
+distribution at temperature 1 (the training target). Sentences whose output reaches the length
+limit without EOS are dropped and counted in the shard (`dropped`).
+
+Shape legend: B batch, L length, N max_decode_len, E embed, F feature width, k top-k.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+from absl import logging
+
+from speculative.models import t5
+
+Array = jax.Array
+FORMAT = 1
+
+
+def _capture_fn(module: t5.Transformer, feature_layers: Tuple[int, ...], top_k: int,
+                max_len: int, temperature: float):
+    """A jitted decode of `[B, L_in]` sources recording every step (see the module docstring)."""
+    width = len(feature_layers) * module.config.emb_dim
+
+    @jax.jit
+    def run(params, inputs, rng):
+        batch = inputs.shape[0]
+        variables = {"params": params}
+        cache = module.apply(variables, inputs, max_len + 1, True, method="init_cache")
+        bufs = dict(out=jnp.zeros((batch, max_len), jnp.int32),
+                    feat=jnp.zeros((batch, max_len, width), jnp.bfloat16),
+                    top_ids=jnp.zeros((batch, max_len, top_k), jnp.int32),
+                    top_probs=jnp.zeros((batch, max_len, top_k), jnp.float32))
+
+        def cond(carry):
+            i, _, _, done, _, _ = carry
+            return (i < max_len) & ~jnp.all(done)
+
+        def body(carry):
+            i, cache, last, done, rng, bufs = carry
+            logits, feats, cache = module.apply(variables, cache, last[:, None], feature_layers,
+                                                method="extend_with_features")
+            logits = logits[:, 0]
+            probs, ids = jax.lax.top_k(jax.nn.softmax(logits, axis=-1), top_k)
+            if temperature == 0.0:
+                token = jnp.argmax(logits, axis=-1).astype(jnp.int32)
+            else:
+                rng, sub = jax.random.split(rng)
+                token = jax.random.categorical(sub, logits / temperature).astype(jnp.int32)
+            token = jnp.where(done, 0, token)
+
+            def put(buf, value):
+                return jax.lax.dynamic_update_slice_in_dim(buf, value[:, None].astype(buf.dtype),
+                                                           i, axis=1)
+
+            bufs = dict(out=put(bufs["out"], token), feat=put(bufs["feat"], feats[:, 0]),
+                        top_ids=put(bufs["top_ids"], ids), top_probs=put(bufs["top_probs"], probs))
+            return i + 1, cache, token, done | (token == t5.EOS_ID), rng, bufs
+
+        init = (jnp.zeros((), jnp.int32), cache, cache.pending, jnp.zeros((batch,), bool), rng,
+                bufs)
+        _, cache, _, _, _, bufs = jax.lax.while_loop(cond, body, init)
+        return cache.encoded.astype(jnp.bfloat16), bufs
+
+    return run
+
+
+def _bits(x) -> np.ndarray:
+    return np.asarray(x).astype(ml_dtypes.bfloat16).view(np.uint16)
+
+
+def from_bits(x) -> np.ndarray:
+    """bfloat16 bits (uint16) -> float32."""
+    return np.asarray(x).view(ml_dtypes.bfloat16).astype(np.float32)
+
+
+def capture(module: t5.Transformer, params, sources: np.ndarray, *, feature_layers, top_k: int,
+            max_len: int, temperature: float, rng: Array, batch_size: int = 256) -> Dict:
+    """One shard's arrays (module docstring) for `sources [n, L]` (0-padded encoder inputs)."""
+    run = _capture_fn(module, tuple(feature_layers), top_k, max_len, temperature)
+    lengths = np.sum(sources > 0, axis=1)
+    order = np.argsort(lengths, kind="stable")
+    keep_src, keep_out, enc, feat, top_ids, top_probs, out_len = [], [], [], [], [], [], []
+    dropped = 0
+    for k, s in enumerate(range(0, len(order), batch_size)):
+        idx = order[s:s + batch_size]
+        pad_len = int(-(-max(int(lengths[idx].max()), 1) // 8) * 8)
+        batch = np.zeros((batch_size, pad_len), np.int32)
+        batch[:len(idx)] = sources[idx, :pad_len]
+        batch[len(idx):] = batch[len(idx) - 1]  # filler rows: copies, dropped below
+        got_enc, bufs = jax.device_get(run(params, jnp.asarray(batch),
+                                           jax.random.fold_in(rng, k)))
+        for r, i in enumerate(idx):
+            out = bufs["out"][r]
+            eos = np.nonzero(out == t5.EOS_ID)[0]
+            if not eos.size:
+                dropped += 1
+                continue
+            m = int(eos[0]) + 1
+            keep_src.append(sources[i])
+            keep_out.append(out)
+            out_len.append(m)
+            enc.append(_bits(got_enc[r, :lengths[i]]))
+            feat.append(np.asarray(bufs["feat"][r, :m]).view(np.uint16))
+            top_ids.append(bufs["top_ids"][r, :m].astype(np.int16))
+            top_probs.append(bufs["top_probs"][r, :m].astype(np.float16))
+    out = np.zeros((len(keep_out), max_len), np.int16)
+    for r, o in enumerate(keep_out):
+        out[r, :out_len[r]] = o[:out_len[r]]
+    return dict(src=np.asarray(keep_src, np.int16), out=out, out_len=np.asarray(out_len, np.int32),
+                enc=np.concatenate(enc), feat=np.concatenate(feat),
+                top_ids=np.concatenate(top_ids), top_probs=np.concatenate(top_probs),
+                dropped=np.asarray(dropped))
+
+
+def build(cache_dir: str, module: t5.Transformer, params, sources: np.ndarray, *,
+          target_name: str, feature_layers: Sequence[int], top_k: int = 32, max_len: int = 48,
+          temperature: float = 0.0, shard_size: int = 2048, seed: int = 0,
+          max_shards: Optional[int] = None) -> List[str]:
+    """Writes (or resumes) the shards of `sources [n, L]` into `cache_dir`; returns their paths.
+
+    Refuses a `cache_dir` whose manifest was written for other sources or settings instead of
+    mixing two caches. `max_shards` stops after that many shards exist (the rest can be added
+    by running again with a larger value)."""
+    if sources.ndim != 2 or not len(sources):
+        raise ValueError(f"sources must be [n, L] encoder inputs with n >= 1; got {sources.shape}.")
+    if temperature < 0:
+        raise ValueError(f"temperature={temperature} must be >= 0 (0 = greedy outputs).")
+    os.makedirs(cache_dir, exist_ok=True)
+    manifest = dict(format=FORMAT, target=target_name, feature_layers=list(feature_layers),
+                    emb_dim=module.config.emb_dim, top_k=top_k, max_len=max_len,
+                    temperature=temperature, shard_size=shard_size, seed=seed,
+                    num_sources=int(len(sources)),
+                    sources_checksum=int(np.sum(sources.astype(np.int64)
+                                                * (np.arange(sources.size) % 9973 + 1)
+                                                .reshape(sources.shape)) % (1 << 61)))
+    path = os.path.join(cache_dir, "manifest.json")
+    if os.path.exists(path):
+        with open(path) as f:
+            old = json.load(f)
+        if old != manifest:
+            diff = {k: (old.get(k), v) for k, v in manifest.items() if old.get(k) != v}
+            raise ValueError(f"{cache_dir} holds a feature cache written with other settings "
+                             f"{diff}; pass another cache_dir or delete it.")
+    else:
+        tmp = path + f".tmp-{os.getpid()}"
+        with open(tmp, "w") as f:
+            json.dump(manifest, f, indent=1)
+        os.replace(tmp, path)
+    num = -(-len(sources) // shard_size)
+    if max_shards is not None:
+        num = min(num, max_shards)
+    paths = []
+    rng = jax.random.PRNGKey(seed)
+    for k in range(num):
+        shard = os.path.join(cache_dir, f"shard_{k:05d}.npz")
+        paths.append(shard)
+        if os.path.exists(shard):
+            continue
+        start = time.time()
+        arrays = capture(module, params, sources[k * shard_size:(k + 1) * shard_size],
+                         feature_layers=feature_layers, top_k=top_k, max_len=max_len,
+                         temperature=temperature, rng=jax.random.fold_in(rng, k))
+        tmp = shard[:-4] + f".tmp-{os.getpid()}.npz"
+        np.savez(tmp, **arrays)
+        os.replace(tmp, shard)
+        logging.info("feature cache: shard %d/%d (%d sentences, %d dropped) in %.0f s", k + 1,
+                     num, len(arrays["out_len"]), int(arrays["dropped"]), time.time() - start)
+        print(f"feature cache {cache_dir}: shard {k + 1}/{num} in {time.time() - start:.0f} s",
+              flush=True)
+    return paths
+
+
+def read_manifest(cache_dir: str) -> dict:
+    path = os.path.join(cache_dir, "manifest.json")
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"No feature cache in {cache_dir} (no manifest.json); build it "
+                                "first (scripts/train.py --run=feature_cache).")
+    with open(path) as f:
+        return json.load(f)
+
+
+def load_shards(cache_dir: str, max_shards: Optional[int] = None) -> List[Dict[str, np.ndarray]]:
+    """The complete shards of a cache, in order (a missing shard ends the list)."""
+    read_manifest(cache_dir)
+    shards = []
+    k = 0
+    while max_shards is None or k < max_shards:
+        path = os.path.join(cache_dir, f"shard_{k:05d}.npz")
+        if not os.path.exists(path):
+            break
+        with np.load(path) as data:
+            shards.append({name: data[name] for name in data.files})
+        k += 1
+    if not shards:
+        raise FileNotFoundError(f"{cache_dir} has no complete shard yet.")
+    return shards
