@@ -89,13 +89,29 @@ class _T5Model:
     def _pin(self, state):
         return state if self.mesh is None else partitioning.constrain_state(state, self.mesh)
 
-    def init(self, params, inputs, max_len):
+    def init(self, params, inputs, max_len, keep_encoded=False):
+        kwargs = {"keep_encoded": True} if keep_encoded else {}
         return self._pin(self.module.apply({"params": params}, inputs, max_len,
-                                           method="init_cache"))
+                                           method="init_cache", **kwargs))
 
     def extend(self, params, state, tokens):
         logits, state = self.module.apply({"params": params}, state, tokens, method="extend")
         return logits, self._pin(state)
+
+    def extend_with_features(self, params, state, tokens, feature_layers):
+        """`extend` that also returns the decoder's hidden states after `feature_layers`
+        (`[B, K, F]`, what a target-aware draft reads)."""
+        logits, features, state = self.module.apply(
+            {"params": params}, state, tokens, tuple(feature_layers),
+            method="extend_with_features")
+        return logits, features, self._pin(state)
+
+    def context(self, state):
+        """`(encoded [B, L_enc, E], mask [B, L_enc])`: what a target-aware draft cross-attends
+        to (the state must come from `init(..., keep_encoded=True)`)."""
+        if state.encoded is None:
+            raise ValueError("This target state was made without keep_encoded=True.")
+        return state.encoded, state.encoder_mask
 
     def rewind(self, state, lengths):
         return t5.rewind(state, lengths)
@@ -486,17 +502,41 @@ def autoregressive_decode(
 
 @struct.dataclass
 class _SpecState:
+    """The speculative loop's carry (module docstring: S is a row's committed sequence, T the
+    target's cache length).
+
+    Attributes:
+      target_state, draft_state: the two models' decode states.
+      last: `[B]` S[-1], not yet in the target's cache.
+      prev: `[B]` S[-2] (read when `lag` for a plain draft).
+      lag: `[B]` int32, committed tokens before `last` that the draft must (re)read before it
+        drafts: 0 or 1 for a plain draft (1 when it never saw x_G); for a target-aware draft the
+        n drafts accepted last round, whose draft-cache entries were made from its own states
+        and are re-read with the target's features.
+      catch_tokens: `[B, G + 1]` a target-aware draft's catch-up chunk: S[T - lag .. T]
+        (padded); None for a plain draft.
+      catch_features: `[B, G + 1, F]` the target's features of the positions before those
+        tokens (the last verification's); None for a plain draft or one without features.
+      tokens: `[B, N + G + 1]` generated tokens (0 after EOS).
+      num_generated, done: `[B]` per-row progress.
+      rng: the key, split per round.
+      stats: `DecodeStats`.
+      budget: `[B]` drafts allowed next round (the +2/-1 schedule; gamma otherwise).
+    """
+
     target_state: Any
     draft_state: Any
-    last: Array  # [B] S[-1]
-    prev: Array  # [B] S[-2] (only read when lag)
-    lag: Array  # [B] bool: the draft cache misses S[-2]
-    tokens: Array  # [B, N + G + 1]
-    num_generated: Array  # [B]
-    done: Array  # [B]
+    last: Array
+    prev: Array
+    lag: Array
+    catch_tokens: Optional[Array]
+    catch_features: Optional[Array]
+    tokens: Array
+    num_generated: Array
+    done: Array
     rng: Array
     stats: DecodeStats
-    budget: Array  # [B] drafts allowed next round (the +2/-1 schedule; gamma otherwise)
+    budget: Array
 
 
 def _draft(draft, s: _SpecState, rngs, sampling, gamma, confidence, active):
@@ -512,11 +552,14 @@ def _draft(draft, s: _SpecState, rngs, sampling, gamma, confidence, active):
     S + x_1..x_fed). Drafts past `num_drafted` are junk that the kernel ignores.
     """
     target_len = s.target_state.lengths
-    lag = s.lag.astype(jnp.int32)
+    lag = s.lag
     dstate = draft.rewind(s.draft_state, target_len - lag)
-    first = jnp.stack([jnp.where(s.lag, s.prev, s.last), s.last], axis=1)
-    logits, dstate = draft.extend(draft.params, dstate, first)
-    dstate = draft.rewind(dstate, target_len + 1)  # holds S; the junk slot is masked
+    if s.catch_tokens is None:  # plain draft: [S[-2], S[-1]] or [S[-1], junk copy]
+        first = jnp.stack([jnp.where(lag > 0, s.prev, s.last), s.last], axis=1)
+        logits, dstate = draft.extend(draft.params, dstate, first)
+    else:  # target-aware: re-read S[T - lag .. T] with the target's features
+        logits, dstate = draft.extend(draft.params, dstate, s.catch_tokens, s.catch_features)
+    dstate = draft.rewind(dstate, target_len + 1)  # holds S; the junk slots are masked
     logits = jnp.take_along_axis(logits, lag[:, None, None], axis=1)[:, 0]
 
     def propose(logits, rng):
@@ -565,12 +608,25 @@ def _speculative_impl(target, draft, inputs, rng, *, gamma, sampling, max_decode
                       lenience=1.0, draft_confidence=0.0, gamma_schedule="constant",
                       initial_gamma=None, debug=False):
     batch = inputs.shape[0]
-    tstate = target.init(target.params, inputs, _cache_len(target, inputs, max_decode_len, gamma))
-    dstate = draft.init(draft.params, inputs, _cache_len(draft, inputs, max_decode_len, gamma))
+    aware = reads_target(draft)
+    if aware:  # the draft cross-attends to the target's encoder output and reads its features
+        tstate = target.init(target.params, inputs,
+                             _cache_len(target, inputs, max_decode_len, gamma), keep_encoded=True)
+        dstate = draft.init(draft.params, inputs, _cache_len(draft, inputs, max_decode_len, gamma),
+                            context=target.context(tstate))
+        layers = tuple(draft.feature_layers)
+        catch_tokens = jnp.zeros((batch, gamma + 1), jnp.int32).at[:, 0].set(tstate.pending)
+        catch_features = (jnp.zeros((batch, gamma + 1, draft.feature_dim), jnp.float32)
+                          if layers else None)
+    else:
+        tstate = target.init(target.params, inputs,
+                             _cache_len(target, inputs, max_decode_len, gamma))
+        dstate = draft.init(draft.params, inputs, _cache_len(draft, inputs, max_decode_len, gamma))
+        catch_tokens = catch_features = None
     zeros = jnp.zeros((batch,), jnp.int32)
     init = _SpecState(
         target_state=tstate, draft_state=dstate, last=tstate.pending, prev=tstate.pending,
-        lag=jnp.zeros((batch,), bool),
+        lag=zeros, catch_tokens=catch_tokens, catch_features=catch_features,
         tokens=jnp.zeros((batch, max_decode_len + gamma + 1), jnp.int32),
         num_generated=zeros, done=jnp.zeros((batch,), bool), rng=rng,
         budget=jnp.full((batch,), gamma if initial_gamma is None else initial_gamma, jnp.int32),
@@ -596,7 +652,12 @@ def _speculative_impl(target, draft, inputs, rng, *, gamma, sampling, max_decode
         dstate, x, q, num_drafted, fed = _draft(
             draft, s, draft_rngs, sampling, gamma, draft_confidence, active)
         verify_tokens = jnp.concatenate([s.last[:, None], x], axis=1)  # [B, G+1]
-        logits, tstate = target.extend(target.params, s.target_state, verify_tokens)
+        if aware and layers:
+            logits, features, tstate = target.extend_with_features(
+                target.params, s.target_state, verify_tokens, layers)
+        else:
+            logits, tstate = target.extend(target.params, s.target_state, verify_tokens)
+            features = None
 
         if sampling.greedy:
             n, t, accept = sampling_lib.greedy_verify(logits, x, lenience, num_drafted)
@@ -640,16 +701,50 @@ def _speculative_impl(target, draft, inputs, rng, *, gamma, sampling, max_decode
             accepted_per_position=st.accepted_per_position
             + (active[:, None] & (jnp.arange(gamma)[None] < n[:, None])).astype(jnp.int32),
             nonfinite=st.nonfinite | broken)
+        if aware:  # next round re-reads x_1..x_n, t with the features just computed
+            lag = jnp.where(advance, n, s.lag)
+            catch_tokens = jnp.where(advance[:, None], new, s.catch_tokens)
+            catch_features = (None if features is None else
+                              jnp.where(advance[:, None, None], features, s.catch_features))
+        else:
+            lag = jnp.where(advance, (n > fed).astype(jnp.int32), s.lag)
+            catch_tokens = catch_features = None
         return _SpecState(
             target_state=tstate, draft_state=dstate,
             last=jnp.where(advance, t, s.last), prev=jnp.where(advance, prev, s.prev),
-            lag=jnp.where(advance, n > fed, s.lag), tokens=tokens,
+            lag=lag, catch_tokens=catch_tokens, catch_features=catch_features, tokens=tokens,
             num_generated=num_generated, done=done, rng=rng, stats=stats,
             budget=_next_budget(s.budget, n, num_drafted, gamma, gamma_schedule))
 
     s = (_python_while if debug else jax.lax.while_loop)(cond, body, init)
     return DecodeResult(tokens=s.tokens[:, :max_decode_len], lengths=s.num_generated,
                         stats=s.stats)
+
+
+def _check_target_aware(target, draft) -> None:
+    """A target-aware draft needs an encoder-decoder target that returns its features, of the
+    width and depth the draft was built for."""
+    if not hasattr(target, "extend_with_features") or not hasattr(target, "context"):
+        raise TypeError(f"The draft reads the target's features, but the target "
+                        f"({type(target).__name__}) has no extend_with_features/context; use an "
+                        "EncoderDecoderModel target.")
+    module = getattr(target, "module", None)
+    config = getattr(module, "config", None)
+    if not isinstance(module, t5.Transformer):
+        raise TypeError("A target-aware draft needs an encoder-decoder (t5.Transformer) target; "
+                        f"got {type(module).__name__}.")
+    layers = tuple(draft.feature_layers)
+    if (layers and draft.feature_dim != len(layers) * config.emb_dim) or \
+            max(layers, default=0) > config.num_decoder_layers:
+        raise ValueError(
+            f"The target-aware draft reads {draft.feature_dim} features from target layers "
+            f"{layers}; this target has emb_dim {config.emb_dim} and {config.num_decoder_layers} "
+            "decoder layers. Use the draft trained for this target.")
+
+
+def reads_target(draft) -> bool:
+    """Whether `draft` is target-aware (reads the target's encoder output and features)."""
+    return bool(getattr(draft, "reads_target", False))
 
 
 def _next_budget(budget, accepted, drafted, gamma, schedule):
@@ -703,6 +798,8 @@ def speculative_decode(
     inputs = _check_call((target, draft), inputs, rng, sampling, max_decode_len, gamma)
     _validate((target, draft), inputs, max_decode_len, gamma)
     sampling_lib.validate_lenience(lenience)
+    if reads_target(draft):
+        _check_target_aware(target, draft)
     if not 0.0 <= draft_confidence <= 1.0:
         raise ValueError(f"draft_confidence={draft_confidence!r} must lie in [0, 1] (0 = always "
                          "draft gamma tokens).")

@@ -259,6 +259,17 @@ class DecoderLayer(nn.Module):
         x = x + self.self_attention(h, k, v, self_bias, deterministic)
         return self._rest(x, cross_kv, cross_bias, deterministic)
 
+    def project_self_kv(self, x: Array) -> Tuple[Array, Array]:
+        """Self-attention keys/values of `x [B, L, E]` (for callers that assemble their own key
+        set, e.g. the target-aware draft's unrolled training)."""
+        return self.self_attention.project_kv(self.pre_self_attention_layer_norm(x))
+
+    def attend(self, x, key, value, self_bias, cross_kv, cross_bias, deterministic: bool = True):
+        """The layer on `x [B, K, E]` with given self-attention `key/value [B, L, H, D]`."""
+        h = self.pre_self_attention_layer_norm(x)
+        x = x + self.self_attention(h, key, value, self_bias, deterministic)
+        return self._rest(x, cross_kv, cross_bias, deterministic)
+
     def extend(self, x, kv, lengths, self_bias, cross_kv, cross_bias, deterministic: bool = True):
         """Decode mode: `x [B, K, E]` is written into the cache `kv` at `lengths`."""
         h = self.pre_self_attention_layer_norm(x)

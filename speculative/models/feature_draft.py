@@ -1,0 +1,295 @@
+"""A target-aware draft for T5 encoder-decoders (EAGLE-3 style features, distil-whisper style
+encoder sharing): a small decoder with no encoder of its own.
+
+At each position j the draft reads the token z_j and a feature f_{j-1} of the previous position:
+
+    f_{j-1} = fuse(norm(h_{j-1}))   the target decoder's hidden states after the layers in
+                                    `feature_layers` (e.g. 2, 4 and 6 of 6), where the target has
+                                    already read position j-1 (every committed position);
+    f_{j-1} = g_{j-1}               its own top hidden state at j-1, at the positions it drafted
+                                    itself this round (no target state exists for them yet);
+    x_j = input(concat(embed(z_j), f_{j-1}))  ->  decoder layers (self-attention over its own
+          cache, cross-attention to the TARGET's encoder output, MLP)  ->  g_j  ->  logits q_j
+
+Its cross-attention keys and values are projected once per sentence from the target's encoder
+output (`init(..., context=(encoded, mask))`). The output layer is its own (tied to its
+embedding, T5 1.0 style), over the target's whole vocabulary: q is a full distribution.
+
+Decode contract (`speculative.decoding`): `init(params, inputs, max_len, context)`,
+`extend(params, state, tokens [B, K], features [B, K, F] | None)` and `rewind`; with
+`features=None` (one token per call) the feature of the new position is the draft's own hidden
+state at the row's last cached position, which the state keeps per position like its KV cache.
+
+Training (`speculative.feature_training`) unrolls the draft over several depths on its own
+hidden states ("training-time test", EAGLE-3 / HASS): `unrolled_logits`.
+
+Shape legend: B batch, L length, K chunk, E the draft's width, F feature width
+(len(feature_layers) * the target's width), V vocab, T the target's width.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Optional, Tuple
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+
+from speculative.models import layers, t5
+
+Array = jax.Array
+
+
+@dataclasses.dataclass(frozen=True)
+class FeatureDraftConfig:
+    """Shape of a target-aware draft.
+
+    Attributes:
+      vocab_size: the target's vocabulary (q covers all of it).
+      target_emb_dim: the target's width T (its encoder output and each feature layer).
+      feature_layers: the target decoder layers whose outputs it reads (1-based; empty = the
+        encoder output only, the ablation without features).
+      emb_dim, num_heads, head_dim, mlp_dim, num_layers: the draft's own decoder.
+    """
+
+    vocab_size: int
+    target_emb_dim: int
+    feature_layers: Tuple[int, ...] = (2, 4, 6)
+    emb_dim: int = 192
+    num_heads: int = 3
+    head_dim: int = 64
+    mlp_dim: int = 768
+    num_layers: int = 1
+    mlp_activations: Tuple[str, ...] = ("gelu", "linear")
+    relative_attention_num_buckets: int = 32
+    relative_attention_max_distance: int = 128
+    dtype: str = "float32"
+
+    def __post_init__(self):
+        object.__setattr__(self, "feature_layers", tuple(int(i) for i in self.feature_layers))
+        object.__setattr__(self, "mlp_activations", tuple(self.mlp_activations))
+        for name in ("vocab_size", "target_emb_dim", "emb_dim", "num_heads", "head_dim",
+                     "mlp_dim", "num_layers"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+                raise ValueError(f"FeatureDraftConfig.{name}={value!r} must be a positive int.")
+        if any(i < 1 for i in self.feature_layers):
+            raise ValueError(f"FeatureDraftConfig.feature_layers={self.feature_layers} are "
+                             "1-based target decoder layers.")
+
+    @property
+    def feature_dim(self) -> int:
+        return len(self.feature_layers) * self.target_emb_dim
+
+    def layer_config(self) -> t5.T5Config:
+        """The T5 decoder layer shape the draft reuses (no dropout, no encoder)."""
+        return t5.T5Config(
+            vocab_size=self.vocab_size, emb_dim=self.emb_dim, num_heads=self.num_heads,
+            num_encoder_layers=0, num_decoder_layers=self.num_layers, head_dim=self.head_dim,
+            mlp_dim=self.mlp_dim, mlp_activations=self.mlp_activations, dropout_rate=0.0,
+            logits_via_embedding=True, dtype=self.dtype,
+            relative_attention_num_buckets=self.relative_attention_num_buckets,
+            relative_attention_max_distance=self.relative_attention_max_distance)
+
+
+@struct.dataclass
+class FeatureDraftCache:
+    """Decode state of a target-aware draft (every leaf has batch first).
+
+    Attributes:
+      lengths: `[B]` int32, positions held per row.
+      pending: `[B]` int32, BOS (the decode loops feed it first).
+      self_kv: per layer `(key, value)`, each `[B, L, H, D]`.
+      cross_kv: per layer `(key, value)` of the target's encoder output, `[B, L_enc, H, D]`.
+      encoder_mask: `[B, L_enc]` bool.
+      hidden: `[B, L, E]` the draft's top hidden state g at each cached position (the feature
+        of the next position when the draft extends without target features).
+    """
+
+    lengths: Array
+    pending: Array
+    self_kv: Tuple[Tuple[Array, Array], ...]
+    cross_kv: Tuple[Tuple[Array, Array], ...]
+    encoder_mask: Array
+    hidden: Array
+
+
+class FeatureDraft(nn.Module):
+    """The flax module (see the module docstring)."""
+
+    config: FeatureDraftConfig
+
+    def setup(self):
+        cfg = self.config
+        lcfg = cfg.layer_config()
+        dtype = lcfg.compute_dtype
+        self.token_embedder = layers.Embed(cfg.vocab_size, cfg.emb_dim, dtype=dtype)
+        if cfg.feature_layers:
+            self.feature_norms = [layers.RMSNorm(dtype=jnp.float32) for _ in cfg.feature_layers]
+            self.fuse = layers.DenseGeneral(cfg.emb_dim, dtype=dtype, kernel_axes=("mlp", "embed"))
+            self.input = layers.DenseGeneral(cfg.emb_dim, dtype=dtype, kernel_axes=("mlp", "embed"))
+        self.relpos_bias = layers.RelativePositionBiases(
+            cfg.relative_attention_num_buckets, cfg.relative_attention_max_distance,
+            cfg.num_heads, dtype=dtype)
+        self.layers = [t5.DecoderLayer(lcfg) for _ in range(cfg.num_layers)]
+        self.decoder_norm = layers.RMSNorm(dtype=dtype)
+
+    # -- pieces ---------------------------------------------------------------------------------
+
+    def fused(self, features: Array) -> Array:
+        """Target features `[..., F]` -> `[..., E]` (each layer normalised, then one map)."""
+        parts = jnp.split(jnp.asarray(features, jnp.float32), len(self.config.feature_layers), -1)
+        return self.fuse(jnp.concatenate([n(p) for n, p in zip(self.feature_norms, parts)], -1))
+
+    def embed(self, tokens: Array, feature: Optional[Array]) -> Array:
+        """Layer input from tokens `[B, L]` and the previous position's feature `[B, L, E]`."""
+        x = self.token_embedder(tokens)
+        if not self.config.feature_layers:
+            return x
+        return self.input(jnp.concatenate([x, jnp.asarray(feature, x.dtype)], -1))
+
+    def logits(self, hidden: Array) -> Array:
+        y = self.decoder_norm(hidden)
+        return self.token_embedder.attend(y) / np.sqrt(y.shape[-1]).astype(np.float32)
+
+    def project_cross_kv(self, encoded: Array):
+        return tuple(layer.project_cross_kv(encoded) for layer in self.layers)
+
+    # -- training -------------------------------------------------------------------------------
+
+    def __call__(self, encoded: Array, encoder_mask: Array, tokens: Array,
+                 features: Optional[Array] = None, depth: int = 1):
+        """Teacher forcing on the target's features, unrolled `depth` times on its own states.
+
+        `tokens [B, L]` are decoder inputs (BOS first), `features [B, L, F]` the target's state
+        after reading each of them (row j predicts token j + 1), `encoded [B, L_enc, T]`. Returns
+        logits `[depth, B, L, V]`: at depth d, position j reads the target's features only up to
+        position j - d (its cache holds them for positions <= j - d + 1) and its own states at
+        positions j - d + 1 .. j - 1, exactly as the d-th draft of a round does at inference.
+        Positions j < d - 1 have no such round; give them zero loss weight.
+        """
+        cfg = self.config
+        batch, length = tokens.shape
+        cross_kv = self.project_cross_kv(encoded)
+        cross_bias = layers.mask_to_bias(encoder_mask[:, None, None, :])
+        positions = jnp.arange(length)
+        rel = self.relpos_bias(positions[None], positions[None], bidirectional=False)  # [1,H,L,L]
+
+        def shift(x):  # the previous position's vector (zeros at position 0)
+            return jnp.pad(x[:, :-1], ((0, 0), (1, 0), (0, 0)))
+
+        feature = (shift(self.fused(features)) if cfg.feature_layers
+                   else jnp.zeros((batch, length, cfg.emb_dim)))
+        keys = [[] for _ in self.layers]  # per layer, per depth: (k, v) [B, L, H, D]
+        out = []
+        for d in range(1, depth + 1):
+            x = self.embed(tokens, feature)
+            q_pos, k_pos = positions[:, None], positions[None, :]
+            # Depth-1 keys at positions <= j - d + 1; the depth-i key (i >= 2) at j - d + i.
+            masks = [k_pos <= q_pos - d + 1] + [k_pos == q_pos - d + i for i in range(2, d + 1)]
+            bias = jnp.concatenate([rel + layers.mask_to_bias(m[None, None]) for m in masks], -1)
+            for li, layer in enumerate(self.layers):
+                keys[li].append(layer.project_self_kv(x))
+                key = jnp.concatenate([k for k, _ in keys[li]], axis=1)
+                value = jnp.concatenate([v for _, v in keys[li]], axis=1)
+                x = layer.attend(x, key, value, bias, cross_kv[li], cross_bias)
+            out.append(self.logits(x))
+            feature = shift(x)
+        return jnp.stack(out)
+
+    # -- decode mode ----------------------------------------------------------------------------
+
+    def init_cache(self, encoded: Array, encoder_mask: Array, max_len: int) -> FeatureDraftCache:
+        cfg = self.config
+        batch = encoded.shape[0]
+        zeros = jnp.zeros((batch, max_len, cfg.num_heads, cfg.head_dim),
+                          cfg.layer_config().compute_dtype)
+        return FeatureDraftCache(
+            lengths=jnp.zeros((batch,), jnp.int32),
+            pending=jnp.full((batch,), t5.BOS_ID, jnp.int32),
+            self_kv=tuple((zeros, zeros) for _ in self.layers),
+            cross_kv=self.project_cross_kv(encoded), encoder_mask=encoder_mask,
+            hidden=jnp.zeros((batch, max_len, cfg.emb_dim), jnp.float32))
+
+    def extend(self, cache: FeatureDraftCache, tokens: Array,
+               features: Optional[Array] = None) -> Tuple[Array, FeatureDraftCache]:
+        """Appends `tokens [B, K]` with the target's `features [B, K, F]` of the previous
+        positions, or (`features=None`, K = 1) with the draft's own hidden state there."""
+        num_new = tokens.shape[1]
+        if not self.config.feature_layers:
+            feature = None  # the ablation that reads the encoder output only
+        elif features is None:
+            if num_new != 1:
+                raise ValueError("Without target features the draft extends one token per call.")
+            prev = jnp.maximum(cache.lengths - 1, 0)
+            feature = jnp.take_along_axis(cache.hidden, prev[:, None, None], axis=1)
+        else:
+            feature = self.fused(features)
+        x = self.embed(tokens, feature)
+        max_len = cache.self_kv[0][0].shape[1]
+        query_pos = cache.lengths[:, None] + jnp.arange(num_new)[None]
+        key_pos = jnp.arange(max_len)[None]
+        mask = (key_pos[:, None, :] <= query_pos[:, :, None])[:, None]
+        self_bias = (self.relpos_bias(query_pos, key_pos, bidirectional=False)
+                     + layers.mask_to_bias(mask))
+        cross_bias = layers.mask_to_bias(cache.encoder_mask[:, None, None, :])
+        new_kv = []
+        for layer, kv, ckv in zip(self.layers, cache.self_kv, cache.cross_kv):
+            x, kv = layer.extend(x, kv, cache.lengths, self_bias, ckv, cross_bias)
+            new_kv.append(kv)
+        hidden = layers.write_rows(cache.hidden, jnp.asarray(x, jnp.float32), cache.lengths)
+        cache = cache.replace(lengths=cache.lengths + num_new, self_kv=tuple(new_kv),
+                              hidden=hidden)
+        return self.logits(x), cache
+
+
+def init_params(module: FeatureDraft, rng: Array) -> Any:
+    cfg = module.config
+    boxed = module.init(rng, jnp.zeros((1, 4, cfg.target_emb_dim)), jnp.ones((1, 4), bool),
+                        jnp.ones((1, 4), jnp.int32), jnp.zeros((1, 4, cfg.feature_dim)), 1)
+    return nn.meta.unbox(boxed["params"])
+
+
+@struct.dataclass
+class FeatureDraftModel:
+    """A `FeatureDraft` + params as the draft of `speculative_decode` (a pytree).
+
+    It reads the target (`reads_target`): the loop initialises it with the target's encoder
+    output and feeds it the target's features of every committed position
+    (docs/design.md, "Target-aware drafts")."""
+
+    module: FeatureDraft = struct.field(pytree_node=False)
+    params: Any
+    max_length: Optional[int] = struct.field(pytree_node=False, default=None)
+    reads_target: bool = struct.field(pytree_node=False, default=True)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.module.config.vocab_size
+
+    @property
+    def feature_layers(self) -> Tuple[int, ...]:
+        return self.module.config.feature_layers
+
+    @property
+    def feature_dim(self) -> int:
+        return self.module.config.feature_dim
+
+    def prefix_length(self, input_length: int) -> int:
+        return 0
+
+    def init(self, params, inputs, max_len, context=None):
+        if context is None:
+            raise ValueError("A target-aware draft needs the target's encoder output "
+                             "(context=(encoded, mask)); speculative_decode passes it.")
+        encoded, mask = context
+        return self.module.apply({"params": params}, encoded, mask, max_len, method="init_cache")
+
+    def extend(self, params, state, tokens, features=None):
+        return self.module.apply({"params": params}, state, tokens, features, method="extend")
+
+    def rewind(self, state, lengths):
+        return state.replace(lengths=jnp.asarray(lengths, jnp.int32))

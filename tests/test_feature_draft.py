@@ -1,0 +1,270 @@
+"""The target-aware draft: its unrolled training forward is its decode mode, round by round."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from speculative.models import feature_draft as fd
+
+
+def _draft(feature_layers=(1, 2), **kw):
+    cfg = fd.FeatureDraftConfig(vocab_size=23, target_emb_dim=6, feature_layers=feature_layers,
+                                emb_dim=8, num_heads=2, head_dim=4, mlp_dim=16, **kw)
+    module = fd.FeatureDraft(cfg)
+    return module, fd.init_params(module, jax.random.PRNGKey(1))
+
+
+@pytest.mark.parametrize("feature_layers,num_layers", [((1, 2), 1), ((2,), 2), ((), 1)])
+def test_unrolled_training_equals_decode_rounds(feature_layers, num_layers):
+    module, params = _draft(feature_layers, num_layers=num_layers)
+    cfg = module.config
+    rng = np.random.default_rng(0)
+    length, depth = 9, 3
+    tokens = jnp.asarray(np.concatenate([[0], rng.integers(2, 23, length - 1)])[None], jnp.int32)
+    feats = jnp.asarray(rng.normal(size=(1, length, max(cfg.feature_dim, 1))), jnp.float32)
+    feats = feats[..., :cfg.feature_dim]
+    encoded = jnp.asarray(rng.normal(size=(1, 5, 6)), jnp.float32)
+    mask = jnp.asarray([[True, True, True, True, False]])
+    train = module.apply({"params": params}, encoded, mask, tokens, feats, depth)
+    model = fd.FeatureDraftModel(module, params)
+    prev = jnp.pad(feats[:, :-1], ((0, 0), (1, 0), (0, 0)))  # feature of the previous position
+    for start in range(length - depth + 1):  # a round whose first draft is at position `start`
+        state = model.init(params, None, 16, context=(encoded, mask))
+        logits, state = model.extend(params, state, tokens[:, :start + 1],
+                                     prev[:, :start + 1])  # catch-up: every true feature
+        got = [logits[:, -1]]
+        for d in range(1, depth):
+            pos = start + d
+            logits, state = model.extend(params, state, tokens[:, pos:pos + 1])
+            got.append(logits[:, 0])
+        for d in range(depth):
+            np.testing.assert_allclose(got[d][0], train[d, 0, start + d], rtol=2e-4, atol=2e-5)
+
+
+def test_rewind_then_extend_reads_the_hidden_state_of_the_last_kept_position():
+    module, params = _draft()
+    model = fd.FeatureDraftModel(module, params)
+    encoded = jnp.ones((2, 3, 6))
+    mask = jnp.ones((2, 3), bool)
+    feats = jax.random.normal(jax.random.PRNGKey(2), (2, 4, module.config.feature_dim))
+    tokens = jnp.asarray([[0, 5, 6, 7], [0, 8, 9, 10]], jnp.int32)
+    state = model.init(params, None, 12, context=(encoded, mask))
+    _, full = model.extend(params, state, tokens, feats)
+    # Rewinding row 0 to 2 positions and extending must equal a cache that only ever held 2.
+    _, short = model.extend(params, state, tokens[:, :2], feats[:, :2])
+    a, _ = model.extend(params, model.rewind(full, jnp.asarray([2, 2])), tokens[:, 2:3])
+    b, _ = model.extend(params, short, tokens[:, 2:3])
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_config_refuses_bad_values():
+    with pytest.raises(ValueError, match="emb_dim"):
+        fd.FeatureDraftConfig(vocab_size=10, target_emb_dim=4, emb_dim=0)
+    with pytest.raises(ValueError, match="feature_layers"):
+        fd.FeatureDraftConfig(vocab_size=10, target_emb_dim=4, feature_layers=(0,))
+    with pytest.raises(ValueError, match="one token"):
+        module, params = _draft()
+        model = fd.FeatureDraftModel(module, params)
+        state = model.init(params, None, 8, context=(jnp.ones((1, 2, 6)), jnp.ones((1, 2), bool)))
+        model.extend(params, state, jnp.zeros((1, 2), jnp.int32))
+
+
+# ----------------------------------------------------------------------------------------------
+# Exactness inside speculative_decode, on tiny random target-aware pairs.
+
+from typing import Any  # noqa: E402
+
+from flax import struct  # noqa: E402
+
+from conftest import random_params, tiny_config  # noqa: E402
+from speculative.models import layers  # noqa: E402
+from speculative import decoding, sampling  # noqa: E402
+from speculative.models import t5  # noqa: E402
+from speculative.sampling import SamplingConfig  # noqa: E402
+
+
+def _aware_pair(vocab=16, feature_layers=(1, 2), seed=0):
+    module = t5.Transformer(tiny_config(vocab_size=vocab))
+    target = decoding.EncoderDecoderModel(module, random_params(module, seed))
+    cfg = fd.FeatureDraftConfig(vocab_size=vocab, target_emb_dim=16,
+                                feature_layers=feature_layers, emb_dim=8, num_heads=2,
+                                head_dim=4, mlp_dim=16, relative_attention_num_buckets=8,
+                                relative_attention_max_distance=16)
+    dmod = fd.FeatureDraft(cfg)
+    draft = fd.FeatureDraftModel(dmod, fd.init_params(dmod, jax.random.PRNGKey(seed + 1)))
+    return module, target, draft
+
+
+@pytest.mark.parametrize("feature_layers", [(1, 2), ()])
+@pytest.mark.parametrize("gamma", [1, 3, 6])
+def test_greedy_identity_batch4_prompts_of_different_lengths(feature_layers, gamma):
+    _, target, draft = _aware_pair(feature_layers=feature_layers)
+    rng = np.random.default_rng(0)
+    inputs = np.zeros((4, 7), np.int32)
+    for b, n in enumerate([7, 2, 5, 1]):
+        inputs[b, :n] = rng.integers(2, 16, n)
+    kw = dict(rng=jax.random.PRNGKey(0), sampling=SamplingConfig(0.0), max_decode_len=20)
+    ar = decoding.autoregressive_decode(target, inputs, **kw)
+    sp = decoding.speculative_decode(target, draft, inputs, gamma=gamma, **kw)
+    np.testing.assert_array_equal(sp.tokens, ar.tokens)
+    np.testing.assert_array_equal(sp.lengths, ar.lengths)
+    # Dynamic gamma and the heuristic schedule feed the catch-up chunk differently: same output.
+    for extra in (dict(draft_confidence=0.5), dict(gamma_schedule="heuristic", initial_gamma=1)):
+        other = decoding.speculative_decode(target, draft, inputs, gamma=gamma, **kw, **extra)
+        np.testing.assert_array_equal(other.tokens, ar.tokens)
+
+
+@struct.dataclass
+class _CheckingSelfDraft:
+    """A target-aware test double: the target drafting for itself, which also recomputes the
+    target's features of every position it is fed and garbles its logits wherever the features
+    the loop passed differ from them. With correct plumbing every draft is accepted at
+    temperature 0; a feature from the wrong position makes q_1 garbage and it is rejected."""
+
+    target: Any
+    params: Any
+    feature_layers: tuple = struct.field(pytree_node=False, default=(1, 2))
+    reads_target: bool = struct.field(pytree_node=False, default=True)
+    max_length: Any = struct.field(pytree_node=False, default=None)
+
+    vocab_size = 16
+    feature_dim = 32
+
+    def prefix_length(self, input_length):
+        return 0
+
+    def init(self, params, inputs, max_len, context=None):
+        assert context is not None
+        state = self.target.init(self.target.params, inputs, max_len)
+        return state, jnp.zeros((inputs.shape[0], max_len, self.feature_dim))
+
+    def extend(self, params, state, tokens, features=None):
+        cache, feats = state
+        start = cache.lengths
+        logits, own, cache = self.target.module.apply(  # not the adapter the control patches
+            {"params": self.target.params}, cache, tokens, self.feature_layers,
+            method="extend_with_features")
+        if features is not None:  # feature of position p must be the target's state at p - 1
+            before = jnp.take_along_axis(feats, jnp.maximum(start - 1, 0)[:, None, None], 1)
+            before = jnp.where((start > 0)[:, None, None], before, 0.0)
+            expected = jnp.concatenate([before, own[:, :-1]], axis=1)
+            wrong = jnp.any(jnp.abs(expected - features) > 1e-3 * (1 + jnp.abs(expected)), -1)
+            logits = jnp.where(wrong[..., None], jnp.zeros_like(logits).at[..., 0].set(9.0),
+                               logits)
+        feats = layers.write_rows(feats, own, start)
+        return logits, (cache, feats)
+
+    def rewind(self, state, lengths):
+        return self.target.rewind(state[0], lengths), state[1]
+
+
+@pytest.mark.parametrize("gamma", [1, 2, 4])
+def test_the_loop_feeds_each_position_the_targets_features_of_the_position_before(gamma):
+    _, target, _ = _aware_pair()
+    inputs = np.asarray([[3, 5, 2, 7, 1], [4, 1, 0, 0, 0]], np.int32)
+    kw = dict(rng=jax.random.PRNGKey(0), sampling=SamplingConfig(0.0), max_decode_len=14)
+    out = decoding.speculative_decode(target, _CheckingSelfDraft(target, None), inputs,
+                                      gamma=gamma, **kw)
+    ar = decoding.autoregressive_decode(target, inputs, **kw)
+    np.testing.assert_array_equal(out.tokens, ar.tokens)
+    stats = out.stats
+    # Every examined draft was accepted (a full round always; a shorter last round near EOS).
+    np.testing.assert_array_equal(stats.accepted, stats.tested)
+    assert int(np.sum(stats.accepted)) >= int(np.sum(stats.target_calls)) * 1
+
+
+def test_the_checking_draft_catches_a_feature_from_the_wrong_position(monkeypatch):
+    """Negative control: shift the verification's features by one position."""
+    _, target, _ = _aware_pair()
+    real = decoding.EncoderDecoderModel.extend_with_features
+
+    def shifted(self, params, state, tokens, feature_layers):
+        logits, feats, state = real(self, params, state, tokens, feature_layers)
+        return logits, jnp.roll(feats, 1, axis=1), state
+
+    inputs = np.asarray([[3, 5, 2, 7, 1]], np.int32)
+    kw = dict(rng=jax.random.PRNGKey(0), sampling=SamplingConfig(0.0), max_decode_len=14)
+    checker = _CheckingSelfDraft(target, None)
+    good = decoding.speculative_decode(target, checker, inputs, gamma=3, **kw).stats
+    jax.clear_caches()
+    monkeypatch.setattr(decoding.EncoderDecoderModel, "extend_with_features", shifted)
+    try:
+        bad = decoding.speculative_decode(target, checker, inputs, gamma=3, **kw).stats
+    finally:
+        monkeypatch.undo()
+        jax.clear_caches()
+    assert float(good.alpha) == 1.0
+    assert float(bad.alpha) < 0.9
+
+
+def test_refuses_a_target_of_another_width_and_a_decoder_only_target():
+    _, target, draft = _aware_pair()
+    wide = t5.Transformer(tiny_config(emb_dim=24))
+    other = decoding.EncoderDecoderModel(wide, random_params(wide, 0))
+    kw = dict(rng=jax.random.PRNGKey(0), gamma=2, sampling=SamplingConfig(0.0), max_decode_len=4)
+    with pytest.raises(ValueError, match="reads 32 features"):
+        decoding.speculative_decode(other, draft, np.ones((1, 3), np.int32), **kw)
+    lm = t5.DecoderOnly(tiny_config())
+    with pytest.raises((TypeError, ValueError)):
+        decoding.speculative_decode(decoding.DecoderOnlyModel(lm, random_params(lm, 0)), draft,
+                                    np.ones((1, 3), np.int32), **kw)
+
+
+VOCAB = 8
+N_SAMPLES = 50_000
+
+
+@pytest.fixture(scope="module")
+def joint_aware():
+    module, target, draft = _aware_pair(vocab=VOCAB, seed=3)
+    return module, target, draft, np.array([[3, 5, 2, 7, 1]], np.int32)
+
+
+def _joint(module, params, enc, cfg):
+    import test_decoding  # the exact law of the first three tokens, as for plain drafts
+    old = test_decoding.VOCAB
+    test_decoding.VOCAB = VOCAB
+    try:
+        return test_decoding._exact_joint(module, params, enc, cfg)
+    finally:
+        test_decoding.VOCAB = old
+
+
+def _pvalue(samples, probs):
+    import test_decoding
+    return test_decoding._joint_pvalue(samples, probs)
+
+
+def _sample(target, draft, enc, cfg, seed):
+    out = decoding.speculative_decode(target, draft, np.repeat(enc, N_SAMPLES, 0),
+                                      rng=jax.random.PRNGKey(seed), gamma=3, sampling=cfg,
+                                      max_decode_len=3)
+    return np.asarray(out.tokens), out.stats
+
+
+@pytest.mark.parametrize("cfg", [SamplingConfig(1.0), SamplingConfig(0.7, top_k=3)],
+                         ids=["t1", "t0.7_topk3"])
+def test_joint_law_of_three_tokens_matches_target(joint_aware, cfg):
+    module, target, draft, enc = joint_aware
+    probs = _joint(module, target.params, enc, cfg)
+    assert np.sum(probs * N_SAMPLES >= 5) >= 20, "law too concentrated for a meaningful test"
+    samples, stats = _sample(target, draft, enc, cfg, seed=1)
+    assert 0.05 < float(stats.alpha) < 0.95  # drafts are both accepted and rejected
+    assert _pvalue(samples, probs) > 1e-6
+
+
+def test_negative_control_wrong_residual_fails(joint_aware, monkeypatch):
+    module, target, draft, enc = joint_aware
+    cfg = SamplingConfig(1.0)
+    probs = _joint(module, target.params, enc, cfg)
+    import test_decoding
+    jax.clear_caches()
+    monkeypatch.setattr(decoding.sampling_lib, "speculative_sample",
+                        test_decoding._kernel_resampling_from_p)
+    try:
+        samples, _ = _sample(target, draft, enc, cfg, seed=5)
+    finally:
+        monkeypatch.undo()
+        jax.clear_caches()
+    assert _pvalue(samples, probs) < 1e-6
