@@ -16,6 +16,9 @@ trains a decoder-only (GPT-like) language model on the Python-code corpus instea
 (speculative/data/code/; scripts/build_code_corpus.py --train_split_only writes its train split):
 the command and the expected step times are in that gin file's header.
 
+--run=feature_cache and --run=feature_draft build the target-aware draft's feature cache and
+train it (configs/runs/feature_draft.gin has the commands).
+
 --run=ngrams fits the unigram and bigram drafts instead (training.fit_ngram_drafts); the T5
 training macros (MODEL, MODEL_DIR, TRAIN_STEPS) are not needed then and default to None.
 
@@ -40,15 +43,18 @@ import gin
 
 from speculative import training
 from speculative.runs import config as config_lib
+from speculative.runs import feature_draft
 
 FLAGS = flags.FLAGS
 
 flags.DEFINE_multi_string("gin_file", [], "Gin files to parse, in order.")
 flags.DEFINE_multi_string("gin_bindings", [], "Gin bindings, e.g. 'MODEL_DIR = \"/tmp/x\"'.")
 flags.DEFINE_multi_string("gin_search_paths", ["."], "Directories searched for gin files.")
-flags.DEFINE_enum("run", "train", ["train", "ngrams"],
+flags.DEFINE_enum("run", "train", ["train", "ngrams", "feature_cache", "feature_draft"],
                   "train: training.train (one T5 model); ngrams: training.fit_ngram_drafts "
-                  "(unigram + bigram drafts into EXPORT_DIR, alpha against TARGET_MODEL).")
+                  "(unigram + bigram drafts into EXPORT_DIR, alpha against TARGET_MODEL); "
+                  "feature_cache / feature_draft: the target-aware draft's feature cache and "
+                  "its training (configs/runs/feature_draft.gin).")
 
 
 NGRAM_UNUSED_MACROS = ("MODEL", "MODEL_DIR", "TRAIN_STEPS")
@@ -67,6 +73,8 @@ def parse_gin(run: str, gin_files: Sequence[str], bindings: Sequence[str],
               search_paths: Sequence[str] = (".",)) -> None:
     """Parses the gin files and bindings for `run` ('train' or 'ngrams')."""
     bindings = list(bindings)
+    if run == "feature_cache":  # the training run's macro is not needed to build the cache
+        bindings = ["MODEL_DIR = None"] + bindings
     if run == "ngrams":  # train.gin's REQUIRED training macros do not apply; user bindings win
         bindings = [f"{name} = None" for name in NGRAM_UNUSED_MACROS] + bindings
     config_lib.check_macros(gin_files, bindings, search_paths)
@@ -79,7 +87,11 @@ def main(argv: Sequence[str]) -> None:
     for path in FLAGS.gin_search_paths:
         gin.add_config_file_search_path(os.path.abspath(path))
     parse_gin(FLAGS.run, FLAGS.gin_file, FLAGS.gin_bindings, FLAGS.gin_search_paths)
-    run = training.train if FLAGS.run == "train" else training.fit_ngram_drafts
+    if FLAGS.run == "feature_cache":
+        feature_draft.feature_cache()
+        return
+    run = {"train": training.train, "ngrams": training.fit_ngram_drafts,
+           "feature_draft": feature_draft.train_feature_draft}[FLAGS.run]
     gin.get_configurable(run)(gin_config=gin.config_str())
 
 

@@ -14,8 +14,9 @@ renamed into place when complete, so a stopped run resumes at the first missing 
 
 Row j of a sentence's `feat` (and of its `top_*`) is the target's state after reading decoder
 input j (BOS, y_1, ..., y_{m-1}), the state that predicts y_{j+1}; `top_*` is its top-k
-distribution at temperature 1 (the training target). Sentences whose output reaches the length
-limit without EOS are dropped and counted in the shard (`dropped`).
+distribution at temperature 1 (the training target). A shard holds its sentences in order of
+source length (the decode batches); sentences whose output reaches the length limit without EOS
+are dropped and counted in the shard (`dropped`).
 
 Shape legend: B batch, L length, N max_decode_len, E embed, F feature width, k top-k.
 """
@@ -33,6 +34,7 @@ import ml_dtypes
 import numpy as np
 from absl import logging
 
+from speculative import files
 from speculative.models import t5
 
 Array = jax.Array
@@ -108,7 +110,7 @@ def capture(module: t5.Transformer, params, sources: np.ndarray, *, feature_laye
         idx = order[s:s + batch_size]
         pad_len = int(-(-max(int(lengths[idx].max()), 1) // 8) * 8)
         batch = np.zeros((batch_size, pad_len), np.int32)
-        batch[:len(idx)] = sources[idx, :pad_len]
+        batch[:len(idx), :min(pad_len, sources.shape[1])] = sources[idx, :pad_len]
         batch[len(idx):] = batch[len(idx) - 1]  # filler rows: copies, dropped below
         got_enc, bufs = jax.device_get(run(params, jnp.asarray(batch),
                                            jax.random.fold_in(rng, k)))
@@ -129,9 +131,15 @@ def capture(module: t5.Transformer, params, sources: np.ndarray, *, feature_laye
     out = np.zeros((len(keep_out), max_len), np.int16)
     for r, o in enumerate(keep_out):
         out[r, :out_len[r]] = o[:out_len[r]]
-    return dict(src=np.asarray(keep_src, np.int16), out=out, out_len=np.asarray(out_len, np.int32),
-                enc=np.concatenate(enc), feat=np.concatenate(feat),
-                top_ids=np.concatenate(top_ids), top_probs=np.concatenate(top_probs),
+
+    def cat(parts, width, dtype):  # a shard may keep no sentence at all
+        return np.concatenate(parts) if parts else np.zeros((0, width), dtype)
+
+    emb = module.config.emb_dim
+    return dict(src=np.asarray(keep_src, np.int16).reshape(-1, sources.shape[1]), out=out,
+                out_len=np.asarray(out_len, np.int32), enc=cat(enc, emb, np.uint16),
+                feat=cat(feat, len(feature_layers) * emb, np.uint16),
+                top_ids=cat(top_ids, top_k, np.int16), top_probs=cat(top_probs, top_k, np.float16),
                 dropped=np.asarray(dropped))
 
 
@@ -165,10 +173,7 @@ def build(cache_dir: str, module: t5.Transformer, params, sources: np.ndarray, *
             raise ValueError(f"{cache_dir} holds a feature cache written with other settings "
                              f"{diff}; pass another cache_dir or delete it.")
     else:
-        tmp = path + f".tmp-{os.getpid()}"
-        with open(tmp, "w") as f:
-            json.dump(manifest, f, indent=1)
-        os.replace(tmp, path)
+        files.write_atomic(path, json.dumps(manifest, indent=1))
     num = -(-len(sources) // shard_size)
     if max_shards is not None:
         num = min(num, max_shards)

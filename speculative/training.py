@@ -740,7 +740,7 @@ def _write_json(path: str, obj) -> None:
     files.write_atomic(path, json.dumps(obj, indent=1, sort_keys=True))
 
 
-def _update_card(export_dir: str, name: str, entry: dict) -> None:
+def update_card(export_dir: str, name: str, entry: dict) -> None:
     """Merges `entry` into `<export_dir>/model_card.json` under `models/<name>`."""
     path = os.path.join(export_dir, "model_card.json")
     card = {}
@@ -995,7 +995,7 @@ def train(*, model: t5.T5Config, model_dir: str, config: TrainConfig, seed: int,
             summary["valid_bleu_" + export_dtype] = bleu(module, bundled, bleu_pairs, tokenizer,
                                                          max_len)[0]
         summary["checkpoint"] = os.path.relpath(path, export_dir)
-        _update_card(export_dir, name, summary)
+        update_card(export_dir, name, summary)
     _write_json(os.path.join(model_dir, "summary.json"), summary)
     resume.finish(config.steps, train_s)
     return summary
@@ -1060,6 +1060,6 @@ def fit_ngram_drafts(*, export_dir: str, target_model: t5.T5Config, target_check
         if decoder_only:
             summaries[name].update(decoder_only=True, chunk_length=max_length)
         logging.info("%s: %s", name, summaries[name])
-        _update_card(export_dir, name, summaries[name])
+        update_card(export_dir, name, summaries[name])
     _write_json(os.path.join(model_dir, "summary.json"), summaries)
     return summaries

@@ -72,12 +72,33 @@ def _forced_logits(model, inputs, generated):
     return jnp.asarray(logits, jnp.float32)
 
 
+def _forced_pair_logits(target, draft, inputs, generated):
+    """Target and draft logits teacher-forced along `generated`. A target-aware draft reads
+    the target's encoder output and, at every position, the target's features of the position
+    before (what its first draft of a round sees; its deeper drafts read its own states, so
+    for it this alpha is the first-draft acceptance rate, and the decode's own
+    `DecodeStats.alpha` is the one along its chains)."""
+    if not decoding.reads_target(draft):
+        return _forced_logits(target, inputs, generated), _forced_logits(draft, inputs, generated)
+    cache_len = generated.shape[1] + 1
+    tstate = target.init(target.params, inputs, cache_len, keep_encoded=True)
+    fed = jnp.concatenate([tstate.pending[:, None], generated[:, :-1]], axis=1)
+    layers = tuple(draft.feature_layers)
+    if layers:
+        p_logits, feats, _ = target.extend_with_features(target.params, tstate, fed, layers)
+        feats = jnp.pad(feats[:, :-1], ((0, 0), (1, 0), (0, 0)))  # the previous position's
+    else:
+        (p_logits, _), feats = target.extend(target.params, tstate, fed), None
+    dstate = draft.init(draft.params, inputs, cache_len, context=target.context(tstate))
+    q_logits, _ = draft.extend(draft.params, dstate, fed, feats)
+    return jnp.asarray(p_logits, jnp.float32), jnp.asarray(q_logits, jnp.float32)
+
+
 @functools.partial(jax.jit, static_argnames=("sampling", "lenience"))
 def forced_betas(target, draft, inputs, generated, *, sampling: SamplingConfig,
                  lenience: float = 1.0):
     """beta at every position of `generated [B, N]` (positions past a row's end are junk)."""
-    p_logits = _forced_logits(target, inputs, generated)
-    q_logits = _forced_logits(draft, inputs, generated)
+    p_logits, q_logits = _forced_pair_logits(target, draft, inputs, generated)
     if sampling.greedy:
         p = jax.nn.softmax(p_logits, axis=-1)
         x = jnp.argmax(q_logits, axis=-1).astype(jnp.int32)

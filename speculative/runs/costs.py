@@ -91,9 +91,17 @@ def interleaved(programs: Dict[Any, Callable[[], Any]], repeats: int,
 
 
 def _extend_program(model, inputs: np.ndarray, num_tokens: int, *, cache_len: int,
-                    num_steps: int, seed: int) -> Callable[[], Any]:
-    """A thunk running `num_steps` extends of `num_tokens` tokens per row (batch of `inputs`)."""
-    state = jax.block_until_ready(model.init(model.params, jnp.asarray(inputs), cache_len))
+                    num_steps: int, seed: int, target=None) -> Callable[[], Any]:
+    """A thunk running `num_steps` extends of `num_tokens` tokens per row (batch of `inputs`).
+    A target-aware draft is initialised from `target`'s encoder output and extends on its own
+    hidden states (what each of its draft steps after the first costs)."""
+    if decoding.reads_target(model):
+        tstate = target.init(target.params, jnp.asarray(inputs), cache_len, keep_encoded=True)
+        state = model.init(model.params, jnp.asarray(inputs), cache_len,
+                           context=target.context(tstate))
+    else:
+        state = model.init(model.params, jnp.asarray(inputs), cache_len)
+    state = jax.block_until_ready(state)
     rng = np.random.default_rng(seed)
     tokens = jnp.asarray(rng.integers(2, model.vocab_size, (inputs.shape[0], num_tokens)),
                          jnp.int32)
@@ -113,7 +121,8 @@ def measure_costs(target, draft, inputs: np.ndarray, gammas: Sequence[int], *,
     t_len = target.prefix_length(inputs.shape[1]) + cache_len
     d_len = draft.prefix_length(inputs.shape[1]) + cache_len
     programs = {"target": _extend_program(target, inputs, 1, cache_len=t_len, **kw),
-                "draft": _extend_program(draft, inputs, 1, cache_len=d_len, **kw)}
+                "draft": _extend_program(draft, inputs, 1, cache_len=d_len, target=target,
+                                         **kw)}
     for g in gammas:
         programs[g] = _extend_program(target, inputs, g + 1, cache_len=t_len, **kw)
     _, times, _ = interleaved(programs, repeats)

@@ -10,14 +10,18 @@ interleaved (shard k holds both kinds), so a cache stopped after k shards is a f
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
-from typing import Optional, Sequence
+import time
+from typing import List, Optional, Sequence
 
 import gin
 import jax
 import numpy as np
 
-from speculative import feature_data, training
+from speculative import checkpoints, feature_data, feature_training, files, training
+from speculative.models import feature_draft as fd_model
 from speculative.runs import mini
 
 
@@ -37,7 +41,7 @@ def distill_sources(length: int = 48) -> np.ndarray:
     return training.pad_rows([np.asarray(x, np.int32) for x in merged], length)
 
 
-@gin.configurable(denylist=["cache_dir"])
+@gin.configurable
 def feature_cache(cache_dir: str, target: str = mini.LARGE_TARGET,
                   feature_layers: Sequence[int] = (2, 4, 6), temperature: float = 0.0,
                   max_shards: Optional[int] = None, shard_size: int = 2048, seed: int = 0):
@@ -47,3 +51,64 @@ def feature_cache(cache_dir: str, target: str = mini.LARGE_TARGET,
                               target_name=target, feature_layers=tuple(feature_layers),
                               temperature=temperature, shard_size=shard_size, seed=seed,
                               max_shards=max_shards)
+
+
+gin.external_configurable(fd_model.FeatureDraftConfig, module="feature_draft")
+gin.external_configurable(feature_training.FeatureTrainConfig, module="feature_draft")
+
+
+def valid_inputs(num: int = 256, length: int = 48) -> List[np.ndarray]:
+    """The first `num` valid sources that fit `length` tokens (the card's alpha sentences)."""
+    vocab = mini.Vocabulary()
+    ids = [x for x in vocab.encode_inputs([s for s, _ in mini.test_pairs(split="valid")])
+           if len(x) <= length]
+    return [np.asarray(x, np.int32) for x in ids[:num]]
+
+
+@gin.configurable(denylist=["gin_config"])
+def train_feature_draft(*, model_dir: str, cache_dir: str, draft: fd_model.FeatureDraftConfig,
+                        config: feature_training.FeatureTrainConfig,
+                        target: str = mini.LARGE_TARGET, name: Optional[str] = None,
+                        export_dir: Optional[str] = None, alpha_gamma: int = 4,
+                        gin_config: Optional[str] = None) -> dict:
+    """Trains a target-aware draft of bundled `target` on `cache_dir` (resumable), measures its
+    alpha as the card does (in-loop `DecodeStats.alpha`, gamma 4, first 256 valid sentences,
+    T = 0 and 1), and with `export_dir` stores it in bfloat16 with its card entry."""
+    os.makedirs(model_dir, exist_ok=True)
+    if gin_config:
+        files.write_atomic(os.path.join(model_dir, "config.gin"), gin_config)
+    start = time.time()
+    result = feature_training.train(draft_config=draft, config=config, cache_dir=cache_dir,
+                                    model_dir=model_dir)
+    params = feature_training.load_params(model_dir, draft)
+    module = fd_model.FeatureDraft(draft)
+    target_model = mini.load(target)
+    summary = {
+        "kind": mini.FEATURE_DRAFT, "name": name or os.path.basename(model_dir.rstrip("/")),
+        "config": dataclasses.asdict(draft), "train_config": dataclasses.asdict(config),
+        "params": training.num_params(params), "target": target, "steps": config.steps,
+        "train_wall_s": round(result["seconds"], 1), "trained_on": _machine(),
+        "final_valid": result["valid"], "feature_cache": feature_data.read_manifest(cache_dir),
+    }
+    stored = params
+    if export_dir:
+        exported = jax.tree_util.tree_map(lambda x: np.asarray(x, "bfloat16"), params)
+        path = checkpoints.save_t5x(exported, os.path.join(export_dir, summary["name"]),
+                                    step=config.steps, overwrite=True)
+        stored = checkpoints.load_params(path, dtype="float32")
+        summary["checkpoint"] = os.path.relpath(path, export_dir)
+    summary["alpha"] = training.draft_alpha(
+        target_model, fd_model.FeatureDraftModel(module, stored), valid_inputs(),
+        rng=jax.random.PRNGKey(0), gamma=alpha_gamma, max_length=48)
+    summary["total_wall_s"] = round(time.time() - start + result["seconds"], 1)
+    print(json.dumps(summary["alpha"]), flush=True)
+    files.write_atomic(os.path.join(model_dir, "summary.json"),
+                       json.dumps(files.json_ready(summary), indent=1, sort_keys=True))
+    if export_dir:
+        training.update_card(export_dir, summary["name"], summary)
+    return summary
+
+
+def _machine() -> str:
+    return f"{os.cpu_count()} CPU cores" if jax.default_backend() == "cpu" else \
+        jax.devices()[0].device_kind

@@ -69,10 +69,33 @@ def load(name: str, param_dtype: str = "float32") -> decoding.DecodeModel:
     entry = _entry(name)
     from speculative.runs import models  # pylint: disable=g-import-not-at-top
 
+    if entry.get("kind") == FEATURE_DRAFT:
+        return load_feature_draft(entry)
     if not is_t5(name):
         return models.build_model(os.path.join(MODELS_DIR, entry["file"]), name="draft")
     return models.load_model(config(name), os.path.join(MODELS_DIR, entry["checkpoint"]),
                              param_dtype=param_dtype)
+
+
+FEATURE_DRAFT = "feature_draft"  # the card's `kind` of a target-aware draft
+
+
+def feature_draft_config(entry: dict):
+    """The `FeatureDraftConfig` a card entry of kind 'feature_draft' records."""
+    from speculative.models import feature_draft  # pylint: disable=g-import-not-at-top
+
+    return feature_draft.FeatureDraftConfig(**entry["config"])
+
+
+def load_feature_draft(entry: dict, models_dir: str = MODELS_DIR):
+    """A bundled target-aware draft (bfloat16 T5X checkpoint, decoded in float32)."""
+    from speculative import checkpoints  # pylint: disable=g-import-not-at-top
+    from speculative.models import feature_draft  # pylint: disable=g-import-not-at-top
+
+    module = feature_draft.FeatureDraft(feature_draft_config(entry))
+    params = checkpoints.load_params(os.path.join(models_dir, entry["checkpoint"]),
+                                     dtype="float32")
+    return feature_draft.FeatureDraftModel(module, params)
 
 
 def is_t5(name: str) -> bool:

@@ -1,0 +1,350 @@
+"""Training a target-aware draft on the cached features of a frozen target (`feature_data`).
+
+The draft learns the target's next-token distributions along the target's own outputs: at
+every position j and every unrolled depth d (training-time test, `FeatureDraft.__call__`), the
+loss compares the draft's q^d_j with the cached top-k p_j (renormalised over its k tokens):
+
+    kl:  sum_x p(x) (log p(x) - log q(x))              (the whole distribution; T = 0 and 1)
+    tv:  1 - sum_x min(p(x), q(x))                     (one minus the acceptance rate at T = 1)
+
+averaged over positions, and over depths with equal weights. Adam with linear warmup and
+cosine decay, global-norm clipping 1. The state is saved every `checkpoint_every` steps to
+`model_dir/train_state.msgpack` (atomically), and a run resumes from it.
+
+Shape legend: B batch, L length, E embed, F feature width, k top-k, V vocab.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
+
+import flax
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from absl import logging
+
+from speculative import feature_data, files
+from speculative.models import feature_draft as fd
+
+Array = jax.Array
+
+
+@dataclasses.dataclass(frozen=True)
+class FeatureTrainConfig:
+    """Settings of one training run (all recorded in `model_dir/train_config.json`).
+
+    Attributes:
+      steps: optimizer steps.
+      batch_tokens: padded target tokens per batch (rows = batch_tokens // bucket length).
+      buckets: padded lengths (source and output share one).
+      depth: unrolled draft steps per position (1 = no training-time test).
+      objective: 'kl', 'tv' or 'kl+tv' (their sum).
+      learning_rate, warmup_steps: Adam's peak rate and its linear warmup; cosine decay to 10%.
+      checkpoint_every: steps between saved training states.
+      max_shards: use the first shards of the cache only (None = all).
+      seed: parameter initialisation and batch order.
+    """
+
+    steps: int = 4000
+    batch_tokens: int = 2048
+    buckets: Tuple[int, ...] = (16, 24, 32, 48)
+    depth: int = 3
+    objective: str = "kl"
+    learning_rate: float = 3e-3
+    warmup_steps: int = 200
+    checkpoint_every: int = 250
+    max_shards: Optional[int] = None
+    seed: int = 0
+
+    def __post_init__(self):
+        object.__setattr__(self, "buckets", tuple(int(b) for b in self.buckets))
+        for name in ("steps", "batch_tokens", "depth", "checkpoint_every"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+                raise ValueError(f"FeatureTrainConfig.{name}={value!r} must be an int >= 1.")
+        if self.objective not in ("kl", "tv", "kl+tv"):
+            raise ValueError(f"FeatureTrainConfig.objective={self.objective!r}: use 'kl', 'tv' "
+                             "or 'kl+tv'.")
+        if not self.learning_rate > 0:
+            raise ValueError(f"learning_rate={self.learning_rate!r} must be > 0.")
+
+
+# ------------------------------------------------------------------------------------- the data
+
+@dataclasses.dataclass
+class Corpus:
+    """The cached sentences, ragged arrays with offsets (see `feature_data`)."""
+
+    src: np.ndarray  # [n, L_in] int
+    out: np.ndarray  # [n, N] int
+    src_len: np.ndarray  # [n]
+    out_len: np.ndarray  # [n]
+    enc: np.ndarray  # [sum src_len, T] uint16 (bfloat16 bits)
+    feat: np.ndarray  # [sum out_len, F] uint16
+    top_ids: np.ndarray  # [sum out_len, k] int16
+    top_probs: np.ndarray  # [sum out_len, k] float16
+    enc_start: np.ndarray = None
+    out_start: np.ndarray = None
+
+    def __post_init__(self):
+        self.enc_start = np.concatenate([[0], np.cumsum(self.src_len)[:-1]]).astype(np.int64)
+        self.out_start = np.concatenate([[0], np.cumsum(self.out_len)[:-1]]).astype(np.int64)
+
+    def __len__(self):
+        return len(self.out_len)
+
+    @classmethod
+    def load(cls, cache_dir: str, max_shards: Optional[int] = None,
+             skip_shards: int = 0) -> "Corpus":
+        shards = feature_data.load_shards(cache_dir, max_shards)[skip_shards:]
+        if not shards:
+            raise ValueError(f"No shards of {cache_dir} left after skipping {skip_shards}.")
+        cat = {k: np.concatenate([s[k] for s in shards]) for k in
+               ("src", "out", "out_len", "enc", "feat", "top_ids", "top_probs")}
+        src_len = np.sum(cat["src"] > 0, axis=1)
+        return cls(src=cat["src"], out=cat["out"], src_len=src_len, out_len=cat["out_len"],
+                   enc=cat["enc"], feat=cat["feat"], top_ids=cat["top_ids"],
+                   top_probs=cat["top_probs"])
+
+    def batch(self, rows: Sequence[int], length: int, num_rows: int) -> Dict[str, np.ndarray]:
+        """Padded arrays of `rows` (filler rows all padding, zero weight)."""
+        width_t, width_f = self.enc.shape[1], self.feat.shape[1]
+        k = self.top_ids.shape[1]
+        out = dict(encoded=np.zeros((num_rows, length, width_t), np.float32),
+                   encoder_mask=np.zeros((num_rows, length), bool),
+                   tokens=np.zeros((num_rows, length), np.int32),
+                   features=np.zeros((num_rows, length, width_f), np.float32),
+                   top_ids=np.zeros((num_rows, length, k), np.int32),
+                   top_probs=np.zeros((num_rows, length, k), np.float32),
+                   weights=np.zeros((num_rows, length), np.float32))
+        for r, i in enumerate(rows):
+            ls, lo = int(self.src_len[i]), int(self.out_len[i])
+            e, o = self.enc_start[i], self.out_start[i]
+            out["encoded"][r, :ls] = feature_data.from_bits(self.enc[e:e + ls])
+            out["encoder_mask"][r, :ls] = True
+            out["tokens"][r, 1:lo] = self.out[i, :lo - 1]  # BOS, y_1 .. y_{m-1}
+            out["features"][r, :lo] = feature_data.from_bits(self.feat[o:o + lo])
+            out["top_ids"][r, :lo] = self.top_ids[o:o + lo]
+            out["top_probs"][r, :lo] = self.top_probs[o:o + lo]
+            out["weights"][r, :lo] = 1.0
+        return out
+
+    def batches(self, config: FeatureTrainConfig, rng: np.random.Generator,
+                rows: Optional[np.ndarray] = None) -> Iterator[Dict[str, np.ndarray]]:
+        """One shuffled pass over `rows` (default: all), bucketed by length."""
+        rows = np.arange(len(self)) if rows is None else np.asarray(rows)
+        lengths = np.maximum(self.src_len[rows], self.out_len[rows])
+        bucket_of = np.searchsorted(config.buckets, lengths)
+        plan = []
+        for b, length in enumerate(config.buckets):
+            idx = rng.permutation(rows[bucket_of == b])
+            per = max(1, config.batch_tokens // length)
+            plan += [(idx[s:s + per], length, per) for s in range(0, len(idx), per)]
+        for k in rng.permutation(len(plan)):
+            idx, length, per = plan[k]
+            yield self.batch(idx, length, per)
+
+
+# ------------------------------------------------------------------------------------ objectives
+
+def losses(logits: Array, top_ids: Array, top_probs: Array, weights: Array,
+           objective: str) -> Tuple[Array, Dict[str, Array]]:
+    """Mean loss over depths and weighted positions; `logits [D, B, L, V]`, teacher `[B, L, k]`.
+
+    Position j at depth d counts only when j >= d - 1 (a round can draft it at that depth)."""
+    depth, _, length, _ = logits.shape
+    p = top_probs / jnp.maximum(jnp.sum(top_probs, -1, keepdims=True), 1e-9)
+    logq = jax.nn.log_softmax(logits, axis=-1)
+    logq_top = jnp.take_along_axis(logq, jnp.broadcast_to(top_ids, logq.shape[:-1] + (
+        top_ids.shape[-1],)), axis=-1)
+    kl = jnp.sum(p * (jnp.log(jnp.maximum(p, 1e-9)) - logq_top), -1)  # [D, B, L]
+    tv = 1.0 - jnp.sum(jnp.minimum(p, jnp.exp(logq_top)), -1)
+    argmax_hit = (jnp.argmax(logits, -1) == top_ids[..., 0]).astype(jnp.float32)
+    pos = jnp.arange(length)
+    w = weights[None] * (pos[None, None, :] >= jnp.arange(depth)[:, None, None])
+    w = w / jnp.maximum(jnp.sum(w, axis=(1, 2), keepdims=True), 1.0)  # per depth, then mean
+
+    def mean(x):
+        return jnp.sum(x * w) / depth
+
+    total = {"kl": mean(kl), "tv": mean(tv), "kl+tv": mean(kl) + mean(tv)}[objective]
+    metrics = {"kl": mean(kl), "tv": mean(tv), "top1": mean(argmax_hit)}
+    for d in range(depth):
+        metrics[f"top1_d{d + 1}"] = jnp.sum(argmax_hit[d] * w[d])
+    return total, metrics
+
+
+# ------------------------------------------------------------------------------------ the trainer
+
+def _optimizer(config: FeatureTrainConfig) -> optax.GradientTransformation:
+    schedule = optax.warmup_cosine_decay_schedule(
+        0.0, config.learning_rate, config.warmup_steps, max(config.steps, config.warmup_steps + 1),
+        end_value=0.1 * config.learning_rate)
+    return optax.chain(optax.clip_by_global_norm(1.0), optax.adam(schedule))
+
+
+def _step_fns(module: fd.FeatureDraft, optimizer, config: FeatureTrainConfig):
+    def loss_fn(params, batch):
+        logits = module.apply({"params": params}, batch["encoded"], batch["encoder_mask"],
+                              batch["tokens"], batch["features"], config.depth)
+        return losses(logits, batch["top_ids"], batch["top_probs"], batch["weights"],
+                      config.objective)
+
+    @jax.jit
+    def train_step(params, opt_state, batch):
+        (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, batch)
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, loss, metrics
+
+    @jax.jit
+    def eval_step(params, batch):
+        return loss_fn(params, batch)
+
+    return train_step, eval_step
+
+
+def train(*, draft_config: fd.FeatureDraftConfig, config: FeatureTrainConfig, cache_dir: str,
+          model_dir: str, valid_fraction: float = 0.02, stop_at: Optional[int] = None) -> dict:
+    """Trains (or resumes) a target-aware draft on the feature cache in `cache_dir`.
+
+    Writes `model_dir/train_config.json`, `metrics.jsonl`, `train_state.msgpack` (resumable)
+    and, at the end, `params.msgpack` (float32). A held-out `valid_fraction` of the sentences
+    (the last ones) is scored every checkpoint. `stop_at` ends this call after that step (a
+    piece of the run; call again to go on). Returns the final metrics."""
+    manifest = feature_data.read_manifest(cache_dir)
+    if not set(draft_config.feature_layers) <= set(manifest["feature_layers"]):
+        raise ValueError(f"The draft reads target layers {draft_config.feature_layers}; the "
+                         f"cache in {cache_dir} holds {manifest['feature_layers']}.")
+    if draft_config.target_emb_dim != manifest["emb_dim"]:
+        raise ValueError(f"target_emb_dim={draft_config.target_emb_dim} but the cached target "
+                         f"has width {manifest['emb_dim']}.")
+    os.makedirs(model_dir, exist_ok=True)
+    settings = dict(draft=dataclasses.asdict(draft_config), train=dataclasses.asdict(config),
+                    cache_dir=os.path.abspath(cache_dir), valid_fraction=valid_fraction)
+    settings = json.loads(json.dumps(settings))
+    settings_path = os.path.join(model_dir, "train_config.json")
+    if os.path.exists(settings_path):
+        with open(settings_path) as f:
+            old = json.load(f)
+        if old != settings:
+            raise ValueError(f"{model_dir} holds a run with other settings; pass another "
+                             f"model_dir. Differences: "
+                             f"{ {k: (old.get(k), v) for k, v in settings.items() if old.get(k) != v} }")
+    else:
+        files.write_atomic(settings_path, json.dumps(settings, indent=1).encode())
+
+    corpus = Corpus.load(cache_dir, config.max_shards)
+    selected = _select_layers(manifest, draft_config.feature_layers)
+    if selected is not None:
+        corpus.feat = np.concatenate([corpus.feat[:, s] for s in selected], axis=1)
+    longest = int(np.max(np.maximum(corpus.src_len, corpus.out_len)))
+    if longest > config.buckets[-1]:
+        raise ValueError(f"The cache holds sentences of {longest} tokens, more than the largest "
+                         f"bucket {config.buckets[-1]}; add a bucket of at least {longest}.")
+    num_valid = max(1, int(len(corpus) * valid_fraction))
+    train_rows = np.arange(len(corpus) - num_valid)
+    valid_rows = np.arange(len(corpus) - num_valid, len(corpus))
+    logging.info("feature training: %d train / %d valid sentences", len(train_rows), num_valid)
+
+    module = fd.FeatureDraft(draft_config)
+    optimizer = _optimizer(config)
+    params = fd.init_params(module, jax.random.PRNGKey(config.seed))
+    opt_state = optimizer.init(params)
+    step, seconds = 0, 0.0
+    state_path = os.path.join(model_dir, "train_state.msgpack")
+    if os.path.exists(state_path):
+        with open(state_path, "rb") as f:
+            restored = flax.serialization.from_bytes(
+                {"params": params, "opt_state": opt_state, "step": 0, "seconds": 0.0}, f.read())
+        params, opt_state = restored["params"], restored["opt_state"]
+        step, seconds = int(restored["step"]), float(restored["seconds"])
+        logging.info("resumed %s at step %d", model_dir, step)
+    train_step, eval_step = _step_fns(module, optimizer, config)
+
+    def batches_from(epoch):
+        return corpus.batches(config, np.random.default_rng([config.seed, epoch]), train_rows)
+
+    # Resuming replays the data order deterministically: epoch and position within it.
+    per_epoch = sum(1 for _ in _plan_sizes(corpus, config, train_rows))
+    epoch, skip = divmod(step, per_epoch)
+    it = batches_from(epoch)
+    for _ in range(skip):
+        next(it)
+    metrics_path = os.path.join(model_dir, "metrics.jsonl")
+    window, start = [], time.time()
+    valid = None
+    last = config.steps if stop_at is None else min(stop_at, config.steps)
+    while step < last:
+        try:
+            batch = next(it)
+        except StopIteration:
+            epoch += 1
+            it = batches_from(epoch)
+            continue
+        params, opt_state, loss, metrics = train_step(params, opt_state, batch)
+        step += 1
+        window.append(jax.device_get(metrics))
+        if step % config.checkpoint_every == 0 or step == last:
+            seconds += time.time() - start
+            start = time.time()
+            valid = evaluate(eval_step, params, corpus, valid_rows, config)
+            row = {"step": step, "seconds": round(seconds, 1),
+                   "train": {k: float(np.mean([m[k] for m in window])) for k in window[0]},
+                   "valid": valid}
+            window = []
+            with open(metrics_path, "a") as f:
+                f.write(json.dumps(row) + "\n")
+            print(f"{model_dir}: step {step}/{config.steps} {seconds:.0f}s train kl "
+                  f"{row['train']['kl']:.3f} top1 {row['train']['top1']:.3f} | valid "
+                  + " ".join(f"{k} {v:.3f}" for k, v in valid.items()), flush=True)
+            files.write_atomic(state_path, flax.serialization.to_bytes(
+                {"params": params, "opt_state": opt_state, "step": step, "seconds": seconds}))
+    if step == config.steps:
+        files.write_atomic(os.path.join(model_dir, "params.msgpack"),
+                           flax.serialization.to_bytes(params))
+    return {"step": step, "seconds": seconds, "valid": valid, "done": step == config.steps}
+
+
+def _select_layers(manifest, layers) -> Optional[List[slice]]:
+    """Column slices of the cached features for the draft's layers (None: all, in order)."""
+    cached = list(manifest["feature_layers"])
+    if list(layers) == cached:
+        return None
+    width = manifest["emb_dim"]
+    return [slice(cached.index(i) * width, (cached.index(i) + 1) * width) for i in layers]
+
+
+def _plan_sizes(corpus, config, rows):
+    lengths = np.maximum(corpus.src_len[rows], corpus.out_len[rows])
+    bucket_of = np.searchsorted(config.buckets, lengths)
+    for b, length in enumerate(config.buckets):
+        per = max(1, config.batch_tokens // length)
+        yield from range(-(-int(np.sum(bucket_of == b)) // per))
+
+
+def evaluate(eval_step, params, corpus: Corpus, rows: np.ndarray,
+             config: FeatureTrainConfig) -> Dict[str, float]:
+    """Metrics over `rows` (token-weighted mean of the batches)."""
+    totals, count = {}, 0.0
+    for batch in corpus.batches(config, np.random.default_rng(0), rows):
+        _, metrics = eval_step(params, batch)
+        n = float(np.sum(batch["weights"]))
+        for k, v in jax.device_get(metrics).items():
+            totals[k] = totals.get(k, 0.0) + float(v) * n
+        count += n
+    return {k: v / count for k, v in totals.items()}
+
+
+def load_params(model_dir: str, draft_config: fd.FeatureDraftConfig):
+    """The float32 parameters a finished run wrote."""
+    module = fd.FeatureDraft(draft_config)
+    template = fd.init_params(module, jax.random.PRNGKey(0))
+    with open(os.path.join(model_dir, "params.msgpack"), "rb") as f:
+        return flax.serialization.from_bytes(template, f.read())
+

@@ -1,0 +1,130 @@
+"""The target-aware draft's data and trainer: the feature cache is the target's own decode,
+shards resume, settings are never mixed, and training learns and resumes."""
+
+import json
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from conftest import random_params, tiny_config
+from speculative import decoding, feature_data, feature_training
+from speculative.models import feature_draft as fd
+from speculative.models import t5
+from speculative.sampling import SamplingConfig
+
+
+@pytest.fixture(scope="module")
+def tiny_target():
+    """A random target that ends its outputs: its EOS logit is a scaled copy of the logit of
+    the token its greedy outputs emit most, so EOS wins wherever that token would."""
+    module = t5.Transformer(tiny_config(vocab_size=16))
+    params = random_params(module, 0)
+    ar = decoding.autoregressive_decode(
+        decoding.EncoderDecoderModel(module, params), _sources(), rng=jax.random.PRNGKey(0),
+        sampling=SamplingConfig(0.0), max_decode_len=30)
+    common = int(np.argmax(np.bincount(np.asarray(ar.tokens).ravel(), minlength=16)[2:])) + 2
+    kernel = params["decoder"]["logits_dense"]["kernel"]
+    params["decoder"]["logits_dense"] = {
+        "kernel": kernel.at[:, t5.EOS_ID].set(kernel[:, common] * 1.5)}
+    return module, params
+
+
+def _sources(n=12, width=6, seed=0):
+    rng = np.random.default_rng(seed)
+    out = np.zeros((n, width), np.int32)
+    for b in range(n):
+        k = int(rng.integers(1, width + 1))
+        out[b, :k] = rng.integers(2, 16, k)
+    return out
+
+
+def _build(path, module, params, **kw):
+    kw = dict(target_name="tiny", feature_layers=(1, 2), top_k=4, max_len=30, shard_size=5,
+              **kw)
+    return feature_data.build(str(path), module, params, _sources(), **kw)
+
+
+def test_cache_is_the_targets_greedy_decode_with_its_features(tmp_path, tiny_target):
+    module, params = tiny_target
+    _build(tmp_path, module, params)
+    corpus = feature_training.Corpus.load(str(tmp_path))
+    assert len(corpus) >= 8  # of 12 (the others reached max_len without EOS)
+    # Sentences that end within max_len: each output is the greedy decode of its source.
+    model = decoding.EncoderDecoderModel(module, params)
+    for i in range(len(corpus)):
+        src = corpus.src[i:i + 1].astype(np.int32)
+        ar = decoding.autoregressive_decode(model, src, rng=jax.random.PRNGKey(0),
+                                            sampling=SamplingConfig(0.0), max_decode_len=30)
+        m = int(corpus.out_len[i])
+        np.testing.assert_array_equal(corpus.out[i, :m], np.asarray(ar.tokens[0, :m]))
+        # Feature row j = the state after reading decoder input j (teacher forcing).
+        batch = corpus.batch([i], 32, 1)
+        state = model.init(params, jnp.asarray(src), 34, keep_encoded=True)
+        _, feats, _ = model.extend_with_features(params, state, jnp.asarray(batch["tokens"]),
+                                                 (1, 2))
+        np.testing.assert_allclose(batch["features"][0, :m], np.asarray(feats[0, :m]),
+                                   rtol=2e-2, atol=2e-2)  # stored as bfloat16
+        np.testing.assert_allclose(batch["encoded"][0, :int(corpus.src_len[i])],
+                                   np.asarray(state.encoded[0, :int(corpus.src_len[i])]),
+                                   rtol=2e-2, atol=2e-2)
+        assert batch["weights"][0].sum() == m
+
+
+def test_shards_resume_and_other_settings_are_refused(tmp_path, tiny_target):
+    module, params = tiny_target
+    paths = _build(tmp_path, module, params)
+    assert len(paths) == 3  # 12 sources in shards of 5
+    with np.load(paths[1]) as data:
+        before = {k: data[k] for k in data.files}
+    os.remove(paths[1])
+    _build(tmp_path, module, params)  # writes only the missing shard, identically
+    with np.load(paths[1]) as data:
+        for k, v in before.items():
+            np.testing.assert_array_equal(data[k], v)
+    with pytest.raises(ValueError, match="other settings"):
+        _build(tmp_path, module, params, temperature=1.0)
+    assert json.load(open(tmp_path / "manifest.json"))["temperature"] == 0.0
+
+
+def test_training_lowers_the_loss_and_resumes_where_it_stopped(tmp_path, tiny_target):
+    module, params = tiny_target
+    _build(tmp_path / "cache", module, params)
+    draft = fd.FeatureDraftConfig(vocab_size=16, target_emb_dim=16, feature_layers=(2,),
+                                  emb_dim=8, num_heads=2, head_dim=4, mlp_dim=16,
+                                  relative_attention_num_buckets=8,
+                                  relative_attention_max_distance=16)
+    config = feature_training.FeatureTrainConfig(steps=40, batch_tokens=48, buckets=(32,),
+                                                 depth=2, checkpoint_every=20, warmup_steps=5,
+                                                 learning_rate=0.02)
+    kw = dict(draft_config=draft, cache_dir=str(tmp_path / "cache"), valid_fraction=0.2)
+    full = feature_training.train(config=config, model_dir=str(tmp_path / "a"), **kw)
+    lines = [json.loads(x) for x in open(tmp_path / "a" / "metrics.jsonl")]
+    assert lines[-1]["train"]["kl"] < lines[0]["train"]["kl"]
+    # Stop after 30 steps (a piece ends with a saved state), then resume
+    # to 40: the same parameters as the run that never stopped.
+    part = feature_training.train(config=config, model_dir=str(tmp_path / "b"), stop_at=30,
+                                  **kw)
+    assert part["step"] == 30 and not part["done"]
+    assert not (tmp_path / "b" / "params.msgpack").exists()
+    resumed = feature_training.train(config=config, model_dir=str(tmp_path / "b"), **kw)
+    assert resumed["step"] == full["step"] == 40
+    a = feature_training.load_params(str(tmp_path / "a"), draft)
+    b = feature_training.load_params(str(tmp_path / "b"), draft)
+    for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)):
+        np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-5)
+    with pytest.raises(ValueError, match="other settings"):
+        feature_training.train(config=feature_training.FeatureTrainConfig(**dict(
+            config.__dict__, depth=1)), model_dir=str(tmp_path / "a"), **kw)
+    with pytest.raises(ValueError, match="layers"):
+        feature_training.train(config=config, model_dir=str(tmp_path / "c"), **dict(
+            kw, draft_config=fd.FeatureDraftConfig(**dict(draft.__dict__, feature_layers=(3,)))))
+
+
+def test_config_refuses_bad_values():
+    with pytest.raises(ValueError, match="depth"):
+        feature_training.FeatureTrainConfig(depth=0)
+    with pytest.raises(ValueError, match="objective"):
+        feature_training.FeatureTrainConfig(objective="ce")
