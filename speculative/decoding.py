@@ -48,6 +48,7 @@ from flax import struct
 
 from speculative import partitioning
 from speculative import sampling as sampling_lib
+from speculative import verification
 from speculative.models import t5
 
 Array = jax.Array
@@ -171,6 +172,31 @@ class DecodeStats:
     tested: Array  # [B]
     accepted_per_position: Array  # [B, G] (G = 0 for the baseline)
     nonfinite: Array  # [B] bool: the target's distribution went NaN/inf; the row was stopped
+
+    def update(self, active, accepted, drafted, fed, beta, generated, broken) -> "DecodeStats":
+        """The counters after one speculative round (traced, inside the loop).
+
+        `active [B]` rows decoding this round; `accepted [B]` n; `drafted [B]` drafts
+        proposed; `fed [B]` single-token draft steps after the first; `beta [B, G]`;
+        `generated [B]` tokens emitted so far; `broken [B]` rows stopped on NaN/inf. The
+        accept test examined min(n + 1, drafted) positions: the accepted ones and the first
+        rejected one."""
+        a = active.astype(jnp.int32)
+        gamma = beta.shape[1]
+        tested = jnp.minimum(accepted + 1, drafted)
+        tested_mask = jnp.arange(gamma)[None] < tested[:, None]
+        return DecodeStats(
+            rounds=self.rounds + 1,
+            target_calls=self.target_calls + a,
+            draft_calls=self.draft_calls + a * (fed + 1),
+            drafted=self.drafted + a * drafted,
+            accepted=self.accepted + a * accepted,
+            generated=generated,
+            beta_sum=self.beta_sum + jnp.where(active, jnp.sum(beta * tested_mask, axis=1), 0.0),
+            tested=self.tested + a * tested,
+            accepted_per_position=self.accepted_per_position
+            + (active[:, None] & (jnp.arange(gamma)[None] < accepted[:, None])).astype(jnp.int32),
+            nonfinite=self.nonfinite | broken)
 
     @property
     def alpha(self) -> float:
@@ -426,6 +452,7 @@ class _ARState:
 
 def _autoregressive_impl(model, inputs, rng, *, sampling, max_decode_len, debug=False):
     batch = inputs.shape[0]
+    verifier = verification.for_sampling(sampling)
     state = model.init(model.params, inputs, _cache_len(model, inputs, max_decode_len, 0))
     init = _ARState(
         model_state=state, last=state.pending,
@@ -440,15 +467,8 @@ def _autoregressive_impl(model, inputs, rng, *, sampling, max_decode_len, debug=
     def body(s):
         old_len = s.model_state.lengths
         logits, mstate = model.extend(model.params, s.model_state, s.last[:, None])
-        if sampling.greedy:
-            rng = s.rng
-            token = jnp.argmax(logits[:, 0], axis=-1).astype(jnp.int32)
-            ok = sampling_lib.finite_rows(logits[:, 0])
-        else:
-            rng, step_rng = jax.random.split(s.rng)
-            p = sampling_lib.adjusted_probs(logits[:, 0], sampling)
-            token = sampling_lib.sample(step_rng, p)
-            ok = sampling_lib.finite_rows(p)
+        rng, step_rng = verifier.split_step(s.rng)
+        token, ok = verifier.next_token(logits[:, 0], step_rng)
         active = ~s.done
         broken = active & ~ok  # nothing from a NaN/inf distribution is committed
         tokens, num_generated, done, _ = _commit(
@@ -539,7 +559,7 @@ class _SpecState:
     budget: Array
 
 
-def _draft(draft, s: _SpecState, rngs, sampling, gamma, confidence, active):
+def _draft(draft, s: _SpecState, rngs, verifier, gamma, confidence, active):
     """Proposes up to G tokens per row.
 
     Returns (draft_state, x [B, G], q [B, G, V], num_drafted [B] in [0, G], fed []); a row's
@@ -562,14 +582,7 @@ def _draft(draft, s: _SpecState, rngs, sampling, gamma, confidence, active):
     dstate = draft.rewind(dstate, target_len + 1)  # holds S; the junk slots are masked
     logits = jnp.take_along_axis(logits, lag[:, None, None], axis=1)[:, 0]
 
-    def propose(logits, rng):
-        if sampling.greedy:  # q would be one-hot at the argmax: keep only its size-1 summary
-            x = jnp.argmax(logits, axis=-1).astype(jnp.int32)
-            return x, jnp.ones(x.shape + (1,), jnp.float32)
-        q = sampling_lib.adjusted_probs(logits, sampling)
-        return sampling_lib.sample(rng, q), q
-
-    x1, q1 = propose(logits, None if rngs is None else rngs[0])
+    x1, q1 = verifier.propose(logits, None if rngs is None else rngs[0])
     batch = x1.shape[0]
     x = jnp.zeros((batch, gamma), jnp.int32).at[:, 0].set(x1)
     q = jnp.zeros((batch, gamma) + q1.shape[1:], q1.dtype).at[:, 0].set(q1)  # [B, G, V or 1]
@@ -587,13 +600,9 @@ def _draft(draft, s: _SpecState, rngs, sampling, gamma, confidence, active):
         i, dstate, x, q, num, going = carry
         logits, dstate = draft.extend(draft.params, dstate,
                                       jax.lax.dynamic_slice_in_dim(x, i - 1, 1, axis=1))
-        xi, qi = propose(logits[:, 0], None if rngs is None else rngs[i])
+        xi, qi = verifier.propose(logits[:, 0], None if rngs is None else rngs[i])
         if confidence > 0.0:  # static: no cost without dynamic gamma
-            # The draft's top probability: of q when sampling; at temperature 0 q is one-hot, so
-            # of the softmax of its logits (the argmax's probability).
-            top = (jnp.max(jax.nn.softmax(jnp.asarray(logits[:, 0], jnp.float32)), axis=-1)
-                   if sampling.greedy else jnp.max(qi, axis=-1))
-            going = going & (top >= confidence)
+            going = going & (verifier.top_probability(logits[:, 0], qi) >= confidence)
         going = going & sampling_lib.finite_rows(logits[:, 0]) & (i < s.budget)
         x = jax.lax.dynamic_update_slice_in_dim(x, xi[:, None], i, axis=1)
         q = jax.lax.dynamic_update_slice_in_dim(q, qi[:, None], i, axis=1)
@@ -608,6 +617,7 @@ def _speculative_impl(target, draft, inputs, rng, *, gamma, sampling, max_decode
                       lenience=1.0, draft_confidence=0.0, gamma_schedule="constant",
                       initial_gamma=None, debug=False):
     batch = inputs.shape[0]
+    verifier = verification.for_sampling(sampling, lenience)
     aware = reads_target(draft)
     if aware:  # the draft cross-attends to the target's encoder output and reads its features
         tstate = target.init(target.params, inputs,
@@ -641,16 +651,12 @@ def _speculative_impl(target, draft, inputs, rng, *, gamma, sampling, max_decode
         return jnp.any(~s.done) & (s.stats.rounds < max_decode_len)
 
     def body(s):
-        if sampling.greedy:  # deterministic: no keys to split
-            rng, draft_rngs, accept_rng = s.rng, None, s.rng
-        else:
-            rng, draft_rng, accept_rng = jax.random.split(s.rng, 3)
-            draft_rngs = jax.random.split(draft_rng, gamma)
+        rng, draft_rngs, accept_rng = verifier.split(s.rng, gamma)
         active = ~s.done
         target_len = s.target_state.lengths
 
         dstate, x, q, num_drafted, fed = _draft(
-            draft, s, draft_rngs, sampling, gamma, draft_confidence, active)
+            draft, s, draft_rngs, verifier, gamma, draft_confidence, active)
         verify_tokens = jnp.concatenate([s.last[:, None], x], axis=1)  # [B, G+1]
         if aware and layers:
             logits, features, tstate = target.extend_with_features(
@@ -658,21 +664,11 @@ def _speculative_impl(target, draft, inputs, rng, *, gamma, sampling, max_decode
         else:
             logits, tstate = target.extend(target.params, s.target_state, verify_tokens)
             features = None
-
-        if sampling.greedy:
-            n, t, accept = sampling_lib.greedy_verify(logits, x, lenience, num_drafted)
-            beta = accept.astype(jnp.float32)  # deterministic acceptance: beta is 0 or 1
-            ok = sampling_lib.finite_rows(logits)  # [B, G+1]
-        else:
-            p = sampling_lib.adjusted_probs(logits, sampling)
-            n, t = sampling_lib.speculative_sample(p, q, x, accept_rng, lenience,
-                                                   num_drafted=num_drafted)
-            ok = sampling_lib.finite_rows(p)
-            beta = sampling_lib.acceptance_rate(p[:, :gamma], q, lenience)
-            beta = jnp.where(ok[:, :gamma] & sampling_lib.finite_rows(q), beta, 0.0)
+        verdict = verifier.verify(logits, q, x, num_drafted, accept_rng)
         # Accepted drafts passed finite positions; the emitted token needs position n finite.
-        broken = active & ~jnp.take_along_axis(ok, n[:, None], axis=1)[:, 0]
-        n = jnp.where(broken, 0, n)  # a stopped row commits (and counts) nothing this round
+        broken = verdict.broken(active)
+        n = jnp.where(broken, 0, verdict.num_accepted)  # a stopped row commits nothing
+        t = verdict.next_token
 
         idx = jnp.arange(gamma + 1)[None]
         x_pad = jnp.concatenate([x, jnp.zeros_like(x[:, :1])], axis=1)
@@ -685,22 +681,7 @@ def _speculative_impl(target, draft, inputs, rng, *, gamma, sampling, max_decode
         prev = jnp.where(n > 0, jnp.take_along_axis(x_pad, jnp.maximum(n - 1, 0)[:, None], 1)[:, 0],
                          s.last)
 
-        a = active.astype(jnp.int32)
-        tested = jnp.minimum(n + 1, num_drafted)
-        tested_mask = jnp.arange(gamma)[None] < tested[:, None]
-        st = s.stats
-        stats = DecodeStats(
-            rounds=st.rounds + 1,
-            target_calls=st.target_calls + a,
-            draft_calls=st.draft_calls + a * (fed + 1),
-            drafted=st.drafted + a * num_drafted,
-            accepted=st.accepted + a * n,
-            generated=num_generated,
-            beta_sum=st.beta_sum + jnp.where(active, jnp.sum(beta * tested_mask, axis=1), 0.0),
-            tested=st.tested + a * tested,
-            accepted_per_position=st.accepted_per_position
-            + (active[:, None] & (jnp.arange(gamma)[None] < n[:, None])).astype(jnp.int32),
-            nonfinite=st.nonfinite | broken)
+        stats = s.stats.update(active, n, num_drafted, fed, verdict.beta, num_generated, broken)
         if aware:  # next round re-reads x_1..x_n, t with the features just computed
             lag = jnp.where(advance, n, s.lag)
             catch_tokens = jnp.where(advance[:, None], new, s.catch_tokens)

@@ -1,0 +1,165 @@
+"""Verification policies: how drafts are drawn and how the target accepts them.
+
+One small frozen dataclass per policy (hashable, so static under jit), each with the same four
+methods, so the decode loops have no per-policy branches:
+
+    split(rng, gamma)          -> (next loop key, draft keys [G] or None, accept key)
+    split_step(rng)            -> (next loop key, the autoregressive step's key)
+    propose(logits, rng)       -> (x [B], q [B, V] or its size-1 summary [B, 1])
+    verify(logits, q, x, num_drafted, rng) -> Verdict
+    next_token(logits, rng)    -> (token [B], finite [B])    (the autoregressive step)
+
+    GreedyVerifier(lenience=1)        temperature 0: drafts are the draft's argmax; a draft is kept
+                                      iff it is the target's argmax (or, with lenience l < 1,
+                                      p(x) >= l max p, paper A.5); deterministic.
+    ExactVerifier(sampling)           speculative sampling (Algorithm 1): the output has the
+                                      target's law under `sampling`.
+    LenientVerifier(sampling, l)      the same with the relaxed test u l q(x) < p(x) (paper A.5;
+                                      faster, not exact).
+
+`for_sampling(sampling, lenience)` picks the policy. A tree verifier or another acceptance rule
+is one more class with these methods.
+
+Shape legend: B batch, G gamma, V vocab.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Union
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+from speculative import sampling as sampling_lib
+from speculative.sampling import SamplingConfig
+
+Array = jax.Array
+
+
+@struct.dataclass
+class Verdict:
+    """What one round's verification decided, per row.
+
+    Attributes:
+      num_accepted: `[B]` int32 n, leading drafts kept (0 for a row whose emitted position is
+        not finite; see `broken`).
+      next_token: `[B]` int32, the token emitted after them (correction or bonus).
+      beta: `[B, G]` float32, sum_x min(p, q) at each drafted position (0 or 1 at temperature
+        0); its mean over examined positions is the paper's alpha.
+      finite: `[B, G + 1]` bool, the target's distribution is usable at each position.
+    """
+
+    num_accepted: Array
+    next_token: Array
+    beta: Array
+    finite: Array
+
+    def broken(self, active: Array) -> Array:
+        """`[B]` bool: active rows whose next token would come from NaN/inf (never emitted)."""
+        ok = jnp.take_along_axis(self.finite, self.num_accepted[:, None], axis=1)[:, 0]
+        return active & ~ok
+
+
+@dataclasses.dataclass(frozen=True)
+class GreedyVerifier:
+    """Temperature 0 (see the module docstring)."""
+
+    lenience: float = 1.0
+
+    def __post_init__(self):
+        sampling_lib.validate_lenience(self.lenience)
+
+    def split(self, rng, gamma):
+        return rng, None, rng  # deterministic: no keys consumed
+
+    def split_step(self, rng):
+        return rng, rng
+
+    def propose(self, logits, rng):
+        x = jnp.argmax(logits, axis=-1).astype(jnp.int32)
+        return x, jnp.ones(x.shape + (1,), jnp.float32)  # q is one-hot: only its max, 1, is kept
+
+    def top_probability(self, logits, q):
+        """The draft's confidence in its token (dynamic gamma): softmax max of its logits."""
+        return jnp.max(jax.nn.softmax(jnp.asarray(logits, jnp.float32)), axis=-1)
+
+    def verify(self, logits, q, x, num_drafted, rng) -> Verdict:
+        del q, rng
+        n, t, accept = sampling_lib.greedy_verify(logits, x, self.lenience, num_drafted)
+        return Verdict(num_accepted=n, next_token=t, beta=accept.astype(jnp.float32),
+                       finite=sampling_lib.finite_rows(logits))
+
+    def next_token(self, logits, rng):
+        del rng
+        return (jnp.argmax(logits, axis=-1).astype(jnp.int32),
+                sampling_lib.finite_rows(logits))
+
+
+@dataclasses.dataclass(frozen=True)
+class ExactVerifier:
+    """Speculative sampling under `sampling` (temperature > 0), exact."""
+
+    sampling: SamplingConfig
+
+    @property
+    def lenience(self) -> float:
+        return 1.0
+
+    def split(self, rng, gamma):
+        rng, draft_rng, accept_rng = jax.random.split(rng, 3)
+        return rng, jax.random.split(draft_rng, gamma), accept_rng
+
+    def split_step(self, rng):
+        rng, step_rng = jax.random.split(rng)
+        return rng, step_rng
+
+    def propose(self, logits, rng):
+        q = sampling_lib.adjusted_probs(logits, self.sampling)
+        return sampling_lib.sample(rng, q), q
+
+    def top_probability(self, logits, q):
+        return jnp.max(q, axis=-1)
+
+    def verify(self, logits, q, x, num_drafted, rng) -> Verdict:
+        gamma = x.shape[1]
+        p = sampling_lib.adjusted_probs(logits, self.sampling)
+        n, t = sampling_lib.speculative_sample(p, q, x, rng, self.lenience,
+                                               num_drafted=num_drafted)
+        finite = sampling_lib.finite_rows(p)
+        beta = sampling_lib.acceptance_rate(p[:, :gamma], q, self.lenience)
+        beta = jnp.where(finite[:, :gamma] & sampling_lib.finite_rows(q), beta, 0.0)
+        return Verdict(num_accepted=n, next_token=t, beta=beta, finite=finite)
+
+    def next_token(self, logits, rng):
+        p = sampling_lib.adjusted_probs(logits, self.sampling)
+        return sampling_lib.sample(rng, p), sampling_lib.finite_rows(p)
+
+
+@dataclasses.dataclass(frozen=True)
+class LenientVerifier(ExactVerifier):
+    """Speculative sampling with lenience l < 1 (paper A.5): more drafts kept, not exact."""
+
+    lenience_value: float = 1.0
+
+    def __post_init__(self):
+        sampling_lib.validate_lenience(self.lenience_value)
+
+    @property
+    def lenience(self) -> float:
+        return self.lenience_value
+
+
+Verifier = Union[GreedyVerifier, ExactVerifier, LenientVerifier]
+
+
+def for_sampling(sampling: SamplingConfig, lenience: float = 1.0) -> Verifier:
+    """The policy for a sampling setting: greedy at temperature 0, else exact (l = 1) or
+    lenient."""
+    if sampling.greedy:
+        return GreedyVerifier(lenience)
+    if lenience == 1.0:
+        return ExactVerifier(sampling)
+    return LenientVerifier(sampling, lenience)
+
