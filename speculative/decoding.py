@@ -222,7 +222,7 @@ class DecodeStats:
     def summary(self, per_row: bool = False) -> dict:
         """Totals as plain Python numbers (JSON-ready); the one place statistics are reduced.
 
-        `rounds` (= `target_forwards`) counts batched target forwards, `target_calls` the
+        `rounds` counts batched target forwards, `target_calls` the
         row-rounds (sum over rows of the rounds each row was decoding); `alpha` and
         `tokens_per_target_call` are ratios of totals. `per_row=True` adds the per-row counts.
         """
@@ -230,7 +230,6 @@ class DecodeStats:
         per_position = np.asarray(self.accepted_per_position, np.int64).sum(axis=0)
         out = {
             "rounds": int(self.rounds),
-            "target_forwards": int(self.rounds),
             "target_calls": target_calls,
             "draft_calls": int(np.sum(np.asarray(self.draft_calls))),
             "drafted": int(np.sum(np.asarray(self.drafted))),
@@ -293,7 +292,7 @@ class DecodeResult:
     stats: DecodeStats
 
 
-def _check_call(models, inputs, rng, sampling, max_decode_len, gamma=None) -> Array:
+def _check_call(models, inputs, rng, sampling) -> Array:
     """Host-side checks of a decode call's arguments, before anything is cast, traced or run;
     returns `inputs` as int32. Token ids must be integers in [0, vocab_size) (nothing is
     truncated or wrapped), every encoder input row must hold a token, `rng` must be a PRNG key
@@ -508,7 +507,7 @@ def autoregressive_decode(
     Compiles once per (input shapes, sampling, max_decode_len). `debug=True` runs the same step
     function in a Python loop without jit (slow; for stepping through with a debugger).
     """
-    inputs = _check_call((model,), inputs, rng, sampling, max_decode_len)
+    inputs = _check_call((model,), inputs, rng, sampling)
     _validate((model,), inputs, max_decode_len)
     if debug:
         return _autoregressive_impl(model, inputs, rng, sampling=sampling,
@@ -776,7 +775,7 @@ def speculative_decode(
     independently and stop at EOS (id 1) or after `max_decode_len` tokens. Compiles once per
     (input shapes, gamma, sampling, max_decode_len, lenience).
     """
-    inputs = _check_call((target, draft), inputs, rng, sampling, max_decode_len, gamma)
+    inputs = _check_call((target, draft), inputs, rng, sampling)
     _validate((target, draft), inputs, max_decode_len, gamma)
     sampling_lib.validate_lenience(lenience)
     if reads_target(draft):

@@ -12,8 +12,10 @@ sampled from exactly the q that the kernel later divides by (dividing by another
     t ~ norm(max(0, p_{n+1} - q_{n+1}))   if n < G,   else  t ~ p_{G+1}   (the bonus token)
 
 A residual that is all zeros (p == q on the support) falls back to p. Nothing is ever divided by a
-draft probability, and the residual is never normalised explicitly: `jax.random.categorical` takes
-`log(residual)` as unnormalised logits, so no epsilon leaks mass onto zero-probability tokens.
+draft probability, and the residual is never normalised explicitly: `sample` draws from
+unnormalised weights by inverse CDF (one uniform per row, scaled by the weights' total), so no
+epsilon leaks mass onto zero-probability tokens. Temperature 0 (argmax) is `greedy_verify`, used
+by `verification.GreedyVerifier`.
 
 Worked example (G = 3, one row): drafts [7, 2, 9]; accepts [True, False, True] -> n = 1 (the
 third accept does not count, it follows a rejection); t is drawn from norm(max(0, p_2 - q_2));
@@ -249,7 +251,6 @@ def speculative_sample(
     rng: Array,
     lenience: float = 1.0,
     *,
-    greedy: bool = False,
     num_drafted: Array | None = None,
 ) -> Tuple[Array, Array]:
     """Speculative sampling for a batch; returns `(num_accepted [B], next_token [B])`.
@@ -257,16 +258,11 @@ def speculative_sample(
     Args:
       p_probs: `[B, G+1, V]` target's adjusted distributions; `p_probs[:, i]` follows the prefix
         and the drafts `x_1..x_i`.
-      q_probs: `[B, G, V]` the distributions the drafts were sampled from (may be None with
-        `greedy=True`, which never reads it).
+      q_probs: `[B, G, V]` the distributions the drafts were sampled from.
       draft_tokens: `[B, G]` int32 drafts.
       rng: one PRNG key; split here into the accept test's and the correction's sub-keys.
       lenience: l in (0, 1] (paper A.5). 1 is exact speculative sampling.
-      greedy: argmax decoding with lenience (paper A.5, last paragraph). Then `p_probs` must be
-        the target's *unadjusted* distributions (softmax of the logits), drafts are the draft's
-        argmax, and x_i is accepted iff it is the target's argmax or `p(x_i) >= l * max p`; the
-        next token is the target's argmax at position n+1. Needs no randomness.
-      num_drafted: optional `[B]` int32 in [0, G]: row b drafted only its first `num_drafted[b]`
+    num_drafted: optional `[B]` int32 in [0, G]: row b drafted only its first `num_drafted[b]`
         tokens (dynamic gamma); later positions are ignored, and when all drafted tokens are
         accepted the bonus comes from `p_probs[:, num_drafted]`.
 
@@ -281,17 +277,12 @@ def speculative_sample(
     loops flag such rows in `DecodeStats.nonfinite` and stop them).
     """
     validate_lenience(lenience)
-    if q_probs is None and greedy:  # argmax acceptance never reads q
-        q_probs = jnp.zeros(draft_tokens.shape + (p_probs.shape[-1],), jnp.float32)
     _validate_shapes(p_probs, q_probs, draft_tokens)
     p_probs = jnp.asarray(p_probs, jnp.float32)
     q_probs = jnp.asarray(q_probs, jnp.float32)
     batch, gamma = draft_tokens.shape
     draft_tokens = draft_tokens.astype(jnp.int32)
 
-    if greedy:  # log p has p's argmax and softmax(log p) = p
-        n, next_token, _ = greedy_verify(jnp.log(p_probs), draft_tokens, lenience, num_drafted)
-        return n, next_token
     drafted = (jnp.ones((batch, gamma), bool) if num_drafted is None
                else jnp.arange(gamma)[None] < num_drafted[:, None])
 

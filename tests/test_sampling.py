@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from speculative import sampling
+from speculative import sampling, verification
 from speculative.sampling import SamplingConfig
 
 
@@ -142,22 +142,26 @@ def test_num_drafted_takes_the_bonus_from_the_next_position():
     n, t = sampling.speculative_sample(p, q, drafts, jax.random.PRNGKey(0),
                                        num_drafted=jnp.array([1]))
     assert (int(n[0]), int(t[0])) == (1, 3)  # x_1 ~ q = p_1 is accepted; t from p_2 = one-hot 3
-    n, t = sampling.speculative_sample(p, q, drafts, jax.random.PRNGKey(0), greedy=True,
-                                       num_drafted=jnp.array([1]))
+    n, t = _greedy(p, drafts, num_drafted=jnp.array([1]))
     assert int(n[0]) <= 1
+
+
+def _greedy(p, drafts, lenience=1.0, num_drafted=None):
+    """The greedy verifier on the target's distributions p (its logits are log p)."""
+    verdict = verification.GreedyVerifier(lenience).verify(jnp.log(p), None, drafts,
+                                                           num_drafted, None)
+    return verdict.num_accepted, verdict.next_token
 
 
 def test_greedy_kernel_and_argmax_lenience():
     p = jnp.array([[[0.5, 0.3, 0.2], [0.1, 0.6, 0.3], [0.2, 0.2, 0.6]]])
-    q = jnp.zeros((1, 2, 3))
-    key = jax.random.PRNGKey(0)
-    n, t = sampling.speculative_sample(p, q, jnp.array([[0, 1]]), key, greedy=True)
+    n, t = _greedy(p, jnp.array([[0, 1]]))
     assert (int(n[0]), int(t[0])) == (2, 2)
-    n, t = sampling.speculative_sample(p, q, jnp.array([[1, 1]]), key, greedy=True)
+    n, t = _greedy(p, jnp.array([[1, 1]]))
     assert (int(n[0]), int(t[0])) == (0, 0)
     # Lenience 0.5: x=1 has p=0.3 >= 0.5 * 0.5, so it is accepted; then x=0 at position 2 has
     # p=0.1 < 0.5 * 0.6 and is rejected; the correction is argmax p_2 = 1.
-    n, t = sampling.speculative_sample(p, q, jnp.array([[1, 0]]), key, lenience=0.5, greedy=True)
+    n, t = _greedy(p, jnp.array([[1, 0]]), lenience=0.5)
     assert (int(n[0]), int(t[0])) == (1, 1)
 
 

@@ -517,7 +517,7 @@ def _summary(stats: List[decoding.DecodeStats], rows: List[int]) -> Dict[str, An
         "generated_tokens": total["generated"],
         "mean_generated": total["generated"] / sum(rows),
         "target_calls": total["target_calls"],
-        "target_forwards": total["target_forwards"],  # batched target calls the run paid for
+        "target_forwards": total["rounds"],  # batched target calls the run paid for
         "draft_calls": total["draft_calls"],
         "drafted": total["drafted"],
         "accepted": total["accepted"],

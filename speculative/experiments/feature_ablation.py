@@ -1,0 +1,159 @@
+"""What each ingredient of the target-aware draft buys, on the memory-bound EN->DE pair.
+
+Rows (same draft width and training steps where they are target-aware): large_draft_kdtv (a
+separate small T5); + the target's encoder output only (no features); + the target's
+features (depth 1, no training-time test); + training-time test (3 unrolled steps). Columns:
+
+    params, c                 the draft's parameters and its step cost / the target's step
+    alpha T=0, T=1 (forced)   Table 3's method (runs/alpha.py) along 5,000 target-generated
+                              test tokens; for a target-aware draft this is the acceptance of
+                              the first draft of a round (its later drafts read its own states)
+    alpha (loop)              DecodeStats.alpha of the timed decodes: along its chains
+    tokens/call, gamma        generated tokens per target call at the chosen gamma (the best
+                              of 1..8 by Theorem 3.8 with the measured costs and loop alpha)
+    speedup T=0, T=1          batch 1, test sentences, baseline and speculative timed in
+                              interleaved rounds; Theorem 3.8 and the decode-loop prediction
+
+Run with nothing else busy on the machine:
+
+    python scripts/feature_ablation.py --output_dir=results/large/feature_ablation \
+        --drafts=large_draft_kdtv,enc=out/feature/enc,feat=out/feature/feat,ttt=large_feature_draft
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Dict, List, Sequence, Tuple
+
+import jax
+import numpy as np
+
+from speculative import decoding, feature_training, files, training
+from speculative.models import feature_draft as fd
+from speculative.runs import benchmark, costs as costs_lib, measure, mini, mini_results
+from speculative.sampling import SamplingConfig
+
+GAMMAS = tuple(range(1, 9))
+
+
+def load_draft(spec: str):
+    """`name` (bundled) or `label=path` (a feature-draft training directory) -> (label, model)."""
+    if "=" not in spec:
+        return spec, mini.load(spec)
+    label, path = spec.split("=", 1)
+    if not os.path.exists(os.path.join(path, "params.msgpack")):
+        try:
+            return label, mini.load(path)
+        except ValueError as err:
+            raise ValueError(f"--drafts {spec!r}: {path} is neither a finished feature-draft "
+                             f"training directory (params.msgpack) nor a bundled name.") from err
+    with open(os.path.join(path, "train_config.json")) as f:
+        settings = json.load(f)
+    config = fd.FeatureDraftConfig(**settings["draft"])
+    params = feature_training.load_params(path, config)
+    return label, fd.FeatureDraftModel(fd.FeatureDraft(config), params)
+
+
+def _description(model) -> Dict:
+    if decoding.reads_target(model):
+        cfg = model.module.config
+        what = ("encoder output only" if not cfg.feature_layers else
+                f"encoder output + features of layers {list(cfg.feature_layers)}")
+        return {"kind": "target-aware", "reads": what}
+    return {"kind": "separate T5"}
+
+
+def run(output_dir: str, drafts: Sequence[str], num_sentences: int = 16,
+        num_alpha_tokens: int = 5000, repeats: int = 5, overwrite: bool = False,
+        seed: int = 0) -> Dict:
+    """Measures every row; writes `ablation.json` and `ablation.md` into `output_dir`."""
+    benchmark.positive_int(num_sentences, "num_sentences", "test sentences timed")
+    benchmark.positive_int(repeats, "repeats", "timed rounds")
+    out_json = os.path.join(output_dir, "ablation.json")
+    if os.path.exists(out_json) and not overwrite:
+        raise FileExistsError(f"{out_json} exists; pass --overwrite or another --output_dir.")
+    os.makedirs(output_dir, exist_ok=True)
+    target = mini.load(mini.LARGE_TARGET)
+    models = [load_draft(d) for d in drafts]  # every draft loads before any timing
+    inputs = mini_results.bundle(mini.LARGE_TARGET)
+    batches = inputs.batches(num_sentences, 1)
+    calibration = mini.source_batches(8, 1, inputs.input_length, skip=num_sentences)
+    load_before = os.getloadavg()[0]
+    rows = []
+    for label, draft in models:
+        start = time.time()
+        costs = costs_lib.measure_costs(target, draft, batches[0], GAMMAS,
+                                        max_decode_len=inputs.max_decode_len, num_steps=16,
+                                        repeats=5, seed=seed)
+        row = {"draft": label, **_description(draft),
+               "params": training.num_params(draft.params), "c": costs["c"],
+               "verify_cost": costs["verify_cost"]}
+        for temperature in (0.0, 1.0):
+            sampling = SamplingConfig(temperature)
+            forced = mini_results.measure_alpha(target, draft, temperature, num_alpha_tokens,
+                                                seed, inputs)
+            gamma = _best_gamma(target, draft, batches, sampling, costs, inputs.max_decode_len,
+                                seed)
+            [m] = measure.measure(target, [draft] * len(batches), batches, sampling=sampling,
+                                  gammas=[gamma], max_decode_len=inputs.max_decode_len,
+                                  repeats=repeats, lenience=1.0, seed=seed, costs=costs,
+                                  calibration=calibration)
+            row[f"t{temperature:g}"] = {"alpha_forced": forced, **m.row()}
+        row["seconds"] = round(time.time() - start, 1)
+        rows.append(row)
+        print(_line(row), flush=True)
+    result = {"target": mini.LARGE_TARGET, "sentences": num_sentences,
+              "alpha_tokens": num_alpha_tokens, "repeats": repeats, "rows": rows,
+              "load_average_1m": {"before": load_before, "after": os.getloadavg()[0]},
+              "environment": benchmark.environment()}
+    files.write_atomic(out_json, json.dumps(files.json_ready(result), indent=1))
+    files.write_atomic(os.path.join(output_dir, "ablation.md"), markdown(result))
+    return result
+
+
+def _best_gamma(target, draft, batches, sampling, costs, max_decode_len, seed) -> int:
+    """Theorem 3.8's best gamma in GAMMAS at the alpha of a probe decode (gamma 4)."""
+    probe = decoding.speculative_decode(target, draft, np.concatenate(batches),
+                                        rng=jax.random.PRNGKey(seed), gamma=4,
+                                        sampling=sampling, max_decode_len=max_decode_len)
+    return costs_lib.best_gamma(min(float(probe.stats.alpha), 0.999), costs, GAMMAS)
+
+
+def _line(row: Dict) -> str:
+    parts = [f"{row['draft']}: c {row['c']:.3f}"]
+    for t in ("t0", "t1"):
+        r = row[t]
+        parts.append(f"{t.upper()} alpha {r['alpha_forced']['alpha']:.3f} (loop {r['alpha']:.3f})"
+                     f", gamma {r['gamma']}, {r['tokens_per_target_call']:.2f} tok/call, "
+                     f"{r['speedup']:.2f}x (Thm 3.8 {r['predicted_speedup']:.2f}x, loop "
+                     f"{r['predicted_speedup_loop']:.2f}x)")
+    return " | ".join(parts)
+
+
+def markdown(result: Dict) -> str:
+    head = ["draft", "reads", "params", "c", "alpha T=0 (forced / loop)",
+            "alpha T=1 (forced / loop)", "gamma T=0 / T=1", "tokens/call T=0 / T=1",
+            "speedup T=0", "speedup T=1", "Thm 3.8 T=0 / T=1", "loop model T=0 / T=1"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for row in result["rows"]:
+        t0, t1 = row["t0"], row["t1"]
+        lines.append("| " + " | ".join([
+            row["draft"], row.get("reads", row["kind"]), f"{row['params']:,}", f"{row['c']:.3f}",
+            f"{t0['alpha_forced']['alpha']:.3f} / {t0['alpha']:.3f}",
+            f"{t1['alpha_forced']['alpha']:.3f} / {t1['alpha']:.3f}",
+            f"{t0['gamma']} / {t1['gamma']}",
+            f"{t0['tokens_per_target_call']:.2f} / {t1['tokens_per_target_call']:.2f}",
+            f"{t0['speedup']:.2f}x", f"{t1['speedup']:.2f}x",
+            f"{t0['predicted_speedup']:.2f}x / {t1['predicted_speedup']:.2f}x",
+            f"{t0['predicted_speedup_loop']:.2f}x / {t1['predicted_speedup_loop']:.2f}x"]) + " |")
+    env = result["environment"]["cpu"]
+    load = result["load_average_1m"]
+    return (f"# Target-aware draft ablation ({result['target']}, batch 1)\n\n"
+            "`python scripts/feature_ablation.py` (speculative/experiments/feature_ablation.py"
+            f"). {result['sentences']} test sentences timed, {result['repeats']} interleaved "
+            f"rounds; forced alpha along {result['alpha_tokens']} target-generated test tokens "
+            "(for a target-aware draft: its first draft of a round); loop alpha along the timed "
+            f"decodes' chains. Host: {env.get('model')}, load average {load['before']:.2f} "
+            f"before, {load['after']:.2f} after.\n\n" + "\n".join(lines) + "\n")
