@@ -8,6 +8,7 @@ setuptools.setup(
     description="Speculative decoding for T5X-style Transformers in JAX/Flax",
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
+    license="Apache-2.0",
     python_requires=">=3.10",
     packages=setuptools.find_packages(include=["speculative", "speculative.*"]),
     include_package_data=True,
