@@ -35,6 +35,7 @@ setuptools.setup(
     extras_require={
         "test": [
             "pytest>=8",
+            "ruff>=0.6",
             "pytest-timeout>=2",
             "pytest-xdist>=3",
             "chex>=0.1.86",

@@ -23,8 +23,7 @@ batch size per file reads best) with
       --benchmark_json=/tmp/bench/benchmark.json
 """
 
-from speculative.runs import benchmark
-from speculative.runs import config
+from speculative.runs import benchmark, config
 
 
 def main():

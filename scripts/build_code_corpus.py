@@ -50,12 +50,9 @@ import sys
 import sysconfig
 from typing import Dict, List, Mapping, Optional, Sequence
 
-from absl import app
-from absl import flags
+from absl import app, flags
 
-from speculative import code_corpus
-from speculative import corpora
-from speculative import files
+from speculative import code_corpus, corpora, files
 
 FLAGS = flags.FLAGS
 SKIP_DIRS = frozenset({"test", "tests", "idle_test", "site-packages", "dist-packages",

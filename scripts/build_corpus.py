@@ -51,12 +51,9 @@ import struct
 import sys
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
-from absl import app
-from absl import flags
-from absl import logging
+from absl import app, flags, logging
 
-from speculative import corpora
-from speculative import files
+from speculative import corpora, files
 
 _OUTPUT_DIR = flags.DEFINE_string(
     "output_dir", "data/corpus", "Where to write the TSVs, spm.model and manifest.json."

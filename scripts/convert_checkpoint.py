@@ -26,9 +26,7 @@ Examples (from the repository root; t5_1_1_small in float32 is ~300 MB either wa
 
 import json
 
-from absl import app
-from absl import flags
-from absl import logging
+from absl import app, flags, logging
 
 from speculative import checkpoints
 from speculative.models import t5

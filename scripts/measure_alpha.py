@@ -18,8 +18,7 @@ Example (random weights; expect alpha near 0 at temperature 0 for two unrelated 
       --gin.OUTPUT_DIR=\"/tmp/alpha\" --gin.NUM_TOKENS=2000
 """
 
-from speculative.runs import alpha
-from speculative.runs import config
+from speculative.runs import alpha, config
 
 
 def main():

@@ -22,8 +22,7 @@ c = 0.01, matching the grid in the paper notes):
 import os
 from typing import Sequence
 
-from absl import app
-from absl import flags
+from absl import app, flags
 
 from speculative.runs.plots import load_runs, plot_figure3, plot_speedup_vs_gamma
 

@@ -32,8 +32,7 @@ function is speculative.runs.table2.reproduce; --gin.reproduce.X=... binds its o
 
 from absl import flags
 
-from speculative.runs import config
-from speculative.runs import table2
+from speculative.runs import config, table2
 
 flags.DEFINE_list("rows", None, "Row names (gin file stems in --rows_dir), or 'all'.")
 flags.DEFINE_string("output_dir", None, "Where table2.md, table2.json and the runs go.")

@@ -37,9 +37,8 @@ import re
 import sys
 from typing import List, Sequence
 
-from absl import app
-from absl import flags
 import gin
+from absl import app, flags
 
 from speculative import training
 from speculative.runs import config as config_lib

@@ -38,8 +38,7 @@ import numpy as np
 import safetensors
 import safetensors.numpy
 import tensorstore as ts
-from flax import serialization
-from flax import traverse_util
+from flax import serialization, traverse_util
 from tqdm import tqdm
 
 from speculative import files

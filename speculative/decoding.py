@@ -46,9 +46,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from speculative import partitioning
+from speculative import partitioning, verification
 from speculative import sampling as sampling_lib
-from speculative import verification
 from speculative.models import t5
 
 Array = jax.Array
@@ -802,4 +801,5 @@ def speculative_decode(
 # Beam search (T5X's, and the exact speculative variant of the paper's appendix A.4) lives in
 # speculative/beam_search.py; these names are part of the decoding API.
 from speculative.beam_search import (  # noqa: E402  pylint: disable=g-import-not-at-top,wrong-import-position
-    BeamSearchResult, beam_search, speculative_beam_search)  # noqa: F401
+    BeamSearchResult,  # noqa: F401
+    )

@@ -233,9 +233,9 @@ def train(*, draft_config: fd.FeatureDraftConfig, config: FeatureTrainConfig, ca
         with open(settings_path) as f:
             old = json.load(f)
         if old != settings:
+            diff = {k: (old.get(k), v) for k, v in settings.items() if old.get(k) != v}
             raise ValueError(f"{model_dir} holds a run with other settings; pass another "
-                             f"model_dir. Differences: "
-                             f"{ {k: (old.get(k), v) for k, v in settings.items() if old.get(k) != v} }")
+                             f"model_dir. Differences: {diff}")
     else:
         files.write_atomic(settings_path, json.dumps(settings, indent=1).encode())
 

@@ -3,7 +3,8 @@
 Standardised sampling (paper §2.2): argmax, temperature, top-k and top-p are all "sample from an
 adjusted distribution". `adjusted_probs` computes that distribution in float32; the decode loops
 apply the *same* `SamplingConfig` to the target (p) and the draft (q), and every draft token is
-sampled from exactly the q that the kernel later divides by (dividing by another q than the one sampled from is a known peer bug: it biases the output).
+sampled from exactly the q that the kernel later compares it with (comparing with another q than
+the one sampled from is a known peer bug: it biases the output).
 
 `speculative_sample` is steps 3-5 of Algorithm 1 for a batch, with rows independent:
 

@@ -43,8 +43,7 @@ from typing import Callable, Dict, Mapping, Optional, Sequence, Tuple, Union
 import seqio
 import tensorflow as tf
 
-from speculative import code_corpus
-from speculative import metrics
+from speculative import code_corpus, metrics
 
 DEFAULT_SPM_PATH = "gs://t5-data/vocabs/cc_all.32000/sentencepiece.model"
 DEFAULT_EXTRA_IDS = 100
@@ -372,7 +371,8 @@ def register_code_task(data_dir: Optional[str] = None, name: str = CODE_TASK,
     added to either: a prompt is continued, and a continuation ends at a line, not at the end of
     the file. (seqio tokenizes with TF Text's SentencePiece op: where a long run of spaces has
     several equally likely segmentations it may pick another one than the Python library
-    picks for the same text in training; the text is the same.) Splits are those whose file exists (the repository bundles validation and test;
+    picks for the same text in training; the text is the same.) Splits are those whose file
+    exists (the repository bundles validation and test;
     `scripts/build_code_corpus.py --train_split_only` writes train); the vocabulary is
     `data_dir/spm.model`. No metric: continuations of code are compared by loss and
     acceptance, not by n-gram overlap.

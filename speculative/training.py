@@ -62,10 +62,7 @@ import optax
 from absl import logging
 from flax import struct
 
-from speculative import checkpoints
-from speculative import code_corpus
-from speculative import decoding
-from speculative import files
+from speculative import checkpoints, code_corpus, decoding, files
 from speculative import metrics as metrics_lib
 from speculative import sampling as sampling_lib
 from speculative.models import t5
@@ -378,7 +375,8 @@ def make_optimizer(config: TrainConfig) -> optax.GradientTransformation:
         chain.append(optax.adafactor(schedule, decay_rate=0.8, clipping_threshold=1.0,
                                      multiply_by_parameter_scale=True))
     else:
-        decay_mask = lambda params: jax.tree_util.tree_map(lambda p: p.ndim == 2, params)
+        def decay_mask(params):
+            return jax.tree_util.tree_map(lambda p: p.ndim == 2, params)
         chain.append(optax.adamw(schedule, b1=0.9, b2=0.98, eps=1e-9,
                                  weight_decay=config.weight_decay, mask=decay_mask))
     return optax.chain(*chain)

@@ -22,11 +22,8 @@ import pytest
 from speculative import decoding, theory
 from speculative.models import synthetic, t5
 from speculative.runs import alpha as alpha_lib
-from speculative.runs import benchmark
+from speculative.runs import benchmark, costs, measure, models
 from speculative.runs import config as config_lib
-from speculative.runs import costs
-from speculative.runs import measure
-from speculative.runs import models
 from speculative.sampling import SamplingConfig
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

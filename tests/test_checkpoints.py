@@ -16,10 +16,11 @@ import numpy as np
 import pytest
 from flax import serialization
 
-from conftest import load_script
 from speculative import checkpoints
 from speculative.checkpoints import CheckpointError
 from speculative.models import t5
+
+from conftest import load_script
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CFG = t5.T5Config(vocab_size=40, emb_dim=8, num_heads=2, head_dim=3, mlp_dim=12,
@@ -92,7 +93,8 @@ def test_saved_layout_is_t5x_legacy_version_3(saved):
     assert isinstance(state["step"], np.int32)
     spec = tree["optimizer"]["target"]["decoder"]["layers_1"]["mlp"]["wi_0"]["kernel"]
     name = "target.decoder.layers_1.mlp.wi_0.kernel"
-    assert spec == {"driver": "zarr", "dtype": "float32", "kvstore": {"driver": "file", "path": name},
+    assert spec == {"driver": "zarr", "dtype": "float32",
+                    "kvstore": {"driver": "file", "path": name},
                     "metadata": {"chunks": [8, 12], "compressor": {"id": "gzip", "level": 1},
                                  "shape": [8, 12]}}
     with open(os.path.join(step_dir, "target.decoder.layers_1.mlp.wi_0.kernel", ".zarray")) as f:

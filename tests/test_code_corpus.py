@@ -19,8 +19,9 @@ import numpy as np
 import pytest
 import sentencepiece as spm
 
-from conftest import TINY_CODE_PATHS, TINY_CODE_SPLITS, load_script
 from speculative import code_corpus
+
+from conftest import TINY_CODE_PATHS, TINY_CODE_SPLITS, load_script
 
 bcc = load_script("build_code_corpus")
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -10,9 +10,11 @@ import os
 import numpy as np
 import pytest
 
-from conftest import check_greedy_identity
 from speculative import code_corpus, training
 from speculative.runs import code_lm
+
+from conftest import check_greedy_identity
+
 needs_bundle = pytest.mark.skipif(not code_lm.available(), reason="no bundled code models")
 
 

@@ -13,10 +13,11 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from conftest import random_params, tiny_config
 from speculative import decoding, sampling
 from speculative.models import t5
 from speculative.sampling import SamplingConfig
+
+from conftest import random_params, tiny_config
 
 VOCAB = 8
 N_SAMPLES = 50_000

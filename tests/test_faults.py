@@ -15,10 +15,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import random_params, tiny_config
 from speculative import decoding, sampling
 from speculative.models import t5
 from speculative.sampling import SamplingConfig
+
+from conftest import random_params, tiny_config
 
 TEMPERATURES = (SamplingConfig(0.0), SamplingConfig(1.0))
 
@@ -175,7 +176,7 @@ def test_unsafe_temperatures_are_refused(temperature):
     with pytest.raises(ValueError, match="temperature"):
         SamplingConfig(temperature)
     SamplingConfig(1e-4)  # the smallest allowed one decodes finite probabilities
-    probs = jax.jit(lambda l: sampling.adjusted_probs(l, SamplingConfig(1e-4)))(
+    probs = jax.jit(lambda x: sampling.adjusted_probs(x, SamplingConfig(1e-4)))(
         jnp.asarray([[30.0, 1.0, -20.0]]))
     assert np.all(np.isfinite(np.asarray(probs)))
 
@@ -192,9 +193,10 @@ def test_an_unaffordable_cache_is_refused_with_its_size(models):
 # its name in the message, before any model is built or any data is read.
 
 def _run_settings_cases(tmp_path):
-    from speculative.models import t5 as t5_lib
-    from speculative.runs import config as config_lib, demo, infer, mini
     from speculative import checkpoints, training
+    from speculative.models import t5 as t5_lib
+    from speculative.runs import config as config_lib
+    from speculative.runs import demo, infer, mini
 
     cfg = tiny_config(vocab_size=40)
     base = dict(target_config=cfg, draft_config=cfg, target_checkpoint=None,

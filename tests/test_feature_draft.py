@@ -1,11 +1,19 @@
 """The target-aware draft: its unrolled training forward is its decode mode, round by round."""
 
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax import struct
 
+from speculative import decoding
 from speculative.models import feature_draft as fd
+from speculative.models import layers, t5
+from speculative.sampling import SamplingConfig
+
+from conftest import random_params, tiny_config
 
 
 def _draft(feature_layers=(1, 2), **kw):
@@ -72,17 +80,6 @@ def test_config_refuses_bad_values():
 
 # ----------------------------------------------------------------------------------------------
 # Exactness inside speculative_decode, on tiny random target-aware pairs.
-
-from typing import Any  # noqa: E402
-
-from flax import struct  # noqa: E402
-
-from conftest import random_params, tiny_config  # noqa: E402
-from speculative.models import layers  # noqa: E402
-from speculative import decoding, sampling  # noqa: E402
-from speculative.models import t5  # noqa: E402
-from speculative.sampling import SamplingConfig  # noqa: E402
-
 
 def _aware_pair(vocab=16, feature_layers=(1, 2), seed=0):
     module = t5.Transformer(tiny_config(vocab_size=vocab))

@@ -9,11 +9,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import random_params, tiny_config
 from speculative import decoding, feature_data, feature_training
 from speculative.models import feature_draft as fd
 from speculative.models import t5
 from speculative.sampling import SamplingConfig
+
+from conftest import random_params, tiny_config
 
 
 @pytest.fixture(scope="module")

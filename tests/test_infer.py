@@ -19,12 +19,9 @@ import numpy as np
 import pytest
 import seqio
 
-from speculative import decoding
-from speculative import tasks
-from speculative import theory
+from speculative import decoding, tasks, theory
 from speculative.runs import config as config_lib
-from speculative.runs import infer
-from speculative.runs import table2
+from speculative.runs import infer, table2
 
 REPO = config_lib.REPO_ROOT
 INFER_GIN = os.path.join(REPO, "configs", "runs", "infer.gin")

@@ -15,12 +15,13 @@ import sys
 import jax
 import numpy as np
 import pytest
-from conftest import tiny_config
 
 from speculative import decoding
 from speculative.models import t5
 from speculative.runs import limits, mini
 from speculative.sampling import SamplingConfig
+
+from conftest import tiny_config
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 needs_bundle = pytest.mark.skipif(not mini.available(), reason="no bundled models")

@@ -10,9 +10,10 @@ import os
 
 import pytest
 
-from conftest import check_greedy_identity
 from speculative.runs import mini, mini_results
 from speculative.sampling import SamplingConfig
+
+from conftest import check_greedy_identity
 
 pytestmark = pytest.mark.skipif(not mini.available(), reason="no bundled models")
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -19,11 +19,11 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from conftest import tiny_config  # noqa: E402
-
 from speculative import checkpoints, decoding  # noqa: E402
 from speculative.models import t5  # noqa: E402
 from speculative.runs import mini, models, peers  # noqa: E402
+
+from conftest import tiny_config  # noqa: E402
 
 TARGET = tiny_config(vocab_size=4000, num_encoder_layers=1, num_decoder_layers=2)
 DRAFT = tiny_config(vocab_size=4000, num_encoder_layers=1, num_decoder_layers=1)

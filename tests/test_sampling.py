@@ -81,8 +81,8 @@ def test_lenience_bounds_output_by_p_over_l(name, lenience):
     out = _kernel_law(p, q, lenience)
     assert abs(out.sum() - 1.0) < 1e-6
     assert np.all(out <= p / lenience + 1e-6)
-    beta = [float(sampling.acceptance_rate(jnp.asarray(p), jnp.asarray(q), l))
-            for l in (1.0, 0.5, 0.3, 0.1)]
+    beta = [float(sampling.acceptance_rate(jnp.asarray(p), jnp.asarray(q), len_))
+            for len_ in (1.0, 0.5, 0.3, 0.1)]
     assert all(b2 >= b1 - 1e-7 for b1, b2 in zip(beta, beta[1:]))  # alpha grows as l falls
 
 
@@ -108,7 +108,8 @@ def _chi2_pvalue(samples, probs):
     return stats.chisquare(counts[keep], expected).pvalue
 
 
-@pytest.mark.parametrize("name", ["random_0", "disjoint_support", "q_one_hot", "top_p", "p_equals_q"])
+@pytest.mark.parametrize("name", ["random_0", "disjoint_support", "q_one_hot", "top_p",
+                                  "p_equals_q"])
 @pytest.mark.parametrize("gamma", [1, 3])
 def test_sampled_kernel_matches_target(name, gamma):
     p, q = CASES[name]

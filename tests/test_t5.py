@@ -9,8 +9,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import random_params, tiny_config
 from speculative.models import t5
+
+from conftest import random_params, tiny_config
 
 GOLDEN = os.path.join(os.path.dirname(__file__), "golden", "t5_1_1_small_params.json")
 

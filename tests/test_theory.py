@@ -8,8 +8,9 @@ import os
 import numpy as np
 import pytest
 
-from conftest import load_script
 from speculative import theory
+
+from conftest import load_script
 
 
 def _load_plot_script():
@@ -201,7 +202,8 @@ def test_verify_cost_lowers_speedup_and_optimal_gamma():
     assert theory.speedup(alpha, 0, c, verify_cost=1.3) == 1.0
     base = theory.optimal_gamma(alpha, c)
     # Verification cost growing with the number of positions scored.
-    growing = lambda g: 1.0 + 0.05 * g
+    def growing(g):
+        return 1.0 + 0.05 * g
     assert theory.optimal_gamma(alpha, c, verify_cost=growing) < base
     assert theory.speedup(alpha, 4, c, verify_cost=growing) == pytest.approx(
         _brute_force_speedup(alpha, 4, c, 1.2)
@@ -254,7 +256,8 @@ def test_oracle_matches_monte_carlo():
     # Simulate rounds: K ~ Geom, tokens K + 1, cost c K + v(K) (v(0) = 1).
     rng = np.random.default_rng(1)
     alpha, c = 0.8, 0.05
-    verify = lambda g: 1.0 + 0.02 * g
+    def verify(g):
+        return 1.0 + 0.02 * g
     k = rng.geometric(1.0 - alpha, size=400_000) - 1
     cost = c * k + np.where(k > 0, 1.0 + 0.02 * k, 1.0)
     mc = (k + 1).sum() / cost.sum()

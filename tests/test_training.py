@@ -21,12 +21,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from speculative import checkpoints, decoding, training
+from speculative.models import ngram, t5
+
 from conftest import load_script, tiny_config
-from speculative import checkpoints
-from speculative import decoding
-from speculative import training
-from speculative.models import ngram
-from speculative.models import t5
 
 BUNDLE = os.path.join(training.MINI_DIR, "models")
 EOS = training.EOS_ID
@@ -478,8 +476,9 @@ def test_distill_cache_reads_back_outputs_holding_a_zero_token(tmp_path, monkeyp
 def test_train_large_recipe_commands_parse(tmp_path):
     """scripts/train_large.sh --print: every stage's train.py command is valid gin with the
     settings MODEL_CARD.md states (so a typo in the recipe fails here, not hours into a run)."""
-    import gin  # pylint: disable=g-import-not-at-top
     import shlex  # pylint: disable=g-import-not-at-top
+
+    import gin  # pylint: disable=g-import-not-at-top
 
     from speculative.runs import config as config_lib  # pylint: disable=g-import-not-at-top
 

@@ -25,14 +25,15 @@ from __future__ import annotations
 import json
 import os
 import time
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, Sequence
 
 import jax
 import numpy as np
 
 from speculative import decoding, feature_training, files, training
 from speculative.models import feature_draft as fd
-from speculative.runs import benchmark, costs as costs_lib, measure, mini, mini_results
+from speculative.runs import benchmark, measure, mini, mini_results
+from speculative.runs import costs as costs_lib
 from speculative.sampling import SamplingConfig
 
 GAMMAS = tuple(range(1, 9))

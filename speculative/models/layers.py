@@ -10,11 +10,11 @@ Everything here follows `t5x/examples/t5/layers.py`:
 * every parameter carries logical axis names (`nn.with_logical_partitioning`), so that
   `partitioning.py` can map them to a mesh with T5X's rules.
 
-What T5X does not have (its decoding caches one token per step): a decode mode that appends K tokens per row at that
-row's own position. `MultiHeadAttention.extend` writes K new keys/values into a cache
-`[B, L, H, D]` at `lengths[b]` with a per-row `dynamic_update_slice` (overwrite semantics, so
-rewinding a row is just lowering its length: stale slots are masked, never added to) and attends
-query i of row b to keys `j <= lengths[b] + i`.
+What T5X does not have (its decoding caches one token per step): a decode mode that appends K
+tokens per row at that row's own position. `MultiHeadAttention.extend` writes K new keys/values
+into a cache `[B, L, H, D]` at `lengths[b]` with a per-row `dynamic_update_slice` (overwrite
+semantics, so rewinding a row is just lowering its length: stale slots are masked, never added
+to) and attends query i of row b to keys `j <= lengths[b] + i`.
 
 Shape legend: B batch, L length (keys), K chunk (queries), H heads, D head dim, E embed, V vocab.
 """
@@ -117,7 +117,8 @@ def _activation(name: str) -> Callable[[Array], Array]:
     if name == "silu":
         return nn.silu
     raise ValueError(
-        f"Unknown MLP activation {name!r}; use one of 'relu', 'gelu', 'gelu_exact', 'silu', 'linear'."
+        f"Unknown MLP activation {name!r}; use one of 'relu', 'gelu', 'gelu_exact', 'silu', "
+        "'linear'."
     )
 
 
@@ -171,7 +172,8 @@ class Embed(nn.Module):
 
 
 @functools.lru_cache(maxsize=None)
-def _bucket_table(bidirectional: bool, num_buckets: int, max_distance: int, size: int) -> np.ndarray:
+def _bucket_table(bidirectional: bool, num_buckets: int, max_distance: int,
+                  size: int) -> np.ndarray:
     """Bucket of every relative position `key - query` in `[-size, size]`, computed as T5X does.
 
     T5X computes buckets in numpy float32 (`RelativePositionBiases._relative_position_bucket`);
@@ -233,7 +235,8 @@ class RelativePositionBiases(nn.Module):
         )
 
     def __call__(self, query_positions: Array, key_positions: Array, bidirectional: bool) -> Array:
-        """`query_positions [B, K]`, `key_positions [B, L]` (either B may be 1) -> `[B, H, K, L]`."""
+        """`query_positions [B, K]`, `key_positions [B, L]` (either B may be 1) ->
+        `[B, H, K, L]`."""
         rel = key_positions[:, None, :] - query_positions[:, :, None]  # [B, K, L]
         buckets = relative_position_bucket(rel, bidirectional, self.num_buckets, self.max_distance)
         bias = jnp.take(jnp.asarray(self.rel_embedding, self.dtype), buckets, axis=1)  # [H,B,K,L]

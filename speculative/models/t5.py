@@ -12,7 +12,7 @@ checkpoint's `target` tree is a lookup:
 
 Decode mode (docs/design.md, "The decode contract"):
 
-    cache = module.apply(v, inputs, max_len, method='init_cache')      # encoder once, cross K/V once
+    cache = module.apply(v, inputs, max_len, method='init_cache')   # encoder, cross K/V: once
     logits, cache = module.apply(v, cache, tokens, method='extend')    # K tokens per row
     cache = rewind(cache, lengths)                                     # per-row rollback
 
@@ -295,7 +295,8 @@ class Encoder(nn.Module):
         length = tokens.shape[1]
         positions = jnp.arange(length)[None]
         mask = (tokens > 0)[:, None, :, None] & (tokens > 0)[:, None, None, :]
-        bias = self.relpos_bias(positions, positions, bidirectional=True) + layers.mask_to_bias(mask)
+        bias = (self.relpos_bias(positions, positions, bidirectional=True)
+                + layers.mask_to_bias(mask))
         x = self.dropout(self.shared_embedding(tokens), deterministic=deterministic)
         for layer in self.layers:
             x = layer(x, bias, deterministic)
@@ -342,7 +343,8 @@ class Decoder(nn.Module):
         mask = mask[:, None]
         if decoder_mask is not None:
             mask = mask & decoder_mask
-        bias = self.relpos_bias(positions, positions, bidirectional=False) + layers.mask_to_bias(mask)
+        bias = (self.relpos_bias(positions, positions, bidirectional=False)
+                + layers.mask_to_bias(mask))
         x = self.dropout(self.shared_embedding(tokens), deterministic=deterministic)
         for layer, ckv in zip(self.layers, cross_kv):
             x = layer(x, bias, ckv, cross_bias, deterministic)
@@ -483,7 +485,8 @@ class DecoderOnly(nn.Module):
             raise ValueError(
                 f"Prompt length {prompt_len} (+1 for BOS) does not fit the decode cache of "
                 f"max_len={max_len}; increase max_len or shorten the prompt.")
-        seq = jnp.concatenate([jnp.zeros((batch, 1), jnp.int32), prompt_tokens.astype(jnp.int32)], 1)
+        seq = jnp.concatenate([jnp.zeros((batch, 1), jnp.int32),
+                               prompt_tokens.astype(jnp.int32)], 1)
         num = 1 + jnp.sum(prompt_tokens > 0, axis=1).astype(jnp.int32)  # tokens incl. BOS
         cache = DecodeCache(
             lengths=jnp.zeros((batch,), jnp.int32),

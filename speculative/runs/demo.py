@@ -28,9 +28,9 @@ import numpy as np
 
 from speculative import decoding, files
 from speculative.models import t5
-from speculative.runs import benchmark, costs as costs_lib, limits, measure, mini, models
+from speculative.runs import benchmark, limits, measure, mini, models
+from speculative.runs import costs as costs_lib
 from speculative.sampling import SamplingConfig
-
 
 # The baseline's loop step and the isolated step differ by more than this factor when the
 # host changed state mid-run (by 1.6-1.8x on the Xeon host of docs/limits.md). Within one state

@@ -73,11 +73,9 @@ import jax
 import numpy as np
 from absl import logging
 
-from speculative import decoding
-from speculative import partitioning
+from speculative import decoding, partitioning, tasks
 from speculative import files as files_lib
 from speculative import sampling as sampling_lib
-from speculative import tasks
 from speculative.models import t5
 from speculative.runs import config as config_lib
 from speculative.runs import models as models_lib

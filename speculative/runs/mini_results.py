@@ -46,7 +46,8 @@ import numpy as np
 
 from speculative import decoding, files, theory
 from speculative.runs import alpha as alpha_lib
-from speculative.runs import benchmark, code_lm, costs as costs_lib, measure, mini, plots
+from speculative.runs import benchmark, code_lm, measure, mini, plots
+from speculative.runs import costs as costs_lib
 from speculative.sampling import SamplingConfig
 
 TEMPERATURES = (0.0, 1.0)
@@ -177,7 +178,8 @@ def dynamic_gamma(target, draft, batches, sampling: SamplingConfig, fixed_gamma:
     for c in list(DYNAMIC_CONFIDENCES) + ["+2/-1"]:
         speedup, tokens, drafted, alpha = summary(c)
         rows.append({"draft": draft_name, "temperature": sampling.temperature,
-                     "max_gamma": DYNAMIC_MAX_GAMMA, "confidence": c, "speedup": speedup, "alpha": alpha,
+                     "max_gamma": DYNAMIC_MAX_GAMMA, "confidence": c, "speedup": speedup,
+                     "alpha": alpha,
                      "tokens_per_target_call": tokens, "drafted_per_round": drafted,
                      "fixed_gamma": fixed_gamma, "fixed_speedup": fixed_speedup,
                      "fixed_tokens_per_target_call": fixed_tokens, "oracle_bound": oracle})
@@ -483,7 +485,8 @@ def _pair_section(results: Dict, output_dir: str) -> List[str]:
         about = [
             "", "A GPT-like language model trained on the Python standard library's source "
             "(`scripts/build_code_corpus.py`; recipe in "
-            "[speculative/data/code/models/MODEL_CARD.md](speculative/data/code/models/MODEL_CARD.md)) "
+            "[speculative/data/code/models/MODEL_CARD.md]"
+            "(speculative/data/code/models/MODEL_CARD.md)) "
             f"continues test-split prompts of {s['input_length']} tokens (one file after "
             f"another, round-robin) by {s['max_decode_len']} tokens. Its drafts: code_draft (a "
             "small decoder-only T5 trained on the same text), unigram and bigram tables fitted "

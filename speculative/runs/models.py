@@ -13,7 +13,8 @@ A checkpoint path is anything `checkpoints.load_params` accepts (T5X legacy or O
 dir, msgpack file, HF directory); its tree is validated against the config before use, so a
 mismatched checkpoint fails with the list of wrong parameters rather than deep inside jit.
 With a mesh, T5 parameters are placed by `rules` (a checkpoint is read block by block
-straight into that layout: `checkpoints.load_params(shardings=...)`) (T5X's `standard_logical_axis_rules` for a
+straight into that layout: `checkpoints.load_params(shardings=...)`) (T5X's
+`standard_logical_axis_rules` for a
 target, `partitioning.replicated_rules()` for a draft by default) and the model's decode state
 is pinned to batch over 'data' and heads over 'model' inside the jitted loops.
 """

@@ -71,7 +71,8 @@ import numpy as np
 
 from speculative import checkpoints, decoding, files
 from speculative.models import t5
-from speculative.runs import benchmark, costs as costs_lib, measure, mini, models
+from speculative.runs import benchmark, measure, mini, models
+from speculative.runs import costs as costs_lib
 from speculative.sampling import SamplingConfig
 
 SCHEMA = "speculative.peers/1"

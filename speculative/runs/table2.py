@@ -67,8 +67,9 @@ import gin
 import numpy as np
 
 from speculative import files, partitioning, theory
-from speculative.runs import costs as costs_lib, measure
 from speculative.runs import config as config_lib
+from speculative.runs import costs as costs_lib
+from speculative.runs import measure
 
 _UNSET = object()
 DEFAULT_ROWS_DIR = os.path.join(config_lib.REPO_ROOT, "configs", "experiments", "table2")
