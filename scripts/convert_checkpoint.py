@@ -58,7 +58,7 @@ def main(argv):
         return
     if bool(FLAGS.preset) == bool(FLAGS.config_json):
         raise app.UsageError("--to_hf needs exactly one of --preset or --config_json.")
-    checkpoints.check_hf_target(FLAGS.hf_dir, FLAGS.overwrite)  # before the long work
+    checkpoints.check_hf_target(FLAGS.hf_dir, FLAGS.overwrite, FLAGS.t5x_dir)  # before work
     if FLAGS.preset:
         config = t5.preset(FLAGS.preset)
     else:
@@ -66,7 +66,8 @@ def main(argv):
             config = checkpoints.config_from_hf(json.load(f), checkpoints.load_metadata(
                 FLAGS.t5x_dir))
     params = checkpoints.load_params(FLAGS.t5x_dir, FLAGS.dtype, config, progress=True)
-    checkpoints.save_hf_t5(params, config, FLAGS.hf_dir, overwrite=FLAGS.overwrite)
+    checkpoints.save_hf_t5(params, config, FLAGS.hf_dir, overwrite=FLAGS.overwrite,
+                           source=FLAGS.t5x_dir)
     logging.info("Wrote %s for %s", FLAGS.hf_dir, config)
 
 

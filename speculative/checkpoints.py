@@ -745,17 +745,26 @@ def load_hf_config(hf_dir, as_dict: bool = False):
     return cfg if as_dict else config_from_hf(cfg, load_metadata(hf_dir))
 
 
-def check_hf_target(hf_dir, overwrite: bool = False) -> None:
+def check_hf_target(hf_dir, overwrite: bool = False, source=None) -> None:
     """Refuses an HF output directory that holds files unless `overwrite` (call it before
-    loading anything: conversions of large models take minutes)."""
+    loading anything: conversions of large models take minutes), and always one that is, holds
+    or lies inside `source` (the checkpoint being converted: replacing the directory would
+    delete it)."""
     hf_dir = os.fspath(hf_dir)
+    if source is not None and not os.fspath(source).startswith("gs://"):
+        out, src = os.path.realpath(hf_dir), os.path.realpath(os.fspath(source))
+        if os.path.commonpath([out, src]) in (out, src):
+            raise ValueError(f"--hf_dir {hf_dir} and the source checkpoint {source} overlap: "
+                             "writing the HF directory would replace the source. Choose an "
+                             "--hf_dir outside it (e.g. a new sibling directory).")
     if os.path.isdir(hf_dir) and os.listdir(hf_dir) and not overwrite:
         raise FileExistsError(f"{hf_dir} already holds {sorted(os.listdir(hf_dir))[:5]}; choose "
                               "an empty directory or pass overwrite=True (--overwrite), which "
                               "replaces the whole directory.")
 
 
-def save_hf_t5(params, config: t5.T5Config, hf_dir, *, overwrite: bool = False) -> str:
+def save_hf_t5(params, config: t5.T5Config, hf_dir, *, overwrite: bool = False,
+               source=None) -> str:
     """Writes `model.safetensors` + `config.json` for transformers' T5ForConditionalGeneration.
 
     A directory that holds files is refused unless `overwrite`, which replaces it whole: files
@@ -763,7 +772,7 @@ def save_hf_t5(params, config: t5.T5Config, hf_dir, *, overwrite: bool = False) 
     never survive next to the new weights. Written to a staging directory, then swapped in.
     """
     hf_dir = os.path.abspath(os.fspath(hf_dir))
-    check_hf_target(hf_dir, overwrite)
+    check_hf_target(hf_dir, overwrite, source)
     tensors = to_hf_t5(params, config)
     staging = f"{hf_dir}.tmp-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
@@ -773,6 +782,8 @@ def save_hf_t5(params, config: t5.T5Config, hf_dir, *, overwrite: bool = False) 
                                     metadata={"format": "pt"})
         with open(os.path.join(staging, "config.json"), "w") as f:
             json.dump(hf_config_dict(config), f, indent=2)
+        for name in os.listdir(staging):  # readable by others, as any file a user writes
+            os.chmod(os.path.join(staging, name), 0o644)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise

@@ -9,7 +9,7 @@ goes through these two.
 import math
 import os
 import shutil
-from typing import Any, Union
+from typing import Any, Dict, Union
 
 import numpy as np
 
@@ -50,6 +50,27 @@ def write_atomic(path: str, data: Union[str, bytes], *, fsync: bool = False) -> 
             os.remove(tmp)
         raise
     return path
+
+
+def write_atomic_group(contents: Dict[str, Union[str, bytes]]) -> None:
+    """Writes several files that belong together (a result and its config): every one is
+    written in full under a temporary name first, then all are renamed into place back to
+    back, in the given order (the results file last). An interruption while writing leaves the
+    earlier files untouched; only the renames, microseconds apart, could be split."""
+    staged = []
+    try:
+        for path, data in contents.items():
+            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+            tmp = f"{path}.tmp{os.getpid()}"
+            staged.append((tmp, path))
+            with open(tmp, "wb") as f:
+                f.write(data.encode("utf-8") if isinstance(data, str) else data)
+        for tmp, path in staged:
+            os.replace(tmp, path)
+    finally:
+        for tmp, _ in staged:
+            if os.path.exists(tmp):
+                os.remove(tmp)
 
 
 def replace_directory(staging: str, final: str) -> None:

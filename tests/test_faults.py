@@ -253,6 +253,12 @@ def _run_settings_cases(tmp_path):
          FileNotFoundError, "none.gin"),
         ("converter used dir", lambda: checkpoints.check_hf_target(used), FileExistsError,
          "overwrite"),
+        # Replacing the HF directory would delete the checkpoint being converted: refused even
+        # with overwrite, whether the output holds the source or lies inside it.
+        ("converter over its source", lambda: checkpoints.check_hf_target(
+            used, True, source=used / "checkpoint_1"), ValueError, "overlap"),
+        ("converter inside its source", lambda: checkpoints.check_hf_target(
+            used / "hf", True, source=used), ValueError, "overlap"),
         ("checkpoint path", lambda: checkpoints.load_params(tmp_path / "nope"),
          FileNotFoundError, "nope"),
         ("preset name", lambda: t5_lib.preset("t5_1_1_huge"), (KeyError, ValueError),

@@ -310,6 +310,20 @@ def test_output_dir_is_never_overwritten_silently_and_writes_are_atomic(tiny_gin
     assert os.listdir(tmp_path) == ["run"]  # no staging or set-aside directories left
     assert first.output_files == second.output_files
 
+    # A user's own files beside a run: overwriting would delete them, so it is refused.
+    (out / "notes.txt").write_text("mine")
+    (out / "checkpoint_1000").mkdir()
+    monkeypatch.setattr(infer, "load_models", lambda s: pytest.fail("models loaded"))
+    with pytest.raises(FileExistsError, match="notes.txt"):
+        infer.infer()
+    assert (out / "notes.txt").read_text() == "mine" and (out / "checkpoint_1000").is_dir()
+    # A path that is a file is refused before any work, and left as it is.
+    config_lib.parse_gin([INFER_GIN, tiny_gin], _bindings(tmp_path / "notes", OVERWRITE="True"))
+    (tmp_path / "notes").write_text("a file")
+    with pytest.raises(FileExistsError, match="is a file"):
+        infer.infer()
+    assert (tmp_path / "notes").read_text() == "a file"
+
 
 def test_unwritable_output_dir_fails_before_any_work(tiny_gin, tmp_path, monkeypatch):
     blocker = tmp_path / "file"

@@ -237,14 +237,14 @@ def environment() -> Dict[str, Any]:
 
 
 def write_json(data: Dict[str, Any], output_dir: str, name: str) -> str:
-    """Writes the resolved gin config, then `data` as strict JSON (NaN -> null), each to a
-    temporary name renamed into place (the results file last: where it exists, it is
-    complete); returns the path."""
-    os.makedirs(output_dir, exist_ok=True)
-    config_lib.write_config(output_dir)
+    """Writes the resolved gin config and `data` as strict JSON (NaN -> null) as one group
+    (`files.write_atomic_group`: both written in full, then renamed into place, the results
+    file last); returns the path."""
     path = os.path.join(output_dir, name)
-    return files.write_atomic(path, json.dumps(files.json_ready(data), indent=1, allow_nan=False)
-                              + "\n")
+    files.write_atomic_group({
+        os.path.join(output_dir, "config.gin"): gin.operative_config_str(),
+        path: json.dumps(files.json_ready(data), indent=1, allow_nan=False) + "\n"})
+    return path
 
 
 def check_output_dir(output_dir, name: Optional[str] = None, overwrite: bool = True) -> str:

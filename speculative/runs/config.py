@@ -20,6 +20,8 @@ from typing import Callable, Optional, Sequence
 import gin
 from absl import app, flags
 
+from speculative import files
+
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -137,11 +139,7 @@ def check_writable(directory: str, what: str) -> None:
 
 def write_config(output_dir: str, name: str = "config.gin") -> str:
     """Saves the operative (resolved) gin config next to a run's results; returns its path."""
-    os.makedirs(output_dir, exist_ok=True)
-    path = os.path.join(output_dir, name)
-    with open(path, "w") as f:
-        f.write(gin.operative_config_str())
-    return path
+    return files.write_atomic(os.path.join(output_dir, name), gin.operative_config_str())
 
 
 def initialize_distributed(coordinator_address: Optional[str] = None,

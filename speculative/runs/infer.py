@@ -675,8 +675,20 @@ def run(settings: InferSettings, models: Optional[Tuple[Any, Any]] = None,
 
 
 def check_output_dir(output_dir: str, overwrite: bool) -> None:
-    """Before any work: refuse a directory that holds files unless `overwrite`, and make sure
-    the directory can be created and written (a probe file is written and removed)."""
+    """Before any work: refuse a path that is a file, a directory that holds files unless
+    `overwrite`, and, even with `overwrite`, a directory that holds anything but an earlier
+    run's own files (replacing the directory would delete them); and make sure the directory
+    can be created and written (a probe file is written and removed)."""
+    if os.path.exists(output_dir) and not os.path.isdir(output_dir):
+        raise FileExistsError(f"INFER_OUTPUT_DIR={output_dir!r} is a file, not a directory; "
+                              "choose a directory path.")
+    own = {PREDICTIONS_FILE, CONFIG_FILE, METRICS_FILE}
+    foreign = sorted(set(os.listdir(output_dir)) - own) if os.path.isdir(output_dir) else []
+    if foreign:
+        raise FileExistsError(
+            f"INFER_OUTPUT_DIR={output_dir!r} holds {foreign[:5]}, which are not an infer run's "
+            "files; a run replaces its directory whole, so it refuses one holding anything "
+            "else (even with --gin.OVERWRITE=True). Choose a new directory.")
     if os.path.isdir(output_dir) and os.listdir(output_dir) and not overwrite:
         raise FileExistsError(
             f"INFER_OUTPUT_DIR={output_dir!r} already holds {sorted(os.listdir(output_dir))[:5]}"
