@@ -207,6 +207,8 @@ def _run_settings_cases(tmp_path):
     (used / "model.safetensors").write_text("old")
     gin_file = tmp_path / "x.gin"
     gin_file.write_text("GAMMA = 3\nTEMPERATURE = 0.0\n")
+    typo_file = tmp_path / "typo.gin"  # a user's experiment file over the benchmark's
+    typo_file.write_text('include "configs/runs/benchmark.gin"\nTEMPERATUR = 1.0\n')
     return [
         ("infer GAMMA", lambda: infer.InferSettings(**base, gamma=0), ValueError, "GAMMA=0"),
         ("infer BATCH_SIZE", lambda: infer.InferSettings(**base, batch_size=0), ValueError,
@@ -249,6 +251,8 @@ def _run_settings_cases(tmp_path):
          "target='mini_draft_10'"),
         ("gin macro typo", lambda: config_lib.check_macros([str(gin_file)], ["GAMA = 5"]),
          ValueError, "did you mean GAMMA"),
+        ("gin file typo", lambda: config_lib.check_macros([str(typo_file)], []), ValueError,
+         "TEMPERATUR is set but nothing reads it.*did you mean TEMPERATURES"),
         ("gin missing file", lambda: config_lib.parse_gin([str(tmp_path / "none.gin")]),
          FileNotFoundError, "none.gin"),
         ("converter used dir", lambda: checkpoints.check_hf_target(used), FileExistsError,

@@ -65,26 +65,37 @@ def _find(name: str, search_paths: Sequence[str]) -> Optional[str]:
     return None
 
 
-def defined_macros(gin_files: Sequence[str], search_paths: Sequence[str]) -> set:
-    """Macro names (`NAME = ...` at the top level) the files and their includes define."""
-    names, todo, seen = set(), list(gin_files), set()
+_REFERENCE = re.compile(r"%([A-Z][A-Z0-9_]*)")
+
+
+def _macro_sources(gin_files: Sequence[str], search_paths: Sequence[str]):
+    """({macro: file defining it}, {macros referenced as %NAME}) over the files and includes."""
+    defined, referenced, todo, seen = {}, set(), list(gin_files), set()
     while todo:
         path = _find(todo.pop(), search_paths)
         if path is None or path in seen:
             continue
         seen.add(path)
         with open(path) as f:
-            text = f.read()
-        names |= set(_MACRO.findall(text))
+            text = "\n".join(line.split("#", 1)[0] for line in f.read().splitlines())
+        for name in _MACRO.findall(text):
+            defined.setdefault(name, path)
+        referenced |= set(_REFERENCE.findall(text))
         todo += _INCLUDE.findall(text)
-    return names
+    return defined, referenced
+
+
+def defined_macros(gin_files: Sequence[str], search_paths: Sequence[str]) -> set:
+    """Macro names (`NAME = ...` at the top level) the files and their includes define."""
+    return set(_macro_sources(gin_files, search_paths)[0])
 
 
 def check_macros(gin_files: Sequence[str], gin_bindings: Sequence[str],
                  search_paths: Sequence[str] = (".", REPO_ROOT)) -> None:
     """Refuses a binding `NAME = ...` of a macro no gin file defines (gin would accept it and
     never use it: a typo like --gin.TEMPERATUR=1.0 would silently keep the default)."""
-    known = defined_macros(gin_files, search_paths)
+    defined, referenced = _macro_sources(gin_files, search_paths)
+    known = set(defined)
     for binding in gin_bindings:
         match = _MACRO.match(binding)
         if match and match.group(1) not in known:
@@ -94,6 +105,14 @@ def check_macros(gin_files: Sequence[str], gin_bindings: Sequence[str],
                 f"--gin.{name}: no gin file defines the macro {name}"
                 + (f"; did you mean {close[0]}?" if close else
                    f"; the files define {sorted(known)}."))
+    # A macro a file defines but nothing reads is a typo in that file (TEMPERATUR = 1.0).
+    referenced |= {r for b in gin_bindings for r in _REFERENCE.findall(b)}
+    for name, path in sorted(defined.items()):
+        if name not in referenced:
+            close = difflib.get_close_matches(name, sorted(referenced), n=1)
+            raise ValueError(
+                f"{path}: the macro {name} is set but nothing reads it (no %{name} in the gin "
+                "files)" + (f"; did you mean {close[0]}?" if close else "; remove it."))
 
 
 def parse_gin(gin_files: Sequence[str], gin_bindings: Sequence[str] = (),
