@@ -800,6 +800,10 @@ def speculative_decode(
 
 # Beam search (T5X's, and the exact speculative variant of the paper's appendix A.4) lives in
 # speculative/beam_search.py; these names are part of the decoding API.
-from speculative.beam_search import (  # noqa: E402  pylint: disable=g-import-not-at-top,wrong-import-position
-    BeamSearchResult,  # noqa: F401
-    )
+from speculative.beam_search import (  # noqa: E402 (beam_search imports this module)
+    BeamSearchResult as BeamSearchResult,
+)
+from speculative.beam_search import beam_search as beam_search  # noqa: E402
+from speculative.beam_search import (  # noqa: E402
+    speculative_beam_search as speculative_beam_search,
+)
