@@ -45,6 +45,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from speculative import validation
 from speculative.models import t5
 
 EOS_ID = t5.EOS_ID
@@ -178,18 +179,25 @@ def _result(rows: List[_Row], max_decode_len: int, target_calls: int,
                             draft_calls, row_steps)
 
 
-def _check(inputs, beam_size: int, max_decode_len: int, length_penalty: float) -> np.ndarray:
-    for name, value in (("beam_size", beam_size), ("max_decode_len", max_decode_len)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-            raise ValueError(f"{name}={value!r} is invalid: give an int >= 1.")
-    if not isinstance(length_penalty, (int, float)) or not np.isfinite(length_penalty):
+def _check(inputs, beam_size: int, max_decode_len: int, length_penalty: float,
+           model=None) -> np.ndarray:
+    """The decode loops' input rules (`validation`), before any forward: ids in the model's
+    vocabulary, a token in every row, counts >= 1, and a forward that fits in memory."""
+    validation.positive_int(beam_size, "beam_size", "beams kept per input")
+    validation.positive_int(max_decode_len, "max_decode_len", "tokens generated at most")
+    if isinstance(length_penalty, bool) or not isinstance(length_penalty, (int, float)) or \
+            not np.isfinite(length_penalty):
         raise ValueError(f"length_penalty={length_penalty!r} is invalid: give a finite float "
                          "(T5X uses 0.6; 0 = no length penalty).")
-    ids = np.asarray(inputs)
-    if ids.ndim != 2 or not np.issubdtype(ids.dtype, np.integer):
-        raise ValueError(f"inputs must be [batch, length] integer token ids; got {ids.dtype} "
-                         f"{ids.shape}.")
-    return ids.astype(np.int32)
+    vocab = getattr(model, "vocab_size", None)
+    ids = validation.token_ids(inputs, vocab if vocab is not None else np.iinfo(np.int32).max,
+                               needs_token_per_row=True)
+    if vocab is not None:  # each forward returns [rows, max_decode_len, V] float32 log-probs
+        validation.fits_memory(
+            ids.shape[0] * beam_size * max_decode_len * vocab * 4,
+            f"beam search over batch {ids.shape[0]} x beam {beam_size} x "
+            f"max_decode_len={max_decode_len}", "lower max_decode_len or the batch size")
+    return ids
 
 
 def beam_search(target, inputs, *, beam_size: int, max_decode_len: int,
@@ -199,7 +207,7 @@ def beam_search(target, inputs, *, beam_size: int, max_decode_len: int,
     `rows` is the row count of every forward (default `batch * beam_size`);
     `speculative_beam_search` passes its own so both compute the same numbers.
     """
-    inputs = _check(inputs, beam_size, max_decode_len, length_penalty)
+    inputs = _check(inputs, beam_size, max_decode_len, length_penalty, target)
     w, batch = beam_size, inputs.shape[0]
     scorer = _Scorer(target, inputs, rows or batch * w, max_decode_len)
     state = [_new_row(w) for _ in range(batch)]
@@ -260,7 +268,7 @@ def speculative_beam_search(target, draft, inputs, *, beam_size: int, draft_beam
     """T5X's beam search of `target`, with the draft proposing `gamma` steps of beams that
     the target checks in one forward (paper A.4; module docstring). The result equals
     `beam_search(target, ...)`'s, sequences and scores; `target_calls` counts the rounds."""
-    inputs = _check(inputs, beam_size, max_decode_len, length_penalty)
+    inputs = _check(inputs, beam_size, max_decode_len, length_penalty, target)
     for name, value in (("draft_beam", draft_beam), ("gamma", gamma)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
             raise ValueError(f"{name}={value!r} is invalid: give an int >= 1.")

@@ -37,7 +37,6 @@ Shape legend: B batch, L length, K chunk, G gamma, V vocab, N max_decode_len.
 from __future__ import annotations
 
 import dataclasses
-import os
 from typing import Any, Optional, Protocol, Sequence, Tuple
 
 import flax.linen as nn
@@ -46,7 +45,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from speculative import partitioning, verification
+from speculative import partitioning, validation, verification
 from speculative import sampling as sampling_lib
 from speculative.models import t5
 
@@ -318,23 +317,9 @@ def _check_call(models, inputs, rng, sampling) -> Array:
     else:
         ids = np.asarray(inputs)
         shape = ids.shape
-    if ids.dtype == bool or not np.issubdtype(ids.dtype, np.integer):
-        raise TypeError(f"inputs have dtype {ids.dtype}: pass integer token ids (tokenize text "
-                        "first, e.g. with the task's vocabulary); floats are never truncated.")
-    if len(shape) != 2 or 0 in shape:
-        raise ValueError(f"inputs must be [batch, length] token ids with batch, length >= 1; "
-                         f"got shape {tuple(shape)}.")
-    vocab = models[0].vocab_size
-    low, high = int(ids.min()), int(ids.max())
-    if low < 0 or high >= vocab:
-        raise ValueError(f"inputs hold token ids outside [0, vocab_size={vocab}): min {low}, "
-                         f"max {high}; encode with the model's own vocabulary (0 = padding).")
-    empty = np.nonzero(~np.any(ids != t5.PAD_ID, axis=1))[0]
-    if empty.size and models[0].prefix_length(ids.shape[1]) == 0:  # an encoder reads inputs
-        raise ValueError(f"inputs rows {empty.tolist()[:20]} are all padding (id 0): an encoder "
-                         "needs at least one token per row (e.g. EOS = 1 after the text); drop "
-                         "empty rows instead of decoding them. (An empty prompt is fine for a "
-                         "decoder-only model: it generates from BOS.)")
+    ids = validation.token_ids(ids, models[0].vocab_size,  # (this process's rows)
+                               needs_token_per_row=len(shape) == 2
+                               and models[0].prefix_length(shape[1]) == 0)
     if isinstance(inputs, jax.Array):  # keeps its placement (e.g. rows sharded over 'data')
         return inputs.astype(jnp.int32)
     return jnp.asarray(ids, jnp.int32)
@@ -372,22 +357,11 @@ def _validate(models, inputs, max_decode_len, gamma=None):
                 f"{max_decode_len}" + (f" + gamma+1 {extra}" if extra else "") + "); shorten the "
                 "prompt or lower max_decode_len.")
         cache = _cache_bytes(model, inputs.shape[0], need + 1)
-        if cache is not None and cache > MAX_CACHE_FRACTION * _memory_bytes():
-            raise ValueError(
-                f"The {name}'s KV cache for batch {inputs.shape[0]} x {need + 1} positions "
-                f"(max_decode_len={max_decode_len}) needs {cache / 2**30:.1f} GiB, more than "
-                f"{MAX_CACHE_FRACTION:.0%} of this machine's {_memory_bytes() / 2**30:.1f} GiB; "
-                "lower max_decode_len or the batch size.")
-
-
-MAX_CACHE_FRACTION = 0.5  # of physical memory, for one model's KV cache
-
-
-def _memory_bytes() -> int:
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):  # not POSIX: no check
-        return 1 << 62
+        if cache is not None:
+            validation.fits_memory(
+                cache, f"The {name}'s KV cache for batch {inputs.shape[0]} x {need + 1} "
+                f"positions (max_decode_len={max_decode_len})",
+                "lower max_decode_len or the batch size")
 
 
 def _cache_bytes(model, batch: int, length: int) -> Optional[int]:

@@ -277,3 +277,34 @@ def test_bad_run_settings_are_refused_with_their_names(tmp_path):
             continue
         with pytest.raises(error, match=message):
             call()
+
+
+def test_beam_search_checks_inputs_like_the_decode_loops():
+    """Negative ids, ids >= vocab, an all-padding row, zero length, an empty batch and a
+    forward too large for memory: each refused before any forward, naming the input."""
+    from conftest import random_params, tiny_config
+    from speculative import decoding
+    from speculative.models import t5 as t5_lib
+
+    module = t5_lib.Transformer(tiny_config())
+    model = decoding.EncoderDecoderModel(module, random_params(module, 0))
+    ok = np.asarray([[3, 4, 1]], np.int32)
+    cases = [
+        (np.asarray([[3, -1, 1]]), ValueError, r"min -1"),
+        (np.asarray([[3, 16, 1]]), ValueError, r"vocab_size=16"),
+        (np.asarray([[3, 4, 1], [0, 0, 0]]), ValueError, r"rows \[1\] are all padding"),
+        (np.zeros((1, 0), np.int32), ValueError, r"shape \(1, 0\)"),
+        (np.zeros((0, 3), np.int32), ValueError, r"shape \(0, 3\)"),
+        (np.asarray([[3.0, 4.0]]), TypeError, "float"),
+    ]
+    for search in (
+            lambda x, **kw: decoding.beam_search(model, x, beam_size=2, **kw),
+            lambda x, **kw: decoding.speculative_beam_search(model, model, x, beam_size=2,
+                                                             draft_beam=2, gamma=2, **kw)):
+        for inputs, error, message in cases:
+            with pytest.raises(error, match=message):
+                search(inputs, max_decode_len=4)
+        with pytest.raises(ValueError, match=r"max_decode_len=1000000000.*needs [0-9.]+ GiB"):
+            search(ok, max_decode_len=10**9)
+        with pytest.raises(ValueError, match="max_decode_len=0"):
+            search(ok, max_decode_len=0)

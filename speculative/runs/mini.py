@@ -114,8 +114,13 @@ def main_target() -> str:
 
 
 def target_of(name: str) -> Optional[str]:
-    """The target a T5 draft was trained for (None for n-gram drafts and for targets)."""
-    if name in (LARGE_TARGET, MINI_TARGET) or not is_t5(name):
+    """The target a T5 or target-aware draft was trained for (None for n-gram drafts, which
+    fit the shared vocabulary, and for targets)."""
+    if name in (LARGE_TARGET, MINI_TARGET):
+        return None
+    if _entry(name).get("kind") == FEATURE_DRAFT:
+        return _entry(name)["target"]
+    if not is_t5(name):
         return None
     return _entry(name).get("target", MINI_TARGET)
 
@@ -131,7 +136,7 @@ def drafts(target: str = TARGET) -> List[str]:
     _check_target(target)
     return sorted(n for n in model_card()["models"]
                   if n not in (LARGE_TARGET, MINI_TARGET)
-                  and (not is_t5(n) or target_of(n) == target))
+                  and target_of(n) in (None, target))
 
 
 def t5_drafts(target: str = TARGET) -> List[str]:

@@ -1,0 +1,67 @@
+"""Checks of the arguments a user passes to the public decode entry points, before any work.
+
+One rule set and one wording for `decoding.autoregressive_decode`, `speculative_decode`,
+`beam_search` and `speculative_beam_search`: each message names the argument, the value and
+the fix. Nothing is truncated, wrapped or clipped.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Optional
+
+import numpy as np
+
+PAD_ID = 0
+MAX_MEMORY_FRACTION = 0.5  # of physical memory, for one buffer a call would allocate
+
+
+def positive_int(value, name: str, what: str = "") -> int:
+    """`value` as an int >= 1, or ValueError naming it."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{name}={value!r} is invalid: give an int >= 1"
+                         + (f" ({what})." if what else "."))
+    return int(value)
+
+
+def token_ids(ids: np.ndarray, vocab_size: int, *, needs_token_per_row: bool,
+              name: str = "inputs") -> np.ndarray:
+    """Host-side check of `[batch, length]` token ids: integers (not bool or float), batch and
+    length >= 1, every id in [0, vocab_size), and (for an encoder) a non-padding token in every
+    row. Returns them as int32."""
+    ids = np.asarray(ids)
+    if ids.dtype == bool or not np.issubdtype(ids.dtype, np.integer):
+        raise TypeError(f"{name} have dtype {ids.dtype}: pass integer token ids (tokenize text "
+                        "first, e.g. with the task's vocabulary); floats are never truncated.")
+    if ids.ndim != 2 or 0 in ids.shape:
+        raise ValueError(f"{name} must be [batch, length] token ids with batch, length >= 1; "
+                         f"got shape {tuple(ids.shape)}.")
+    low, high = int(ids.min()), int(ids.max())
+    if low < 0 or high >= vocab_size:
+        raise ValueError(f"{name} hold token ids outside [0, vocab_size={vocab_size}): min {low}, "
+                         f"max {high}; encode with the model's own vocabulary (0 = padding).")
+    if needs_token_per_row:
+        empty = np.nonzero(~np.any(ids != PAD_ID, axis=1))[0]
+        if empty.size:
+            raise ValueError(
+                f"{name} rows {empty.tolist()[:20]} are all padding (id 0): an encoder needs at "
+                "least one token per row (e.g. EOS = 1 after the text); drop empty rows instead "
+                "of decoding them. (An empty prompt is fine for a decoder-only model: it "
+                "generates from BOS.)")
+    return ids.astype(np.int32)
+
+
+def memory_bytes() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # not POSIX: no check
+        return 1 << 62
+
+
+def fits_memory(num_bytes: int, what: str, fix: str, total: Optional[int] = None) -> None:
+    """Refuses a buffer larger than MAX_MEMORY_FRACTION of physical memory, naming its bytes."""
+    total = memory_bytes() if total is None else total
+    if num_bytes > MAX_MEMORY_FRACTION * total:
+        raise ValueError(f"{what} needs {num_bytes / 2**30:.1f} GiB, more than "
+                         f"{MAX_MEMORY_FRACTION:.0%} of this machine's {total / 2**30:.1f} GiB; "
+                         f"{fix}.")
