@@ -308,3 +308,16 @@ def test_beam_search_checks_inputs_like_the_decode_loops():
             search(ok, max_decode_len=10**9)
         with pytest.raises(ValueError, match="max_decode_len=0"):
             search(ok, max_decode_len=0)
+
+
+def test_incomplete_multihost_flags_are_refused_before_any_work():
+    """--num_processes=2 --process_id=1 without a coordinator used to run one process that
+    wrote outputs as if alone."""
+    from speculative.runs import config as config_lib
+
+    with pytest.raises(ValueError, match="give all three"):
+        config_lib.initialize_distributed(None, 2, 1)
+    with pytest.raises(ValueError, match=r"process_id=2 must lie in \[0, num_processes=2\)"):
+        config_lib.initialize_distributed("localhost:1234", 2, 2)
+    with pytest.raises(ValueError, match="distributed_timeout=0"):
+        config_lib.initialize_distributed("localhost:1234", 2, 1, timeout_s=0)

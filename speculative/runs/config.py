@@ -39,6 +39,8 @@ def define_flags() -> None:
                         "host:port of process 0, for jax.distributed (implies --multihost).")
     flags.DEFINE_integer("num_processes", None, "Processes in the job (jax.distributed).")
     flags.DEFINE_integer("process_id", None, "This process's index in [0, num_processes).")
+    flags.DEFINE_integer("distributed_timeout", 300,
+                         "Seconds to wait for every process of a multi-process job to join.")
 
 
 def rewrite_gin_args(argv: Sequence[str]) -> list:
@@ -163,7 +165,7 @@ def write_config(output_dir: str, name: str = "config.gin") -> str:
 
 def initialize_distributed(coordinator_address: Optional[str] = None,
                            num_processes: Optional[int] = None,
-                           process_id: Optional[int] = None) -> None:
+                           process_id: Optional[int] = None, timeout_s: int = 300) -> None:
     """`jax.distributed.initialize` (a multi-process job: every process runs the same script;
     meshes then span all processes' devices, each process feeds and reads only its devices'
     blocks, and process 0 writes the outputs). On CPU, collectives go through gloo."""
@@ -175,10 +177,20 @@ def initialize_distributed(coordinator_address: Optional[str] = None,
             f"coordinator_address={coordinator_address!r}, num_processes={num_processes!r}, "
             f"process_id={process_id!r}: give all three (or none, where the cluster is "
             "detected: Cloud TPU, GKE, SLURM).")
+    if num_processes is not None and (num_processes < 1 or not 0 <= process_id < num_processes):
+        raise ValueError(f"process_id={process_id} must lie in [0, num_processes={num_processes}).")
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, int) or timeout_s < 1:
+        raise ValueError(f"distributed_timeout={timeout_s!r} must be a number of seconds >= 1.")
     if os.environ.get("JAX_PLATFORMS", "") == "cpu":
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    where = coordinator_address or "the cluster's coordinator"
+    print(f"Waiting up to {timeout_s} s for {num_processes or 'all'} processes to join at {where} "
+          f"(this is process {process_id if process_id is not None else '?'}); if a peer never "
+          "starts, JAX stops the job after the timeout (--distributed_timeout).", flush=True)
     jax.distributed.initialize(coordinator_address=coordinator_address,
-                               num_processes=num_processes, process_id=process_id)
+                               num_processes=num_processes, process_id=process_id,
+                               initialization_timeout=timeout_s)
+    print(f"Joined: process {jax.process_index()} of {jax.process_count()}.", flush=True)
 
 
 def is_writer() -> bool:
@@ -201,8 +213,12 @@ def run(main: Callable[[], None]) -> None:
             raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
         parse_gin(flags.FLAGS.gin_file, flags.FLAGS.gin_bindings, flags.FLAGS.gin_search_paths)
         f = flags.FLAGS
-        if f.multihost or f.coordinator_address:
-            initialize_distributed(f.coordinator_address, f.num_processes, f.process_id)
+        # Any of the three flags means a multi-process job: an incomplete set is refused, never
+        # run as a lone process that writes outputs as if it were alone.
+        if (f.multihost or f.coordinator_address or f.num_processes is not None
+                or f.process_id is not None):
+            initialize_distributed(f.coordinator_address, f.num_processes, f.process_id,
+                                   f.distributed_timeout)
         main()
 
     app.run(_main, argv=rewrite_gin_args(sys.argv))
