@@ -282,9 +282,10 @@ def test_bad_run_settings_are_refused_with_their_names(tmp_path):
 def test_beam_search_checks_inputs_like_the_decode_loops():
     """Negative ids, ids >= vocab, an all-padding row, zero length, an empty batch and a
     forward too large for memory: each refused before any forward, naming the input."""
-    from conftest import random_params, tiny_config
     from speculative import decoding
     from speculative.models import t5 as t5_lib
+
+    from conftest import random_params, tiny_config
 
     module = t5_lib.Transformer(tiny_config())
     model = decoding.EncoderDecoderModel(module, random_params(module, 0))
