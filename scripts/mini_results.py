@@ -17,7 +17,7 @@ Table 2, the gamma sweep, dynamic gamma) is saved in results.partial.json as it 
 --resume continues a run that crashed or was stopped.
 
 Example:
-  python scripts/mini_results.py --readme=README.md --overwrite
+  python scripts/mini_results.py --readme=results/README.md --overwrite
   python scripts/mini_results.py --targets=mini_target --output_dir=/tmp/quick \
       --num_alpha_tokens=1000 --repeats=2
 """

@@ -71,20 +71,6 @@ def test_results_stages_resume_and_refuse_to_overwrite(tmp_path):
         mini_results.run(output_dir=str(tmp_path), target_name=mini.TARGET)
 
 
-@pytest.mark.skipif(not os.path.exists(os.path.join(RESULTS, "results.json")),
-                    reason="results/mini not written yet")
-def test_readme_shows_the_results_files(monkeypatch):
-    readme = open(os.path.join(REPO, "README.md")).read()
-    for _, directory in _written():
-        for name in ("table2.md", "table3.md", "table4.md"):
-            table = open(os.path.join(REPO, directory, name)).read().strip()
-            assert table in readme, f"README does not show {directory}/{name} as written"
-    # The whole section, prose numbers included, is what `mini_results.py --readme` writes.
-    monkeypatch.chdir(REPO)
-    section = mini_results.readme_section(_written())
-    assert section in readme, "README's results section is stale: rerun scripts/mini_results.py"
-
-
 def test_results_tables_are_what_their_results_json_gives(tmp_path):
     """Every committed table (Tables 2/3/4, models, objectives, round time, dynamic gamma) is
     what `mini_results` writes from the committed results.json beside it."""

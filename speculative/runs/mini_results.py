@@ -3,7 +3,7 @@
 One command per bundled target writes its results directory (`RESULT_DIRS`: `results/large/` for
 the memory-bound `large_target`, `results/mini/` for the compute-bound `mini_target`):
 
-    python scripts/mini_results.py --targets=large_target,mini_target --readme=README.md --overwrite
+    python scripts/mini_results.py --targets=large_target,mini_target --readme=results/README.md --overwrite
 
 * Table 3 analogue (`table3.md`): alpha of every bundled draft (unigram, bigram, the T5 drafts)
   against the bundled target at temperature 0 and 1, measured as the paper does (Cor. 3.6: the mean
@@ -668,7 +668,7 @@ def readme_section(pairs: Sequence[Tuple[Dict, str]]) -> str:
         f"{str(env.get('platform', '')).upper()}, bundled EN→DE models"
         + (" and the decoder-only code pair)" if code else ")"),
         "",
-        "`python scripts/mini_results.py --readme=README.md` writes this section from the "
+        "`python scripts/mini_results.py --readme=results/README.md` writes this section from the "
         "results files. The models (trained by the recipe in "
         "[MODEL_CARD.md](speculative/data/mini/models/MODEL_CARD.md); its commands run on 2 CPU "
         "cores, and large_target was trained with them on one H200) translate "

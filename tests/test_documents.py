@@ -1,0 +1,66 @@
+"""Document checks: the tables the README and results/README.md show are what the committed
+results files give. These check committed files against each other (a results file changed
+without its table, or the reverse); they do not test code."""
+
+import json
+import os
+
+import pytest
+
+from speculative.runs import mini, mini_results
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RESULTS_README = os.path.join(REPO, "results", "README.md")
+BEAM = os.path.join(REPO, "results", "beam")
+
+
+def _written():
+    """(results, directory) of every bundled target whose results are written."""
+    return [(mini_results.load_results(os.path.join(REPO, mini_results.RESULT_DIRS[t])),
+             mini_results.RESULT_DIRS[t]) for t in mini_results.targets()
+            if os.path.exists(os.path.join(REPO, mini_results.RESULT_DIRS[t], "results.json"))]
+
+
+@pytest.mark.skipif(not mini.available(), reason="no bundled models")
+def test_results_readme_shows_the_results_files(monkeypatch):
+    readme = open(RESULTS_README, encoding="utf-8").read()
+    written = _written()
+    assert written, "no results written"
+    for _, directory in written:
+        for name in ("table2.md", "table3.md", "table4.md"):
+            table = open(os.path.join(REPO, directory, name)).read().strip()
+            assert table in readme, f"results/README.md does not show {directory}/{name}"
+    # The whole section, prose numbers included, is what `mini_results.py --readme` writes.
+    monkeypatch.chdir(REPO)
+    section = mini_results.readme_section(written)
+    assert section in readme, ("results/README.md's results section is stale: rerun "
+                               "scripts/mini_results.py --readme=results/README.md")
+
+
+@pytest.mark.skipif(not os.path.isdir(BEAM), reason="results/beam not written yet")
+def test_beam_table_is_the_results_files():
+    """The beam table rows are results/beam/w*/metrics.json (scripts/infer.py's output): BLEU,
+    target forwards, the target's own forwards and the saving, each run the speculative
+    search."""
+    readme = open(RESULTS_README, encoding="utf-8").read()
+    widths = sorted(int(d[1:]) for d in os.listdir(BEAM) if d.startswith("w"))
+    assert widths == [1, 2, 4]
+    for w in widths:
+        with open(os.path.join(BEAM, f"w{w}", "metrics.json")) as f:
+            m = json.load(f)
+        d = m["decoding"]
+        assert m["mode"] == "speculative_beam_search" and m["settings"]["beam_size"] == w
+        assert d["target_calls"] < d["target_alone_forwards"]
+        row = (f"| {w} | {m['metrics']['bleu']:.1f} | {d['target_calls']} | "
+               f"{d['target_alone_forwards']} | {100 * d['target_calls_saved']:.0f}% |")
+        assert row in readme, f"results/README.md's beam table lacks {row}"
+
+
+def test_readme_fits_a_screen_and_starts_with_the_two_commands():
+    text = open(os.path.join(REPO, "README.md"), encoding="utf-8").read()
+    assert len(text.encode("utf-8")) <= 12_000
+    head = "\n".join(text.splitlines()[:40])
+    assert "python scripts/demo.py" in head and "python -m pytest -q" in head
+    ci = open(os.path.join(REPO, ".ci", "run"), encoding="utf-8").read()
+    test_command = next(line for line in text.splitlines() if "python -m pytest -q" in line)
+    assert test_command.strip() in ci, "README's test command differs from .ci/run's"
