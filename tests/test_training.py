@@ -342,7 +342,8 @@ def test_flops_per_token_arithmetic():
 
 # ------------------------------------------------------------------------------ bundled models
 
-@pytest.mark.parametrize("name", sorted(n for n, e in _card().items() if "checkpoint" in e))
+@pytest.mark.parametrize("name", sorted(n for n, e in _card().items()
+                                        if "checkpoint" in e and "kind" not in e))
 def test_bundled_model_valid_subset_loss_matches_card(name):
     entry = _card()[name]
     config = t5.T5Config(**{k: tuple(v) if isinstance(v, list) else v
@@ -360,7 +361,8 @@ def test_bundled_model_valid_subset_loss_matches_card(name):
     assert loss == pytest.approx(entry["valid_subset"]["loss_bfloat16"], abs=2e-3)
 
 
-@pytest.mark.parametrize("name", sorted(n for n, e in _card().items() if "kind" in e))
+@pytest.mark.parametrize("name", sorted(n for n, e in _card().items()
+                                        if e.get("kind") in ("unigram", "bigram")))
 def test_bundled_ngram_drafts_load(name):
     entry = _card()[name]
     cls = ngram.UnigramDraft if entry["kind"] == "unigram" else ngram.BigramDraft
@@ -368,6 +370,21 @@ def test_bundled_ngram_drafts_load(name):
     log_probs = np.asarray(draft.params["log_probs"])
     assert draft.vocab_size == 4000
     np.testing.assert_allclose(np.exp(log_probs).sum(-1), 1.0, rtol=1e-4)
+
+
+@pytest.mark.parametrize("name", sorted(n for n, e in _card().items()
+                                        if e.get("kind") == "feature_draft"))
+def test_bundled_target_aware_draft_reproduces_its_card(name):
+    """The stored (bfloat16) target-aware draft: its forced alpha on the first 64 valid
+    sentences is what the card records."""
+    from speculative.runs import feature_draft as runs_feature_draft
+    from speculative.runs import mini
+
+    entry = _card()[name]
+    got = runs_feature_draft.valid_subset(mini.load(entry["target"]), mini.load(name),
+                                          num=entry["valid_subset"]["first_n_valid_sentences"])
+    for key in ("forced_alpha_t0", "forced_alpha_t1"):
+        assert got[key] == pytest.approx(entry["valid_subset"][key], abs=1e-3)
 
 
 def test_bundle_fits_the_size_budget():

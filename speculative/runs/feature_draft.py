@@ -97,6 +97,8 @@ def train_feature_draft(*, model_dir: str, cache_dir: str, draft: fd_model.Featu
                                     step=config.steps, overwrite=True)
         stored = checkpoints.load_params(path, dtype="float32")
         summary["checkpoint"] = os.path.relpath(path, export_dir)
+    summary["valid_subset"] = valid_subset(target_model,
+                                           fd_model.FeatureDraftModel(module, stored))
     summary["alpha"] = training.draft_alpha(
         target_model, fd_model.FeatureDraftModel(module, stored), valid_inputs(),
         rng=jax.random.PRNGKey(0), gamma=alpha_gamma, max_length=48)
@@ -107,6 +109,26 @@ def train_feature_draft(*, model_dir: str, cache_dir: str, draft: fd_model.Featu
     if export_dir:
         training.update_card(export_dir, summary["name"], summary)
     return summary
+
+
+def valid_subset(target, draft, num: int = 64, length: int = 48) -> dict:
+    """Forced alpha (Table 3's method, runs/alpha.py) of `draft` along the target's greedy
+    outputs of the first `num` valid sentences, at T = 0 and 1: what the card records for the
+    stored (bfloat16) draft, and what a test recomputes from the bundle alone."""
+    from speculative import decoding  # pylint: disable=g-import-not-at-top
+    from speculative.runs import alpha as alpha_lib  # pylint: disable=g-import-not-at-top
+    from speculative.sampling import SamplingConfig  # pylint: disable=g-import-not-at-top
+
+    inputs = training.pad_rows(valid_inputs(num, length), length)
+    out = decoding.autoregressive_decode(target, inputs, rng=jax.random.PRNGKey(0),
+                                         sampling=SamplingConfig(0.0), max_decode_len=length)
+    mask = np.arange(length)[None] < np.asarray(out.lengths)[:, None]
+    result = {"first_n_valid_sentences": num, "positions": int(mask.sum())}
+    for temperature in (0.0, 1.0):
+        betas = np.asarray(alpha_lib.forced_betas(target, draft, inputs, out.tokens,
+                                                  sampling=SamplingConfig(temperature)))
+        result[f"forced_alpha_t{temperature:g}"] = float(betas[mask].mean())
+    return result
 
 
 def _machine() -> str:

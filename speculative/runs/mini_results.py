@@ -3,7 +3,8 @@
 One command per bundled target writes its results directory (`RESULT_DIRS`: `results/large/` for
 the memory-bound `large_target`, `results/mini/` for the compute-bound `mini_target`):
 
-    python scripts/mini_results.py --targets=large_target,mini_target --readme=results/README.md --overwrite
+    python scripts/mini_results.py --targets=large_target,mini_target \
+        --readme=results/README.md --overwrite
 
 * Table 3 analogue (`table3.md`): alpha of every bundled draft (unigram, bigram, the T5 drafts)
   against the bundled target at temperature 0 and 1, measured as the paper does (Cor. 3.6: the mean
