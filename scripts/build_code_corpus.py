@@ -53,6 +53,7 @@ from typing import Dict, List, Mapping, Optional, Sequence
 from absl import app, flags
 
 from speculative import code_corpus, corpora, files
+from speculative.runs import config as config_lib
 
 FLAGS = flags.FLAGS
 SKIP_DIRS = frozenset({"test", "tests", "idle_test", "site-packages", "dist-packages",
@@ -252,4 +253,4 @@ def main(argv):
 
 if __name__ == "__main__":
     define_flags()
-    app.run(main)
+    app.run(config_lib.user_errors(main))

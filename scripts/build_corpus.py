@@ -54,6 +54,7 @@ from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 from absl import app, flags, logging
 
 from speculative import corpora, files
+from speculative.runs import config as config_lib
 
 _OUTPUT_DIR = flags.DEFINE_string(
     "output_dir", "data/corpus", "Where to write the TSVs, spm.model and manifest.json."
@@ -608,4 +609,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    app.run(config_lib.user_errors(main))

@@ -28,6 +28,7 @@ import sys
 
 from absl import app, flags
 
+from speculative.runs import config as config_lib
 from speculative.runs import peers
 from speculative.runs.config import flag_numbers
 
@@ -90,4 +91,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    app.run(config_lib.user_errors(main))

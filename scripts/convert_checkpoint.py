@@ -30,6 +30,7 @@ from absl import app, flags, logging
 
 from speculative import checkpoints
 from speculative.models import t5
+from speculative.runs import config as config_lib
 
 FLAGS = flags.FLAGS
 
@@ -72,4 +73,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    app.run(config_lib.user_errors(main))

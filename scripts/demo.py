@@ -16,6 +16,7 @@ Example:
 
 from absl import app, flags
 
+from speculative.runs import config as config_lib
 from speculative.runs import demo
 from speculative.runs.config import flag_numbers
 
@@ -41,4 +42,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    app.run(config_lib.user_errors(main))

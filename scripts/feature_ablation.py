@@ -8,6 +8,7 @@ Example (about 10 minutes on 2 CPU cores; run it with nothing else busy):
 from absl import app, flags
 
 from speculative.experiments import feature_ablation
+from speculative.runs import config as config_lib
 
 _OUT = flags.DEFINE_string("output_dir", "results/large/feature_ablation", "Where to write.")
 _DRAFTS = flags.DEFINE_list("drafts", ["large_draft_kdtv", "large_feature_draft"],
@@ -25,4 +26,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    app.run(config_lib.user_errors(main))

@@ -22,6 +22,7 @@ Quick check (about a minute):
 
 from absl import app, flags
 
+from speculative.runs import config as config_lib
 from speculative.runs import limits
 from speculative.runs.config import flag_numbers
 
@@ -74,4 +75,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    app.run(config_lib.user_errors(main))

@@ -26,6 +26,7 @@ import os
 
 from absl import app, flags
 
+from speculative.runs import config as config_lib
 from speculative.runs import mini_results
 
 _TARGETS = flags.DEFINE_list("targets", None, "Bundled targets to measure (default: all); "
@@ -69,4 +70,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    app.run(config_lib.user_errors(main))

@@ -24,6 +24,7 @@ from typing import Sequence
 
 from absl import app, flags
 
+from speculative.runs import config as config_lib
 from speculative.runs.plots import load_runs, plot_figure3, plot_speedup_vs_gamma
 
 FLAGS = flags.FLAGS
@@ -59,4 +60,4 @@ def main(argv: Sequence[str]) -> None:
 
 if __name__ == "__main__":
     _define_flags()
-    app.run(main)
+    app.run(config_lib.user_errors(main))

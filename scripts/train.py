@@ -95,4 +95,4 @@ def main(argv: Sequence[str]) -> None:
 
 
 if __name__ == "__main__":
-    app.run(main, argv=rewrite_gin_args(sys.argv))
+    app.run(config_lib.user_errors(main), argv=rewrite_gin_args(sys.argv))

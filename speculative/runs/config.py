@@ -221,4 +221,28 @@ def run(main: Callable[[], None]) -> None:
                                    f.distributed_timeout)
         main()
 
-    app.run(_main, argv=rewrite_gin_args(sys.argv))
+    app.run(user_errors(_main), argv=rewrite_gin_args(sys.argv))
+
+
+# What a user's input can raise: one clear message (they name the value and the fix), exit 2.
+USER_ERRORS = (ValueError, TypeError, FileNotFoundError, FileExistsError, NotADirectoryError,
+               PermissionError)
+
+
+def user_errors(main: Callable) -> Callable:
+    """Wraps an absl main: a user error prints `error: <message>` and exits with status 2 (the
+    traceback too with --verbose); other exceptions keep their traceback."""
+    if "verbose" not in flags.FLAGS:
+        flags.DEFINE_bool("verbose", False, "On a usage error, print the whole traceback too.")
+
+    def wrapped(argv):
+        try:
+            return main(argv)
+        except USER_ERRORS as e:
+            if "verbose" in flags.FLAGS and flags.FLAGS.verbose:
+                raise
+            message = str(e).split("\n  In call to configurable")[0]  # gin's suffix
+            print(f"error: {message}", file=sys.stderr)
+            sys.exit(2)
+
+    return wrapped
