@@ -556,3 +556,24 @@ def test_preloaded_models_of_the_other_kind_are_refused(tiny_gin):
     with pytest.raises(ValueError, match="DECODER_ONLY=True but the target is an "
                                          "encoder-decoder model"):
         infer.run(settings, models=(encdec, None))
+
+
+@pytest.mark.parametrize("draft", ["bigram", "prompt_lookup"])
+def test_infer_takes_ngram_and_prompt_lookup_drafts(tiny_gin, tmp_path, draft):
+    """As the library does: an n-gram table (.npz) and prompt lookup draft for infer's target;
+    greedy output equals the baseline's."""
+    from speculative.runs import mini
+    if draft == "bigram":
+        if not mini.available():
+            pytest.skip("no bundled models")
+        spec = repr(os.path.join(mini.MODELS_DIR, "mini_bigram.npz"))
+    else:
+        spec = repr("prompt_lookup")
+    config_lib.parse_gin([INFER_GIN, tiny_gin], _bindings(tmp_path / "spec", DRAFT_MODEL=spec))
+    spec_run = infer.infer()
+    config_lib.parse_gin([INFER_GIN, tiny_gin], _bindings(tmp_path / "base",
+                                                          SPECULATIVE="False"))
+    base_run = infer.infer()
+    assert [r["prediction"] for r in spec_run.records] == \
+        [r["prediction"] for r in base_run.records]
+    assert spec_run.metrics["decoding"]["target_forwards"] > 0

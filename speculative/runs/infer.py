@@ -150,15 +150,7 @@ class InferSettings:
                  "use True (decoder-only language models) or False (encoder-decoder T5).")
         self._check_model_kind(fail, "TARGET_MODEL", self.target_config)
         if self.speculative:
-            if not isinstance(self.draft_config, t5.T5Config):
-                fail("DRAFT_MODEL", self.draft_config,
-                     "speculative decoding needs a draft T5Config, e.g. DRAFT_MODEL = "
-                     "@t5_1_1_small/t5.T5Config() (or SPECULATIVE = False for the baseline).")
-            if self.draft_config.vocab_size != self.target_config.vocab_size:
-                fail("DRAFT_MODEL.vocab_size", self.draft_config.vocab_size,
-                     f"the draft must share the target's vocabulary "
-                     f"(vocab_size={self.target_config.vocab_size}).")
-            self._check_model_kind(fail, "DRAFT_MODEL", self.draft_config)
+            self._check_draft_spec(fail)
             if not isinstance(self.gamma, int) or isinstance(self.gamma, bool) or self.gamma < 1:
                 fail("GAMMA", self.gamma, "draft at least one token per round (an int >= 1).")
         if not isinstance(self.batch_size, int) or self.batch_size < 1:
@@ -176,6 +168,31 @@ class InferSettings:
                 fail("BATCH_SIZE", self.batch_size,
                      f"MESH_SHAPE={tuple(self.mesh_shape)} splits each batch over {data} data "
                      f"shards; use a multiple of {data}.")
+
+    def _check_draft_spec(self, fail) -> None:
+        """A draft is a T5Config, an n-gram file (.npz), 'prompt_lookup' or a bundled model's
+        name; its vocabulary is checked against the target's when it is built."""
+        spec = self.draft_config
+        if isinstance(spec, t5.T5Config):
+            if spec.vocab_size != self.target_config.vocab_size:
+                fail("DRAFT_MODEL.vocab_size", spec.vocab_size,
+                     f"the draft must share the target's vocabulary "
+                     f"(vocab_size={self.target_config.vocab_size}).")
+            self._check_model_kind(fail, "DRAFT_MODEL", spec)
+            return
+        if isinstance(spec, str) and spec.endswith(".npz"):
+            if not os.path.exists(spec):
+                fail("DRAFT_MODEL", spec, "no such n-gram draft file; give the path of a .npz "
+                     "written by UnigramDraft/BigramDraft.save.")
+            return
+        if spec == models_lib.PROMPT_LOOKUP or (isinstance(spec, str)
+                                                 and spec in models_lib.bundled_names()):
+            return
+        fail("DRAFT_MODEL", spec,
+             "speculative decoding needs a draft: a T5Config (e.g. DRAFT_MODEL = "
+             "@t5_1_1_small/t5.T5Config()), an n-gram file ('.../mini_bigram.npz'), "
+             "'prompt_lookup', or a bundled model's name (e.g. 'large_draft_kdtv'); or "
+             "SPECULATIVE = False for the baseline.")
 
     def _check_model_kind(self, fail, macro: str, config: t5.T5Config) -> None:
         """The config must be of the kind DECODER_ONLY builds. T5Config itself accepts both

@@ -99,6 +99,7 @@ def build_model(spec, checkpoint: Optional[str] = None, *, name: str = "target",
 
     - a `T5Config` (+ `checkpoint`, or random weights with `seed`): `load_model`;
     - a path to an n-gram draft (`.npz` written by `UnigramDraft/BigramDraft.save`);
+    - the name of a bundled model (`speculative.runs.mini`, e.g. 'large_draft_kdtv');
     - a ready `DecodeModel` (e.g. `ngram.PromptLookupDraft(...)`), used as it is.
 
     `name` ('target' or 'draft') only words the errors; with `mesh` the model is placed there.
@@ -113,6 +114,13 @@ def build_model(spec, checkpoint: Optional[str] = None, *, name: str = "target",
             raise ValueError(f"{name}_checkpoint={checkpoint!r} was given but {name}_model is the "
                              f"n-gram file {os.fspath(spec)!r}; give only the file.")
         model = ngram.load(spec, decoder_only=decoder_only)
+    elif isinstance(spec, str) and spec in bundled_names():
+        if checkpoint:
+            raise ValueError(f"{name}_checkpoint={checkpoint!r} was given but {name}_model is the "
+                             f"bundled model {spec!r}; give only the name.")
+        from speculative.runs import mini  # pylint: disable=g-import-not-at-top
+
+        model = mini.load(spec)
     elif is_decode_model(spec):
         if checkpoint:
             raise ValueError(
@@ -122,10 +130,25 @@ def build_model(spec, checkpoint: Optional[str] = None, *, name: str = "target",
     else:
         raise TypeError(
             f"{name}_model={spec!r} is invalid: give a speculative.models.t5.T5Config (e.g. "
-            "@t5_1_1_small/t5.T5Config()), the path of an n-gram draft (.npz) or a DecodeModel.")
+            "@t5_1_1_small/t5.T5Config()), the path of an n-gram draft (.npz), a bundled model's "
+            f"name (one of {sorted(bundled_names())}), 'prompt_lookup' (drafts only) or a "
+            "DecodeModel.")
     if mesh is not None and getattr(model, "params", None) is not None:
         model = partitioning.place_model(model, mesh, rules)
     return model
+
+
+def bundled_names() -> set:
+    """Names of the models bundled in speculative/data (empty in a checkout without them)."""
+    from speculative.runs import mini  # pylint: disable=g-import-not-at-top
+
+    try:
+        return set(mini.model_card()["models"])
+    except FileNotFoundError:
+        return set()
+
+
+PROMPT_LOOKUP = "prompt_lookup"  # a draft spec: copy from the context (ngram.PromptLookupDraft)
 
 
 def check_same_vocab(target, draft) -> None:
@@ -139,7 +162,12 @@ def build_draft(spec, checkpoint: Optional[str], target, *, decoder_only: bool =
                 param_dtype: Optional[str] = None, mesh: Optional[Any] = None,
                 rules: Optional[partitioning.LogicalRules] = None) -> decoding.DecodeModel:
     """The draft for `target` (`build_model`; random weights seeded `seed + 1` unless
-    `draft_seed`; replicated on a mesh unless `rules`), checked to share its vocabulary."""
+    `draft_seed`; replicated on a mesh unless `rules`), checked to share its vocabulary.
+    `spec='prompt_lookup'` is the parameter-free copying draft for the target's vocabulary."""
+    if spec == PROMPT_LOOKUP:
+        from speculative.models import ngram  # pylint: disable=g-import-not-at-top
+
+        return ngram.PromptLookupDraft(vocab_size=target.vocab_size, decoder_only=decoder_only)
     draft = build_model(spec, checkpoint, name="draft", decoder_only=decoder_only,
                         seed=seed + 1 if draft_seed is None else draft_seed,
                         param_dtype=param_dtype, mesh=mesh,
