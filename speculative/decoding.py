@@ -411,15 +411,28 @@ def _python_while(cond, body, state):
 
 @struct.dataclass
 class _ARState:
+    """The autoregressive loop's carry.
+
+    Attributes:
+      model_state: the model's decode state (its cache holds S[:-1]).
+      last: `[B]` S[-1], fed next.
+      tokens: `[B, N + 1]` generated tokens (0 after EOS).
+      num_generated, done: `[B]` per-row progress.
+      rng: the key, split per step.
+      rounds: `[]` loop iterations (batched model calls).
+      calls: `[B]` steps in which each row was still decoding.
+      nonfinite: `[B]` bool, rows stopped because their distribution went NaN/inf.
+    """
+
     model_state: Any
-    last: Array  # [B]
-    tokens: Array  # [B, N + 1]
-    num_generated: Array  # [B]
-    done: Array  # [B]
+    last: Array
+    tokens: Array
+    num_generated: Array
+    done: Array
     rng: Array
     rounds: Array
-    calls: Array  # [B]
-    nonfinite: Array  # [B] bool
+    calls: Array
+    nonfinite: Array
 
 
 def _autoregressive_impl(model, inputs, rng, *, sampling, max_decode_len, debug=False):
