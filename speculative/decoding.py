@@ -28,6 +28,15 @@ Example (G = 3): S = [BOS, a], T = 1. Drafts [b, c, d]; the target scores [a, b,
 t = e: S = [BOS, a, b, e], the target is rewound to 3 (holds BOS, a, b), last = e; the draft held
 [BOS, a, b, c] and will be rewound to 3 as well.
 
+The accept step is a verification policy (`verification.py`: greedy, exact or lenient), chosen
+once per call from the sampling settings; the loop has no per-policy branches.
+
+A target-aware draft (`reads_target`, models/feature_draft.py) is initialised with the target's
+encoder output and reads the target's hidden states: the verify call also returns them
+(`extend_with_features`), and the next round's first draft call re-reads the accepted tokens
+x_1..x_n, t with them (`lag = n`, `catch_tokens`, `catch_features`), replacing the entries the
+draft made from its own states (docs/design.md, "Target-aware drafts", has a worked example).
+
 The baseline, `autoregressive_decode`, is the same machinery with one target `extend` of one token
 per step, so speedups compare equally optimised programs.
 
