@@ -48,7 +48,8 @@ FLAGS = flags.FLAGS
 
 
 def main():
-    kwargs = {"dry_run": FLAGS.dry_run} if FLAGS.dry_run else {}
+    # A dry run resolves the rows only: no checkpoints file and no output directory needed.
+    kwargs = {"dry_run": True, "output_dir": None} if FLAGS.dry_run else {}
     if FLAGS.overwrite:
         kwargs["overwrite"] = True
     for name in ("rows", "output_dir", "checkpoints", "rows_dir"):

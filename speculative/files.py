@@ -6,12 +6,33 @@ directory in for an earlier one. Every writer of results, checkpoints' metadata 
 goes through these two.
 """
 
+import contextlib
 import math
 import os
 import shutil
 from typing import Any, Dict, Union
 
 import numpy as np
+
+
+@contextlib.contextmanager
+def quiet_stderr():
+    """Silences file descriptor 2 for the block (C++ libraries that log before any setting can
+    reach them, e.g. TensorFlow's start-up lines). A Python exception raised inside still
+    propagates with its message once the block ends."""
+    try:
+        saved = os.dup(2)
+    except OSError:  # no file descriptor 2: nothing to silence
+        yield
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
 
 
 def json_ready(obj: Any) -> Any:

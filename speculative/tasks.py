@@ -40,10 +40,11 @@ import functools
 import os
 from typing import Callable, Dict, Mapping, Optional, Sequence, Tuple, Union
 
-import seqio
-import tensorflow as tf
+from speculative import code_corpus, files, metrics
 
-from speculative import code_corpus, metrics
+with files.quiet_stderr():  # TensorFlow's C++ start-up lines (oneDNN, the CUDA probe)
+    import seqio
+    import tensorflow as tf
 
 DEFAULT_SPM_PATH = "gs://t5-data/vocabs/cc_all.32000/sentencepiece.model"
 DEFAULT_EXTRA_IDS = 100

@@ -230,6 +230,10 @@ def test_table2_gin_files_resolve_to_the_paper_rows(tmp_path):
     table = (tmp_path / "dry" / "table2.md").read_text()
     assert table.startswith("| Task | M_q | Temp | γ | α | Speed |")
     assert "| EnDe | T5-small ★ | 0 | 7 |" in table and "| CNNDM | T5-large | 1 | 3 |" in table
+    # A dry run needs no checkpoints file and no output directory (the docs say so).
+    bare = table2.reproduce("all", None, dry_run=True)
+    assert [r.name for r in bare] == list(PAPER)
+    assert bare[0].settings.target_checkpoint == table2.DRY_RUN_CHECKPOINT
 
 
 def test_reproduce_table2_on_a_tiny_row(tiny_gin, tmp_path):

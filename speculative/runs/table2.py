@@ -192,17 +192,26 @@ def checkpoint_bindings(name: str, checkpoints) -> List[str]:
     return [f"{macros[k]} = {v!r}" for k, v in merged.items()]
 
 
+DRY_RUN_CHECKPOINT = "<no checkpoint: dry run>"
+
+
 def resolve_row(name: str, *, rows_dir: str = DEFAULT_ROWS_DIR, checkpoints=None,
-                row_bindings: Sequence[str] = (), output_dir: Any = _UNSET):
+                row_bindings: Sequence[str] = (), output_dir: Any = _UNSET,
+                dry_run: bool = False):
     """Parses row `name` (replacing the current gin config) -> `(RowInfo, InferSettings, path)`.
 
     Nothing is read or built: the run function is called with `dry_run=True`. `output_dir`, when
-    given (None included), binds INFER_OUTPUT_DIR.
+    given (None included), binds INFER_OUTPUT_DIR. With `dry_run`, checkpoints that
+    `checkpoints` does not give are bound to a placeholder (nothing is loaded), so the paper's
+    rows resolve without a checkpoints file.
     """
     from speculative.runs import infer  # pylint: disable=g-import-not-at-top
 
     path = row_file(name, rows_dir)
-    bindings = checkpoint_bindings(name, checkpoints) + list(row_bindings)
+    given = checkpoint_bindings(name, checkpoints)
+    placeholders = [f"{macro} = {DRY_RUN_CHECKPOINT!r}" for macro in
+                    ("TARGET_CHECKPOINT", "DRAFT_CHECKPOINT")] if dry_run else []
+    bindings = placeholders + given + list(row_bindings)
     if output_dir is not _UNSET:
         bindings.append(f"INFER_OUTPUT_DIR = {output_dir!r}")
     gin.clear_config()
@@ -335,7 +344,7 @@ def reproduce(
         row_out = os.path.join(output_dir, name) if output_dir else None
         info, settings, path = resolve_row(
             name, rows_dir=rows_dir, checkpoints=checkpoints, row_bindings=row_bindings,
-            output_dir=row_out)
+            output_dir=row_out, dry_run=dry_run)
         if settings.beam_size is not None:
             raise ValueError(
                 f"row {name}: BEAM_SIZE={settings.beam_size}: reproduce_table2 times the paper's "
