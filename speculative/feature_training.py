@@ -8,8 +8,9 @@ loss compares the draft's q^d_j with the cached top-k p_j (renormalised over its
     tv:  1 - sum_x min(p(x), q(x))                     (one minus the acceptance rate at T = 1)
 
 averaged over positions, and over depths with equal weights. T5X's Adafactor (the project's
-optimizer recipe) with linear warmup and cosine decay, global-norm clipping 1. The state is saved every `checkpoint_every` steps to
-`model_dir/train_state.msgpack` (atomically), and a run resumes from it.
+optimizer recipe) with linear warmup and cosine decay, global-norm clipping 1. The state is
+saved every `checkpoint_every` steps to `model_dir/train_state.msgpack` (atomically), and a run
+resumes from it.
 
 Shape legend: B batch, L length, E embed, F feature width, k top-k, V vocab.
 """
@@ -50,6 +51,8 @@ class FeatureTrainConfig:
       checkpoint_every: steps between saved training states.
       max_shards: use the first shards of the cache only (None = all).
       seed: parameter initialisation and batch order.
+      init_from: a finished run's directory whose parameters start this one (a second stage,
+        with its own schedule and batch order), instead of a random initialisation.
     """
 
     steps: int = 4000
@@ -63,6 +66,7 @@ class FeatureTrainConfig:
     checkpoint_every: int = 250
     max_shards: Optional[int] = None
     seed: int = 0
+    init_from: Optional[str] = None
 
     def __post_init__(self):
         object.__setattr__(self, "buckets", tuple(int(b) for b in self.buckets))
@@ -261,7 +265,8 @@ def train(*, draft_config: fd.FeatureDraftConfig, config: FeatureTrainConfig, ca
 
     module = fd.FeatureDraft(draft_config)
     optimizer = _optimizer(config)
-    params = fd.init_params(module, jax.random.PRNGKey(config.seed))
+    params = (load_params(config.init_from, draft_config) if config.init_from
+              else fd.init_params(module, jax.random.PRNGKey(config.seed)))
     opt_state = optimizer.init(params)
     step, seconds = 0, 0.0
     state_path = os.path.join(model_dir, "train_state.msgpack")
