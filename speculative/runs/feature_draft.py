@@ -20,9 +20,11 @@ import gin
 import jax
 import numpy as np
 
-from speculative import checkpoints, feature_data, feature_training, files, training
+from speculative import checkpoints, decoding, feature_data, feature_training, files, training
 from speculative.models import feature_draft as fd_model
+from speculative.runs import alpha as alpha_lib
 from speculative.runs import mini
+from speculative.sampling import SamplingConfig
 
 
 def distill_sources(length: int = 48) -> np.ndarray:
@@ -115,10 +117,6 @@ def valid_subset(target, draft, num: int = 64, length: int = 48) -> dict:
     """Forced alpha (Table 3's method, runs/alpha.py) of `draft` along the target's greedy
     outputs of the first `num` valid sentences, at T = 0 and 1: what the card records for the
     stored (bfloat16) draft, and what a test recomputes from the bundle alone."""
-    from speculative import decoding  # pylint: disable=g-import-not-at-top
-    from speculative.runs import alpha as alpha_lib  # pylint: disable=g-import-not-at-top
-    from speculative.sampling import SamplingConfig  # pylint: disable=g-import-not-at-top
-
     inputs = training.pad_rows(valid_inputs(num, length), length)
     out = decoding.autoregressive_decode(target, inputs, rng=jax.random.PRNGKey(0),
                                          sampling=SamplingConfig(0.0), max_decode_len=length)
