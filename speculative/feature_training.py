@@ -243,6 +243,10 @@ def train(*, draft_config: fd.FeatureDraftConfig, config: FeatureTrainConfig, ca
     if os.path.exists(settings_path):
         with open(settings_path) as f:
             old = json.load(f)
+        # A field added since that run, at its default, is the same setting.
+        defaults = json.loads(json.dumps(dataclasses.asdict(FeatureTrainConfig())))
+        old["train"] = {**{k: v for k, v in defaults.items() if k not in old.get("train", {})},
+                        **old.get("train", {})}
         if old != settings:
             diff = {k: (old.get(k), v) for k, v in settings.items() if old.get(k) != v}
             raise ValueError(f"{model_dir} holds a run with other settings; pass another "
