@@ -256,8 +256,9 @@ def train(*, draft_config: fd.FeatureDraftConfig, config: FeatureTrainConfig, ca
 
     corpus = Corpus.load(cache_dir, config.max_shards)
     selected = _select_layers(manifest, draft_config.feature_layers)
-    if selected is not None:
-        corpus.feat = np.concatenate([corpus.feat[:, s] for s in selected], axis=1)
+    if selected is not None:  # no layers (the encoder-output-only draft): no feature columns
+        corpus.feat = (np.concatenate([corpus.feat[:, s] for s in selected], axis=1)
+                       if selected else corpus.feat[:, :0])
     longest = int(np.max(np.maximum(corpus.src_len, corpus.out_len)))
     if longest > config.buckets[-1]:
         raise ValueError(f"The cache holds sentences of {longest} tokens, more than the largest "
