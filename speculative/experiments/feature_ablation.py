@@ -54,7 +54,12 @@ def load_draft(spec: str):
         settings = json.load(f)
     config = fd.FeatureDraftConfig(**settings["draft"])
     params = feature_training.load_params(path, config)
-    return label, fd.FeatureDraftModel(fd.FeatureDraft(config), params)
+    model = fd.FeatureDraftModel(fd.FeatureDraft(config), params)
+    _TRAINING[id(model)] = settings["train"]
+    return label, model
+
+
+_TRAINING: Dict[int, Dict] = {}  # training settings of the drafts loaded from their run dirs
 
 
 def _description(model) -> Dict:
@@ -62,7 +67,10 @@ def _description(model) -> Dict:
         cfg = model.module.config
         what = ("encoder output only" if not cfg.feature_layers else
                 f"encoder output + features of layers {list(cfg.feature_layers)}")
-        return {"kind": "target-aware", "reads": what}
+        train = _TRAINING.get(id(model))
+        if train:
+            what += f"; trained {train['steps']} steps, {train['depth']} unrolled"
+        return {"kind": "target-aware", "reads": what, "training": train}
     return {"kind": "separate T5"}
 
 
