@@ -77,7 +77,7 @@ def test_beam_search_arguments_are_checked(pair_and_inputs):
     with pytest.raises(ValueError, match="gamma=0"):
         decoding.speculative_beam_search(target, draft, inputs, beam_size=1, draft_beam=1,
                                          gamma=0, max_decode_len=8)
-    with pytest.raises(ValueError, match="integer token ids"):
+    with pytest.raises(TypeError, match="integer token ids"):  # the decode loops' rule
         decoding.beam_search(target, inputs.astype(np.float32), beam_size=1, max_decode_len=8)
 
 
