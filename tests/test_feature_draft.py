@@ -93,8 +93,10 @@ def _aware_pair(vocab=16, feature_layers=(1, 2), seed=0):
     return module, target, draft
 
 
-@pytest.mark.parametrize("feature_layers", [(1, 2), ()])
-@pytest.mark.parametrize("gamma", [1, 3, 6])
+@pytest.mark.parametrize("feature_layers,gamma", [
+    ((1, 2), 1), ((1, 2), 3), ((), 3),
+    pytest.param((1, 2), 6, marks=pytest.mark.slow), pytest.param((), 1, marks=pytest.mark.slow),
+    pytest.param((), 6, marks=pytest.mark.slow)])
 def test_greedy_identity_batch4_prompts_of_different_lengths(feature_layers, gamma):
     _, target, draft = _aware_pair(feature_layers=feature_layers)
     rng = np.random.default_rng(0)
