@@ -141,17 +141,27 @@ class Corpus:
             out["weights"][r, :lo] = 1.0
         return out
 
-    def batches(self, config: FeatureTrainConfig, rng: np.random.Generator,
-                rows: Optional[np.ndarray] = None) -> Iterator[Dict[str, np.ndarray]]:
-        """One shuffled pass over `rows` (default: all), bucketed by length."""
-        rows = np.arange(len(self)) if rows is None else np.asarray(rows)
+    def plan(self, config: FeatureTrainConfig, rows: np.ndarray,
+             rng: Optional[np.random.Generator] = None) -> List[Tuple[np.ndarray, int, int]]:
+        """One pass over `rows` as (row indices, bucket length, rows per batch), bucketed by
+        length; shuffled within buckets with `rng` (the number of batches never depends on
+        it)."""
         lengths = np.maximum(self.src_len[rows], self.out_len[rows])
         bucket_of = np.searchsorted(config.buckets, lengths)
         plan = []
         for b, length in enumerate(config.buckets):
-            idx = rng.permutation(rows[bucket_of == b])
+            idx = rows[bucket_of == b]
+            if rng is not None:
+                idx = rng.permutation(idx)
             per = max(1, config.batch_tokens // length)
             plan += [(idx[s:s + per], length, per) for s in range(0, len(idx), per)]
+        return plan
+
+    def batches(self, config: FeatureTrainConfig, rng: np.random.Generator,
+                rows: Optional[np.ndarray] = None) -> Iterator[Dict[str, np.ndarray]]:
+        """One shuffled pass over `rows` (default: all), bucketed by length."""
+        rows = np.arange(len(self)) if rows is None else np.asarray(rows)
+        plan = self.plan(config, rows, rng)
         for k in rng.permutation(len(plan)):
             idx, length, per = plan[k]
             yield self.batch(idx, length, per)
@@ -288,7 +298,7 @@ def train(*, draft_config: fd.FeatureDraftConfig, config: FeatureTrainConfig, ca
         return corpus.batches(config, np.random.default_rng([config.seed, epoch]), train_rows)
 
     # Resuming replays the data order deterministically: epoch and position within it.
-    per_epoch = sum(1 for _ in _plan_sizes(corpus, config, train_rows))
+    per_epoch = len(corpus.plan(config, train_rows))
     epoch, skip = divmod(step, per_epoch)
     it = batches_from(epoch)
     for _ in range(skip):
@@ -335,14 +345,6 @@ def _select_layers(manifest, layers) -> Optional[List[slice]]:
         return None
     width = manifest["emb_dim"]
     return [slice(cached.index(i) * width, (cached.index(i) + 1) * width) for i in layers]
-
-
-def _plan_sizes(corpus, config, rows):
-    lengths = np.maximum(corpus.src_len[rows], corpus.out_len[rows])
-    bucket_of = np.searchsorted(config.buckets, lengths)
-    for b, length in enumerate(config.buckets):
-        per = max(1, config.batch_tokens // length)
-        yield from range(-(-int(np.sum(bucket_of == b)) // per))
 
 
 def evaluate(eval_step, params, corpus: Corpus, rows: np.ndarray,
