@@ -45,113 +45,22 @@ Shape legend: B batch, L length, K chunk, G gamma, V vocab, N max_decode_len.
 
 from __future__ import annotations
 
-from typing import Any, Optional, Protocol, Tuple
+from typing import Any, Optional
 
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from speculative import partitioning, validation, verification
 from speculative import sampling as sampling_lib
-from speculative.models import t5
+from speculative import validation, verification
+from speculative.contract import EOS_ID as EOS_ID
+from speculative.contract import DecodeModel as DecodeModel
+from speculative.contract import write_rows
 from speculative.stats import DecodeStats as DecodeStats  # re-exported: the decoding API
 from speculative.stats import merge_stats as merge_stats
 
 Array = jax.Array
-EOS_ID = t5.EOS_ID
-
-
-class DecodeModel(Protocol):
-    """What the decode loops need from a model (see the module docstring)."""
-
-    params: Any
-    vocab_size: int
-    max_length: Optional[int]
-
-    def init(self, params, inputs: Array, max_len: int) -> Any: ...
-
-    def extend(self, params, state, tokens: Array) -> Tuple[Array, Any]: ...
-
-    def rewind(self, state, lengths: Array) -> Any: ...
-
-    def prefix_length(self, input_length: int) -> int: ...
-
-
-@struct.dataclass
-class _T5Model:
-    """Adapter from a T5 flax module + params to the `DecodeModel` contract (a pytree: the
-    module is static, the params are traced, so jitted loops take it as an argument)."""
-
-    module: nn.Module = struct.field(pytree_node=False)
-    params: Any
-    max_length: Optional[int] = struct.field(pytree_node=False, default=None)
-    # With a mesh (`partitioning.place_model`), decode states are pinned to batch over 'data'
-    # and heads over 'model' wherever they are made or extended.
-    mesh: Optional[Any] = struct.field(pytree_node=False, default=None)
-
-    @property
-    def vocab_size(self) -> int:
-        return self.module.config.vocab_size
-
-    def _pin(self, state):
-        return state if self.mesh is None else partitioning.constrain_state(state, self.mesh)
-
-    def init(self, params, inputs, max_len, keep_encoded=False):
-        kwargs = {"keep_encoded": True} if keep_encoded else {}
-        return self._pin(self.module.apply({"params": params}, inputs, max_len,
-                                           method="init_cache", **kwargs))
-
-    def extend(self, params, state, tokens):
-        logits, state = self.module.apply({"params": params}, state, tokens, method="extend")
-        return logits, self._pin(state)
-
-    def extend_with_features(self, params, state, tokens, feature_layers):
-        """`extend` that also returns the decoder's hidden states after `feature_layers`
-        (`[B, K, F]`, what a target-aware draft reads)."""
-        logits, features, state = self.module.apply(
-            {"params": params}, state, tokens, tuple(feature_layers),
-            method="extend_with_features")
-        return logits, features, self._pin(state)
-
-    def context(self, state):
-        """`(encoded [B, L_enc, E], mask [B, L_enc])`: what a target-aware draft cross-attends
-        to (the state must come from `init(..., keep_encoded=True)`)."""
-        if state.encoded is None:
-            raise ValueError("This target state was made without keep_encoded=True.")
-        return state.encoded, state.encoder_mask
-
-    def rewind(self, state, lengths):
-        return t5.rewind(state, lengths)
-
-
-@struct.dataclass
-class EncoderDecoderModel(_T5Model):
-    """A `t5.Transformer` as a DecodeModel: `inputs` are encoder tokens (0 = padding)."""
-
-    def __post_init__(self):
-        if not isinstance(self.module, t5.Transformer):
-            raise TypeError(
-                f"EncoderDecoderModel needs a t5.Transformer, got {type(self.module).__name__}; "
-                "use DecoderOnlyModel for a t5.DecoderOnly.")
-
-    def prefix_length(self, input_length: int) -> int:
-        return 0  # the decoder cache starts empty; BOS is pending.
-
-
-@struct.dataclass
-class DecoderOnlyModel(_T5Model):
-    """A `t5.DecoderOnly` as a DecodeModel: `inputs` are prompts right-padded with 0."""
-
-    def __post_init__(self):
-        if not isinstance(self.module, t5.DecoderOnly):
-            raise TypeError(
-                f"DecoderOnlyModel needs a t5.DecoderOnly, got {type(self.module).__name__}; "
-                "use EncoderDecoderModel for a t5.Transformer.")
-
-    def prefix_length(self, input_length: int) -> int:
-        return input_length + 1  # BOS + prompt
 
 
 @struct.dataclass
@@ -229,22 +138,12 @@ def _validate(models, inputs, max_decode_len, gamma=None):
                 f"(prefix {model.prefix_length(inputs.shape[1])} + max_decode_len "
                 f"{max_decode_len}" + (f" + gamma+1 {extra}" if extra else "") + "); shorten the "
                 "prompt or lower max_decode_len.")
-        cache = _cache_bytes(model, inputs.shape[0], need + 1)
-        if cache is not None:
+        if hasattr(model, "cache_bytes"):
+            cache = model.cache_bytes(inputs.shape[0], need + 1)
             validation.fits_memory(
                 cache, f"The {name}'s KV cache for batch {inputs.shape[0]} x {need + 1} "
                 f"positions (max_decode_len={max_decode_len})",
                 "lower max_decode_len or the batch size")
-
-
-def _cache_bytes(model, batch: int, length: int) -> Optional[int]:
-    """Bytes of a T5 model's self-attention KV cache (None for other DecodeModels)."""
-    config = getattr(getattr(model, "module", None), "config", None)
-    if not isinstance(config, t5.T5Config):
-        return None
-    itemsize = np.dtype(jnp.dtype(config.dtype)).itemsize
-    return (2 * config.num_decoder_layers * batch * length * config.num_heads * config.head_dim
-            * itemsize)
 
 
 def _cache_len(model, inputs, max_decode_len, gamma):
@@ -266,7 +165,7 @@ def _commit(tokens, num_generated, done, new, num_new, max_decode_len):
     window = jnp.where(idx < count[:, None], new, 0)
     # Rows write at their own offset; zeros past `count` are overwritten by later rounds.
     tokens = jnp.where(
-        done[:, None], tokens, t5.layers.write_rows(tokens, window, num_generated))
+        done[:, None], tokens, write_rows(tokens, window, num_generated))
     num_generated = num_generated + count
     done = done | (first_eos <= count) | (num_generated >= max_decode_len)
     return tokens, num_generated, done, count
@@ -563,22 +462,17 @@ def _speculative_impl(target, draft, inputs, rng, *, gamma, sampling, max_decode
 def _check_target_aware(target, draft) -> None:
     """A target-aware draft needs an encoder-decoder target that returns its features, of the
     width and depth the draft was built for."""
-    if not hasattr(target, "extend_with_features") or not hasattr(target, "context"):
+    if not all(hasattr(target, name) for name in ("extend_with_features", "context",
+                                                   "feature_dim")):
         raise TypeError(f"The draft reads the target's features, but the target "
                         f"({type(target).__name__}) has no extend_with_features/context; use an "
                         "EncoderDecoderModel target.")
-    module = getattr(target, "module", None)
-    config = getattr(module, "config", None)
-    if not isinstance(module, t5.Transformer):
-        raise TypeError("A target-aware draft needs an encoder-decoder (t5.Transformer) target; "
-                        f"got {type(module).__name__}.")
     layers = tuple(draft.feature_layers)
-    if (layers and draft.feature_dim != len(layers) * config.emb_dim) or \
-            max(layers, default=0) > config.num_decoder_layers:
+    width = target.feature_dim(layers)  # (ValueError naming a layer the target lacks)
+    if layers and draft.feature_dim != width:
         raise ValueError(
             f"The target-aware draft reads {draft.feature_dim} features from target layers "
-            f"{layers}; this target has emb_dim {config.emb_dim} and {config.num_decoder_layers} "
-            "decoder layers. Use the draft trained for this target.")
+            f"{layers}; this target gives {width} there. Use the draft trained for this target.")
 
 
 def reads_target(draft) -> bool:
@@ -658,12 +552,19 @@ def speculative_decode(
     return _SPEC_JIT(target, draft, inputs, rng, **kwargs)
 
 
-# Beam search (T5X's, and the exact speculative variant of the paper's appendix A.4) lives in
-# speculative/beam_search.py; these names are part of the decoding API.
-from speculative.beam_search import (  # noqa: E402 (beam_search imports this module)
-    BeamSearchResult as BeamSearchResult,
-)
-from speculative.beam_search import beam_search as beam_search  # noqa: E402
-from speculative.beam_search import (  # noqa: E402
-    speculative_beam_search as speculative_beam_search,
-)
+_ELSEWHERE = {  # names of the decoding API defined elsewhere: module that holds each
+    "EncoderDecoderModel": "speculative.models.adapters",
+    "DecoderOnlyModel": "speculative.models.adapters",
+    "beam_search": "speculative.beam_search",
+    "speculative_beam_search": "speculative.beam_search",
+    "BeamSearchResult": "speculative.beam_search",
+}
+
+
+def __getattr__(name):
+    # Imported on first use, so that this module depends on the decode contract only (the T5
+    # adapters and beam search import the models).
+    if name in _ELSEWHERE:
+        import importlib
+        return getattr(importlib.import_module(_ELSEWHERE[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -65,8 +65,8 @@ from flax import struct
 from speculative import checkpoints, code_corpus, decoding, files
 from speculative import metrics as metrics_lib
 from speculative import sampling as sampling_lib
+from speculative.models import adapters as models_lib
 from speculative.models import t5
-from speculative.runs import models as models_lib
 
 Array = jax.Array
 Example = Tuple[np.ndarray, np.ndarray]  # (input ids, target ids), each ending in EOS

@@ -204,8 +204,12 @@ def test_refuses_a_target_of_another_width_and_a_decoder_only_target():
     kw = dict(rng=jax.random.PRNGKey(0), gamma=2, sampling=SamplingConfig(0.0), max_decode_len=4)
     with pytest.raises(ValueError, match="reads 32 features"):
         decoding.speculative_decode(other, draft, np.ones((1, 3), np.int32), **kw)
+    shallow = t5.Transformer(tiny_config(num_decoder_layers=1))
+    with pytest.raises(ValueError, match=r"include \[2\]"):
+        decoding.speculative_decode(decoding.EncoderDecoderModel(
+            shallow, random_params(shallow, 0)), draft, np.ones((1, 3), np.int32), **kw)
     lm = t5.DecoderOnly(tiny_config())
-    with pytest.raises((TypeError, ValueError)):
+    with pytest.raises(ValueError, match="read `inputs` differently"):
         decoding.speculative_decode(decoding.DecoderOnlyModel(lm, random_params(lm, 0)), draft,
                                     np.ones((1, 3), np.int32), **kw)
 

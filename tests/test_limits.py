@@ -61,7 +61,7 @@ def test_step_bytes_by_hand(tied):
     model = _model(config)
     assert limits.step_bytes(config, model.params, batch_size=3, position=5,
                              encoder_length=7) == got
-    assert got["self_kv"] == decoding._cache_bytes(model, 3, 5)  # pylint: disable=protected-access
+    assert got["self_kv"] == model.cache_bytes(3, 5)
 
 
 @needs_bundle

@@ -29,6 +29,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from speculative.contract import write_rows as write_rows  # models call layers.write_rows
+
 Array = jax.Array
 DType = jnp.dtype
 Initializer = Callable[..., Array]
@@ -258,19 +260,6 @@ def dot_product_attention(
 def mask_to_bias(mask: Array) -> Array:
     """Boolean mask (True = attend) -> additive bias (0 / -1e10) in float32."""
     return jnp.where(mask, 0.0, NEG_INF).astype(jnp.float32)
-
-
-def write_rows(cache: Array, update: Array, starts: Array) -> Array:
-    """Per-row overwrite: `cache[b, starts[b] : starts[b] + K] = update[b]`.
-
-    `cache [B, L, ...]`, `update [B, K, ...]`, `starts [B]`. Like `lax.dynamic_update_slice`,
-    a start past `L - K` is clamped; callers allocate caches with room for the largest chunk.
-    """
-
-    def one(c, u, s):
-        return jax.lax.dynamic_update_slice_in_dim(c, u.astype(c.dtype), s, axis=0)
-
-    return jax.vmap(one)(cache, update, starts)
 
 
 class MultiHeadAttention(nn.Module):

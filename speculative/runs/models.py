@@ -26,65 +26,11 @@ import json
 import os
 from typing import Any, Dict, Optional
 
-import jax
-import jax.numpy as jnp
-
 from speculative import decoding, partitioning
 from speculative.models import t5
-
-
-def make_module(config: t5.T5Config, *, decoder_only: bool = False):
-    """The flax module of `config`: `t5.DecoderOnly`, or the encoder-decoder `t5.Transformer`."""
-    return t5.DecoderOnly(config) if decoder_only else t5.Transformer(config)
-
-
-def as_decode_model(module, params, **kwargs) -> decoding.DecodeModel:
-    """A T5 `module` with `params` as a `DecodeModel` (the adapter for its kind; `kwargs` go to
-    it, e.g. `mesh`)."""
-    if isinstance(module, t5.DecoderOnly):
-        return decoding.DecoderOnlyModel(module, params, **kwargs)
-    return decoding.EncoderDecoderModel(module, params, **kwargs)
-
-
-def load_model(
-    config: t5.T5Config,
-    checkpoint: Optional[str] = None,
-    *,
-    decoder_only: bool = False,
-    seed: int = 0,
-    param_dtype: Optional[str] = None,
-    mesh: Optional[Any] = None,
-    rules: Optional[partitioning.LogicalRules] = None,
-) -> decoding.DecodeModel:
-    """A T5 `DecodeModel` with weights from `checkpoint`, or random (T5X init) with `seed`.
-
-    Args:
-      config: the model's `T5Config`.
-      checkpoint: a checkpoint path, or None for randomly initialised weights.
-      decoder_only: build `t5.DecoderOnly` instead of the encoder-decoder `t5.Transformer`.
-      seed: PRNG seed for random weights (ignored with a checkpoint).
-      param_dtype: cast parameters on load (e.g. 'bfloat16' as T5X's infer.gin does).
-      mesh, rules: place the model on a ('data', 'model') mesh (`partitioning.place_model`).
-    """
-    module = make_module(config, decoder_only=decoder_only)
-    if checkpoint:
-        from speculative import checkpoints  # tensorstore/orbax only when a checkpoint is read
-
-        checkpoints.validate_params(checkpoints.load_metadata(checkpoint), module,
-                                    source=checkpoint)  # names and shapes, before any read
-        if mesh is not None:  # each device's block read straight into its place
-            params = checkpoints.load_params(
-                checkpoint, dtype=param_dtype,
-                shardings=partitioning.param_shardings(module, mesh, rules))
-            return as_decode_model(module, params, mesh=mesh)
-        params = checkpoints.load_params(checkpoint, dtype=param_dtype)
-        params = jax.tree_util.tree_map(jnp.asarray, params)
-    else:
-        params = t5.init_params(module, jax.random.PRNGKey(seed))
-        if param_dtype:
-            params = jax.tree_util.tree_map(lambda x: x.astype(param_dtype), params)
-    model = as_decode_model(module, params)
-    return partitioning.place_model(model, mesh, rules) if mesh is not None else model
+from speculative.models.adapters import as_decode_model as as_decode_model  # (re-exported)
+from speculative.models.adapters import load_model as load_model
+from speculative.models.adapters import make_module as make_module
 
 
 def is_decode_model(obj) -> bool:

@@ -1,0 +1,60 @@
+"""The decode contract: what the decode loops need from a model, and nothing model-specific.
+
+A model the loops can drive (a `DecodeModel`) is a pytree with
+
+    init(params, inputs [B, L_in], max_len) -> state       # encoder pass / prompt prefill
+    extend(params, state, tokens [B, K]) -> (logits [B, K, V] f32, state)
+    rewind(state, lengths [B]) -> state                     # per-row rollback
+    prefix_length(input_length) -> int                      # cache entries before decoding
+
+and `params`, `vocab_size`, `max_length` (None = unbounded). A state exposes `lengths [B]`
+(tokens in its cache) and `pending [B]` (the last prefix token, not yet in the cache). Optional:
+`cache_bytes(batch, length)` (sizes the cache before anything is allocated), and, for a target
+that a target-aware draft reads, `extend_with_features`, `context` and `feature_dim`.
+
+Token conventions (T5's): id 0 is padding and BOS, id 1 is EOS.
+
+The T5 adapters live with the models (`speculative/models/adapters.py`); n-gram tables and the
+target-aware draft implement the contract themselves.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Protocol, Tuple
+
+import jax
+
+Array = jax.Array
+
+BOS_ID = 0
+PAD_ID = 0
+EOS_ID = 1
+
+
+class DecodeModel(Protocol):
+    """What the decode loops need from a model (see the module docstring)."""
+
+    params: Any
+    vocab_size: int
+    max_length: Optional[int]
+
+    def init(self, params, inputs: Array, max_len: int) -> Any: ...
+
+    def extend(self, params, state, tokens: Array) -> Tuple[Array, Any]: ...
+
+    def rewind(self, state, lengths: Array) -> Any: ...
+
+    def prefix_length(self, input_length: int) -> int: ...
+
+
+def write_rows(cache: Array, update: Array, starts: Array) -> Array:
+    """Per-row overwrite: `cache[b, starts[b] : starts[b] + K] = update[b]`.
+
+    `cache [B, L, ...]`, `update [B, K, ...]`, `starts [B]`. Like `lax.dynamic_update_slice`,
+    a start past `L - K` is clamped; callers allocate caches with room for the largest chunk.
+    """
+
+    def one(c, u, s):
+        return jax.lax.dynamic_update_slice_in_dim(c, u.astype(c.dtype), s, axis=0)
+
+    return jax.vmap(one)(cache, update, starts)

@@ -1,0 +1,169 @@
+"""T5 modules as `DecodeModel`s (speculative/contract.py): the adapters the decode loops drive,
+and the loader that makes them from a config and a checkpoint.
+
+    target = EncoderDecoderModel(t5.Transformer(config), params)    # inputs: encoder tokens
+    lm = DecoderOnlyModel(t5.DecoderOnly(config), params)           # inputs: prompts
+    target = load_model(config, checkpoint="/ckpts/.../checkpoint_1000000", mesh=mesh)
+
+Each is a pytree (the module is static, the params are traced), so the jitted loops take it as an
+argument. With a mesh (`partitioning.place_model`) its decode states are pinned to batch over
+'data' and heads over 'model' wherever they are made or extended. `speculative.decoding`
+re-exports both names.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+
+from speculative import partitioning
+from speculative.contract import DecodeModel
+from speculative.models import t5
+
+
+@struct.dataclass
+class _T5Model:
+    """Adapter from a T5 flax module + params to the `DecodeModel` contract."""
+
+    module: nn.Module = struct.field(pytree_node=False)
+    params: Any
+    max_length: Optional[int] = struct.field(pytree_node=False, default=None)
+    mesh: Optional[Any] = struct.field(pytree_node=False, default=None)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.module.config.vocab_size
+
+    def _pin(self, state):
+        return state if self.mesh is None else partitioning.constrain_state(state, self.mesh)
+
+    def init(self, params, inputs, max_len, keep_encoded=False):
+        kwargs = {"keep_encoded": True} if keep_encoded else {}
+        return self._pin(self.module.apply({"params": params}, inputs, max_len,
+                                           method="init_cache", **kwargs))
+
+    def extend(self, params, state, tokens):
+        logits, state = self.module.apply({"params": params}, state, tokens, method="extend")
+        return logits, self._pin(state)
+
+    def rewind(self, state, lengths):
+        return t5.rewind(state, lengths)
+
+    def cache_bytes(self, batch: int, length: int) -> int:
+        """Bytes of the decoder's self-attention KV cache for `batch` rows of `length`."""
+        config = self.module.config
+        itemsize = np.dtype(jnp.dtype(config.dtype)).itemsize
+        return (2 * config.num_decoder_layers * batch * length * config.num_heads
+                * config.head_dim * itemsize)
+
+
+@struct.dataclass
+class EncoderDecoderModel(_T5Model):
+    """A `t5.Transformer` as a DecodeModel: `inputs` are encoder tokens (0 = padding)."""
+
+    def __post_init__(self):
+        if not isinstance(self.module, t5.Transformer):
+            raise TypeError(
+                f"EncoderDecoderModel needs a t5.Transformer, got {type(self.module).__name__}; "
+                "use DecoderOnlyModel for a t5.DecoderOnly.")
+
+    def prefix_length(self, input_length: int) -> int:
+        return 0  # the decoder cache starts empty; BOS is pending.
+
+    def extend_with_features(self, params, state, tokens, feature_layers):
+        """`extend` that also returns the decoder's hidden states after `feature_layers`
+        (`[B, K, F]`, what a target-aware draft reads)."""
+        logits, features, state = self.module.apply(
+            {"params": params}, state, tokens, tuple(feature_layers),
+            method="extend_with_features")
+        return logits, features, self._pin(state)
+
+    def context(self, state):
+        """`(encoded [B, L_enc, E], mask [B, L_enc])`: what a target-aware draft cross-attends
+        to (the state must come from `init(..., keep_encoded=True)`)."""
+        if state.encoded is None:
+            raise ValueError("This target state was made without keep_encoded=True.")
+        return state.encoded, state.encoder_mask
+
+    def feature_dim(self, feature_layers: Sequence[int]) -> int:
+        """Width of `extend_with_features`' output for `feature_layers` (ValueError for a layer
+        this decoder does not have)."""
+        config = self.module.config
+        bad = [i for i in feature_layers if not 1 <= i <= config.num_decoder_layers]
+        if bad:
+            raise ValueError(f"Feature layers {tuple(feature_layers)} include {bad}: this target "
+                             f"has decoder layers 1..{config.num_decoder_layers}.")
+        return len(feature_layers) * config.emb_dim
+
+
+@struct.dataclass
+class DecoderOnlyModel(_T5Model):
+    """A `t5.DecoderOnly` as a DecodeModel: `inputs` are prompts right-padded with 0."""
+
+    def __post_init__(self):
+        if not isinstance(self.module, t5.DecoderOnly):
+            raise TypeError(
+                f"DecoderOnlyModel needs a t5.DecoderOnly, got {type(self.module).__name__}; "
+                "use EncoderDecoderModel for a t5.Transformer.")
+
+    def prefix_length(self, input_length: int) -> int:
+        return input_length + 1  # BOS + prompt
+
+
+def make_module(config: t5.T5Config, *, decoder_only: bool = False):
+    """The flax module of `config`: `t5.DecoderOnly`, or the encoder-decoder `t5.Transformer`."""
+    return t5.DecoderOnly(config) if decoder_only else t5.Transformer(config)
+
+
+def as_decode_model(module, params, **kwargs) -> DecodeModel:
+    """A T5 `module` with `params` as a `DecodeModel` (the adapter for its kind; `kwargs` go to
+    it, e.g. `mesh`)."""
+    if isinstance(module, t5.DecoderOnly):
+        return DecoderOnlyModel(module, params, **kwargs)
+    return EncoderDecoderModel(module, params, **kwargs)
+
+
+def load_model(
+    config: t5.T5Config,
+    checkpoint: Optional[str] = None,
+    *,
+    decoder_only: bool = False,
+    seed: int = 0,
+    param_dtype: Optional[str] = None,
+    mesh: Optional[Any] = None,
+    rules: Optional[partitioning.LogicalRules] = None,
+) -> DecodeModel:
+    """A T5 `DecodeModel` with weights from `checkpoint`, or random (T5X init) with `seed`.
+
+    Args:
+      config: the model's `T5Config`.
+      checkpoint: a checkpoint path, or None for randomly initialised weights.
+      decoder_only: build `t5.DecoderOnly` instead of the encoder-decoder `t5.Transformer`.
+      seed: PRNG seed for random weights (ignored with a checkpoint).
+      param_dtype: cast parameters on load (e.g. 'bfloat16' as T5X's infer.gin does).
+      mesh, rules: place the model on a ('data', 'model') mesh (`partitioning.place_model`).
+    """
+    module = make_module(config, decoder_only=decoder_only)
+    if checkpoint:
+        from speculative import checkpoints  # tensorstore/orbax only when a checkpoint is read
+
+        checkpoints.validate_params(checkpoints.load_metadata(checkpoint), module,
+                                    source=checkpoint)  # names and shapes, before any read
+        if mesh is not None:  # each device's block read straight into its place
+            params = checkpoints.load_params(
+                checkpoint, dtype=param_dtype,
+                shardings=partitioning.param_shardings(module, mesh, rules))
+            return as_decode_model(module, params, mesh=mesh)
+        params = checkpoints.load_params(checkpoint, dtype=param_dtype)
+        params = jax.tree_util.tree_map(jnp.asarray, params)
+    else:
+        params = t5.init_params(module, jax.random.PRNGKey(seed))
+        if param_dtype:
+            params = jax.tree_util.tree_map(lambda x: x.astype(param_dtype), params)
+    model = as_decode_model(module, params)
+    return partitioning.place_model(model, mesh, rules) if mesh is not None else model
