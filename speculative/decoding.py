@@ -45,7 +45,7 @@ Shape legend: B batch, L length, K chunk, G gamma, V vocab, N max_decode_len.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -53,7 +53,7 @@ import numpy as np
 from flax import struct
 
 from speculative import sampling as sampling_lib
-from speculative import validation, verification
+from speculative import trees, validation, verification
 from speculative.contract import EOS_ID as EOS_ID
 from speculative.contract import DecodeModel as DecodeModel
 from speculative.contract import write_rows
@@ -107,7 +107,9 @@ def _check_call(models, inputs, rng, sampling) -> Array:
     return jnp.asarray(ids, jnp.int32)
 
 
-def _validate(models, inputs, max_decode_len, gamma=None):
+def _validate(models, inputs, max_decode_len, gamma=None, target_width=None):
+    """`target_width`: drafted tokens the target verifies per round when it is not gamma (the
+    nodes of a token tree)."""
     if not isinstance(max_decode_len, (int, np.integer)) or max_decode_len < 1:
         raise ValueError(f"max_decode_len={max_decode_len!r} is invalid: it must be an int >= 1.")
     if gamma is not None and (not isinstance(gamma, (int, np.integer)) or isinstance(gamma, bool)
@@ -129,8 +131,9 @@ def _validate(models, inputs, max_decode_len, gamma=None):
             "Target and draft read `inputs` differently (one is encoder-decoder, the other "
             "decoder-only): wrap both the same way, e.g. DecoderOnlyModel for both or an n-gram "
             "draft with decoder_only=True for a decoder-only target.")
-    extra = 0 if gamma is None else gamma + 1
     for name, model in zip(("target", "draft"), models):
+        width = target_width if name == "target" and target_width is not None else gamma
+        extra = 0 if width is None else width + 1
         need = model.prefix_length(inputs.shape[1]) + max_decode_len + extra
         if model.max_length is not None and need > model.max_length:
             raise ValueError(
@@ -316,6 +319,21 @@ class _SpecState:
     budget: Array
 
 
+def _first_draft_call(draft, s: _SpecState):
+    """The round's first draft call: the draft catches up with S and gives q_1 `[B, V]` logits;
+    its cache then holds S."""
+    target_len = s.target_state.lengths
+    lag = s.lag
+    dstate = draft.rewind(s.draft_state, target_len - lag)
+    if s.catch_tokens is None:  # plain draft: [S[-2], S[-1]] or [S[-1], junk copy]
+        first = jnp.stack([jnp.where(lag > 0, s.prev, s.last), s.last], axis=1)
+        logits, dstate = draft.extend(draft.params, dstate, first)
+    else:  # target-aware: re-read S[T - lag .. T] with the target's features
+        logits, dstate = draft.extend(draft.params, dstate, s.catch_tokens, s.catch_features)
+    dstate = draft.rewind(dstate, target_len + 1)  # holds S; the junk slots are masked
+    return dstate, jnp.take_along_axis(logits, lag[:, None, None], axis=1)[:, 0]
+
+
 def _draft(draft, s: _SpecState, rngs, verifier, gamma, confidence, active):
     """Proposes up to G tokens per row.
 
@@ -328,17 +346,7 @@ def _draft(draft, s: _SpecState, rngs, verifier, gamma, confidence, active):
     counts the single-token draft steps run after the first (the draft cache holds
     S + x_1..x_fed). Drafts past `num_drafted` are junk that the kernel ignores.
     """
-    target_len = s.target_state.lengths
-    lag = s.lag
-    dstate = draft.rewind(s.draft_state, target_len - lag)
-    if s.catch_tokens is None:  # plain draft: [S[-2], S[-1]] or [S[-1], junk copy]
-        first = jnp.stack([jnp.where(lag > 0, s.prev, s.last), s.last], axis=1)
-        logits, dstate = draft.extend(draft.params, dstate, first)
-    else:  # target-aware: re-read S[T - lag .. T] with the target's features
-        logits, dstate = draft.extend(draft.params, dstate, s.catch_tokens, s.catch_features)
-    dstate = draft.rewind(dstate, target_len + 1)  # holds S; the junk slots are masked
-    logits = jnp.take_along_axis(logits, lag[:, None, None], axis=1)[:, 0]
-
+    dstate, logits = _first_draft_call(draft, s)
     x1, q1 = verifier.propose(logits, None if rngs is None else rngs[0])
     batch = x1.shape[0]
     x = jnp.zeros((batch, gamma), jnp.int32).at[:, 0].set(x1)
@@ -370,15 +378,99 @@ def _draft(draft, s: _SpecState, rngs, verifier, gamma, confidence, active):
     return dstate, x, q, num, fed - 1
 
 
+def _rows(state, index):
+    """Rows `index` of a decode state (every leaf has batch first)."""
+    return jax.tree_util.tree_map(lambda x: jnp.take(x, index, axis=0), state)
+
+
+def _draft_tree(draft, s: _SpecState, rngs, verifier, tree: trees.Tree):
+    """Drafts a token tree (trees.py). After the first call (batch B) the draft state is
+    repeated once per root-to-leaf path (B * M rows) and each path is extended as a chain, one
+    call per level; a node's children are drawn from the draft's distribution on its first
+    path. Returns (draft state [B * M rows], node tokens [B, N], valid [B, N], q at every
+    internal node [B, N + 1 - M, V or 1])."""
+    dstate, logits = _first_draft_call(draft, s)
+    batch, paths = logits.shape[0], tree.num_leaves
+    key = (lambda level: None) if rngs is None else (lambda level: rngs[level])
+    tokens, valid, q = verifier.children(logits, tree.branching[0], key(0))
+    levels, valids, qs = [tokens], [valid], [q[:, None]]
+    dstate = _rows(dstate, jnp.repeat(jnp.arange(batch), paths))
+    for level in range(1, tree.depth):
+        under = tree.leaves_under(level)
+        feed = levels[-1][:, np.arange(paths) // under]  # each path's node at this level
+        logits, dstate = draft.extend(draft.params, dstate, feed.reshape(batch * paths, 1))
+        logits = logits[:, 0].reshape(batch, paths, -1)[:, np.arange(tree.level_sizes[level])
+                                                         * under]  # [B, n_level, V]
+        tokens, valid, q = verifier.children(logits, tree.branching[level], key(level))
+        valid = valid & valids[-1][:, :, None]  # below an invalid node nothing is valid
+        levels.append(tokens.reshape(batch, -1))
+        valids.append(valid.reshape(batch, -1))
+        qs.append(q)
+    return (dstate, jnp.concatenate(levels, 1), jnp.concatenate(valids, 1),
+            jnp.concatenate(qs, 1))
+
+
+def _tree_round(target, draft, s: _SpecState, rngs, accept_rng, verifier, tree: trees.Tree,
+                layers, active):
+    """One round with a token tree: draft it, verify every node in one target forward, keep
+    the accepted path. Returns what a chain round gives the commit step:
+    (draft state, target state, n, accepted tokens [B, d], t, features [B, d + 1, F] or None,
+    beta [B, d], drafted [B], fed [], broken [B])."""
+    target_len = s.target_state.lengths
+    dstate, node_tokens, valid, q = _draft_tree(draft, s, rngs, verifier, tree)
+    logits, features, tstate = target.extend_tree(
+        target.params, s.target_state, jnp.concatenate([s.last[:, None], node_tokens], 1),
+        tree.attention(), layers)
+    walk = verifier.verify_tree(tree, logits, q, node_tokens, valid, accept_rng)
+    broken = active & ~jnp.take_along_axis(sampling_lib.finite_rows(logits),
+                                           walk.stop[:, None], 1)[:, 0]
+    n = jnp.where(broken, 0, walk.accepted)
+    depth = jnp.arange(tree.depth)[None]
+    x = jnp.where(depth < n[:, None],
+                  jnp.take_along_axis(node_tokens, jnp.maximum(walk.path - 1, 0), 1), 0)
+    offsets = jnp.concatenate([jnp.zeros_like(walk.path[:, :1]), walk.path], 1)  # [B, d + 1]
+    tstate = target.keep_path(tstate, target_len, offsets)
+    if features is not None:
+        features = jnp.take_along_axis(features, offsets[..., None], 1)
+    batch = n.shape[0]
+    dstate = _rows(dstate, jnp.arange(batch) * tree.num_leaves + walk.leaf)  # the kept path's
+    beta = (depth < n[:, None]).astype(jnp.float32)  # 1 where a child was kept, 0 where not
+    drafted = jnp.full((batch,), tree.depth, jnp.int32)
+    return (dstate, tstate, n, x, walk.token, features, beta, drafted,
+            jnp.asarray(tree.depth - 1, jnp.int32), broken)
+
+
+def _chain_round(target, draft, s: _SpecState, rngs, accept_rng, verifier, gamma, confidence,
+                 layers, active):
+    """One round with a chain of up to G drafts (module docstring); returns what the commit
+    step needs, as `_tree_round` does."""
+    dstate, x, q, num_drafted, fed = _draft(draft, s, rngs, verifier, gamma, confidence, active)
+    verify_tokens = jnp.concatenate([s.last[:, None], x], axis=1)  # [B, G+1]
+    if layers:
+        logits, features, tstate = target.extend_with_features(
+            target.params, s.target_state, verify_tokens, layers)
+    else:
+        logits, tstate = target.extend(target.params, s.target_state, verify_tokens)
+        features = None
+    verdict = verifier.verify(logits, q, x, num_drafted, accept_rng)
+    # Accepted drafts passed finite positions; the emitted token needs position n finite.
+    broken = verdict.broken(active)
+    n = jnp.where(broken, 0, verdict.num_accepted)  # a stopped row commits nothing
+    return (dstate, tstate, n, x, verdict.next_token, features, verdict.beta, num_drafted, fed,
+            broken)
+
+
 def _speculative_impl(target, draft, inputs, rng, *, gamma, sampling, max_decode_len,
                       lenience=1.0, draft_confidence=0.0, gamma_schedule="constant",
-                      initial_gamma=None, debug=False):
+                      initial_gamma=None, tree=None, debug=False):
     batch = inputs.shape[0]
     verifier = verification.for_sampling(sampling, lenience)
     aware = reads_target(draft)
+    width = gamma if tree is None else tree.num_nodes - 1  # drafted tokens the target verifies
+    layers = ()
     if aware:  # the draft cross-attends to the target's encoder output and reads its features
         tstate = target.init(target.params, inputs,
-                             _cache_len(target, inputs, max_decode_len, gamma), keep_encoded=True)
+                             _cache_len(target, inputs, max_decode_len, width), keep_encoded=True)
         dstate = draft.init(draft.params, inputs, _cache_len(draft, inputs, max_decode_len, gamma),
                             context=target.context(tstate))
         layers = tuple(draft.feature_layers)
@@ -387,7 +479,7 @@ def _speculative_impl(target, draft, inputs, rng, *, gamma, sampling, max_decode
                           if layers else None)
     else:
         tstate = target.init(target.params, inputs,
-                             _cache_len(target, inputs, max_decode_len, gamma))
+                             _cache_len(target, inputs, max_decode_len, width))
         dstate = draft.init(draft.params, inputs, _cache_len(draft, inputs, max_decode_len, gamma))
         catch_tokens = catch_features = None
     zeros = jnp.zeros((batch,), jnp.int32)
@@ -412,20 +504,13 @@ def _speculative_impl(target, draft, inputs, rng, *, gamma, sampling, max_decode
         active = ~s.done
         target_len = s.target_state.lengths
 
-        dstate, x, q, num_drafted, fed = _draft(
-            draft, s, draft_rngs, verifier, gamma, draft_confidence, active)
-        verify_tokens = jnp.concatenate([s.last[:, None], x], axis=1)  # [B, G+1]
-        if aware and layers:
-            logits, features, tstate = target.extend_with_features(
-                target.params, s.target_state, verify_tokens, layers)
+        if tree is None:
+            dstate, tstate, n, x, t, features, beta, num_drafted, fed, broken = _chain_round(
+                target, draft, s, draft_rngs, accept_rng, verifier, gamma, draft_confidence,
+                layers, active)
         else:
-            logits, tstate = target.extend(target.params, s.target_state, verify_tokens)
-            features = None
-        verdict = verifier.verify(logits, q, x, num_drafted, accept_rng)
-        # Accepted drafts passed finite positions; the emitted token needs position n finite.
-        broken = verdict.broken(active)
-        n = jnp.where(broken, 0, verdict.num_accepted)  # a stopped row commits nothing
-        t = verdict.next_token
+            dstate, tstate, n, x, t, features, beta, num_drafted, fed, broken = _tree_round(
+                target, draft, s, draft_rngs, accept_rng, verifier, tree, layers, active)
 
         idx = jnp.arange(gamma + 1)[None]
         x_pad = jnp.concatenate([x, jnp.zeros_like(x[:, :1])], axis=1)
@@ -438,7 +523,7 @@ def _speculative_impl(target, draft, inputs, rng, *, gamma, sampling, max_decode
         prev = jnp.where(n > 0, jnp.take_along_axis(x_pad, jnp.maximum(n - 1, 0)[:, None], 1)[:, 0],
                          s.last)
 
-        stats = s.stats.update(active, n, num_drafted, fed, verdict.beta, num_generated, broken)
+        stats = s.stats.update(active, n, num_drafted, fed, beta, num_generated, broken)
         if aware:  # next round re-reads x_1..x_n, t with the features just computed
             lag = jnp.where(advance, n, s.lag)
             catch_tokens = jnp.where(advance[:, None], new, s.catch_tokens)
@@ -475,6 +560,20 @@ def _check_target_aware(target, draft) -> None:
             f"{layers}; this target gives {width} there. Use the draft trained for this target.")
 
 
+def _check_tree(target, tree, gamma, lenience, draft_confidence, gamma_schedule) -> trees.Tree:
+    tree = trees.as_tree(tree, gamma)
+    if lenience != 1.0 or draft_confidence != 0.0 or gamma_schedule != "constant":
+        raise ValueError(
+            f"tree={tree.branching} verifies exactly with a fixed shape: it needs lenience=1, "
+            f"draft_confidence=0 and gamma_schedule='constant' (got {lenience}, "
+            f"{draft_confidence}, {gamma_schedule!r}).")
+    if not (hasattr(target, "extend_tree") and hasattr(target, "keep_path")):
+        raise TypeError(f"tree={tree.branching} needs a target that verifies token trees "
+                        f"(extend_tree, keep_path); {type(target).__name__} has none. The T5 "
+                        "adapters (EncoderDecoderModel, DecoderOnlyModel) do.")
+    return tree
+
+
 def reads_target(draft) -> bool:
     """Whether `draft` is target-aware (reads the target's encoder output and features)."""
     return bool(getattr(draft, "reads_target", False))
@@ -491,7 +590,7 @@ def _next_budget(budget, accepted, drafted, gamma, schedule):
 
 
 _SPEC_STATIC = ("gamma", "sampling", "max_decode_len", "lenience", "draft_confidence",
-                "gamma_schedule", "initial_gamma", "debug")
+                "gamma_schedule", "initial_gamma", "tree", "debug")
 _SPEC_JIT = jax.jit(_speculative_impl, static_argnames=_SPEC_STATIC)
 
 
@@ -508,9 +607,17 @@ def speculative_decode(
     draft_confidence: float = 0.0,
     gamma_schedule: str = "constant",
     initial_gamma: Optional[int] = None,
+    tree: Optional[Sequence[int]] = None,
     debug: bool = False,
 ) -> DecodeResult:
     """Speculative decoding of `inputs [B, L_in]` (Algorithm 1), exact for `lenience=1`.
+
+    `tree=(b_1, ..., b_d)` drafts a token tree instead of a chain (speculative/trees.py): each
+    node at depth i - 1 gets b_i children (the draft's top-b_i tokens at temperature 0, b_i
+    tokens drawn without replacement at T > 0), the target verifies all of them in one forward,
+    and the output keeps the target's law. `gamma` must equal the depth d; the stats count a
+    depth as drafted and a depth where a child was kept as accepted. Trees need `lenience=1`,
+    `draft_confidence=0` and the constant schedule. `tree=None` (the default) is the chain.
 
     `gamma` is the most drafts per round. With `draft_confidence > 0` a row stops drafting
     early when the draft's top probability for the next draft falls below it (dynamic gamma, as
@@ -529,7 +636,10 @@ def speculative_decode(
     (input shapes, gamma, sampling, max_decode_len, lenience).
     """
     inputs = _check_call((target, draft), inputs, rng, sampling)
-    _validate((target, draft), inputs, max_decode_len, gamma)
+    if tree is not None:
+        tree = _check_tree(target, tree, gamma, lenience, draft_confidence, gamma_schedule)
+    _validate((target, draft), inputs, max_decode_len, gamma,
+              None if tree is None else tree.num_nodes - 1)
     sampling_lib.validate_lenience(lenience)
     if reads_target(draft):
         _check_target_aware(target, draft)
@@ -546,7 +656,7 @@ def speculative_decode(
     kwargs = dict(gamma=int(gamma), sampling=sampling, max_decode_len=int(max_decode_len),
                   lenience=float(lenience), draft_confidence=float(draft_confidence),
                   gamma_schedule=gamma_schedule,
-                  initial_gamma=None if initial_gamma is None else int(initial_gamma))
+                  initial_gamma=None if initial_gamma is None else int(initial_gamma), tree=tree)
     if debug:
         return _speculative_impl(target, draft, inputs, rng, debug=True, **kwargs)
     return _SPEC_JIT(target, draft, inputs, rng, **kwargs)

@@ -17,8 +17,11 @@ methods, so the decode loops have no per-policy branches:
     LenientVerifier(sampling, l)      the same with the relaxed test u l q(x) < p(x) (paper A.5;
                                       faster, not exact).
 
-`for_sampling(sampling, lenience)` picks the policy. A tree verifier or another acceptance rule
-is one more class with these methods.
+    children(logits, num, rng) -> (tokens [..., num], valid, q)   (a token tree's node)
+    verify_tree(tree, logits, q, node_tokens, valid, rng) -> the accepted path (trees.py)
+
+`for_sampling(sampling, lenience)` picks the policy. Another acceptance rule is one more class
+with these methods.
 
 Shape legend: B batch, G gamma, V vocab.
 """
@@ -33,6 +36,7 @@ import jax.numpy as jnp
 from flax import struct
 
 from speculative import sampling as sampling_lib
+from speculative import trees
 from speculative.sampling import SamplingConfig
 
 Array = jax.Array
@@ -96,6 +100,20 @@ class GreedyVerifier:
         return (jnp.argmax(logits, axis=-1).astype(jnp.int32),
                 sampling_lib.finite_rows(logits))
 
+    def children(self, logits, num, rng):
+        """A tree node's `num` children: the draft's top-`num` tokens; `(tokens [..., num],
+        valid [..., num], q)` with q the size-1 summary (never read at temperature 0)."""
+        del rng
+        if self.lenience != 1.0:
+            raise ValueError("Token trees verify exactly: lenience must be 1.")
+        tokens, valid = trees.greedy_children(logits, num)
+        return tokens, valid, jnp.ones(logits.shape[:-1] + (1,), jnp.float32)
+
+    def verify_tree(self, tree, logits, q, node_tokens, valid, rng):
+        """The accepted path of a verified token tree (`trees.greedy_walk`)."""
+        del q, rng
+        return trees.greedy_walk(tree, logits, node_tokens, valid)
+
 
 @dataclasses.dataclass(frozen=True)
 class ExactVerifier:
@@ -135,6 +153,19 @@ class ExactVerifier:
     def next_token(self, logits, rng):
         p = sampling_lib.adjusted_probs(logits, self.sampling)
         return sampling_lib.sample(rng, p), sampling_lib.finite_rows(p)
+
+    def children(self, logits, num, rng):
+        """`num` children drawn without replacement from the adjusted q; `(tokens, valid, q)`."""
+        if self.lenience != 1.0:
+            raise ValueError("Token trees verify exactly: lenience must be 1.")
+        q = sampling_lib.adjusted_probs(logits, self.sampling)
+        tokens, valid = trees.sampled_children(q, num, rng)
+        return tokens, valid, q
+
+    def verify_tree(self, tree, logits, q, node_tokens, valid, rng):
+        """Recursive rejection sampling down the tree (`trees.exact_walk`): exact."""
+        p = sampling_lib.adjusted_probs(logits, self.sampling)
+        return trees.exact_walk(tree, p, q, node_tokens, valid, rng)
 
 
 @dataclasses.dataclass(frozen=True)

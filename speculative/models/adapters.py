@@ -54,6 +54,20 @@ class _T5Model:
     def rewind(self, state, lengths):
         return t5.rewind(state, lengths)
 
+    def extend_tree(self, params, state, tokens, tree, feature_layers=()):
+        """Verifies a token tree in one forward: `tokens [B, K]` are its nodes and
+        `tree = (depths [K], visible [K, K])` (`trees.Tree.attention`); returns `(logits
+        [B, K, V], features [B, K, F] or None, state)` with the nodes in slots
+        `lengths .. lengths + K - 1`."""
+        logits, features, state = self.module.apply(
+            {"params": params}, state, tokens, tree, tuple(feature_layers),
+            method="extend_tree")
+        return logits, features, self._pin(state)
+
+    def keep_path(self, state, starts, offsets):
+        """The entries at `starts + offsets[:, j]` moved to `starts + j` (`t5.keep_path`)."""
+        return self._pin(t5.keep_path(state, starts, offsets))
+
     def cache_bytes(self, batch: int, length: int) -> int:
         """Bytes of the decoder's self-attention KV cache for `batch` rows of `length`."""
         config = self.module.config

@@ -200,6 +200,19 @@ def rewind(cache: DecodeCache, lengths: Array) -> DecodeCache:
     return cache.replace(lengths=jnp.asarray(lengths, jnp.int32))
 
 
+def keep_path(cache: DecodeCache, starts: Array, offsets: Array) -> DecodeCache:
+    """Moves the self-attention entries at slots `starts[b] + offsets[b, j]` to slots
+    `starts[b] + j` (`offsets [B, P]`, non-decreasing in j): after a token tree was verified, the
+    accepted path's keys and values become contiguous. `lengths` is left to the caller's rewind."""
+    src = (starts[:, None] + offsets).astype(jnp.int32)
+
+    def move(kv):
+        picked = jnp.take_along_axis(kv, src[:, :, None, None], axis=1)
+        return layers.write_rows(kv, picked, starts)
+
+    return cache.replace(self_kv=tuple((move(k), move(v)) for k, v in cache.self_kv))
+
+
 class EncoderLayer(nn.Module):
     config: T5Config
 
@@ -355,16 +368,36 @@ class Decoder(nn.Module):
         return logits, cache
 
     def extend_with_features(self, tokens: Array, cache: DecodeCache,
-                             feature_layers: Tuple[int, ...], with_logits: bool = True):
+                             feature_layers: Tuple[int, ...], with_logits: bool = True,
+                             tree: Optional[Tuple[np.ndarray, np.ndarray]] = None):
         """`extend`, also returning the residual stream after each decoder layer in
         `feature_layers` (1-based; `num_decoder_layers` is the top, before the final norm),
         concatenated: `(logits [B, K, V], features [B, K, len(feature_layers) * E] f32, cache)`.
-        Feature i of row b is the state that produced `logits[b, i]`."""
+        Feature i of row b is the state that produced `logits[b, i]`.
+
+        `tree = (depths [K], visible [K, K])` reads the K tokens as the nodes of a token tree
+        rather than a chain: node i sits at position `lengths + depths[i]` (its relative-position
+        buckets count depth, not slot) and attends to the cached prefix and to the nodes j with
+        `visible[i, j]` (itself and its ancestors). The nodes are still written to slots
+        `lengths .. lengths + K - 1`; `keep_path` moves the accepted ones together afterwards.
+        A chain is `depths = arange(K)`, `visible` lower-triangular."""
         num_new = tokens.shape[1]
         max_len = cache.max_length
-        query_pos = cache.lengths[:, None] + jnp.arange(num_new)[None]  # [B, K]
-        key_pos = jnp.arange(max_len)[None]  # [1, L]
-        mask = (key_pos[:, None, :] <= query_pos[:, :, None])[:, None]  # [B, 1, K, L]
+        slots = jnp.arange(max_len)[None]  # [1, L]
+        if tree is None:
+            query_pos = cache.lengths[:, None] + jnp.arange(num_new)[None]  # [B, K]
+            key_pos = slots
+            mask = (key_pos[:, None, :] <= query_pos[:, :, None])[:, None]  # [B, 1, K, L]
+        else:
+            depths, visible = (jnp.asarray(a) for a in tree)
+            start = cache.lengths[:, None]  # [B, 1]
+            query_pos = start + depths[None]
+            offset = slots - start  # [B, L]: the slot's index in the block of new nodes
+            in_block = (offset >= 0) & (offset < num_new)
+            node = jnp.clip(offset, 0, num_new - 1)
+            key_pos = jnp.where(in_block, start + depths[node], slots)
+            sees = jnp.transpose(visible[:, node], (1, 0, 2)) & in_block[:, None]  # [B, K, L]
+            mask = ((slots < start)[:, None, :] | sees)[:, None]
         self_bias = (self.relpos_bias(query_pos, key_pos, bidirectional=False)
                      + layers.mask_to_bias(mask))
         cross_bias = layers.mask_to_bias(cache.encoder_mask[:, None, None, :])
@@ -451,6 +484,10 @@ class Transformer(nn.Module):
         """`extend` plus the decoder's hidden states: `(logits, features [B, K, F], cache)`."""
         return self.decoder.extend_with_features(tokens, cache, feature_layers)
 
+    def extend_tree(self, cache: DecodeCache, tokens: Array, tree, feature_layers=()):
+        """`extend` of the nodes of a token tree (`Decoder.extend_with_features`)."""
+        return self.decoder.extend_with_features(tokens, cache, tuple(feature_layers), tree=tree)
+
 
 class DecoderOnly(nn.Module):
     """A T5-style decoder stack without cross-attention (a causal language model)."""
@@ -500,6 +537,10 @@ class DecoderOnly(nn.Module):
 
     def extend(self, cache: DecodeCache, tokens: Array) -> Tuple[Array, DecodeCache]:
         return self.decoder.extend(tokens, cache)
+
+    def extend_tree(self, cache: DecodeCache, tokens: Array, tree, feature_layers=()):
+        """`extend` of the nodes of a token tree (`Decoder.extend_with_features`)."""
+        return self.decoder.extend_with_features(tokens, cache, tuple(feature_layers), tree=tree)
 
 
 def param_shapes(module: nn.Module, enc_len: int = 4, dec_len: int = 4) -> Any:

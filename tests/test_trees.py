@@ -1,0 +1,208 @@
+"""Token trees: the tree forward is the chain forward of every path, and decoding with a tree is
+exact (greedy identity, joint law of three sampled tokens, a wrong verifier failing the same)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import test_decoding as td
+
+from speculative import decoding, trees
+from speculative.models import ngram, t5
+from speculative.sampling import SamplingConfig
+
+from conftest import random_params, tiny_config
+
+GREEDY = SamplingConfig(0.0)
+SHAPES = [(1, 1, 1), (2, 2), (3, 1, 1), (2, 2, 2), (4,)]
+
+
+def test_tree_layout():
+    tree = trees.Tree((2, 2))
+    assert (tree.num_nodes, tree.num_leaves, tree.offsets) == (7, 4, (0, 1, 3, 7))
+    depths, visible = tree.attention()
+    np.testing.assert_array_equal(depths, [0, 1, 1, 2, 2, 2, 2])
+    # Node 5 is the first child of node 2 (the root's second child).
+    np.testing.assert_array_equal(np.nonzero(visible[5])[0], [0, 2, 5])
+    chain_depths, chain_visible = trees.Tree((1, 1, 1)).attention()
+    np.testing.assert_array_equal(chain_depths, np.arange(4))
+    np.testing.assert_array_equal(chain_visible, np.tril(np.ones((4, 4), bool)))
+
+
+def test_tree_refuses_bad_shapes():
+    for bad in [(), (2, 0), 3, (1.5,), (True, 2)]:
+        with pytest.raises(ValueError, match="tree="):
+            trees.Tree(bad)
+    with pytest.raises(ValueError, match="at most"):
+        trees.Tree((8, 8, 8, 2))
+    with pytest.raises(ValueError, match="gamma=2 disagrees"):
+        trees.as_tree((2, 2, 1), gamma=2)
+
+
+def _paths(tree):
+    """Node ids along every root-to-node path (root first)."""
+    depths, visible = tree.attention()
+    return [np.nonzero(visible[n])[0] for n in range(tree.num_nodes)]
+
+
+@pytest.mark.parametrize("decoder_only", [False, True])
+def test_tree_forward_equals_the_chain_forward_of_each_path(decoder_only):
+    """Every node's logits (and features) equal those of its root-to-node path fed as a chain;
+    after `keep_path` the cache continues as if only that path had been fed."""
+    config = tiny_config(vocab_size=32)
+    module = t5.DecoderOnly(config) if decoder_only else t5.Transformer(config)
+    adapter = decoding.DecoderOnlyModel if decoder_only else decoding.EncoderDecoderModel
+    model = adapter(module, random_params(module, 0))
+    rng = np.random.default_rng(0)
+    inputs = td._prompts([5, 2], 5)
+    tree = trees.Tree((2, 3))
+    tokens = jnp.asarray(rng.integers(2, 32, (2, tree.num_nodes)), jnp.int32)
+    start = model.init(model.params, inputs, 24)
+    # Advance the rows by different amounts first, so the tree sits at different offsets.
+    _, start = model.extend(model.params, start, jnp.asarray([[3, 4, 5], [6, 7, 8]]))
+    start = model.rewind(start, start.lengths - jnp.asarray([0, 2]))
+    logits, features, state = model.extend_tree(model.params, start, tokens, tree.attention(),
+                                                (1, 2))
+    for node, path in enumerate(_paths(tree)):
+        chain, _ = model.extend(model.params, start, tokens[:, path])
+        np.testing.assert_allclose(logits[:, node], chain[:, -1], rtol=2e-5, atol=2e-5)
+    if not decoder_only:
+        _, chain_features, _ = model.extend_with_features(model.params, start, tokens[:, :1],
+                                                          (1, 2))
+        np.testing.assert_allclose(features[:, 0], chain_features[:, 0], rtol=2e-5, atol=2e-5)
+    # Keep path 0 -> 2 -> 8 in row 0 and 0 -> 1 -> 3 in row 1, then extend one more token.
+    path = jnp.asarray([[0, 2, 8], [0, 1, 3]])
+    kept = model.rewind(model.keep_path(state, start.lengths, path), start.lengths + 3)
+    nxt = jnp.asarray([[9], [10]])
+    got, _ = model.extend(model.params, kept, nxt)
+    for b in range(2):
+        want, _ = model.extend(model.params, start, jnp.concatenate(
+            [tokens[:, path[b]], nxt], 1))
+        np.testing.assert_allclose(got[b, 0], want[b, -1], rtol=2e-5, atol=2e-5)
+
+
+# ----------------------------------------------------------------------------------------------
+# Greedy identity.
+
+
+def _greedy_check(target, draft, inputs, tree, max_decode_len=16):
+    ar = decoding.autoregressive_decode(target, inputs, rng=jax.random.PRNGKey(0),
+                                        sampling=GREEDY, max_decode_len=max_decode_len)
+    sp = decoding.speculative_decode(target, draft, inputs, rng=jax.random.PRNGKey(0),
+                                     gamma=len(tree), sampling=GREEDY,
+                                     max_decode_len=max_decode_len, tree=tree)
+    np.testing.assert_array_equal(sp.tokens, ar.tokens)
+    np.testing.assert_array_equal(sp.lengths, ar.lengths)
+    return sp
+
+
+@pytest.mark.parametrize("tree", SHAPES)
+def test_greedy_identity_encoder_decoder_batch4(td_encdec, tree):
+    target, draft = td_encdec
+    inputs = td._prompts([7, 3, 5, 1], 7)
+    _greedy_check(target, draft, inputs, tree)
+    own = _greedy_check(target, target, inputs, tree)  # the target as draft: every depth kept
+    assert own.stats.alpha == 1.0
+    assert int(own.stats.rounds) <= -(-16 // (len(tree) + 1))
+
+
+def test_chain_shaped_tree_is_the_chain(td_encdec):
+    """tree=(1, 1, 1) drafts, verifies and keeps exactly what gamma=3 does."""
+    target, draft = td_encdec
+    inputs = td._prompts([7, 3, 5, 1], 7)
+    chain = decoding.speculative_decode(target, draft, inputs, rng=jax.random.PRNGKey(0),
+                                        gamma=3, sampling=GREEDY, max_decode_len=16)
+    tree = _greedy_check(target, draft, inputs, (1, 1, 1))
+    for name in ("rounds", "accepted", "tested", "accepted_per_position", "generated"):
+        np.testing.assert_array_equal(getattr(tree.stats, name), getattr(chain.stats, name))
+
+
+@pytest.mark.parametrize("tree", [(2, 2), (3, 1, 1)])
+def test_greedy_identity_decoder_only(tree):
+    target, draft = td._pair(t5.DecoderOnly(tiny_config()))
+    _greedy_check(target, draft, td._prompts([6, 2, 4, 1], 6), tree)
+
+
+@pytest.mark.parametrize("kind", ["bigram", "prompt_lookup"])
+def test_greedy_identity_with_ngram_drafts(td_encdec, kind):
+    target, _ = td_encdec
+    inputs = td._prompts([7, 3, 5, 1], 7)
+    if kind == "bigram":
+        draft = ngram.fit_bigram(np.random.default_rng(0).integers(1, 16, (20, 10)), 16)
+    else:
+        draft = ngram.PromptLookupDraft(16)
+    _greedy_check(target, draft, inputs, (3, 2))
+
+
+def test_greedy_identity_with_the_target_aware_draft():
+    from test_feature_draft import _aware_pair
+    _, target, draft = _aware_pair()
+    _greedy_check(target, draft, td._prompts([7, 3, 5, 1], 7), (2, 2, 1))
+
+
+def test_nonfinite_draft_is_never_accepted(td_encdec):
+    target, draft = td_encdec
+    broken = draft.replace(params=jax.tree_util.tree_map(lambda x: x * jnp.nan, draft.params))
+    sp = _greedy_check(target, broken, td._prompts([7, 3, 5, 1], 7), (2, 2))
+    assert int(jnp.sum(sp.stats.accepted)) == 0
+
+
+def test_tree_arguments_are_checked(td_encdec):
+    target, draft = td_encdec
+    kw = dict(rng=jax.random.PRNGKey(0), sampling=GREEDY, max_decode_len=4)
+    inputs = td._prompts([3], 3)
+    with pytest.raises(ValueError, match="gamma=3 disagrees"):
+        decoding.speculative_decode(target, draft, inputs, gamma=3, tree=(2, 2), **kw)
+    with pytest.raises(ValueError, match="lenience=1"):
+        decoding.speculative_decode(target, draft, inputs, gamma=2, tree=(2, 2), lenience=0.5,
+                                    **kw)
+    with pytest.raises(ValueError, match="tree="):
+        decoding.speculative_decode(target, draft, inputs, gamma=2, tree=(2, -1), **kw)
+    with pytest.raises(TypeError, match="extend_tree"):
+        decoding.speculative_decode(ngram.PromptLookupDraft(16), draft, inputs,
+                                    gamma=2, tree=(2, 2), **kw)
+
+
+# ----------------------------------------------------------------------------------------------
+# Joint law of the first three sampled tokens (the chain tests' enumeration and chi-square).
+
+
+@pytest.mark.parametrize("tree", [(2, 2), (3, 1, 1)])
+@pytest.mark.parametrize("name", ["t1", "t0.7_topk3"])
+def test_joint_law_of_three_tokens_matches_target(td_joint, tree, name):
+    module, target, draft, enc = td_joint
+    cfg = td.JOINT_CONFIGS[name]
+    probs = td._exact_joint(module, target.params, enc, cfg)
+    samples, stats = td._sample_three(target, draft, enc, cfg, len(tree), seed=len(tree),
+                                      tree=tree)
+    assert float(jnp.mean(stats.accepted)) > 0.3  # the draft is good enough to test acceptance
+    assert td._joint_pvalue(samples, probs) > 1e-6
+
+
+def test_negative_control_a_sibling_tested_against_the_uncorrected_target_fails(
+        td_joint, monkeypatch):
+    """The classic multi-draft bug: after a sibling is rejected, test the next one against p
+    again instead of the residual. The same chi-square test must catch it."""
+    module, target, draft, enc = td_joint
+    cfg = td.JOINT_CONFIGS["t1"]
+    probs = td._exact_joint(module, target.params, enc, cfg)
+    jax.clear_caches()
+    monkeypatch.setattr(trees, "residual_after_rejection", lambda r, q: r)
+    try:
+        samples, _ = td._sample_three(target, draft, enc, cfg, 2, seed=3, tree=(3, 2))
+    finally:
+        monkeypatch.undo()
+        jax.clear_caches()
+    assert td._joint_pvalue(samples, probs) < 1e-6
+
+
+@pytest.fixture(scope="module")
+def td_encdec():
+    return td._pair(t5.Transformer(tiny_config()))
+
+
+@pytest.fixture(scope="module")
+def td_joint():
+    module = t5.Transformer(tiny_config(vocab_size=td.VOCAB))
+    target, draft = td._pair(module, seeds=(3, 4))
+    return module, target, draft, np.array([[3, 5, 2, 7, 1]], np.int32)
