@@ -386,3 +386,105 @@ def oracle_gain_over_fixed(
     best = np.max(_speedup_curve(a, c, _max_gamma(max_gamma), verify_cost), axis=-1)
     oracle = oracle_dynamic_gamma_speedup(a, c, verify_cost, include_rejected_draft)
     return _out(np.asarray(oracle) / best)
+
+
+# ----------------------------------------------------------------------------------------------
+# Token trees (speculative/trees.py): b_k children per node at depth k.
+
+
+def _rank_rates(rank_accept) -> np.ndarray:
+    a = np.asarray(rank_accept, dtype=np.float64).reshape(-1)
+    if a.size == 0 or np.any(~np.isfinite(a)) or np.any((a < 0) | (a > 1)):
+        raise ValueError(f"rank_accept={rank_accept!r} must be a non-empty sequence of "
+                         "probabilities in [0, 1]: a_j = P(the rank-j child is kept | the "
+                         "children before it were rejected).")
+    return a
+
+
+def _branching(branching) -> tuple:
+    b = tuple(branching)
+    if not b or any(isinstance(x, bool) or int(x) != x or x < 1 for x in b):
+        raise ValueError(f"branching={branching!r} must be a non-empty tuple of ints >= 1.")
+    return tuple(int(x) for x in b)
+
+
+def tree_nodes(branching) -> int:
+    """Drafted nodes of a tree (the root excluded): b_1 + b_1 b_2 + ... + b_1 ... b_d."""
+    return int(sum(np.prod(branching[:i + 1]) for i in range(len(branching))))
+
+
+def tree_expected_tokens(branching, rank_accept) -> float:
+    """Expected tokens per target call of a token tree under the i.i.d. model.
+
+    At every depth the walk tries a node's children in their drawn order; the child of rank j is
+    kept with probability a_j given that the ones before it were rejected, whatever the depth.
+    A depth with b children is passed with P(b) = 1 - prod_{j <= b} (1 - a_j), so
+
+      E[tokens] = 1 + sum_{i=1}^{d} prod_{k=1}^{i} P(b_k).
+
+    A chain (all b_k = 1) gives Eq. (1) with alpha = a_1.
+    """
+    b, a = _branching(branching), _rank_rates(rank_accept)
+    if max(b) > a.size:
+        raise ValueError(f"branching={b} has {max(b)} children at a depth but rank_accept "
+                         f"gives rates for {a.size} ranks; measure more ranks.")
+    passed = 1.0 - np.cumprod(1.0 - a)  # P(b) for b = 1..R
+    return float(1.0 + np.sum(np.cumprod([passed[k - 1] for k in b])))
+
+
+def tree_speedup(branching, rank_accept, c: float, verify_cost: VerifyCost = 1.0,
+                 draft_cost: Union[None, Callable[[int], float]] = None) -> float:
+    """Theorem 3.8 for a tree: E[tokens] / (d draft calls + one verify of all nodes).
+
+    `verify_cost(n)` is T_target(n + 1 tokens) / T_target(1 token) for the n drafted nodes (as
+    for chains); `draft_cost(m)`, the cost of one draft call on m paths relative to a target
+    step, defaults to c (drafting a tree extends every root-to-leaf path, m = b_1 ... b_d)."""
+    b = _branching(branching)
+    c = float(_nonneg(c, "c"))
+    leaves = int(np.prod(b))
+    draft = c if draft_cost is None else float(draft_cost(leaves))
+    verify = float(_verify_costs(verify_cost, np.asarray(tree_nodes(b))))
+    # The first draft call serves every path (batch 1 per row); the other d - 1 run on m paths.
+    cost = c + (len(b) - 1) * draft + verify
+    return tree_expected_tokens(b, rank_accept) / cost
+
+
+def tree_shapes(max_depth: int, max_nodes: int, max_children: int):
+    """Every tree with non-increasing branching b_1 >= b_2 >= ... (a wider level below a
+    narrower one is never better under the i.i.d. model), depth <= max_depth, at most
+    max_nodes drafted nodes and max_children children per node."""
+    def grow(prefix):
+        if prefix:
+            yield tuple(prefix)
+        if len(prefix) == max_depth:
+            return
+        top = min(prefix[-1] if prefix else max_children, max_children)
+        for b in range(1, top + 1):
+            if tree_nodes(prefix + [b]) <= max_nodes:
+                yield from grow(prefix + [b])
+    yield from grow([])
+
+
+def best_tree(rank_accept, c: float, verify_cost: VerifyCost = 1.0, *,
+              draft_cost: Union[None, Callable[[int], float]] = None, max_depth: int = 8,
+              max_nodes: int = 16) -> dict:
+    """The tree shape, and the chain, with the highest predicted speed (an exact search over
+    `tree_shapes`). Returns `{"tree", "tree_speedup", "tree_tokens", "chain", "chain_speedup",
+    "chain_tokens"}` (chain = (1,) * gamma)."""
+    a = _rank_rates(rank_accept)
+    best = {}
+    for shape in tree_shapes(max_depth, max_nodes, a.size):
+        kind = "chain" if max(shape) == 1 else "tree"
+        s = tree_speedup(shape, a, c, verify_cost, draft_cost)
+        if kind not in best or s > best[kind][1]:
+            best[kind] = (shape, s)
+    out = {}
+    for kind in ("chain", "tree"):
+        if kind in best:
+            shape, s = best[kind]
+            out.update({kind: shape, f"{kind}_speedup": s,
+                        f"{kind}_tokens": tree_expected_tokens(shape, a)})
+    if "tree" not in out or out["tree_speedup"] < out["chain_speedup"]:
+        out.update(tree=out["chain"], tree_speedup=out["chain_speedup"],
+                   tree_tokens=out["chain_tokens"])  # no branching tree beats the chain
+    return out

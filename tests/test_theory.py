@@ -365,3 +365,35 @@ def test_plot_speedup_vs_gamma(tmp_path):
         plot_theory.plot_speedup_vs_gamma([{"gamma": 1, "speedup": 1.0}], str(tmp_path / "t.png"))
     with pytest.raises(FileNotFoundError, match="missing.json"):
         plot_theory.load_runs(str(tmp_path / "missing.json"))
+
+
+# ----------------------------------------------------------------------------------------------
+# Token trees.
+
+
+def test_tree_tokens_reduce_to_eq1_for_chains_and_count_by_hand():
+    for a in (0.0, 0.3, 0.8, 1.0):
+        for g in (1, 3, 6):
+            assert theory.tree_expected_tokens((1,) * g, [a]) == pytest.approx(
+                theory.expected_tokens(a, g))
+    # (2, 1): depth 1 passed w.p. 1 - (1 - .6)(1 - .5) = .8, then depth 2 w.p. .6.
+    assert theory.tree_expected_tokens((2, 1), [0.6, 0.5]) == pytest.approx(1 + 0.8 + 0.8 * 0.6)
+    assert theory.tree_nodes((2, 3)) == 8
+    with pytest.raises(ValueError, match="rank_accept"):
+        theory.tree_expected_tokens((2,), [1.2, 0.1])
+    with pytest.raises(ValueError, match="measure more ranks"):
+        theory.tree_expected_tokens((3,), [0.5, 0.1])
+
+
+def test_best_tree_branches_only_when_verification_is_cheap():
+    rates = [0.7, 0.4, 0.2, 0.1]
+    costly = theory.best_tree(rates, 0.02, lambda n: 1 + 0.15 * n, max_nodes=16)
+    assert costly["tree"] == costly["chain"]  # every extra node costs more than it gains
+    free = theory.best_tree(rates, 0.02, 1.0, max_nodes=16)
+    assert max(free["tree"]) > 1 and free["tree_speedup"] > free["chain_speedup"]
+    assert free["tree_tokens"] == pytest.approx(
+        theory.tree_expected_tokens(free["tree"], rates))
+    # The search is exhaustive over its shapes: no listed shape predicts more.
+    best = max(theory.tree_speedup(s, rates, 0.02, 1.0)
+               for s in theory.tree_shapes(8, 16, len(rates)))
+    assert free["tree_speedup"] == pytest.approx(best)
