@@ -163,7 +163,7 @@ def decode_programs(target, drafts: Sequence[Any], batches: Sequence[np.ndarray]
                     ) -> Dict[Any, Callable[[], Any]]:
     """Thunks that decode every batch: "baseline" (`autoregressive_decode`) and, for each key of
     `speculative`, `speculative_decode` with its (gamma, draft_confidence[, gamma_schedule[,
-    initial_gamma]]); `drafts[i]` drafts for `batches[i]`. Batch i uses the PRNG key
+    initial_gamma[, tree]]]); `drafts[i]` drafts for `batches[i]`. Batch i uses the PRNG key
     fold_in(PRNGKey(seed), i) in every program."""
     keys = [jax.random.fold_in(jax.random.PRNGKey(seed), i) for i in range(len(batches))]
     batches = [jnp.asarray(b, jnp.int32) for b in batches]
@@ -173,11 +173,11 @@ def decode_programs(target, drafts: Sequence[Any], batches: Sequence[np.ndarray]
                                                max_decode_len=max_decode_len)
                 for x, k in zip(batches, keys)]
 
-    def run(gamma, confidence, schedule="constant", initial_gamma=None):
+    def run(gamma, confidence, schedule="constant", initial_gamma=None, tree=None):
         return lambda: [decoding.speculative_decode(
             target, draft, x, rng=k, gamma=gamma, sampling=sampling,
             max_decode_len=max_decode_len, lenience=lenience, draft_confidence=confidence,
-            gamma_schedule=schedule, initial_gamma=initial_gamma)
+            gamma_schedule=schedule, initial_gamma=initial_gamma, tree=tree)
             for draft, x, k in zip(drafts, batches, keys)]
 
     return {"baseline": baseline, **{name: run(*setting) for name, setting in speculative.items()}}
