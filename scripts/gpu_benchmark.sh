@@ -14,13 +14,17 @@
 #                            targets' included
 #   pairs                    scripts/benchmark.py on each bundled pair: 16 test sentences at
 #                            batch 1, gamma 2, 4, 6, Theorem 3.8 and decode-loop predictions
+#   trees                    scripts/tree_benchmark.py on each bundled pair: per-rank acceptance,
+#                            verify cost at every width up to 32 drafted nodes, the best chain
+#                            and the best tree (theory.best_tree), timed at T = 0 and T = 1
 # summary.md: one markdown line per benchmark.py run in OUT_DIR (benchmark.summary_markdown).
 # A failed step is reported and the next one runs; OUT_DIR/steps.tsv lists each step's exit
 # code and seconds, and the script exits 1 if any failed. Results already in OUT_DIR are kept
 # (each script refuses to overwrite them) unless OVERWRITE=1.
 #
 # Command:
-#   bash scripts/gpu_benchmark.sh [--dry-run | --no-install] [--steps=synthetic,limits,pairs]
+#   bash scripts/gpu_benchmark.sh [--dry-run | --no-install]
+#       [--steps=synthetic,limits,pairs,trees]
 #       [OUT_DIR]
 # OUT_DIR: default $OUT (the device machine's result folder), else /tmp/gpu_benchmark.
 # Expected: a few minutes to install (tensorflow comes with seqio, the CUDA wheels with jax),
@@ -47,7 +51,7 @@ usage() { sed -n '2,/^$/s/^# \{0,1\}//p' "$0"; }
 DRY_RUN=0
 NO_INSTALL=0
 OUT_DIR=""
-STEPS_WANTED="synthetic,limits,pairs"
+STEPS_WANTED="synthetic,limits,pairs,trees"
 for arg in "$@"; do
   case "$arg" in
     --dry-run) DRY_RUN=1 ;;
@@ -66,8 +70,8 @@ if (( DRY_RUN && NO_INSTALL )); then
   exit 2
 fi
 for s in ${STEPS_WANTED//,/ }; do
-  if [[ ! "$s" =~ ^(synthetic|limits|pairs)$ ]]; then
-    echo "gpu_benchmark.sh: --steps=$STEPS_WANTED names '$s'; choose from synthetic,limits,pairs." >&2
+  if [[ ! "$s" =~ ^(synthetic|limits|pairs|trees)$ ]]; then
+    echo "gpu_benchmark.sh: --steps=$STEPS_WANTED names '$s'; choose from synthetic,limits,pairs,trees." >&2
     exit 2
   fi
 done
@@ -127,6 +131,7 @@ if (( DRY_RUN )); then
         --gin.CALIBRATION_BATCHES=0)
   LIMITS=(--batch_sizes=1 --num_sentences=2 --gammas=2 --repeats=1 --max_decode_len=8
           --bandwidth_mb=16)
+  TREES=(--num_sentences=2 --num_rank_sentences=4 --repeats=1 --max_nodes=4 --temperatures=0)
 else
   PY="${PYTHON:-$( (( NO_INSTALL )) && echo python3 || echo .venv/bin/python)}"
   SIZES=(t5_1_1_base t5_1_1_large)
@@ -134,6 +139,7 @@ else
   SYNTHETIC=()
   PAIR=(--gin.NUM_BATCHES=16 --gin.GAMMAS=[2,4,6] --gin.CALIBRATION_BATCHES=8)
   LIMITS=(--batch_sizes=1,4,16,64 --num_sentences=64 --gammas=2,4,6)
+  TREES=(--num_sentences=16 --num_rank_sentences=64 --repeats=3 --max_nodes=32)
   if (( NO_INSTALL )); then
     step check_gpu "$PY" -c "$GPU_CHECK"
   else
@@ -182,6 +188,12 @@ for target in "${PAIRS[@]}"; do
     "--gin.benchmark.run.tsv_path='speculative/data/mini/test.tsv'" \
     --gin.BATCH_SIZES=[1] --gin.INPUT_LENGTH=48 --gin.MAX_DECODE_LEN=48 \
     "--gin.OUTPUT_DIR='$OUT_DIR/${target}_pair'" "${PAIR[@]}" "${OVERWRITE_GIN[@]}"
+done
+
+for target in "${PAIRS[@]}"; do
+  wanted trees || break
+  step "${target}_trees" "$PY" scripts/tree_benchmark.py --target="$target" \
+    --output_dir="$OUT_DIR/${target}_trees" "${TREES[@]}" "${OVERWRITE_FLAG[@]}"
 done
 
 JSONS=("$OUT_DIR"/*/benchmark.json)  # this call's and earlier calls' runs in OUT_DIR

@@ -16,7 +16,7 @@ _NUM = flags.DEFINE_integer("num_sentences", 16, "Test sentences timed (batch 1)
 _RANK = flags.DEFINE_integer("num_rank_sentences", 64,
                              "Other test sentences for the per-rank acceptance rates.")
 _TEMPS = flags.DEFINE_list("temperatures", ["0", "1"], "Sampling temperatures.")
-_NODES = flags.DEFINE_integer("max_nodes", 12, "Most drafted tokens one verify call checks.")
+_NODES = flags.DEFINE_integer("max_nodes", 16, "Most drafted tokens one verify call checks.")
 _REPEATS = flags.DEFINE_integer("repeats", 3, "Interleaved timing rounds.")
 _OVERWRITE = flags.DEFINE_bool("overwrite", False, "Replace an earlier trees.json.")
 

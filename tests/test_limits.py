@@ -292,7 +292,11 @@ def test_gpu_script_dry_run(tmp_path):
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     steps = (tmp_path / "steps.tsv").read_text().split("\n")[1:-1]
     assert [s.split("\t")[:2] for s in steps] == [
-        ["t5_1_1_tiny_synthetic", "0"], ["limits", "0"], ["mini_target_pair", "0"]]
+        ["t5_1_1_tiny_synthetic", "0"], ["limits", "0"], ["mini_target_pair", "0"],
+        ["mini_target_trees", "0"]]
+    trees = json.loads((tmp_path / "mini_target_trees" / "trees.json").read_text())
+    [row] = trees["rows"]
+    assert row["chain"]["tokens_per_target_call"] >= 1 and len(row["rank_acceptance"]["rates"]) == 4
     for name in ("t5_1_1_tiny_synthetic", "mini_target_pair"):
         data = json.loads((tmp_path / name / "benchmark.json").read_text())
         assert data["runs"] and all(r["speedup"] > 0 for r in data["runs"])

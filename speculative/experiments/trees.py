@@ -2,16 +2,15 @@
 
 For each temperature:
 
-1. **Per-rank acceptance** a_j (`rank_acceptance`): along the target's own output for
-   `num_rank_sentences` validation-free test sources (not the timed ones), the chance that a
-   node's child of rank j is kept given that the ones before it were not: at T = 0 from the rank
-   of the target's argmax in the draft's order, at T > 0 by running the exact sibling test
-   (`trees.exact_walk` on a one-level tree) `MC_DRAWS` times per position.
-2. **Costs** (`costs.measure_costs`, interleaved): the target's verify cost at every width up to
-   `max_nodes` drafted tokens, and the draft's cost on m paths at once.
+1. **Per-rank acceptance** a_j (`alpha.rank_acceptance`): along the target's own output for
+   `num_rank_sentences` test sources (not the timed ones), the chance that a node's child of
+   rank j is kept given that the ones before it were not.
+2. **Costs** (`costs.measure_costs`, `costs.draft_row_costs`, interleaved): the target's verify
+   cost at every width up to `max_nodes` drafted tokens, and the draft's cost on m paths.
 3. **Choice** (`theory.best_tree`): the best chain and the best tree for those rates and costs.
-4. **Timing**: baseline, the chosen chain and the chosen tree decode the timed sentences (batch
-   1), in interleaved rounds. Tokens per target call come from the decodes' own statistics.
+4. **Timing**: baseline, the chosen chain, the chosen tree and the branching shape with the most
+   predicted tokens per call (within `max_nodes`) decode the timed sentences (batch 1), in
+   interleaved rounds. Tokens per target call come from the decodes' own statistics.
 
 Run it with nothing else busy on the machine:
 
@@ -23,102 +22,22 @@ from __future__ import annotations
 import json
 import os
 import time
-from typing import Dict, Sequence
+from typing import Dict
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 
-from speculative import decoding, files, theory, trees
-from speculative import sampling as sampling_lib
+from speculative import decoding, files, theory
+from speculative.runs import alpha as alpha_lib
 from speculative.runs import benchmark, mini, mini_results
 from speculative.runs import costs as costs_lib
 from speculative.sampling import SamplingConfig
 
-MC_DRAWS = 8  # sibling tests simulated per position at T > 0
 DRAFT_ROWS = (1, 2, 3, 4, 6, 8, 12, 16)  # paths per draft call whose cost is measured
-
-
-def _teacher_forced(model, inputs, tokens):
-    """Logits `[B, N, V]` of `model` along `tokens [B, N]` (its decode cache, one extend)."""
-    state = model.init(model.params, jnp.asarray(inputs), tokens.shape[1] + 2)
-    feed = jnp.concatenate([state.pending[:, None], jnp.asarray(tokens[:, :-1])], 1)
-    logits, _ = model.extend(model.params, state, feed)
-    return logits
-
-
-def rank_acceptance(target, draft, batches: Sequence[np.ndarray], sampling: SamplingConfig, *,
-                    max_rank: int, max_decode_len: int, seed: int = 0) -> Dict:
-    """Per-rank acceptance rates `a_1..a_max_rank` along the target's output (module docstring).
-    Returns `{"rates", "positions", "kept_at_rank", "reached_rank"}`."""
-    if decoding.reads_target(draft):
-        raise ValueError("rank_acceptance teacher-forces the draft alone; a target-aware draft "
-                         "needs the target's features at every position. Measure it with a "
-                         "separate draft, or read tokens per call from a tree decode.")
-    kept = np.zeros(max_rank, np.int64)
-    reached = np.zeros(max_rank, np.int64)
-    positions = 0
-    rng = jax.random.PRNGKey(seed)
-    for i, x in enumerate(batches):
-        rng, decode_key, mc_key = jax.random.split(rng, 3)
-        out = decoding.autoregressive_decode(target, x, rng=decode_key, sampling=sampling,
-                                             max_decode_len=max_decode_len)
-        tokens = np.asarray(out.tokens)
-        valid = np.arange(tokens.shape[1])[None] < np.asarray(out.lengths)[:, None]
-        p_logits = _teacher_forced(target, x, tokens)[valid]  # [P, V]
-        q_logits = _teacher_forced(draft, x, tokens)[valid]
-        positions += int(valid.sum())
-        if sampling.greedy:
-            best = jnp.argmax(p_logits, -1)
-            own = jnp.take_along_axis(q_logits, best[:, None], 1)
-            rank = np.asarray(jnp.sum(q_logits > own, -1))  # 0 = the draft's top token
-            for j in range(max_rank):
-                reached[j] += int(np.sum(rank >= j))
-                kept[j] += int(np.sum(rank == j))
-            continue
-        tree = trees.Tree((max_rank,))
-        p = sampling_lib.adjusted_probs(p_logits, sampling)
-        q = sampling_lib.adjusted_probs(q_logits, sampling)
-        for key in jax.random.split(mc_key, MC_DRAWS):
-            child_key, walk_key = jax.random.split(key)
-            children, ok = trees.sampled_children(q, max_rank, child_key)
-            nodes = jnp.broadcast_to(p[:, None], (p.shape[0], tree.num_nodes, p.shape[-1]))
-            walk = trees.exact_walk(tree, nodes, q[:, None], children, ok, walk_key)
-            rank = np.where(np.asarray(walk.accepted) > 0, np.asarray(walk.path[:, 0]) - 1,
-                            max_rank)
-            ok = np.asarray(ok)
-            for j in range(max_rank):
-                reached[j] += int(np.sum((rank >= j) & ok[:, j]))
-                kept[j] += int(np.sum(rank == j))
-    rates = np.where(reached > 0, kept / np.maximum(reached, 1), 0.0)
-    return {"rates": rates.tolist(), "positions": positions, "kept_at_rank": kept.tolist(),
-            "reached_rank": reached.tolist()}
-
-
-def _interpolated(points: Dict[int, float]):
-    xs = sorted(points)
-    return lambda n: float(np.interp(n, xs, [points[x] for x in xs]))
-
-
-def measure_tree_costs(target, draft, inputs: np.ndarray, *, max_nodes: int,
-                       max_decode_len: int, seed: int = 0) -> Dict:
-    """Verify cost at 1..max_nodes drafted tokens (`costs.measure_costs`) and the draft's
-    cost on m paths relative to one target step (`DRAFT_ROWS`), timed in interleaved rounds."""
-    costs = costs_lib.measure_costs(target, draft, inputs, list(range(1, max_nodes + 1)),
-                                    max_decode_len=max_decode_len, num_steps=16, repeats=5,
-                                    seed=seed)
-    cache_len = draft.prefix_length(inputs.shape[1]) + max_decode_len + 2
-    programs = {m: costs_lib._extend_program(  # pylint: disable=protected-access
-        draft, np.repeat(inputs, m, 0), 1, cache_len=cache_len, num_steps=16, seed=seed,
-        target=target) for m in DRAFT_ROWS}
-    _, times, _ = costs_lib.interleaved(programs, 5)
-    step = {m: float(np.median(t)) / 16 for m, t in times.items()}
-    return {**costs, "draft_cost_rows": {m: step[m] / step[1] * costs["c"] for m in DRAFT_ROWS}}
 
 
 def run(output_dir: str, target_name: str = mini.LARGE_TARGET, draft_name: str = "",
         num_sentences: int = 16, num_rank_sentences: int = 64, temperatures=(0.0, 1.0),
-        max_nodes: int = 12, repeats: int = 3, overwrite: bool = False, seed: int = 0) -> Dict:
+        max_nodes: int = 16, repeats: int = 3, overwrite: bool = False, seed: int = 0) -> Dict:
     """Measures chain vs tree for one pair; writes `trees.json` and `trees.md`."""
     benchmark.positive_int(num_sentences, "num_sentences", "test sentences timed")
     benchmark.positive_int(num_rank_sentences, "num_rank_sentences",
@@ -136,21 +55,29 @@ def run(output_dir: str, target_name: str = mini.LARGE_TARGET, draft_name: str =
     rank_batches = [np.concatenate(rank_batches)[num_sentences:]]
     load_before = os.getloadavg()[0]
     start = time.time()
-    costs = measure_tree_costs(target, draft, timed[0], max_nodes=max_nodes,
-                               max_decode_len=inputs.max_decode_len, seed=seed)
-    verify = _interpolated({0: 1.0, **costs["verify_cost"]})
-    draft_cost = _interpolated(costs["draft_cost_rows"])
+    costs = costs_lib.measure_costs(target, draft, timed[0], list(range(1, max_nodes + 1)),
+                                    max_decode_len=inputs.max_decode_len, num_steps=16,
+                                    repeats=5, seed=seed)
+    costs["draft_cost_rows"] = costs_lib.draft_row_costs(
+        target, draft, timed[0], DRAFT_ROWS, c=costs["c"], max_decode_len=inputs.max_decode_len,
+        seed=seed)
+    verify = costs_lib.cost_curve({0: 1.0, **costs["verify_cost"]})
+    draft_cost = costs_lib.cost_curve(costs["draft_cost_rows"])
     rows = []
     for temperature in temperatures:
         sampling = SamplingConfig(temperature)
-        ranks = rank_acceptance(target, draft, rank_batches, sampling, max_rank=4,
-                                max_decode_len=inputs.max_decode_len, seed=seed)
+        ranks = alpha_lib.rank_acceptance(target, draft, rank_batches, sampling, max_rank=4,
+                                          max_decode_len=inputs.max_decode_len, seed=seed)
         choice = theory.best_tree(ranks["rates"], costs["c"], verify, draft_cost=draft_cost,
                                   max_nodes=max_nodes)
         chain, tree = choice["chain"], choice["tree"]
+        most = max((s for s in theory.tree_shapes(16, max_nodes, 4) if max(s) > 1),
+                   key=lambda s: theory.tree_expected_tokens(s, ranks["rates"]))
+        shapes = {"chain": chain, "tree": tree, "most_tokens": most}
         settings = {"chain": (len(chain), 0.0)}
-        if tree != chain:
-            settings["tree"] = (len(tree), 0.0, "constant", None, tree)
+        for name in ("tree", "most_tokens"):
+            if shapes[name] != chain and (name == "tree" or most != tree):
+                settings[name] = (len(shapes[name]), 0.0, "constant", None, shapes[name])
         programs = costs_lib.decode_programs(target, [draft] * len(timed), timed, settings,
                                              sampling=sampling,
                                              max_decode_len=inputs.max_decode_len, seed=seed)
@@ -160,7 +87,7 @@ def run(output_dir: str, target_name: str = mini.LARGE_TARGET, draft_name: str =
         row = {"temperature": temperature, "rank_acceptance": ranks, "choice": choice}
         for name in settings:
             stats = decoding.merge_stats([r.stats for r in outputs[name]]).summary()
-            shape = chain if name == "chain" else tree
+            shape = shapes[name]
             row[name] = {
                 "shape": list(shape), "nodes": theory.tree_nodes(shape),
                 "verify_cost": verify(theory.tree_nodes(shape)),
@@ -172,6 +99,11 @@ def run(output_dir: str, target_name: str = mini.LARGE_TARGET, draft_name: str =
                                                          verify, draft_cost),
                 "seconds_median": float(np.median(times[name]))}
         row["baseline_seconds_median"] = base
+        best = max((row[n] for n in ("tree", "most_tokens") if n in row),
+                   key=lambda r: r["tokens_per_target_call"], default=None)
+        if best is not None:
+            row["tree_over_chain_tokens"] = (best["tokens_per_target_call"]
+                                             / row["chain"]["tokens_per_target_call"])
         rows.append(row)
         print(_line(row), flush=True)
     result = {"target": target_name, "draft": draft_name, "sentences": num_sentences,
@@ -190,7 +122,7 @@ def run(output_dir: str, target_name: str = mini.LARGE_TARGET, draft_name: str =
 def _line(row: Dict) -> str:
     parts = [f"T={row['temperature']:g} rank rates "
              + ", ".join(f"{a:.3f}" for a in row["rank_acceptance"]["rates"])]
-    for name in ("chain", "tree"):
+    for name in ("chain", "tree", "most_tokens"):
         if name in row:
             r = row[name]
             parts.append(f"{name} {tuple(r['shape'])}: {r['tokens_per_target_call']:.2f} tok/call "
@@ -205,14 +137,17 @@ def markdown(result: Dict) -> str:
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for row in result["rows"]:
         rates = " ".join(f"{a:.2f}" for a in row["rank_acceptance"]["rates"])
-        for name in ("chain", "tree"):
+        for name in ("chain", "tree", "most_tokens"):
             if name not in row:
-                lines.append(f"| {row['temperature']:g} | {rates} | tree = chain (no branching "
-                             "tree is predicted faster) | | | | | | |")
+                if name == "tree":
+                    lines.append(f"| {row['temperature']:g} | {rates} | best tree = the chain "
+                                 "(no branching shape is predicted faster) | | | | | | |")
                 continue
             r = row[name]
+            label = {"chain": "best chain", "tree": "best tree",
+                     "most_tokens": "most tokens/call"}[name]
             lines.append("| " + " | ".join([
-                f"{row['temperature']:g}", rates, f"{name} {tuple(r['shape'])}",
+                f"{row['temperature']:g}", rates, f"{label} {tuple(r['shape'])}",
                 str(r["nodes"]), f"{r['verify_cost']:.2f}",
                 f"{r['tokens_per_target_call']:.2f}",
                 f"{r['predicted_tokens_per_target_call']:.2f}", f"{r['speedup']:.2f}x",

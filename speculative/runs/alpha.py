@@ -52,7 +52,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from speculative import decoding
+from speculative import decoding, trees
 from speculative import sampling as sampling_lib
 from speculative.runs import benchmark as bench
 from speculative.runs import measure
@@ -60,6 +60,7 @@ from speculative.runs import models as models_lib
 from speculative.sampling import SamplingConfig
 
 SCHEMA = "speculative.alpha/1"
+TREE_DRAWS = 8  # sibling tests simulated per position for rank_acceptance at T > 0
 RESULTS_FILE = "alpha.json"
 
 
@@ -133,6 +134,56 @@ def collect_betas(target, draft, batches, *, sampling: SamplingConfig, num_token
             break
     bar.close()
     return sequences
+
+
+def rank_acceptance(target, draft, batches: Sequence[np.ndarray], sampling: SamplingConfig, *,
+                    max_rank: int, max_decode_len: int, seed: int = 0) -> Dict:
+    """Per-rank acceptance of a token tree's children along the target's own output (`batches`
+    decoded by the target under `sampling`, both models teacher-forced along it): a_j = P(the
+    child of rank j is kept | the ones before it were not), what `theory.tree_expected_tokens`
+    takes. At T = 0 it comes from the rank of the target's argmax in the draft's order; at T > 0
+    the exact sibling test (`trees.exact_walk` on a one-level tree) runs `TREE_DRAWS` times per
+    position. For a target-aware draft these are first-draft rates (as `forced_betas`).
+    Returns `{"rates", "positions", "kept_at_rank", "reached_rank"}`."""
+    kept = np.zeros(max_rank, np.int64)
+    reached = np.zeros(max_rank, np.int64)
+    positions = 0
+    rng = jax.random.PRNGKey(seed)
+    for i, x in enumerate(batches):
+        rng, decode_key, mc_key = jax.random.split(rng, 3)
+        out = decoding.autoregressive_decode(target, x, rng=decode_key, sampling=sampling,
+                                             max_decode_len=max_decode_len)
+        tokens = np.asarray(out.tokens)
+        valid = np.arange(tokens.shape[1])[None] < np.asarray(out.lengths)[:, None]
+        p_logits, q_logits = _forced_pair_logits(target, draft, jnp.asarray(x, jnp.int32),
+                                                 jnp.asarray(tokens))
+        p_logits, q_logits = p_logits[valid], q_logits[valid]  # [P, V]
+        positions += int(valid.sum())
+        if sampling.greedy:
+            best = jnp.argmax(p_logits, -1)
+            own = jnp.take_along_axis(q_logits, best[:, None], 1)
+            rank = np.asarray(jnp.sum(q_logits > own, -1))  # 0 = the draft's top token
+            for j in range(max_rank):
+                reached[j] += int(np.sum(rank >= j))
+                kept[j] += int(np.sum(rank == j))
+            continue
+        tree = trees.Tree((max_rank,))
+        p = sampling_lib.adjusted_probs(p_logits, sampling)
+        q = sampling_lib.adjusted_probs(q_logits, sampling)
+        for key in jax.random.split(mc_key, TREE_DRAWS):
+            child_key, walk_key = jax.random.split(key)
+            children, ok = trees.sampled_children(q, max_rank, child_key)
+            nodes = jnp.broadcast_to(p[:, None], (p.shape[0], tree.num_nodes, p.shape[-1]))
+            walk = trees.exact_walk(tree, nodes, q[:, None], children, ok, walk_key)
+            rank = np.where(np.asarray(walk.accepted) > 0, np.asarray(walk.path[:, 0]) - 1,
+                            max_rank)
+            ok = np.asarray(ok)
+            for j in range(max_rank):
+                reached[j] += int(np.sum((rank >= j) & ok[:, j]))
+                kept[j] += int(np.sum(rank == j))
+    rates = np.where(reached > 0, kept / np.maximum(reached, 1), 0.0)
+    return {"rates": rates.tolist(), "positions": positions, "kept_at_rank": kept.tolist(),
+            "reached_rank": reached.tolist()}
 
 
 def beta_statistics(sequences: Sequence[np.ndarray], bins: int = 20) -> Dict[str, Any]:

@@ -147,6 +147,30 @@ def measure_costs(target, draft, inputs: np.ndarray, gammas: Sequence[int], *,
     }
 
 
+def draft_row_costs(target, draft, inputs: np.ndarray, rows: Sequence[int], *, c: float,
+                    max_decode_len: int, num_steps: int = 16, repeats: int = 5,
+                    seed: int = 0) -> Dict[int, float]:
+    """The draft's cost of one call on m rows per input row (a token tree's paths), for each m
+    in `rows`, relative to one target step: c times its time over the one-row call's (timed in
+    interleaved rounds). `c` comes from `measure_costs`."""
+    cache_len = draft.prefix_length(inputs.shape[1]) + max_decode_len + 2
+    rows = sorted(set(rows) | {1})
+    programs = {m: _extend_program(draft, np.repeat(inputs, m, 0), 1, cache_len=cache_len,
+                                   num_steps=num_steps, seed=seed, target=target)
+                for m in rows}
+    _, times, _ = interleaved(programs, repeats)
+    step = {m: float(np.median(t)) for m, t in times.items()}
+    return {m: c * step[m] / step[1] for m in rows}
+
+
+def cost_curve(points: Dict[int, float]) -> Callable[[int], float]:
+    """Costs measured at some widths (`{width: cost}`) as a function of any width between them
+    (linear interpolation; the end values beyond them)."""
+    xs = sorted(points)
+    ys = [points[x] for x in xs]
+    return lambda n: float(np.interp(n, xs, ys))
+
+
 def best_gamma(alpha: float, costs: Dict[str, Any], gammas: Sequence[int]) -> int:
     """The gamma in `gammas` that Theorem 3.8 favours, with the measured c and verify cost of
     `costs` (from `measure_costs`, which must cover every gamma)."""
@@ -197,8 +221,8 @@ def fit_line(x: Sequence[float], y: Sequence[float]):
 
 def calibration_programs(target, draft, batches: Sequence[np.ndarray], gammas: Sequence[int], *,
                          sampling: SamplingConfig, max_decode_len: Union[int, Sequence[int]],
-                         lenience: float = 1.0, draft_confidence: float = 0.0, seed: int = 0
-                         ) -> Dict[Any, Callable[[], Any]]:
+                         lenience: float = 1.0, draft_confidence: float = 0.0, seed: int = 0,
+                         tree: Optional[Sequence[int]] = None) -> Dict[Any, Callable[[], Any]]:
     """One thunk per (decoder, calibration batch): keys ("calibration", None, i) for the
     baseline and ("calibration", gamma, i) for speculative decoding with that gamma.
 
@@ -213,7 +237,9 @@ def calibration_programs(target, draft, batches: Sequence[np.ndarray], gammas: S
     programs = {}
     for i, x in enumerate(batches):  # one program per batch, each with its own PRNG key
         single = decode_programs(
-            target, [draft], [x], {g: (g, draft_confidence) for g in gammas}, sampling=sampling,
+            target, [draft], [x],
+            {g: (g, draft_confidence, *(() if tree is None else ("constant", None, tuple(tree))))
+             for g in gammas}, sampling=sampling,
             max_decode_len=limits[i], lenience=lenience, seed=seed + 7919 + i)
         for kind, name in [(None, "baseline")] + [(g, g) for g in gammas]:
             programs[("calibration", kind, i)] = lambda f=single[name]: f()[0]  # its one result

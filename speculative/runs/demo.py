@@ -6,15 +6,17 @@ bundled draft, at batch 1 as in the paper, at each temperature (default 0, then 
 translations, then one line per temperature with alpha, tokens per target call, c, the verify
 cost, the measured speedup (`speedup N.NNx`) and both predictions (Theorem 3.8 and the
 decode-loop cost model). gamma is Theorem 3.8's best for the measured c, verify cost and a quick
-alpha estimate at that temperature. Timings come from `runs.benchmark` (compiled programs,
-interleaved repeats, medians); the machine's load average is printed with them, since a busy
-second core slows verification more than single steps. It also prints whether the target's
-weights exceed 3x the CPU's last-level cache (`limits.cache_regime`): a virtual machine can land
-on a host whose cache holds them all, and the JSON records the CPU (`benchmark.environment`).
-Such a cache can be shared and switch between serving the weights and not within minutes, so
-it also compares the target step timed before the decoders with the baseline's loop step
-while they were timed, and says when the two differ by more than `STATE_CHANGE`.
-Without the bundle (a partial checkout) it falls back to random tiny models and says so.
+alpha estimate at that temperature; it then says whether a token tree is predicted faster than
+the best chain (`theory.best_tree`) and decodes with the tree if so. Timings come from
+`runs.benchmark` (compiled programs, interleaved repeats, medians); the machine's load average
+is printed with them, since a busy second core slows verification more than single steps. It
+also prints whether the target's weights exceed 3x the CPU's last-level cache
+(`limits.cache_regime`): a virtual machine can land on a host whose cache holds them all, and
+the JSON records the CPU (`benchmark.environment`). Such a cache can be shared and switch
+between serving the weights and not within minutes, so it also compares the target step timed
+before the decoders with the baseline's loop step while they were timed, and says when the two
+differ by more than `STATE_CHANGE`. Without the bundle (a partial checkout) it falls back to
+random tiny models and says so.
 """
 
 from __future__ import annotations
@@ -26,8 +28,9 @@ from typing import Optional, Sequence
 import jax
 import numpy as np
 
-from speculative import decoding, files
+from speculative import decoding, files, theory
 from speculative.models import t5
+from speculative.runs import alpha as alpha_lib
 from speculative.runs import benchmark, limits, measure, mini, models
 from speculative.runs import costs as costs_lib
 from speculative.sampling import SamplingConfig
@@ -37,6 +40,7 @@ from speculative.sampling import SamplingConfig
 # they agree to about 25%: the loop adds sampling, the commit and its carry to each step (up
 # to 26% of the mini target's 0.3 ms step, 1-6% of large_target's; README round breakdown).
 STATE_CHANGE = 1.4
+TREE_NODES = 12  # the largest token tree (drafted nodes) the demo considers
 
 
 def _random_pair():
@@ -96,6 +100,27 @@ def _pick_gamma(target, draft, batches, sampling, costs, gammas, max_decode_len,
     return costs_lib.best_gamma(min(float(probe.stats.alpha), 1.0), costs, gammas)
 
 
+def _pick_tree(target, draft, batches, sampling, costs, row_costs, max_decode_len, seed):
+    """The token tree to decode with, or None for the chain, and a line saying why:
+    `theory.best_tree` on per-rank acceptance rates along the target's output for these
+    sentences and the measured verify and draft costs (docs/token_trees.md)."""
+    ranks = alpha_lib.rank_acceptance(target, draft, [np.concatenate(batches)], sampling,
+                                      max_rank=4, max_decode_len=max_decode_len, seed=seed)
+    choice = theory.best_tree(
+        ranks["rates"], costs["c"], costs_lib.cost_curve({0: 1.0, **costs["verify_cost"]}),
+        draft_cost=costs_lib.cost_curve(row_costs), max_nodes=TREE_NODES)
+    chain, tree = choice["chain"], choice["tree"]
+    rates = ", ".join(f"{a:.2f}" for a in ranks["rates"])
+    line = (f"per-rank acceptance {rates}; best chain gamma {len(chain)} predicted "
+            f"{choice['chain_speedup']:.2f}x")
+    if tree == chain:
+        return None, line + (f"; no token tree of up to {TREE_NODES} nodes is predicted faster "
+                             "(verifying more tokens costs more than the extra ones gain): "
+                             "the chain")
+    return tree, line + (f"; best tree {tree} ({theory.tree_nodes(tree)} nodes) predicted "
+                         f"{choice['tree_speedup']:.2f}x: the tree")
+
+
 def run(*, num_sentences: int = 8, gamma: Optional[int] = None,
         temperatures: Sequence[float] = (0.0, 1.0), target_name: Optional[str] = None,
         draft_name: Optional[str] = None, repeats: int = 5, input_length: Optional[int] = None,
@@ -132,9 +157,14 @@ def run(*, num_sentences: int = 8, gamma: Optional[int] = None,
     calibration = mini.source_batches(8, 1, input_length, skip=num_sentences)
     gammas = [gamma] if gamma else list(range(1, 8))
     load_before = os.getloadavg()[0]
-    costs = costs_lib.measure_costs(target, draft, batches[0], gammas,
+    # Without a fixed gamma, verify costs up to TREE_NODES tokens price token trees too.
+    costs = costs_lib.measure_costs(target, draft, batches[0],
+                                    gammas if gamma else list(range(1, TREE_NODES + 1)),
                                     max_decode_len=max_decode_len, num_steps=16, repeats=3,
                                     seed=seed)
+    row_costs = None if gamma else costs_lib.draft_row_costs(
+        target, draft, batches[0], (1, 2, 3, 4, 6, 8, 12), c=costs["c"],
+        max_decode_len=max_decode_len, seed=seed)
 
     weights = limits.step_bytes(target.module.config, target.params, batch_size=1, position=0,
                                 encoder_length=0)["total"]
@@ -161,16 +191,23 @@ def run(*, num_sentences: int = 8, gamma: Optional[int] = None,
         sampling = SamplingConfig(float(temperature))
         g = gamma or _pick_gamma(target, draft, batches, sampling, costs, gammas,
                                  max_decode_len, seed)
+        tree = None
+        if not gamma:
+            tree, line = _pick_tree(target, draft, batches, sampling, costs, row_costs,
+                                    max_decode_len, seed)
+            print(f"T={temperature:g}: {line}")
+            g = len(tree) if tree else g
         [m] = measure.measure(
             target, [draft] * len(batches), batches, sampling=sampling, gammas=[g],
             max_decode_len=max_decode_len, repeats=repeats, lenience=1.0, seed=seed,
-            costs=costs, calibration=calibration)
+            costs=costs, calibration=calibration, tree=tree)
         row = {"temperature": float(temperature), **m.row(),
                # The baseline's cost per loop step while the decoders were timed (the
                # decode-loop fit), beside the isolated step measured before them.
                "baseline_step_s_loop": m.loop.baseline["iteration_s"] if m.loop else None}
         rows.append(row)
-        print(f"T={temperature:g}: speedup {row['speedup']:.2f}x (gamma {g}, alpha "
+        shape = f"tree {tree}" if tree else f"gamma {g}"
+        print(f"T={temperature:g}: speedup {row['speedup']:.2f}x ({shape}, alpha "
               f"{row['alpha']:.3f}, {row['tokens_per_target_call']:.2f} tokens per target call; "
               f"baseline {row['baseline_s']:.3f} s, speculative {row['speculative_s']:.3f} s; "
               f"predicted {row['predicted_speedup']:.2f}x by Theorem 3.8, "

@@ -91,6 +91,7 @@ class Measurement:
     verify_cost: float
     loop: Optional[LoopPrediction] = None
     loop_error: Optional[str] = None
+    tree: Optional[Tuple[int, ...]] = None  # a token tree's branching (gamma is its depth)
 
     @property
     def speedup(self) -> float:
@@ -129,7 +130,7 @@ class Measurement:
     def row(self) -> Dict[str, Any]:
         """The numbers a results table shows for this measurement (the demo's rows and the
         mini results' Table 2 rows start from it)."""
-        return {"gamma": self.gamma, "alpha": self.alpha,
+        return {"gamma": self.gamma, "tree": self.tree, "alpha": self.alpha,
                 "tokens_per_target_call": self.tokens_per_target_call, "c": self.c,
                 "verify_cost": self.verify_cost, "speedup": self.speedup,
                 "speedup_spread": self.speedup_spread,
@@ -146,6 +147,7 @@ class Measurement:
             "sampling": sampling_dict(self.sampling),
             "batch_size": self.batch_size,
             "gamma": self.gamma,
+            "tree": self.tree,
             "max_decode_len": self.max_decode_len,
             "timings": {"baseline": self.baseline.to_json(),
                         "speculative": self.speculative.to_json()},
@@ -190,7 +192,8 @@ def measure(target, drafts: Sequence[Any], batches: Sequence[np.ndarray], *,
             repeats: int, lenience: float, seed: int, costs: Dict[str, Any],
             draft_confidence: float = 0.0,
             calibration: Sequence[np.ndarray] = (),
-            calibration_lengths: Optional[Sequence[int]] = None) -> List[Measurement]:
+            calibration_lengths: Optional[Sequence[int]] = None,
+            tree: Optional[Sequence[int]] = None) -> List[Measurement]:
     """Times the baseline and every gamma on `batches` (interleaved); one `Measurement` per
     gamma.
 
@@ -201,14 +204,22 @@ def measure(target, drafts: Sequence[Any], batches: Sequence[np.ndarray], *,
     (one max_decode_len per calibration batch; default `max_decode_len`) lets sequences that
     rarely end vary in length, which the fit needs. `costs` is `costs.measure_costs`' result
     (c and the verify cost of each gamma).
+
+    With `tree` (a token tree's branching; `gammas` must be `[len(tree)]`) the speculative
+    decoders draft that tree; its verify cost is the one of its node count, and alpha (the
+    chance of passing a depth) and the predictions read the tree as a chain of its depth.
     """
+    if tree is not None and list(gammas) != [len(tree)]:
+        raise ValueError(f"tree={tuple(tree)} is measured alone: gammas must be [{len(tree)}], "
+                         f"got {list(gammas)}.")
+    setting = (() if tree is None else ("constant", None, tuple(tree)))
     programs = costs_lib.decode_programs(
-        target, drafts, batches, {g: (g, draft_confidence) for g in gammas}, sampling=sampling,
-        max_decode_len=max_decode_len, lenience=lenience, seed=seed)
+        target, drafts, batches, {g: (g, draft_confidence, *setting) for g in gammas},
+        sampling=sampling, max_decode_len=max_decode_len, lenience=lenience, seed=seed)
     programs.update(costs_lib.calibration_programs(
         target, drafts[0], calibration, gammas, sampling=sampling,
         max_decode_len=max_decode_len if calibration_lengths is None else calibration_lengths,
-        lenience=lenience, draft_confidence=draft_confidence, seed=seed))
+        lenience=lenience, draft_confidence=draft_confidence, seed=seed, tree=tree))
     first, times, outputs = costs_lib.interleaved(
         programs, repeats,
         progress=f"batch {batches[0].shape[0]}, T={sampling.temperature:g}: timing")
@@ -232,7 +243,8 @@ def measure(target, drafts: Sequence[Any], batches: Sequence[np.ndarray], *,
             sampling=sampling, batch_size=int(batches[0].shape[0]), gamma=g,
             max_decode_len=max_decode_len, baseline=baseline, speculative=timing(g),
             baseline_tokens=base_tokens, stats=stats, c=costs["c"],
-            verify_cost=costs["verify_cost"][g], loop_error=loop_error)
+            verify_cost=costs["verify_cost"][g if tree is None else theory.tree_nodes(tree)],
+            loop_error=loop_error, tree=None if tree is None else tuple(tree))
         if loop_costs is not None and math.isfinite(result.alpha):
             walltime = costs_lib.predict_walltime(
                 result.alpha, g, loop_costs, base_rounds,
