@@ -64,12 +64,13 @@ def tiny_code_corpus(tmp_path_factory):
 
 
 def check_greedy_identity(target, draft, batches, max_decode_len: int, gamma: int = 4,
-                          what: str = "draft") -> None:
+                          what: str = "draft", tree=None) -> None:
     """Speculative greedy output equals the target's greedy output on every row of `batches`;
     a row that differs must be a numerical tie: its two top target logits (teacher-forced
     along the target's own output) within 1e-4 at the first differing position, since the
     verification scores gamma + 1 tokens in one call, whose float32 rounding can differ from
-    one-token steps. Prints the counts."""
+    one-token steps. Prints the counts. `tree`: decode with that token tree (gamma = its
+    depth)."""
     import numpy as np  # pylint: disable=g-import-not-at-top
 
     from speculative import decoding  # pylint: disable=g-import-not-at-top
@@ -82,8 +83,8 @@ def check_greedy_identity(target, draft, batches, max_decode_len: int, gamma: in
         kw = dict(rng=jax.random.PRNGKey(b), sampling=SamplingConfig(0.0),
                   max_decode_len=max_decode_len)
         base = np.asarray(decoding.autoregressive_decode(target, inputs, **kw).tokens)
-        spec = np.asarray(decoding.speculative_decode(target, draft, inputs, gamma=gamma,
-                                                      **kw).tokens)
+        spec = np.asarray(decoding.speculative_decode(
+            target, draft, inputs, gamma=len(tree) if tree else gamma, tree=tree, **kw).tokens)
         logits = np.asarray(forced(target, inputs, base))
         for row in range(len(base)):
             total += 1

@@ -41,12 +41,12 @@ def test_prompts_are_whole_chunk_heads_taken_round_robin_over_the_files():
         code_lm.prompt_batches(1, 1, code_lm.CHUNK_LENGTH)
 
 
-def _check_greedy(num_prompts, batch_size, drafts):
+def _check_greedy(num_prompts, batch_size, drafts, tree=None):
     target = code_lm.load(code_lm.TARGET)
     batches = code_lm.prompt_batches(num_prompts, batch_size)
     for name in drafts:
         check_greedy_identity(target, code_lm.load(name), batches, code_lm.MAX_DECODE_LEN,
-                              what=name)
+                              what=name, tree=tree)
 
 
 @needs_bundle
@@ -60,3 +60,14 @@ def test_greedy_identity_first_test_prompts():
 @pytest.mark.slow
 def test_greedy_identity_every_draft_whole_test_split():
     _check_greedy(None, 64, code_lm.drafts())
+
+
+@needs_bundle
+def test_greedy_identity_with_a_token_tree_first_test_prompts():
+    _check_greedy(8, 8, ["code_draft", "prompt_lookup"], tree=(3, 2, 1))
+
+
+@needs_bundle
+@pytest.mark.slow
+def test_greedy_identity_with_a_token_tree_every_draft_whole_test_split():
+    _check_greedy(None, 64, code_lm.drafts(), tree=(3, 2, 1))

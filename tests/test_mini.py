@@ -22,11 +22,11 @@ GREEDY = SamplingConfig(0.0)
 TARGETS = mini.targets() if mini.available() else []
 
 
-def _check(num_sentences, target_name):
+def _check(num_sentences, target_name, tree=None):
     draft = mini.best_draft(target_name)
     check_greedy_identity(mini.load(target_name), mini.load(draft),
                           mini.source_batches(num_sentences, 64, mini_results.INPUT_LENGTH),
-                          mini_results.MAX_DECODE_LEN, what=draft)
+                          mini_results.MAX_DECODE_LEN, what=f"{draft}, tree {tree}", tree=tree)
 
 
 @pytest.mark.parametrize("target_name", TARGETS)
@@ -38,6 +38,20 @@ def test_greedy_identity_first_test_sentences(target_name):
 @pytest.mark.parametrize("target_name", TARGETS)
 def test_greedy_identity_whole_test_split(target_name):
     _check(None, target_name)
+
+
+TREE = (3, 2, 1)  # branching at the first two depths, a chain below
+
+
+@pytest.mark.parametrize("target_name", TARGETS)
+def test_greedy_identity_with_a_token_tree_first_test_sentences(target_name):
+    _check(64, target_name, TREE)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target_name", TARGETS)
+def test_greedy_identity_with_a_token_tree_whole_test_split(target_name):
+    _check(None, target_name, TREE)
 
 
 def _results():
@@ -148,6 +162,25 @@ def test_dynamic_gamma_rows_share_one_baseline():
     assert all(1.0 <= d <= mini_results.DYNAMIC_MAX_GAMMA for d in drafted)
     assert drafted == sorted(drafted, reverse=True) and drafted[0] > drafted[-1]
     assert all(r["speedup"] > 0 and r["draft"] == "mini_draft_30" for r in rows)
+
+
+def test_demo_picks_a_tree_only_when_it_is_predicted_faster():
+    """The demo's tree choice (`theory.best_tree` on per-rank rates along the target's output):
+    with free verification a branching tree wins; with a verify cost that grows by 0.3 steps
+    per drafted token the chain does, and the line says why."""
+    from speculative.runs import demo  # pylint: disable=g-import-not-at-top
+
+    target, draft = mini.load(mini.MINI_TARGET), mini.load("mini_draft_30")
+    batches = mini.source_batches(2, 1, mini_results.INPUT_LENGTH)
+    rows = {m: 0.02 for m in (1, 2, 4, 8, 12)}
+    free = {"c": 0.02, "verify_cost": {n: 1.0 for n in range(1, 13)}}
+    tree, line = demo._pick_tree(target, draft, batches, GREEDY, free, rows,  # pylint: disable=protected-access
+                                 mini_results.MAX_DECODE_LEN, 0)
+    assert tree is not None and max(tree) > 1 and line.endswith(": the tree"), line
+    costly = {"c": 0.02, "verify_cost": {n: 1.0 + 0.3 * n for n in range(1, 13)}}
+    tree, line = demo._pick_tree(target, draft, batches, GREEDY, costly, rows,  # pylint: disable=protected-access
+                                 mini_results.MAX_DECODE_LEN, 0)
+    assert tree is None and "per-rank acceptance" in line and line.endswith("the chain"), line
 
 
 def test_demo_runs_on_the_bundled_mini_pair(tmp_path, capsys):
