@@ -39,17 +39,19 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import List, Optional
+from typing import Any, List, Optional
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import struct
 
 from speculative import validation
 from speculative.models import t5
 
 EOS_ID = t5.EOS_ID
 NEG_INF = -1.0e7  # T5X's decoding.NEG_INF
+Array = jax.Array
 
 
 @dataclasses.dataclass
@@ -180,9 +182,10 @@ def _result(rows: List[_Row], max_decode_len: int, target_calls: int,
 
 
 def _check(inputs, beam_size: int, max_decode_len: int, length_penalty: float,
-           model=None) -> np.ndarray:
+           model=None, cached: bool = False) -> np.ndarray:
     """The decode loops' input rules (`validation`), before any forward: ids in the model's
-    vocabulary, a token in every row, counts >= 1, and a forward that fits in memory."""
+    vocabulary, a token in every row, counts >= 1, and a forward (or, `cached`, the jitted
+    search's KV cache and sequences) that fits in memory."""
     validation.positive_int(beam_size, "beam_size", "beams kept per input")
     validation.positive_int(max_decode_len, "max_decode_len", "tokens generated at most")
     if isinstance(length_penalty, bool) or not isinstance(length_penalty, (int, float)) or \
@@ -192,7 +195,12 @@ def _check(inputs, beam_size: int, max_decode_len: int, length_penalty: float,
     vocab = getattr(model, "vocab_size", None)
     ids = validation.token_ids(inputs, vocab if vocab is not None else np.iinfo(np.int32).max,
                                needs_token_per_row=True)
-    if vocab is not None:  # each forward returns [rows, max_decode_len, V] float32 log-probs
+    if cached and hasattr(model, "cache_bytes"):
+        validation.fits_memory(
+            model.cache_bytes(ids.shape[0] * beam_size, max_decode_len + 1),
+            f"the KV cache of beam search over batch {ids.shape[0]} x beam {beam_size} x "
+            f"max_decode_len={max_decode_len}", "lower max_decode_len or the batch size")
+    elif vocab is not None:  # each forward returns [rows, max_decode_len, V] float32 log-probs
         validation.fits_memory(
             ids.shape[0] * beam_size * max_decode_len * vocab * 4,
             f"beam search over batch {ids.shape[0]} x beam {beam_size} x "
@@ -200,13 +208,156 @@ def _check(inputs, beam_size: int, max_decode_len: int, length_penalty: float,
     return ids
 
 
+@struct.dataclass
+class _BeamState:
+    """The jitted search's carry (T5X's `BeamState`), beams of row b in rows b*w .. b*w + w-1.
+
+    Attributes:
+      cache: the target's decode state, `B * w` rows (each beam's prefix; the encoder's
+        cross-attention keys and values computed once per input and repeated for its beams).
+      last: `[B, w]` each alive beam's last token (BOS at the start), fed next.
+      alive, finished: `[B, w, N]` sequences; alive_scores `[B, w]` log-probabilities (NEG_INF
+        for unused beams), finished_scores `[B, w]` length-penalised (NEG_INF = empty).
+      step: `[]` the step index; done `[B]` rows whose search stopped; row_steps `[B]`;
+      nonfinite `[B]` rows whose log-probabilities went NaN/inf (stopped; the caller raises).
+    """
+
+    cache: Any
+    last: Array
+    alive: Array
+    alive_scores: Array
+    finished: Array
+    finished_scores: Array
+    step: Array
+    done: Array
+    row_steps: Array
+    nonfinite: Array
+
+
+def _take_beams(x: Array, index: Array) -> Array:
+    """`x [B, k, ...]` at beams `index [B, m]` -> `[B, m, ...]`."""
+    return jnp.take_along_axis(x, index.reshape(index.shape + (1,) * (x.ndim - 2)), axis=1)
+
+
+def _top(scores: Array, k: int) -> Array:
+    """Indices of the k largest of `scores [B, n]`, ties to the lower index (numpy's stable
+    argsort of the negated scores, as the host search)."""
+    return jax.lax.top_k(scores, k)[1]
+
+
+def _jitted_search(target, inputs, *, beam_size: int, max_decode_len: int,
+                   length_penalty: float):
+    w, n = beam_size, max_decode_len
+    batch = inputs.shape[0]
+    cache = target.init(target.params, inputs, n + 1)
+    cache = jax.tree_util.tree_map(lambda x: jnp.repeat(x, w, axis=0), cache)  # per beam
+    scores = jnp.full((batch, w), NEG_INF, jnp.float32).at[:, 0].set(0.0)
+    init = _BeamState(
+        cache=cache, last=cache.pending.reshape(batch, w),
+        alive=jnp.zeros((batch, w, n), jnp.int32), alive_scores=scores,
+        finished=jnp.zeros((batch, w, n), jnp.int32),
+        finished_scores=jnp.full((batch, w), NEG_INF, jnp.float32),
+        step=jnp.zeros((), jnp.int32), done=jnp.zeros((batch,), bool),
+        row_steps=jnp.zeros((batch,), jnp.int32), nonfinite=jnp.zeros((batch,), bool))
+    length_penalty = jnp.asarray(length_penalty, jnp.float32)  # traced: one compile for all
+    longest = ((5.0 + n) / 6.0) ** length_penalty
+
+    def cond(s):
+        return (s.step < n) & jnp.any(~s.done)
+
+    def body(s):
+        i = s.step
+        logits, cache = target.extend(target.params, s.cache, s.last.reshape(batch * w, 1))
+        log_probs = jax.nn.log_softmax(jnp.asarray(logits[:, 0], jnp.float32)).reshape(
+            batch, w, -1)
+        vocab = log_probs.shape[-1]
+        broken = ~s.done & ~jnp.all(jnp.isfinite(log_probs), axis=(1, 2))
+        candidates = (s.alive_scores[:, :, None] + log_probs).reshape(batch, w * vocab)
+        top = _top(candidates, 2 * w)  # [B, 2w]
+        top_scores = jnp.take_along_axis(candidates, top, axis=1)
+        beams, tokens = top // vocab, (top % vocab).astype(jnp.int32)
+        seqs = _take_beams(s.alive, beams).at[:, :, i].set(tokens)  # [B, 2w, N]
+        eos = tokens == EOS_ID
+        alive_scores = jnp.where(eos, top_scores + NEG_INF, top_scores)
+        keep = _top(alive_scores, w)
+        new_alive = _take_beams(seqs, keep)
+        new_alive_scores = jnp.take_along_axis(alive_scores, keep, axis=1)
+        penalty = ((5.0 + (i + 1).astype(jnp.float32)) / 6.0) ** length_penalty
+        penalised = top_scores / penalty
+        penalised = jnp.where(eos, penalised, penalised + NEG_INF)
+        merged_scores = jnp.concatenate([s.finished_scores, penalised], axis=1)
+        best = _top(merged_scores, w)
+        finished = _take_beams(jnp.concatenate([s.finished, seqs], axis=1), best)
+        finished_scores = jnp.take_along_axis(merged_scores, best, axis=1)
+        # The cache follows the kept beams (T5X's cache_gather_beams).
+        parent = jnp.take_along_axis(beams, keep, axis=1)  # [B, w]
+        rows = (jnp.arange(batch)[:, None] * w + parent).reshape(-1)
+        cache = jax.tree_util.tree_map(lambda x: jnp.take(x, rows, axis=0), cache)
+        # T5X's stopping rule: no alive beam can beat the worst finished one at the longest
+        # length.
+        all_finished = jnp.all(finished_scores > NEG_INF / 2, axis=1)
+        worst = jnp.where(all_finished, jnp.min(finished_scores, axis=1), NEG_INF)
+        stop = (i + 1 >= n) | (worst > new_alive_scores[:, 0] / longest) | broken
+        keep_old = s.done | broken
+
+        def pick(old, new):
+            return jnp.where(keep_old.reshape((-1,) + (1,) * (new.ndim - 1)), old, new)
+
+        return _BeamState(
+            cache=cache, last=_take_beams(tokens, keep),
+            alive=pick(s.alive, new_alive), alive_scores=pick(s.alive_scores, new_alive_scores),
+            finished=pick(s.finished, finished),
+            finished_scores=pick(s.finished_scores, finished_scores), step=i + 1,
+            done=s.done | stop, row_steps=s.row_steps + (~s.done).astype(jnp.int32),
+            nonfinite=s.nonfinite | broken)
+
+    return jax.lax.while_loop(cond, body, init)
+
+
+_JITTED_SEARCH = jax.jit(_jitted_search, static_argnames=("beam_size", "max_decode_len"))
+
+
 def beam_search(target, inputs, *, beam_size: int, max_decode_len: int,
                 length_penalty: float = 0.6, rows: Optional[int] = None) -> BeamSearchResult:
-    """T5X's beam search with the target alone (module docstring); one target call per step.
+    """T5X's beam search with the target alone (module docstring), one jitted
+    `lax.while_loop` with the target's KV cache reordered by beam at every step (T5X's
+    `cache_gather_beams`): one cached target call of `batch * beam_size` rows per step.
 
-    `rows` is the row count of every forward (default `batch * beam_size`);
-    `speculative_beam_search` passes its own so both compute the same numbers.
+    `rows` runs the host-driven search instead (`host_beam_search`: every forward has `rows`
+    rows and recomputes each prefix), whose numbers `speculative_beam_search` reproduces bit for
+    bit when given the same `rows`.
     """
+    if rows is not None:
+        return host_beam_search(target, inputs, beam_size=beam_size,
+                                max_decode_len=max_decode_len, length_penalty=length_penalty,
+                                rows=rows)
+    inputs = _check(inputs, beam_size, max_decode_len, length_penalty, target, cached=True)
+    if not hasattr(target, "prefix_length") or target.prefix_length(inputs.shape[1]) != 0:
+        raise TypeError(f"beam search needs an encoder-decoder target (EncoderDecoderModel); "
+                        f"got {type(target).__name__}.")
+    s = jax.device_get(_JITTED_SEARCH(target, jnp.asarray(inputs), beam_size=int(beam_size),
+                                      max_decode_len=int(max_decode_len),
+                                      length_penalty=float(length_penalty)))
+    rows_broken = np.nonzero(np.asarray(s.nonfinite))[0]
+    if rows_broken.size:
+        raise FloatingPointError(
+            f"beam search: the target's log-probabilities are NaN or infinite for rows "
+            f"{rows_broken.tolist()[:20]}; check the checkpoint for NaN/inf parameters.")
+    none_finished = ~np.any(np.asarray(s.finished_scores) > NEG_INF / 2, axis=1)
+    sequences = np.where(none_finished[:, None, None], s.alive, s.finished).astype(np.int32)
+    scores = np.where(none_finished[:, None], s.alive_scores, s.finished_scores)
+    row_steps = np.asarray(s.row_steps, np.int64)
+    return BeamSearchResult(sequences, scores.astype(np.float32), int(s.step),
+                            int(row_steps.sum()), row_steps=row_steps)
+
+
+def host_beam_search(target, inputs, *, beam_size: int, max_decode_len: int,
+                     length_penalty: float = 0.6, rows: Optional[int] = None
+                     ) -> BeamSearchResult:
+    """The host-driven search (a Python loop over steps around a fixed-shape teacher-forcing
+    forward of `rows` rows, default `batch * beam_size`, that recomputes every prefix): the
+    reference the jitted search is tested against, and the one `speculative_beam_search`
+    matches bit for bit."""
     inputs = _check(inputs, beam_size, max_decode_len, length_penalty, target)
     w, batch = beam_size, inputs.shape[0]
     scorer = _Scorer(target, inputs, rows or batch * w, max_decode_len)

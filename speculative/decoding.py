@@ -668,6 +668,7 @@ _ELSEWHERE = {  # names of the decoding API defined elsewhere: module that holds
     "beam_search": "speculative.beam_search",
     "speculative_beam_search": "speculative.beam_search",
     "BeamSearchResult": "speculative.beam_search",
+    "host_beam_search": "speculative.beam_search",
 }
 
 

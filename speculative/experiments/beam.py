@@ -1,0 +1,118 @@
+"""Beam search walltime: the host-driven search, the jitted cached one, and speculative beam
+search, on a bundled EN->DE pair with T5X's eval settings (length penalty 0.6).
+
+For each beam width, the three searches decode the same test sentences at batch 1, each timed
+over all sentences in interleaved rounds after a warm-up on one sentence (compilation). Target
+forwards come from the searches' results; BLEU (sacrebleu) of the best beams against the
+references. The jitted search is checked against the host-driven one on every sentence (same
+sequences), so a speed number never comes from a different output.
+
+    python scripts/beam_benchmark.py --target=large_target --output_dir=results/large/beam
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Dict, Sequence
+
+import numpy as np
+
+from speculative import decoding, files
+from speculative.runs import benchmark, mini, mini_results
+from speculative.runs import costs as costs_lib
+
+MAX_LEN = 48
+
+
+def run(output_dir: str, target_name: str = mini.LARGE_TARGET, draft_name: str = "",
+        num_sentences: int = 16, beam_sizes: Sequence[int] = (1, 2, 4), gamma: int = 4,
+        repeats: int = 1, length_penalty: float = 0.6, overwrite: bool = False) -> Dict:
+    """Times the three searches at every beam width; writes `beam.json` and `beam.md`."""
+    import sacrebleu  # pylint: disable=g-import-not-at-top
+
+    benchmark.positive_int(num_sentences, "num_sentences", "test sentences decoded")
+    benchmark.positive_int(repeats, "repeats", "timed rounds")
+    for w in beam_sizes:
+        benchmark.positive_int(w, "beam_sizes", "beams kept per input")
+    out_json = os.path.join(output_dir, "beam.json")
+    if os.path.exists(out_json) and not overwrite:
+        raise FileExistsError(f"{out_json} exists; pass --overwrite or another --output_dir.")
+    draft_name = draft_name or mini.best_draft(target_name)
+    target, draft = mini.load(target_name), mini.load(draft_name)
+    vocab = mini.Vocabulary()
+    pairs = mini.test_pairs(num_sentences)
+    inputs = [vocab.encode_sources([src], mini_results.INPUT_LENGTH) for src, _ in pairs]
+    references = [ref for _, ref in pairs]
+    load_before = os.getloadavg()[0]
+    start = time.time()
+    rows = []
+    for w in beam_sizes:
+        kw = dict(beam_size=w, max_decode_len=MAX_LEN, length_penalty=length_penalty)
+        searches = {
+            "host": lambda x: decoding.host_beam_search(target, x, **kw),
+            "jitted": lambda x: decoding.beam_search(target, x, **kw),
+            "speculative": lambda x: decoding.speculative_beam_search(
+                target, draft, x, draft_beam=max(w, 2), gamma=gamma, **kw),
+        }
+        for search in searches.values():  # compile on one sentence first
+            search(inputs[0])
+        programs = {name: (lambda f=f: [f(x) for x in inputs]) for name, f in searches.items()}
+        _, times, outputs = costs_lib.interleaved(programs, repeats, progress=f"beam {w}")
+        row = {"beam_size": w}
+        best = {}
+        for name, results in outputs.items():
+            best[name] = np.concatenate([r.sequences[:, 0] for r in results])
+            texts = [vocab.decode(seq) for seq in best[name]]
+            row[name] = {
+                "seconds_median": float(np.median(times[name])),
+                "target_calls": int(sum(r.target_calls for r in results)),
+                "bleu": sacrebleu.corpus_bleu(texts, [references]).score}
+        row["same_sequences"] = {name: bool(np.array_equal(best[name], best["host"]))
+                                 for name in ("jitted", "speculative")}
+        row["jitted_over_host"] = row["host"]["seconds_median"] / row["jitted"]["seconds_median"]
+        row["speculative_over_jitted"] = (row["jitted"]["seconds_median"]
+                                          / row["speculative"]["seconds_median"])
+        rows.append(row)
+        print(_line(row), flush=True)
+    result = {"target": target_name, "draft": draft_name, "sentences": num_sentences,
+              "gamma": gamma, "length_penalty": length_penalty, "repeats": repeats,
+              "max_decode_len": MAX_LEN, "rows": rows, "seconds": round(time.time() - start, 1),
+              "load_average_1m": {"before": load_before, "after": os.getloadavg()[0]},
+              "environment": benchmark.environment()}
+    os.makedirs(output_dir, exist_ok=True)
+    files.write_atomic_group({os.path.join(output_dir, "beam.md"): markdown(result),
+                              out_json: json.dumps(files.json_ready(result), indent=1)})
+    return result
+
+
+def _line(row: Dict) -> str:
+    return (f"beam {row['beam_size']}: host {row['host']['seconds_median']:.2f} s, jitted "
+            f"{row['jitted']['seconds_median']:.2f} s ({row['jitted_over_host']:.1f}x faster), "
+            f"speculative {row['speculative']['seconds_median']:.2f} s; target calls "
+            f"{row['host']['target_calls']} / {row['jitted']['target_calls']} / "
+            f"{row['speculative']['target_calls']}; same sequences {row['same_sequences']}")
+
+
+def markdown(result: Dict) -> str:
+    head = ["beam", "host-driven s", "jitted s", "jitted speedup", "speculative (host) s",
+            "target calls host / jitted / speculative", "BLEU", "same sequences"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in result["rows"]:
+        lines.append("| " + " | ".join([
+            str(r["beam_size"]), f"{r['host']['seconds_median']:.2f}",
+            f"{r['jitted']['seconds_median']:.2f}", f"{r['jitted_over_host']:.1f}x",
+            f"{r['speculative']['seconds_median']:.2f}",
+            f"{r['host']['target_calls']} / {r['jitted']['target_calls']} / "
+            f"{r['speculative']['target_calls']}", f"{r['jitted']['bleu']:.1f}",
+            "yes" if all(r["same_sequences"].values()) else str(r["same_sequences"])]) + " |")
+    env = result["environment"]["cpu"]
+    load = result["load_average_1m"]
+    return (f"# Beam search walltime ({result['target']}, draft {result['draft']}, batch 1)\n\n"
+            "`python scripts/beam_benchmark.py` (speculative/experiments/beam.py). "
+            f"{result['sentences']} test sentences, length penalty {result['length_penalty']}, "
+            f"max_decode_len {result['max_decode_len']}, speculative gamma {result['gamma']}; "
+            f"each search timed over all sentences in {result['repeats']} interleaved round(s) "
+            f"after a warm-up. Host: {env.get('model')}, load average {load['before']:.2f} "
+            f"before, {load['after']:.2f} after.\n\n" + "\n".join(lines) + "\n")
