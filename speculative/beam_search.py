@@ -245,6 +245,18 @@ def _top(scores: Array, k: int) -> Array:
     return jax.lax.top_k(scores, k)[1]
 
 
+def _reorder(cache, rows: Array):
+    """The cache rows of the kept beams. Only what differs between the beams of one input
+    moves: a T5 cache's self-attention entries (its cross-attention keys and values, encoder
+    mask and lengths are the same for every beam of an input); any other state, whole."""
+    def take(x):
+        return jnp.take(x, rows, axis=0)
+
+    if hasattr(cache, "self_kv"):
+        return cache.replace(self_kv=jax.tree_util.tree_map(take, cache.self_kv))
+    return jax.tree_util.tree_map(take, cache)
+
+
 def _jitted_search(target, inputs, *, beam_size: int, max_decode_len: int,
                    length_penalty: float):
     w, n = beam_size, max_decode_len
@@ -292,7 +304,7 @@ def _jitted_search(target, inputs, *, beam_size: int, max_decode_len: int,
         # The cache follows the kept beams (T5X's cache_gather_beams).
         parent = jnp.take_along_axis(beams, keep, axis=1)  # [B, w]
         rows = (jnp.arange(batch)[:, None] * w + parent).reshape(-1)
-        cache = jax.tree_util.tree_map(lambda x: jnp.take(x, rows, axis=0), cache)
+        cache = _reorder(cache, rows)
         # T5X's stopping rule: no alive beam can beat the worst finished one at the longest
         # length.
         all_finished = jnp.all(finished_scores > NEG_INF / 2, axis=1)

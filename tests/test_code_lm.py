@@ -64,7 +64,7 @@ def test_greedy_identity_every_draft_whole_test_split():
 
 @needs_bundle
 def test_greedy_identity_with_a_token_tree_first_test_prompts():
-    _check_greedy(8, 8, ["code_draft", "prompt_lookup"], tree=(3, 2, 1))
+    _check_greedy(8, 8, ["code_draft"], tree=(3, 2, 1))
 
 
 @needs_bundle

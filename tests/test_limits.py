@@ -286,6 +286,7 @@ def test_gpu_script_no_install_stops_without_a_gpu(tmp_path):
 
 
 @needs_bundle
+@pytest.mark.slow  # ~55 s: every step of the GPU script end to end on CPU
 def test_gpu_script_dry_run(tmp_path):
     """Every step of scripts/gpu_benchmark.sh on CPU with tiny settings: each writes its JSON."""
     result = _gpu_script("--dry-run", str(tmp_path), timeout=300)
