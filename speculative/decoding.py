@@ -643,12 +643,20 @@ def speculative_decode(
     sampling_lib.validate_lenience(lenience)
     if reads_target(draft):
         _check_target_aware(target, draft)
+    if isinstance(draft_confidence, bool) or not isinstance(draft_confidence,
+                                                              (int, float, np.floating)):
+        raise TypeError(f"draft_confidence={draft_confidence!r} is not a number: give a float "
+                        "in [0, 1] (0 = always draft gamma tokens).")
     if not 0.0 <= draft_confidence <= 1.0:
         raise ValueError(f"draft_confidence={draft_confidence!r} must lie in [0, 1] (0 = always "
                          "draft gamma tokens).")
     if gamma_schedule not in ("constant", "heuristic"):
         raise ValueError(f"gamma_schedule={gamma_schedule!r} is invalid: 'constant' (always "
                          "gamma drafts) or 'heuristic' (+2 / -1 per round, within [1, gamma]).")
+    if initial_gamma is not None and gamma_schedule == "constant":
+        raise ValueError(f"initial_gamma={initial_gamma!r} applies to gamma_schedule="
+                         "'heuristic' only; the constant schedule always drafts gamma. Drop "
+                         "initial_gamma or pass gamma_schedule='heuristic'.")
     if initial_gamma is not None and (isinstance(initial_gamma, bool) or not isinstance(
             initial_gamma, (int, np.integer)) or not 1 <= initial_gamma <= gamma):
         raise ValueError(f"initial_gamma={initial_gamma!r} is invalid: an int in [1, gamma="

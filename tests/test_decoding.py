@@ -223,7 +223,8 @@ def test_heuristic_schedule_greedy_identity_and_budget_rule(encdec):
                                     sampling=GREEDY, max_decode_len=4, gamma_schedule="linear")
     with pytest.raises(ValueError, match="initial_gamma=7"):
         decoding.speculative_decode(target, draft, inputs, rng=jax.random.PRNGKey(0), gamma=3,
-                                    sampling=GREEDY, max_decode_len=4, initial_gamma=7)
+                                    sampling=GREEDY, max_decode_len=4, initial_gamma=7,
+                                    gamma_schedule="heuristic")
 
 
 _EXACT_KERNEL = sampling.speculative_sample

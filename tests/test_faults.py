@@ -152,6 +152,13 @@ def _bad_calls(target, draft):
         ("gamma in the millions", (INPUTS,), {**spec, "gamma": 5_000_000}, ValueError,
          "gamma=5000000"),
         ("gamma 0", (INPUTS,), {**spec, "gamma": 0}, ValueError, "gamma=0"),
+        ("initial_gamma with the constant schedule", (INPUTS,), {**spec, "initial_gamma": 1},
+         ValueError, "applies to gamma_schedule='heuristic'"),
+        ("draft_confidence str", (INPUTS,), {**spec, "draft_confidence": "0.4"}, TypeError,
+         "draft_confidence='0.4'"),
+        ("tree with another gamma", (INPUTS,), {**spec, "tree": (2, 2, 1)}, ValueError,
+         "disagrees with tree"),
+        ("tree of zeros", (INPUTS,), {**spec, "tree": (0,)}, ValueError, r"tree=\(0,\)"),
         ("gamma True", (INPUTS,), {**spec, "gamma": True}, ValueError, "gamma=True"),
         ("max_decode_len 0", (INPUTS,), {**spec, "max_decode_len": 0}, ValueError,
          "max_decode_len=0"),
@@ -165,8 +172,9 @@ def test_bad_arguments_are_refused_with_the_argument_named(models):
     for name, args, kw, error, message in _bad_calls(target, draft):
         with pytest.raises(error, match=message):
             decoding.speculative_decode(target, draft, *args, **kw)
-        kw = {k: v for k, v in kw.items() if k != "gamma"}
-        if "gamma" not in name:  # the baseline takes the same checks
+        speculative_only = {"gamma", "initial_gamma", "draft_confidence", "tree"}
+        if not speculative_only & (set(kw) - {"gamma"}) and "gamma" not in name:
+            kw = {k: v for k, v in kw.items() if k != "gamma"}  # the baseline: the same checks
             with pytest.raises(error, match=message):
                 decoding.autoregressive_decode(target, *args, **kw)
 
@@ -196,12 +204,15 @@ def _run_settings_cases(tmp_path):
     from speculative import checkpoints, training
     from speculative.models import t5 as t5_lib
     from speculative.runs import config as config_lib
-    from speculative.runs import demo, infer, mini
+    from speculative.runs import demo, infer, mini, mini_results
 
     cfg = tiny_config(vocab_size=40)
     base = dict(target_config=cfg, draft_config=cfg, target_checkpoint=None,
                 draft_checkpoint=None, mixture_or_task_name="mini_ende",
                 task_feature_lengths={"inputs": 8, "targets": 8}, output_dir=None)
+    stopped = tmp_path / "stopped"  # a mini_results run stopped after a stage
+    stopped.mkdir()
+    (stopped / "results.partial.json").write_text('{"settings": {}}')
     used = tmp_path / "used"
     used.mkdir()
     (used / "model.safetensors").write_text("old")
@@ -246,6 +257,13 @@ def _run_settings_cases(tmp_path):
         ("demo temperatures", lambda: demo.run(temperatures=[-1.0]), ValueError,
          "temperatures"),
         ("demo input_length", lambda: demo.run(input_length=0), ValueError, "input_length=0"),
+        ("demo gamma 0", lambda: demo.run(gamma=0), ValueError, "gamma=0"),
+        ("mini_results num_sentences 0", lambda: mini_results.run(
+            str(tmp_path / "r"), num_sentences=0), ValueError, "num_sentences=0"),
+        ("mini_results repeats 0", lambda: mini_results.run(str(tmp_path / "r"), repeats=0),
+         ValueError, "repeats=0"),
+        ("mini_results over a stopped run", lambda: mini_results.run(str(stopped)),
+         FileExistsError, "--resume"),
         ("bundle model", lambda: mini.load("no_such_model"), ValueError, "no_such_model"),
         ("bundle target", lambda: mini.drafts("mini_draft_10"), ValueError,
          "target='mini_draft_10'"),

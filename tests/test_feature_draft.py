@@ -23,7 +23,8 @@ def _draft(feature_layers=(1, 2), **kw):
     return module, fd.init_params(module, jax.random.PRNGKey(1))
 
 
-@pytest.mark.parametrize("feature_layers,num_layers", [((1, 2), 1), ((2,), 2), ((), 1)])
+@pytest.mark.parametrize("feature_layers,num_layers", [  # CI: two layers with features, none
+    pytest.param((1, 2), 1, marks=pytest.mark.slow), ((2,), 2), ((), 1)])
 def test_unrolled_training_equals_decode_rounds(feature_layers, num_layers):
     module, params = _draft(feature_layers, num_layers=num_layers)
     cfg = module.config
@@ -94,7 +95,8 @@ def _aware_pair(vocab=16, feature_layers=(1, 2), seed=0):
 
 
 @pytest.mark.parametrize("feature_layers,gamma", [
-    ((1, 2), 1), ((1, 2), 3), ((), 3),
+    ((1, 2), 1), ((), 3),
+    pytest.param((1, 2), 3, marks=pytest.mark.slow),
     pytest.param((1, 2), 6, marks=pytest.mark.slow), pytest.param((), 1, marks=pytest.mark.slow),
     pytest.param((), 6, marks=pytest.mark.slow)])
 def test_greedy_identity_batch4_prompts_of_different_lengths(feature_layers, gamma):

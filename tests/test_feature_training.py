@@ -48,6 +48,7 @@ def _build(path, module, params, **kw):
     return feature_data.build(str(path), module, params, _sources(), **kw)
 
 
+@pytest.mark.slow  # ~15 s
 def test_cache_is_the_targets_greedy_decode_with_its_features(tmp_path, tiny_target):
     module, params = tiny_target
     _build(tmp_path, module, params)

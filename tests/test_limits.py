@@ -225,6 +225,7 @@ def test_bad_settings_fail_before_any_work(tmp_path):
 
 
 @needs_bundle
+@pytest.mark.slow  # ~20 s
 def test_depth_sweep_of_a_one_layer_copy(tmp_path):
     """A 1-decoder-layer copy of large_target reads its 121,478,144 bytes less 5 decoder layers
     of 4,720,128 float32 weights each (self-attention q, k, v, o and cross-attention q, o:

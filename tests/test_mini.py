@@ -164,6 +164,7 @@ def test_dynamic_gamma_rows_share_one_baseline():
     assert all(r["speedup"] > 0 and r["draft"] == "mini_draft_30" for r in rows)
 
 
+@pytest.mark.slow  # ~13 s
 def test_demo_picks_a_tree_only_when_it_is_predicted_faster():
     """The demo's tree choice (`theory.best_tree` on per-rank rates along the target's output):
     with free verification a branching tree wins; with a verify cost that grows by 0.3 steps

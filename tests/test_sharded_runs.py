@@ -144,6 +144,7 @@ def test_infer_on_a_1x8_mesh_matches_one_device(tmp_path):
     assert len(one) == 6 and report["infer"]["(1, 8)"] == one
 
 
+@pytest.mark.slow  # ~50 s: both scripts end to end on 8 devices
 def test_infer_and_benchmark_on_a_2x4_mesh_match_one_device(tmp_path):
     report = _report(tmp_path, [[2, 4]])
     one = report["infer"]["None"]

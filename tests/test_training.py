@@ -161,6 +161,7 @@ def _small_corpus(tmp_path):
     return data, pairs
 
 
+@pytest.mark.slow  # ~14 s
 def test_trainer_checkpoint_loads_back_with_identical_logits(tmp_path):
     data, pairs = _small_corpus(tmp_path)
     model = tiny_config(vocab_size=4000, emb_dim=8, num_heads=2, head_dim=4, mlp_dim=8,

@@ -14,7 +14,8 @@ from speculative.sampling import SamplingConfig
 from conftest import random_params, tiny_config
 
 GREEDY = SamplingConfig(0.0)
-SHAPES = [(1, 1, 1), (2, 2), (3, 1, 1), (2, 2, 2), (4,)]
+SHAPES = [(1, 1, 1), (2, 2), (3, 1, 1), pytest.param((2, 2, 2), marks=pytest.mark.slow),
+          pytest.param((4,), marks=pytest.mark.slow)]
 
 
 def test_tree_layout():
@@ -168,7 +169,8 @@ def test_tree_arguments_are_checked(td_encdec):
 
 
 @pytest.mark.parametrize("tree,name", [
-    ((2, 2), "t1"), ((3, 1, 1), "t0.7_topk3"),  # CI; the other two pairings are slow
+    ((2, 2), "t1"),  # CI; the other pairings are slow
+    pytest.param((3, 1, 1), "t0.7_topk3", marks=pytest.mark.slow),
     pytest.param((3, 1, 1), "t1", marks=pytest.mark.slow),
     pytest.param((2, 2), "t0.7_topk3", marks=pytest.mark.slow)])
 def test_joint_law_of_three_tokens_matches_target(td_joint, tree, name):

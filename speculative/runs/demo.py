@@ -131,8 +131,10 @@ def run(*, num_sentences: int = 8, gamma: Optional[int] = None,
     that the encoder, which both decoders run once per sentence, does not process padding) is
     the padded source length; the decode-loop model's calibration sentences are the next
     test sentences that fit it."""
-    if num_sentences < 1 or repeats < 1:
-        raise ValueError(f"num_sentences={num_sentences} and repeats={repeats} must be >= 1.")
+    benchmark.positive_int(num_sentences, "num_sentences", "test sentences translated")
+    benchmark.positive_int(repeats, "repeats", "timed rounds")
+    if gamma is not None:  # None chooses; 0 is not a sentinel
+        benchmark.positive_int(gamma, "gamma", "drafts per round; None lets Theorem 3.8 choose")
     if input_length is not None:
         benchmark.positive_int(input_length, "input_length", "the padded source length; None "
                                "fits the longest sentence")

@@ -236,11 +236,22 @@ def run(output_dir: Optional[str] = None, num_alpha_tokens: int = 10_000,
 
     An earlier `results.json` there is replaced only with `overwrite`. Each finished stage is
     saved in `results.partial.json`; `resume` continues from it after a crash or a stop."""
+    for value, name, what in ((num_alpha_tokens, "num_alpha_tokens", "tokens per alpha"),
+                              (num_sentences, "num_sentences", "test sentences timed"),
+                              (repeats, "repeats", "interleaved timing rounds"),
+                              (num_calibration, "num_calibration", "calibration sentences")):
+        benchmark.positive_int(value, name, what)  # 0 is no sentinel: refused before any work
+    benchmark.positive_ints(list(gammas), "gammas", "draft lengths")
     output_dir = output_dir or RESULT_DIRS[target_name]
     final = os.path.join(output_dir, "results.json")
     if os.path.exists(final) and not overwrite:
         raise FileExistsError(f"{final} exists (an earlier run); pass overwrite=True "
                               "(--overwrite) to replace it, or another output_dir.")
+    partial = os.path.join(output_dir, PARTIAL)
+    if os.path.exists(partial) and not (resume or overwrite):
+        raise FileExistsError(f"{partial} holds the finished stages of a stopped run; pass "
+                              "resume=True (--resume) to continue it, overwrite=True "
+                              "(--overwrite) to start again, or another output_dir.")
     os.makedirs(output_dir, exist_ok=True)
     inputs = bundle(target_name)
     max_decode_len = inputs.max_decode_len
