@@ -37,15 +37,16 @@ def test_unrolled_training_equals_decode_rounds(feature_layers, num_layers):
     mask = jnp.asarray([[True, True, True, True, False]])
     train = module.apply({"params": params}, encoded, mask, tokens, feats, depth)
     model = fd.FeatureDraftModel(module, params)
+    extend = jax.jit(model.extend)  # (op-by-op flax is slower than one compile per shape)
     prev = jnp.pad(feats[:, :-1], ((0, 0), (1, 0), (0, 0)))  # feature of the previous position
     for start in range(length - depth + 1):  # a round whose first draft is at position `start`
         state = model.init(params, None, 16, context=(encoded, mask))
-        logits, state = model.extend(params, state, tokens[:, :start + 1],
-                                     prev[:, :start + 1])  # catch-up: every true feature
+        logits, state = extend(params, state, tokens[:, :start + 1],
+                               prev[:, :start + 1])  # catch-up: every true feature
         got = [logits[:, -1]]
         for d in range(1, depth):
             pos = start + d
-            logits, state = model.extend(params, state, tokens[:, pos:pos + 1])
+            logits, state = extend(params, state, tokens[:, pos:pos + 1])
             got.append(logits[:, 0])
         for d in range(depth):
             np.testing.assert_allclose(got[d][0], train[d, 0, start + d], rtol=2e-4, atol=2e-5)
@@ -59,11 +60,12 @@ def test_rewind_then_extend_reads_the_hidden_state_of_the_last_kept_position():
     feats = jax.random.normal(jax.random.PRNGKey(2), (2, 4, module.config.feature_dim))
     tokens = jnp.asarray([[0, 5, 6, 7], [0, 8, 9, 10]], jnp.int32)
     state = model.init(params, None, 12, context=(encoded, mask))
-    _, full = model.extend(params, state, tokens, feats)
+    extend = jax.jit(model.extend)
+    _, full = extend(params, state, tokens, feats)
     # Rewinding row 0 to 2 positions and extending must equal a cache that only ever held 2.
-    _, short = model.extend(params, state, tokens[:, :2], feats[:, :2])
-    a, _ = model.extend(params, model.rewind(full, jnp.asarray([2, 2])), tokens[:, 2:3])
-    b, _ = model.extend(params, short, tokens[:, 2:3])
+    _, short = extend(params, state, tokens[:, :2], feats[:, :2])
+    a, _ = extend(params, model.rewind(full, jnp.asarray([2, 2])), tokens[:, 2:3])
+    b, _ = extend(params, short, tokens[:, 2:3])
     np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 

@@ -58,14 +58,15 @@ def test_tree_forward_equals_the_chain_forward_of_each_path(decoder_only):
     inputs = td._prompts([5, 2], 5)
     tree = trees.Tree((2, 3))
     tokens = jnp.asarray(rng.integers(2, 32, (2, tree.num_nodes)), jnp.int32)
+    extend = jax.jit(model.extend)  # (op-by-op flax is slower than one compile per shape)
     start = model.init(model.params, inputs, 24)
     # Advance the rows by different amounts first, so the tree sits at different offsets.
-    _, start = model.extend(model.params, start, jnp.asarray([[3, 4, 5], [6, 7, 8]]))
+    _, start = extend(model.params, start, jnp.asarray([[3, 4, 5], [6, 7, 8]]))
     start = model.rewind(start, start.lengths - jnp.asarray([0, 2]))
-    logits, features, state = model.extend_tree(model.params, start, tokens, tree.attention(),
-                                                (1, 2))
+    logits, features, state = jax.jit(model.extend_tree, static_argnums=4)(
+        model.params, start, tokens, tree.attention(), (1, 2))
     for node, path in enumerate(_paths(tree)):
-        chain, _ = model.extend(model.params, start, tokens[:, path])
+        chain, _ = extend(model.params, start, tokens[:, path])
         np.testing.assert_allclose(logits[:, node], chain[:, -1], rtol=2e-5, atol=2e-5)
     if not decoder_only:
         _, chain_features, _ = model.extend_with_features(model.params, start, tokens[:, :1],
@@ -75,10 +76,9 @@ def test_tree_forward_equals_the_chain_forward_of_each_path(decoder_only):
     path = jnp.asarray([[0, 2, 8], [0, 1, 3]])
     kept = model.rewind(model.keep_path(state, start.lengths, path), start.lengths + 3)
     nxt = jnp.asarray([[9], [10]])
-    got, _ = model.extend(model.params, kept, nxt)
+    got, _ = extend(model.params, kept, nxt)
     for b in range(2):
-        want, _ = model.extend(model.params, start, jnp.concatenate(
-            [tokens[:, path[b]], nxt], 1))
+        want, _ = extend(model.params, start, jnp.concatenate([tokens[:, path[b]], nxt], 1))
         np.testing.assert_allclose(got[b, 0], want[b, -1], rtol=2e-5, atol=2e-5)
 
 

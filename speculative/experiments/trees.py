@@ -47,9 +47,11 @@ def run(output_dir: str, target_name: str = mini.LARGE_TARGET, draft_name: str =
     out_json = os.path.join(output_dir, "trees.json")
     if os.path.exists(out_json) and not overwrite:
         raise FileExistsError(f"{out_json} exists; pass --overwrite or another --output_dir.")
-    draft_name = draft_name or mini.best_draft(target_name)
-    target, draft = mini.load(target_name), mini.load(draft_name)
-    inputs = mini_results.bundle(target_name)
+    inputs = mini_results.bundle(target_name)  # the EN->DE pairs or the decoder-only code pair
+    models = inputs.models
+    draft_name = draft_name or (mini.best_draft(target_name) if models is mini
+                                else models.t5_drafts(target_name)[0])
+    target, draft = models.load(target_name), models.load(draft_name)
     timed = inputs.batches(num_sentences, 1)
     rank_batches = [b for b in inputs.batches(num_sentences + num_rank_sentences, 16)]
     rank_batches = [np.concatenate(rank_batches)[num_sentences:]]
