@@ -162,13 +162,14 @@ class _CheckingSelfDraft:
         return self.target.rewind(state[0], lengths), state[1]
 
 
-@pytest.mark.parametrize("gamma", [1, 2, 4])
-def test_the_loop_feeds_each_position_the_targets_features_of_the_position_before(gamma):
+@pytest.mark.parametrize("gamma,tree", [(1, None), (2, None), (4, None), (3, (2, 2, 1))])
+def test_the_loop_feeds_each_position_the_targets_features_of_the_position_before(gamma, tree):
+    """Chains, and a token tree, whose kept path's features are gathered from its nodes."""
     _, target, _ = _aware_pair()
     inputs = np.asarray([[3, 5, 2, 7, 1], [4, 1, 0, 0, 0]], np.int32)
     kw = dict(rng=jax.random.PRNGKey(0), sampling=SamplingConfig(0.0), max_decode_len=14)
     out = decoding.speculative_decode(target, _CheckingSelfDraft(target, None), inputs,
-                                      gamma=gamma, **kw)
+                                      gamma=gamma, tree=tree, **kw)
     ar = decoding.autoregressive_decode(target, inputs, **kw)
     np.testing.assert_array_equal(out.tokens, ar.tokens)
     stats = out.stats

@@ -261,6 +261,10 @@ def test_reproduce_table2_on_a_tiny_row(tiny_gin, tmp_path):
     assert saved["rows"][0]["alpha"] == r.alpha and "measured" in saved["c_source"]
     table = (tmp_path / "out" / "table2.md").read_text()
     assert "| mini | tiny | 0 | 3 |" in table and "c: measured" in table
+    # The tree chooser's verdict for the row, with its reason, in the JSON and the table.
+    choice = saved["rows"][0]["tree_choice"]
+    assert len(choice["rates"]) == 4 and choice["chain_speedup"] > 0
+    assert "Token trees, tiny_t0: per-rank acceptance" in table
     for run in ("speculative", "baseline"):
         run_dir = tmp_path / "out" / "tiny_t0" / run
         assert len(_read_jsonl(run_dir / "predictions.jsonl")) == 2

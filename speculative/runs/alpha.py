@@ -52,15 +52,18 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from speculative import decoding, trees
+from speculative import decoding, theory, trees
 from speculative import sampling as sampling_lib
 from speculative.runs import benchmark as bench
+from speculative.runs import costs as costs_lib
 from speculative.runs import measure
 from speculative.runs import models as models_lib
 from speculative.sampling import SamplingConfig
 
 SCHEMA = "speculative.alpha/1"
 TREE_DRAWS = 8  # sibling tests simulated per position for rank_acceptance at T > 0
+TREE_MAX_NODES = 12  # the largest token tree (drafted nodes) the demo and Table 2 consider
+TREE_DRAFT_ROWS = (1, 2, 3, 4, 6, 8, 12)  # paths per draft call whose cost they measure
 RESULTS_FILE = "alpha.json"
 
 
@@ -184,6 +187,36 @@ def rank_acceptance(target, draft, batches: Sequence[np.ndarray], sampling: Samp
     rates = np.where(reached > 0, kept / np.maximum(reached, 1), 0.0)
     return {"rates": rates.tolist(), "positions": positions, "kept_at_rank": kept.tolist(),
             "reached_rank": reached.tolist()}
+
+
+def choose_tree(target, draft, batches, sampling: SamplingConfig, costs: Dict[str, Any],
+                row_costs: Dict[int, float], *, max_decode_len: int, max_nodes: int,
+                seed: int = 0) -> Dict[str, Any]:
+    """The token tree `theory.best_tree` predicts fastest, against the best chain: per-rank
+    acceptance along the target's output for `batches` (`rank_acceptance`, 4 ranks), the
+    verify costs `costs["verify_cost"]` (`costs.measure_costs` at widths up to `max_nodes`) and
+    the draft's cost on m paths `row_costs` (`costs.draft_row_costs`). Returns
+    `{"rates", "chain", "chain_speedup", "tree", "tree_speedup", ...}` (tree = chain when no
+    branching shape is predicted faster)."""
+    ranks = rank_acceptance(target, draft, [np.concatenate([np.asarray(b) for b in batches])],
+                            sampling, max_rank=4, max_decode_len=max_decode_len, seed=seed)
+    choice = theory.best_tree(
+        ranks["rates"], costs["c"], costs_lib.cost_curve({0: 1.0, **costs["verify_cost"]}),
+        draft_cost=costs_lib.cost_curve(row_costs), max_nodes=max_nodes)
+    return {"rates": ranks["rates"], **choice}
+
+
+def tree_choice_line(choice: Dict[str, Any]) -> str:
+    """What `choose_tree` decided, and why, in one line."""
+    chain, tree = choice["chain"], choice["tree"]
+    rates = ", ".join(f"{a:.2f}" for a in choice["rates"])
+    line = (f"per-rank acceptance {rates}; best chain gamma {len(chain)} predicted "
+            f"{choice['chain_speedup']:.2f}x")
+    if tree == chain:
+        return line + ("; no token tree is predicted faster (verifying more tokens costs more "
+                       "than the extra ones gain): the chain")
+    return line + (f"; best tree {tree} ({theory.tree_nodes(tree)} nodes) predicted "
+                   f"{choice['tree_speedup']:.2f}x: the tree")
 
 
 def beta_statistics(sequences: Sequence[np.ndarray], bins: int = 20) -> Dict[str, Any]:

@@ -28,7 +28,7 @@ from typing import Optional, Sequence
 import jax
 import numpy as np
 
-from speculative import decoding, files, theory
+from speculative import decoding, files
 from speculative.models import t5
 from speculative.runs import alpha as alpha_lib
 from speculative.runs import benchmark, limits, measure, mini, models
@@ -40,7 +40,6 @@ from speculative.sampling import SamplingConfig
 # they agree to about 25%: the loop adds sampling, the commit and its carry to each step (up
 # to 26% of the mini target's 0.3 ms step, 1-6% of large_target's; README round breakdown).
 STATE_CHANGE = 1.4
-TREE_NODES = 12  # the largest token tree (drafted nodes) the demo considers
 
 
 def _random_pair():
@@ -101,24 +100,13 @@ def _pick_gamma(target, draft, batches, sampling, costs, gammas, max_decode_len,
 
 
 def _pick_tree(target, draft, batches, sampling, costs, row_costs, max_decode_len, seed):
-    """The token tree to decode with, or None for the chain, and a line saying why:
-    `theory.best_tree` on per-rank acceptance rates along the target's output for these
-    sentences and the measured verify and draft costs (docs/token_trees.md)."""
-    ranks = alpha_lib.rank_acceptance(target, draft, [np.concatenate(batches)], sampling,
-                                      max_rank=4, max_decode_len=max_decode_len, seed=seed)
-    choice = theory.best_tree(
-        ranks["rates"], costs["c"], costs_lib.cost_curve({0: 1.0, **costs["verify_cost"]}),
-        draft_cost=costs_lib.cost_curve(row_costs), max_nodes=TREE_NODES)
-    chain, tree = choice["chain"], choice["tree"]
-    rates = ", ".join(f"{a:.2f}" for a in ranks["rates"])
-    line = (f"per-rank acceptance {rates}; best chain gamma {len(chain)} predicted "
-            f"{choice['chain_speedup']:.2f}x")
-    if tree == chain:
-        return None, line + (f"; no token tree of up to {TREE_NODES} nodes is predicted faster "
-                             "(verifying more tokens costs more than the extra ones gain): "
-                             "the chain")
-    return tree, line + (f"; best tree {tree} ({theory.tree_nodes(tree)} nodes) predicted "
-                         f"{choice['tree_speedup']:.2f}x: the tree")
+    """The token tree to decode with, or None for the chain, and a line saying why
+    (`alpha.choose_tree`, docs/token_trees.md)."""
+    choice = alpha_lib.choose_tree(target, draft, batches, sampling, costs, row_costs,
+                                   max_decode_len=max_decode_len,
+                                   max_nodes=alpha_lib.TREE_MAX_NODES, seed=seed)
+    tree = None if choice["tree"] == choice["chain"] else choice["tree"]
+    return tree, alpha_lib.tree_choice_line(choice)
 
 
 def run(*, num_sentences: int = 8, gamma: Optional[int] = None,
@@ -159,13 +147,13 @@ def run(*, num_sentences: int = 8, gamma: Optional[int] = None,
     calibration = mini.source_batches(8, 1, input_length, skip=num_sentences)
     gammas = [gamma] if gamma else list(range(1, 8))
     load_before = os.getloadavg()[0]
-    # Without a fixed gamma, verify costs up to TREE_NODES tokens price token trees too.
-    costs = costs_lib.measure_costs(target, draft, batches[0],
-                                    gammas if gamma else list(range(1, TREE_NODES + 1)),
+    # Without a fixed gamma, verify costs up to TREE_MAX_NODES tokens price token trees too.
+    widths = gammas if gamma else list(range(1, alpha_lib.TREE_MAX_NODES + 1))
+    costs = costs_lib.measure_costs(target, draft, batches[0], widths,
                                     max_decode_len=max_decode_len, num_steps=16, repeats=3,
                                     seed=seed)
     row_costs = None if gamma else costs_lib.draft_row_costs(
-        target, draft, batches[0], (1, 2, 3, 4, 6, 8, 12), c=costs["c"],
+        target, draft, batches[0], alpha_lib.TREE_DRAFT_ROWS, c=costs["c"],
         max_decode_len=max_decode_len, seed=seed)
 
     weights = limits.step_bytes(target.module.config, target.params, batch_size=1, position=0,

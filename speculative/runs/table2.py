@@ -67,6 +67,7 @@ import gin
 import numpy as np
 
 from speculative import files, partitioning, theory
+from speculative.runs import alpha as alpha_lib
 from speculative.runs import config as config_lib
 from speculative.runs import costs as costs_lib
 from speculative.runs import measure
@@ -122,6 +123,7 @@ class RowResult:
     verify_cost: Optional[float] = None
     predicted: Optional[float] = None  # Thm 3.8, verify cost 1
     predicted_measured_verify: Optional[float] = None
+    tree_choice: Optional[Dict[str, Any]] = None  # alpha.choose_tree: best chain vs best tree
     tokens_per_target_call: Optional[float] = None
     speculative_tokens_per_second: Optional[float] = None
     baseline_tokens_per_second: Optional[float] = None
@@ -258,6 +260,8 @@ def markdown(results: Sequence[RowResult], c_note: str) -> str:
         "in interleaved rounds in one process (`measure.measure`). α = mean β over "
         "drafted positions (Cor. 3.6).",
         f"c: {c_note}",
+        *[f"Token trees, {r.name}: {alpha_lib.tree_choice_line(r.tree_choice)} (the row times "
+          "its own γ chain, as the paper's)." for r in results if r.tree_choice],
         "Thm 3.8: (1 - α^(γ+1)) / ((1 - α)(γc + 1)) with the measured α; 'measured verify' "
         "replaces the 1 (the cost of scoring γ+1 tokens in one target call, assumed equal to one "
         "step) by the measured ratio. Paper columns: Table 2 (α, Speed) and Table 4 (Exp, c).",
@@ -375,9 +379,19 @@ def reproduce(
 
         batches = [b for b, _ in itertools.islice(
             infer.batches(examples, settings.batch_size, settings.input_length), speed_batches)]
+        # Verify costs up to alpha.TREE_MAX_NODES tokens also price token trees.
+        widths = sorted({settings.gamma, *range(1, alpha_lib.TREE_MAX_NODES + 1)})
         result.costs = costs_lib.measure_costs(
-            models[0], models[1], np.asarray(batches[0]), [settings.gamma],
+            models[0], models[1], np.asarray(batches[0]), widths,
             max_decode_len=settings.max_decode_len, num_steps=8, repeats=cost_repeats, seed=0)
+        row_costs = costs_lib.draft_row_costs(
+            models[0], models[1], np.asarray(batches[0]), alpha_lib.TREE_DRAFT_ROWS,
+            c=result.costs["c"], max_decode_len=settings.max_decode_len, repeats=cost_repeats)
+        result.tree_choice = alpha_lib.choose_tree(
+            models[0], models[1], batches, settings.sampling, result.costs, row_costs,
+            max_decode_len=settings.max_decode_len, max_nodes=alpha_lib.TREE_MAX_NODES)
+        print(f"row {name}: token trees: {alpha_lib.tree_choice_line(result.tree_choice)} "
+              f"(the row times its own GAMMA={settings.gamma} chain)")
         mesh = getattr(models[0], "mesh", None)
         [timed] = measure.measure(
             models[0], [models[1]] * len(batches),
