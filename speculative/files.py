@@ -7,6 +7,7 @@ goes through these two.
 """
 
 import contextlib
+import json
 import math
 import os
 import shutil
@@ -105,3 +106,20 @@ def replace_directory(staging: str, final: str) -> None:
     os.replace(staging, final)
     if old:
         shutil.rmtree(old)
+
+
+def check_report(output_dir: str, stem: str, overwrite: bool) -> None:
+    """Refuses, before any work, a report (`<stem>.json` + `<stem>.md`) that would replace an
+    earlier one in `output_dir` unless `overwrite`."""
+    path = os.path.join(output_dir, f"{stem}.json")
+    if os.path.exists(path) and not overwrite:
+        raise FileExistsError(f"{path} exists; pass --overwrite or another --output_dir.")
+
+
+def write_report(output_dir: str, stem: str, result: Dict, markdown: str) -> None:
+    """A report's `<stem>.md` and `<stem>.json` (strict JSON), written together
+    (`write_atomic_group`, the JSON last)."""
+    os.makedirs(output_dir, exist_ok=True)
+    write_atomic_group({os.path.join(output_dir, f"{stem}.md"): markdown,
+                        os.path.join(output_dir, f"{stem}.json"):
+                            json.dumps(json_ready(result), indent=1)})

@@ -150,3 +150,17 @@ def test_jitted_beam_search_equals_the_host_search_on_256_test_sentences(pair_an
     target, _, _ = pair_and_inputs
     for inputs in mini.source_batches(256, 64, MAX_LEN):
         _same_search(target, inputs, beam_size, MAX_LEN)
+
+
+@pytest.mark.slow  # ~40 s: all three searches on two sentences
+def test_beam_benchmark_writes_its_report_and_keeps_an_earlier_one(tmp_path):
+    from speculative.experiments import beam  # pylint: disable=g-import-not-at-top
+
+    result = beam.run(str(tmp_path), mini.MINI_TARGET, num_sentences=2, beam_sizes=(2,))
+    [row] = result["rows"]
+    assert row["same_sequences"] == {"jitted": True, "speculative": True}
+    assert row["jitted"]["target_calls"] == row["host"]["target_calls"]
+    assert row["speculative"]["target_calls"] <= row["host"]["target_calls"]
+    assert (tmp_path / "beam.md").read_text().startswith("# Beam search walltime")
+    with pytest.raises(FileExistsError, match="--overwrite"):
+        beam.run(str(tmp_path), mini.MINI_TARGET, num_sentences=2, beam_sizes=(2,))

@@ -12,7 +12,6 @@ sequences), so a speed number never comes from a different output.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from typing import Dict, Sequence
@@ -36,9 +35,7 @@ def run(output_dir: str, target_name: str = mini.LARGE_TARGET, draft_name: str =
     benchmark.positive_int(repeats, "repeats", "timed rounds")
     for w in beam_sizes:
         benchmark.positive_int(w, "beam_sizes", "beams kept per input")
-    out_json = os.path.join(output_dir, "beam.json")
-    if os.path.exists(out_json) and not overwrite:
-        raise FileExistsError(f"{out_json} exists; pass --overwrite or another --output_dir.")
+    files.check_report(output_dir, "beam", overwrite)
     draft_name = draft_name or mini.best_draft(target_name)
     target, draft = mini.load(target_name), mini.load(draft_name)
     vocab = mini.Vocabulary()
@@ -81,9 +78,7 @@ def run(output_dir: str, target_name: str = mini.LARGE_TARGET, draft_name: str =
               "max_decode_len": MAX_LEN, "rows": rows, "seconds": round(time.time() - start, 1),
               "load_average_1m": {"before": load_before, "after": os.getloadavg()[0]},
               "environment": benchmark.environment()}
-    os.makedirs(output_dir, exist_ok=True)
-    files.write_atomic_group({os.path.join(output_dir, "beam.md"): markdown(result),
-                              out_json: json.dumps(files.json_ready(result), indent=1)})
+    files.write_report(output_dir, "beam", result, markdown(result))
     return result
 
 

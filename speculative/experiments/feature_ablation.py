@@ -80,9 +80,7 @@ def run(output_dir: str, drafts: Sequence[str], num_sentences: int = 16,
     """Measures every row; writes `ablation.json` and `ablation.md` into `output_dir`."""
     benchmark.positive_int(num_sentences, "num_sentences", "test sentences timed")
     benchmark.positive_int(repeats, "repeats", "timed rounds")
-    out_json = os.path.join(output_dir, "ablation.json")
-    if os.path.exists(out_json) and not overwrite:
-        raise FileExistsError(f"{out_json} exists; pass --overwrite or another --output_dir.")
+    files.check_report(output_dir, "ablation", overwrite)
     os.makedirs(output_dir, exist_ok=True)
     target = mini.load(mini.LARGE_TARGET)
     models = [load_draft(d) for d in drafts]  # every draft loads before any timing
@@ -117,8 +115,7 @@ def run(output_dir: str, drafts: Sequence[str], num_sentences: int = 16,
               "alpha_tokens": num_alpha_tokens, "repeats": repeats, "rows": rows,
               "load_average_1m": {"before": load_before, "after": os.getloadavg()[0]},
               "environment": benchmark.environment()}
-    files.write_atomic(out_json, json.dumps(files.json_ready(result), indent=1))
-    files.write_atomic(os.path.join(output_dir, "ablation.md"), markdown(result))
+    files.write_report(output_dir, "ablation", result, markdown(result))
     return result
 
 

@@ -19,7 +19,6 @@ Run it with nothing else busy on the machine:
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from typing import Dict
@@ -44,9 +43,7 @@ def run(output_dir: str, target_name: str = mini.LARGE_TARGET, draft_name: str =
                            "test sentences for the per-rank acceptance rates")
     benchmark.positive_int(repeats, "repeats", "timed rounds")
     benchmark.positive_int(max_nodes, "max_nodes", "drafted tokens per verify")
-    out_json = os.path.join(output_dir, "trees.json")
-    if os.path.exists(out_json) and not overwrite:
-        raise FileExistsError(f"{out_json} exists; pass --overwrite or another --output_dir.")
+    files.check_report(output_dir, "trees", overwrite)
     inputs = mini_results.bundle(target_name)  # the EN->DE pairs or the decoder-only code pair
     models = inputs.models
     draft_name = draft_name or (mini.best_draft(target_name) if models is mini
@@ -115,9 +112,7 @@ def run(output_dir: str, target_name: str = mini.LARGE_TARGET, draft_name: str =
               "seconds": round(time.time() - start, 1),
               "load_average_1m": {"before": load_before, "after": os.getloadavg()[0]},
               "environment": benchmark.environment()}
-    os.makedirs(output_dir, exist_ok=True)
-    files.write_atomic_group({os.path.join(output_dir, "trees.md"): markdown(result),
-                              out_json: json.dumps(files.json_ready(result), indent=1)})
+    files.write_report(output_dir, "trees", result, markdown(result))
     return result
 
 

@@ -63,7 +63,10 @@ from speculative.sampling import SamplingConfig
 SCHEMA = "speculative.alpha/1"
 TREE_DRAWS = 8  # sibling tests simulated per position for rank_acceptance at T > 0
 TREE_MAX_NODES = 12  # the largest token tree (drafted nodes) the demo and Table 2 consider
-TREE_DRAFT_ROWS = (1, 2, 3, 4, 6, 8, 12)  # paths per draft call whose cost they measure
+# The verify widths (drafted tokens) and draft rows (paths) whose costs they time; costs between
+# them are interpolated (`costs.cost_curve`).
+TREE_VERIFY_WIDTHS = (1, 2, 4, 6, 8, 12)
+TREE_DRAFT_ROWS = (1, 2, 4, 8, 12)
 RESULTS_FILE = "alpha.json"
 
 

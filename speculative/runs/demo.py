@@ -148,7 +148,7 @@ def run(*, num_sentences: int = 8, gamma: Optional[int] = None,
     gammas = [gamma] if gamma else list(range(1, 8))
     load_before = os.getloadavg()[0]
     # Without a fixed gamma, verify costs up to TREE_MAX_NODES tokens price token trees too.
-    widths = gammas if gamma else list(range(1, alpha_lib.TREE_MAX_NODES + 1))
+    widths = gammas if gamma else sorted({*gammas, *alpha_lib.TREE_VERIFY_WIDTHS})
     costs = costs_lib.measure_costs(target, draft, batches[0], widths,
                                     max_decode_len=max_decode_len, num_steps=16, repeats=3,
                                     seed=seed)

@@ -243,7 +243,8 @@ def measure(target, drafts: Sequence[Any], batches: Sequence[np.ndarray], *,
             sampling=sampling, batch_size=int(batches[0].shape[0]), gamma=g,
             max_decode_len=max_decode_len, baseline=baseline, speculative=timing(g),
             baseline_tokens=base_tokens, stats=stats, c=costs["c"],
-            verify_cost=costs["verify_cost"][g if tree is None else theory.tree_nodes(tree)],
+            verify_cost=costs["verify_cost"][g] if tree is None else costs_lib.cost_curve(
+                {0: 1.0, **costs["verify_cost"]})(theory.tree_nodes(tree)),
             loop_error=loop_error, tree=None if tree is None else tuple(tree))
         if loop_costs is not None and math.isfinite(result.alpha):
             walltime = costs_lib.predict_walltime(

@@ -380,7 +380,7 @@ def reproduce(
         batches = [b for b, _ in itertools.islice(
             infer.batches(examples, settings.batch_size, settings.input_length), speed_batches)]
         # Verify costs up to alpha.TREE_MAX_NODES tokens also price token trees.
-        widths = sorted({settings.gamma, *range(1, alpha_lib.TREE_MAX_NODES + 1)})
+        widths = sorted({settings.gamma, *alpha_lib.TREE_VERIFY_WIDTHS})
         result.costs = costs_lib.measure_costs(
             models[0], models[1], np.asarray(batches[0]), widths,
             max_decode_len=settings.max_decode_len, num_steps=8, repeats=cost_repeats, seed=0)
