@@ -40,7 +40,8 @@ def _compare(target, draft, sources, beam_size, draft_beam, gamma=4):
 
 
 @pytest.mark.parametrize("beam_size,draft_beam,num", [
-    (1, 2, 4), (2, 4, 4), pytest.param(4, 4, 2, marks=pytest.mark.slow),
+    (1, 2, 4), pytest.param(2, 4, 4, marks=pytest.mark.slow),
+    pytest.param(4, 4, 2, marks=pytest.mark.slow),
     pytest.param(4, 8, 4, marks=pytest.mark.slow)])
 def test_speculative_beam_search_equals_target_beam_search(pair_and_inputs, beam_size,
                                                            draft_beam, num):

@@ -63,6 +63,7 @@ def test_greedy_identity_every_draft_whole_test_split():
 
 
 @needs_bundle
+@pytest.mark.slow  # ~14 s (the EN->DE pair's tree identity runs in CI)
 def test_greedy_identity_with_a_token_tree_first_test_prompts():
     _check_greedy(8, 8, ["code_draft"], tree=(3, 2, 1))
 

@@ -135,6 +135,7 @@ def test_greedy_identity_with_ngram_drafts(td_encdec, kind):
     _greedy_check(target, draft, inputs, (3, 2))
 
 
+@pytest.mark.slow  # ~14 s; test_feature_draft's checking draft runs a tree in CI
 def test_greedy_identity_with_the_target_aware_draft():
     from test_feature_draft import _aware_pair
     _, target, draft = _aware_pair()

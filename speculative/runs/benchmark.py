@@ -109,6 +109,7 @@ from speculative.runs import costs as costs_lib
 from speculative.runs import measure
 from speculative.runs import models as models_lib
 from speculative.sampling import SamplingConfig
+from speculative.validation import positive_int as positive_int  # one rule, re-exported
 
 Array = jax.Array
 SCHEMA = "speculative.benchmark/1"
@@ -117,13 +118,6 @@ RESULTS_FILE = "benchmark.json"
 
 # ----------------------------------------------------------------------------------------------
 # Validation and configuration helpers (shared with alpha.py).
-
-
-def positive_int(value, name: str, what: str) -> int:
-    """One int >= 1; the error names the value and what it counts."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"{name}={value!r} is invalid: give an int >= 1 ({what}).")
-    return int(value)
 
 
 def positive_ints(values, name: str, what: str) -> List[int]:
