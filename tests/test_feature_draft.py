@@ -98,7 +98,7 @@ def _aware_pair(vocab=16, feature_layers=(1, 2), seed=0):
 
 
 @pytest.mark.parametrize("feature_layers,gamma", [
-    ((1, 2), 1), ((), 3),
+    ((1, 2), 1), pytest.param((), 3, marks=pytest.mark.slow),
     pytest.param((1, 2), 3, marks=pytest.mark.slow),
     pytest.param((1, 2), 6, marks=pytest.mark.slow), pytest.param((), 1, marks=pytest.mark.slow),
     pytest.param((), 6, marks=pytest.mark.slow)])
@@ -253,8 +253,9 @@ def _sample(target, draft, enc, cfg, seed):
     return np.asarray(out.tokens), out.stats
 
 
-@pytest.mark.parametrize("cfg", [SamplingConfig(1.0), SamplingConfig(0.7, top_k=3)],
-                         ids=["t1", "t0.7_topk3"])
+@pytest.mark.parametrize("cfg", [
+    pytest.param(SamplingConfig(1.0), id="t1"),
+    pytest.param(SamplingConfig(0.7, top_k=3), id="t0.7_topk3", marks=pytest.mark.slow)])
 def test_joint_law_of_three_tokens_matches_target(joint_aware, cfg):
     module, target, draft, enc = joint_aware
     probs = _joint(module, target.params, enc, cfg)

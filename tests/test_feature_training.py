@@ -75,6 +75,7 @@ def test_cache_is_the_targets_greedy_decode_with_its_features(tmp_path, tiny_tar
         assert batch["weights"][0].sum() == m
 
 
+@pytest.mark.slow  # ~20 s with its fixture
 def test_shards_resume_and_other_settings_are_refused(tmp_path, tiny_target):
     module, params = tiny_target
     paths = _build(tmp_path, module, params)
@@ -91,6 +92,7 @@ def test_shards_resume_and_other_settings_are_refused(tmp_path, tiny_target):
     assert json.load(open(tmp_path / "manifest.json"))["temperature"] == 0.0
 
 
+@pytest.mark.slow  # ~25 s
 def test_training_lowers_the_loss_and_resumes_where_it_stopped(tmp_path, tiny_target):
     module, params = tiny_target
     _build(tmp_path / "cache", module, params)

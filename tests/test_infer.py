@@ -237,7 +237,9 @@ def test_table2_gin_files_resolve_to_the_paper_rows(tmp_path):
     assert bare[0].settings.target_checkpoint == table2.DRY_RUN_CHECKPOINT
 
 
-def test_reproduce_table2_on_a_tiny_row(tiny_gin, tmp_path):
+@pytest.mark.parametrize("choose_trees", [
+    False, pytest.param(True, marks=pytest.mark.slow)])  # the tree choice adds ~20 s
+def test_reproduce_table2_on_a_tiny_row(tiny_gin, tmp_path, choose_trees):
     rows_dir = tmp_path / "rows"
     rows_dir.mkdir()
     (rows_dir / "tiny_t0.gin").write_text(
@@ -247,7 +249,8 @@ def test_reproduce_table2_on_a_tiny_row(tiny_gin, tmp_path):
         + "\n".join(_bindings(None, NUM_EXAMPLES="2"))
         + "\ntable2.RowInfo.task = 'mini'\ntable2.RowInfo.draft = 'tiny'\n")
     results = table2.reproduce(["tiny_t0"], str(tmp_path / "out"), rows_dir=str(rows_dir),
-                               row_bindings=["infer.infer.progress = False"], cost_repeats=3)
+                               row_bindings=["infer.infer.progress = False"], cost_repeats=3,
+                               choose_trees=choose_trees)
     (r,) = results
     assert r.c_source == "measured" and r.c > 0 and r.verify_cost > 0
     assert r.speed > 0 and 0.0 <= r.alpha <= 1.0
@@ -263,8 +266,11 @@ def test_reproduce_table2_on_a_tiny_row(tiny_gin, tmp_path):
     assert "| mini | tiny | 0 | 3 |" in table and "c: measured" in table
     # The tree chooser's verdict for the row, with its reason, in the JSON and the table.
     choice = saved["rows"][0]["tree_choice"]
-    assert len(choice["rates"]) == 4 and choice["chain_speedup"] > 0
-    assert "Token trees, tiny_t0: per-rank acceptance" in table
+    if choose_trees:
+        assert len(choice["rates"]) == 4 and choice["chain_speedup"] > 0
+        assert "Token trees, tiny_t0: per-rank acceptance" in table
+    else:
+        assert choice is None and "Token trees" not in table
     for run in ("speculative", "baseline"):
         run_dir = tmp_path / "out" / "tiny_t0" / run
         assert len(_read_jsonl(run_dir / "predictions.jsonl")) == 2

@@ -147,6 +147,7 @@ def test_benchmark_bounds_known_answer(tmp_path):
         limits.benchmark_config(str(tmp_path / "missing.json"))
 
 
+@pytest.mark.slow  # ~13 s
 def test_batch_scaling_identical_draft(tiny_cfg):
     """A draft identical to the target is always accepted (alpha = 1); steps, positions and
     bytes follow from the rows' lengths; every ratio the tables read is finite."""

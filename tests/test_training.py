@@ -306,6 +306,7 @@ def test_teacher_distributions_match_the_forward_pass_and_cache(tmp_path):
     assert np.all(probs[targets == 0] == 0)
 
 
+@pytest.mark.slow  # ~13 s
 def test_tv_objective_raises_acceptance_against_the_teacher():
     """A few steps of 'tv' training move a random draft's beta against a fixed teacher up."""
     teacher_cfg, draft_cfg = tiny_config(vocab_size=24), tiny_config(vocab_size=24, emb_dim=8)
@@ -588,6 +589,7 @@ def test_decoder_only_training_lowers_the_loss_and_exports_a_reloadable_checkpoi
         "checkpoint"] == "run/checkpoint_20"
 
 
+@pytest.mark.slow  # ~15 s
 def test_decoder_only_draft_equal_to_its_target_has_alpha_one(tiny_code_corpus, tmp_path):
     """A decoder-only draft is measured against a decoder-only target on prompts cut from valid
     chunks; a draft that is the target (its checkpoint, learning rate 0) accepts everything."""

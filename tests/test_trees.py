@@ -213,7 +213,7 @@ def td_joint():
     return module, target, draft, np.array([[3, 5, 2, 7, 1]], np.int32)
 
 
-@pytest.mark.parametrize("temperature", [0.0, 1.0])
+@pytest.mark.parametrize("temperature", [0.0, pytest.param(1.0, marks=pytest.mark.slow)])
 def test_rank_acceptance_first_rank_is_the_chain_alpha(td_encdec, temperature):
     """The per-rank rates the tree chooser reads: the first rank's is the chain's alpha along
     the same text (exactly at T = 0; within Monte Carlo error of sum min(p, q) at T = 1), and

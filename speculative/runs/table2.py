@@ -304,6 +304,7 @@ def reproduce(
     speed_repeats: int = 5,
     dry_run: bool = False,
     overwrite: bool = False,
+    choose_trees: bool = True,
 ) -> List[RowResult]:
     """Runs `rows` (names in `rows_dir`, a comma-separated string, or 'all'); see module doc.
 
@@ -321,6 +322,9 @@ def reproduce(
       dry_run: only resolve every row's settings (no data, no models); Speed etc. stay None.
       overwrite: replace an earlier table (and its rows' runs) in `output_dir`; otherwise an
         existing table2.json there is refused before any work.
+      choose_trees: also time verify widths up to `alpha.TREE_MAX_NODES` and the draft on
+        several paths, and record per row which token tree `alpha.choose_tree` would pick
+        against the best chain, and why (the row itself times its own gamma).
 
     Returns:
       one `RowResult` per row. The gin config is replaced by each row's in turn.
@@ -379,19 +383,22 @@ def reproduce(
 
         batches = [b for b, _ in itertools.islice(
             infer.batches(examples, settings.batch_size, settings.input_length), speed_batches)]
-        # Verify costs up to alpha.TREE_MAX_NODES tokens also price token trees.
-        widths = sorted({settings.gamma, *alpha_lib.TREE_VERIFY_WIDTHS})
+        # With choose_trees, verify costs up to alpha.TREE_MAX_NODES tokens price token trees.
+        widths = sorted({settings.gamma, *(alpha_lib.TREE_VERIFY_WIDTHS if choose_trees
+                                           else ())})
         result.costs = costs_lib.measure_costs(
             models[0], models[1], np.asarray(batches[0]), widths,
             max_decode_len=settings.max_decode_len, num_steps=8, repeats=cost_repeats, seed=0)
-        row_costs = costs_lib.draft_row_costs(
-            models[0], models[1], np.asarray(batches[0]), alpha_lib.TREE_DRAFT_ROWS,
-            c=result.costs["c"], max_decode_len=settings.max_decode_len, repeats=cost_repeats)
-        result.tree_choice = alpha_lib.choose_tree(
-            models[0], models[1], batches, settings.sampling, result.costs, row_costs,
-            max_decode_len=settings.max_decode_len, max_nodes=alpha_lib.TREE_MAX_NODES)
-        print(f"row {name}: token trees: {alpha_lib.tree_choice_line(result.tree_choice)} "
-              f"(the row times its own GAMMA={settings.gamma} chain)")
+        if choose_trees:
+            row_costs = costs_lib.draft_row_costs(
+                models[0], models[1], np.asarray(batches[0]), alpha_lib.TREE_DRAFT_ROWS,
+                c=result.costs["c"], max_decode_len=settings.max_decode_len,
+                repeats=cost_repeats)
+            result.tree_choice = alpha_lib.choose_tree(
+                models[0], models[1], batches, settings.sampling, result.costs, row_costs,
+                max_decode_len=settings.max_decode_len, max_nodes=alpha_lib.TREE_MAX_NODES)
+            print(f"row {name}: token trees: {alpha_lib.tree_choice_line(result.tree_choice)} "
+                  f"(the row times its own GAMMA={settings.gamma} chain)")
         mesh = getattr(models[0], "mesh", None)
         [timed] = measure.measure(
             models[0], [models[1]] * len(batches),
