@@ -47,6 +47,7 @@ import numpy as np
 from flax import struct
 
 from speculative import validation
+from speculative.contract import take_rows
 from speculative.models import t5
 
 EOS_ID = t5.EOS_ID
@@ -249,12 +250,9 @@ def _reorder(cache, rows: Array):
     """The cache rows of the kept beams. Only what differs between the beams of one input
     moves: a T5 cache's self-attention entries (its cross-attention keys and values, encoder
     mask and lengths are the same for every beam of an input); any other state, whole."""
-    def take(x):
-        return jnp.take(x, rows, axis=0)
-
     if hasattr(cache, "self_kv"):
-        return cache.replace(self_kv=jax.tree_util.tree_map(take, cache.self_kv))
-    return jax.tree_util.tree_map(take, cache)
+        return cache.replace(self_kv=take_rows(cache.self_kv, rows))
+    return take_rows(cache, rows)
 
 
 def _jitted_search(target, inputs, *, beam_size: int, max_decode_len: int,
@@ -262,7 +260,7 @@ def _jitted_search(target, inputs, *, beam_size: int, max_decode_len: int,
     w, n = beam_size, max_decode_len
     batch = inputs.shape[0]
     cache = target.init(target.params, inputs, n + 1)
-    cache = jax.tree_util.tree_map(lambda x: jnp.repeat(x, w, axis=0), cache)  # per beam
+    cache = take_rows(cache, jnp.repeat(jnp.arange(batch), w))  # per beam
     scores = jnp.full((batch, w), NEG_INF, jnp.float32).at[:, 0].set(0.0)
     init = _BeamState(
         cache=cache, last=cache.pending.reshape(batch, w),

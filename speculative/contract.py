@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import Any, Optional, Protocol, Tuple
 
 import jax
+import jax.numpy as jnp
 
 Array = jax.Array
 
@@ -45,6 +46,12 @@ class DecodeModel(Protocol):
     def rewind(self, state, lengths: Array) -> Any: ...
 
     def prefix_length(self, input_length: int) -> int: ...
+
+
+def take_rows(state: Any, index: Array) -> Any:
+    """Rows `index` of a decode state, every leaf (all have batch first): a state repeated per
+    beam or per tree path, or the rows of the kept ones."""
+    return jax.tree_util.tree_map(lambda x: jnp.take(x, index, axis=0), state)
 
 
 def write_rows(cache: Array, update: Array, starts: Array) -> Array:

@@ -56,7 +56,7 @@ from speculative import sampling as sampling_lib
 from speculative import trees, validation, verification
 from speculative.contract import EOS_ID as EOS_ID
 from speculative.contract import DecodeModel as DecodeModel
-from speculative.contract import write_rows
+from speculative.contract import take_rows, write_rows
 from speculative.stats import DecodeStats as DecodeStats  # re-exported: the decoding API
 from speculative.stats import merge_stats as merge_stats
 
@@ -378,11 +378,6 @@ def _draft(draft, s: _SpecState, rngs, verifier, gamma, confidence, active):
     return dstate, x, q, num, fed - 1
 
 
-def _rows(state, index):
-    """Rows `index` of a decode state (every leaf has batch first)."""
-    return jax.tree_util.tree_map(lambda x: jnp.take(x, index, axis=0), state)
-
-
 def _draft_tree(draft, s: _SpecState, rngs, verifier, tree: trees.Tree):
     """Drafts a token tree (trees.py). After the first call (batch B) the draft state is
     repeated once per root-to-leaf path (B * M rows) and each path is extended as a chain, one
@@ -394,7 +389,7 @@ def _draft_tree(draft, s: _SpecState, rngs, verifier, tree: trees.Tree):
     key = (lambda level: None) if rngs is None else (lambda level: rngs[level])
     tokens, valid, q = verifier.children(logits, tree.branching[0], key(0))
     levels, valids, qs = [tokens], [valid], [q[:, None]]
-    dstate = _rows(dstate, jnp.repeat(jnp.arange(batch), paths))
+    dstate = take_rows(dstate, jnp.repeat(jnp.arange(batch), paths))
     for level in range(1, tree.depth):
         under = tree.leaves_under(level)
         feed = levels[-1][:, np.arange(paths) // under]  # each path's node at this level
@@ -433,7 +428,7 @@ def _tree_round(target, draft, s: _SpecState, rngs, accept_rng, verifier, tree: 
     if features is not None:
         features = jnp.take_along_axis(features, offsets[..., None], 1)
     batch = n.shape[0]
-    dstate = _rows(dstate, jnp.arange(batch) * tree.num_leaves + walk.leaf)  # the kept path's
+    dstate = take_rows(dstate, jnp.arange(batch) * tree.num_leaves + walk.leaf)  # the kept path's
     beta = (depth < n[:, None]).astype(jnp.float32)  # 1 where a child was kept, 0 where not
     drafted = jnp.full((batch,), tree.depth, jnp.int32)
     return (dstate, tstate, n, x, walk.token, features, beta, drafted,

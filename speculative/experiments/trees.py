@@ -50,8 +50,8 @@ def run(output_dir: str, target_name: str = mini.LARGE_TARGET, draft_name: str =
                                 else models.t5_drafts(target_name)[0])
     target, draft = models.load(target_name), models.load(draft_name)
     timed = inputs.batches(num_sentences, 1)
-    rank_batches = [b for b in inputs.batches(num_sentences + num_rank_sentences, 16)]
-    rank_batches = [np.concatenate(rank_batches)[num_sentences:]]
+    rank_batches = [np.concatenate(inputs.batches(num_sentences + num_rank_sentences, 16))[
+        num_sentences:]]  # the sentences after the timed ones, as one batch
     load_before = os.getloadavg()[0]
     start = time.time()
     costs = costs_lib.measure_costs(target, draft, timed[0], list(range(1, max_nodes + 1)),
