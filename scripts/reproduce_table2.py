@@ -9,6 +9,15 @@ c = draft step / target step time with single-token extend calls (or takes --c=0
 format (Task, M_q, Temp, gamma, alpha, Speed) with Theorem 3.8 beside each row, plus every run's
 predictions.jsonl / metrics.json / config.gin under OUTPUT_DIR/<row>/{speculative,baseline}/.
 
+Rows that run anywhere, with the bundled models and no checkpoint flags (large, mini and code
+pairs, each draft at T = 0 and T = 1; a row takes 1-3 minutes on 2 CPU cores):
+
+  python scripts/reproduce_table2.py \
+    --gin_file=configs/experiments/table2_bundled/large_kdtv_t0.gin --output_dir=out/table2
+
+  python scripts/reproduce_table2.py --rows_dir=configs/experiments/table2_bundled \
+    --rows=large_kdtv_t0,large_kdtv_t1 --output_dir=out/table2_large
+
 Checkpoints: the paper's fine-tuned T5 1.1 checkpoints are unpublished, so every paper row needs
 yours. Give them as a JSON file mapping row-name patterns (fnmatch, applied in order) to paths:
 
@@ -24,8 +33,8 @@ of roughly 3.4X / 2.6X on a TPU v4 with the paper's checkpoints):
     --checkpoints=checkpoints.json --output_dir=/tmp/table2 \
     --row_gin="NUM_EXAMPLES = 100"
 
-Check the rows resolve (no data, no models): add --dry_run. Other row sets (e.g. the offline mini
-models) are gin files of the same form in another directory: --rows_dir=DIR --rows=all. The run
+Check the rows resolve (no data, no models, no checkpoints file): add --dry_run. Other row
+sets are gin files of the same form in another directory: --rows_dir=DIR --rows=all. The run
 function is speculative.runs.table2.reproduce; --gin.reproduce.X=... binds its other arguments
 (e.g. --gin.reproduce.cost_repeats=50).
 """
@@ -34,8 +43,10 @@ from absl import flags
 
 from speculative.runs import config, table2
 
-flags.DEFINE_list("rows", None, "Row names (gin file stems in --rows_dir), or 'all'.")
-flags.DEFINE_string("output_dir", None, "Where table2.md, table2.json and the runs go.")
+flags.DEFINE_list("rows", None, "Row names (gin file stems in --rows_dir), or 'all'; or give "
+                  "row files with --gin_file.")
+flags.DEFINE_string("output_dir", None, "Where table2.md, table2.json and the runs go (default: "
+                    "print the table only).")
 flags.DEFINE_string("checkpoints", None, "JSON file: {row pattern: {target:, draft:}}.")
 flags.DEFINE_string("rows_dir", None, "Directory of row gin files (default: the paper's 12).")
 flags.DEFINE_multi_string("row_gin", [], "Gin binding applied to every row, e.g. 'SEED = 1'.")
@@ -50,6 +61,13 @@ FLAGS = flags.FLAGS
 def main():
     # A dry run resolves the rows only: no checkpoints file and no output directory needed.
     kwargs = {"dry_run": True, "output_dir": None} if FLAGS.dry_run else {}
+    if FLAGS.gin_file and FLAGS.rows is None:  # --gin_file=<row>.gin: those rows
+        kwargs["rows"] = list(FLAGS.gin_file)
+    elif FLAGS.gin_file:
+        raise ValueError(f"--gin_file={FLAGS.gin_file} and --rows={FLAGS.rows}: give the rows one "
+                         "way, row gin files (--gin_file) or names in --rows_dir (--rows).")
+    if not FLAGS.dry_run and FLAGS.output_dir is None:
+        print("No --output_dir: the table is printed, nothing is written.")
     if FLAGS.overwrite:
         kwargs["overwrite"] = True
     for name in ("rows", "output_dir", "checkpoints", "rows_dir"):

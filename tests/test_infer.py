@@ -232,9 +232,50 @@ def test_table2_gin_files_resolve_to_the_paper_rows(tmp_path):
     assert table.startswith("| Task | M_q | Temp | γ | α | Speed |")
     assert "| EnDe | T5-small ★ | 0 | 7 |" in table and "| CNNDM | T5-large | 1 | 3 |" in table
     # A dry run needs no checkpoints file and no output directory (the docs say so).
-    bare = table2.reproduce("all", None, dry_run=True)
+    bare = table2.reproduce(dry_run=True)
     assert [r.name for r in bare] == list(PAPER)
     assert bare[0].settings.target_checkpoint == table2.DRY_RUN_CHECKPOINT
+
+
+BUNDLED_ROWS = os.path.join(REPO, "configs", "experiments", "table2_bundled")
+
+
+def test_bundled_table2_rows_resolve_to_the_bundled_models():
+    from speculative.runs import models as models_lib
+
+    names = table2.list_rows(BUNDLED_ROWS)
+    assert len(names) == 22 and {n.split("_")[0] for n in names} == {"large", "mini", "code"}
+    for name in names:
+        info, s, path = table2.resolve_row(name, rows_dir=BUNDLED_ROWS, dry_run=True,
+                                           output_dir=None)
+        target = models_lib.bundled(info.target)
+        # The bundled names became their configs and checkpoints (no placeholder in a dry run).
+        assert target is not None and s.target_config == target.config, name
+        assert s.target_checkpoint == target.checkpoint and os.path.isdir(s.target_checkpoint)
+        draft = models_lib.bundled(info.draft)
+        if draft is not None and draft.is_t5:
+            assert (s.draft_config, s.draft_checkpoint) == (draft.config, draft.checkpoint)
+        else:  # n-gram tables and prompt lookup are built by name when the run loads them
+            assert s.draft_config == info.draft and s.draft_checkpoint is None, name
+        assert s.decoder_only == name.startswith("code") and s.num_examples >= 16
+        assert f"--gin_file=configs/experiments/table2_bundled/{name}.gin" in open(path).read()
+    # --gin_file=<row>.gin: rows given as paths are named by their file.
+    [r] = table2.reproduce([table2.row_file("large_kdtv_t1", BUNDLED_ROWS)], dry_run=True)
+    assert (r.name, r.gamma, r.temperature, r.info.target) == ("large_kdtv_t1", 5, 1.0,
+                                                               "large_target")
+
+
+@pytest.mark.slow  # ~90 s: one bundled row decoded, timed and tabled as a newcomer runs it
+def test_reproduce_table2_script_runs_a_bundled_row(tmp_path):
+    out = tmp_path / "t2"
+    cmd = [sys.executable, os.path.join(REPO, "scripts", "reproduce_table2.py"),
+           f"--gin_file={os.path.join(BUNDLED_ROWS, 'mini_10_t0.gin')}", f"--output_dir={out}"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=_env(), timeout=600, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "| EnDe mini | mini_draft_10 ★ | 0 | 2 |" in proc.stdout
+    assert "Target M_p: mini_target." in proc.stdout
+    [row] = json.loads((out / "table2.json").read_text())["rows"]
+    assert row["speed"] > 0 and 0 < row["alpha"] <= 1 and row["c_source"] == "measured"
 
 
 @pytest.mark.parametrize("choose_trees", [

@@ -143,9 +143,13 @@ class InferSettings:
                            for k in ("inputs", "targets"))):
             fail("TASK_FEATURE_LENGTHS", lengths,
                  "give positive ints for both features, e.g. {'inputs': 64, 'targets': 64}.")
+        self._resolve_bundled("target", fail)
+        if self.speculative:
+            self._resolve_bundled("draft", fail)
         if not isinstance(self.target_config, t5.T5Config):
             fail("TARGET_MODEL", self.target_config,
-                 "bind a T5Config, e.g. TARGET_MODEL = @t5_1_1_xxl/t5.T5Config().")
+                 "bind a T5Config, e.g. TARGET_MODEL = @t5_1_1_xxl/t5.T5Config(), or a bundled "
+                 f"T5's name (one of {sorted(models_lib.bundled_names())}).")
         if not isinstance(self.decoder_only, bool):
             fail("DECODER_ONLY", self.decoder_only,
                  "use True (decoder-only language models) or False (encoder-decoder T5).")
@@ -170,6 +174,20 @@ class InferSettings:
                      f"MESH_SHAPE={tuple(self.mesh_shape)} splits each batch over {data} data "
                      f"shards; use a multiple of {data}.")
 
+    def _resolve_bundled(self, role: str, fail) -> None:
+        """A bundled T5's name (e.g. TARGET_MODEL = 'large_target') becomes its config and
+        checkpoint, so the run is the same as with the two spelled out."""
+        found = models_lib.bundled(getattr(self, f"{role}_config"))
+        if found is None or not found.is_t5:
+            return  # n-gram and target-aware drafts are built by name in load_models
+        checkpoint = getattr(self, f"{role}_checkpoint")
+        if checkpoint:
+            fail(MACROS[f"{role}_checkpoint"], checkpoint,
+                 f"{MACROS[f'{role}_config']}={found.name!r} is a bundled model, which brings its "
+                 f"own checkpoint: set {MACROS[f'{role}_checkpoint']} = None.")
+        object.__setattr__(self, f"{role}_config", found.config)
+        object.__setattr__(self, f"{role}_checkpoint", found.checkpoint)
+
     def _check_draft_spec(self, fail) -> None:
         """A draft is a T5Config, an n-gram file (.npz), 'prompt_lookup' or a bundled model's
         name; its vocabulary is checked against the target's when it is built."""
@@ -186,8 +204,7 @@ class InferSettings:
                 fail("DRAFT_MODEL", spec, "no such n-gram draft file; give the path of a .npz "
                      "written by UnigramDraft/BigramDraft.save.")
             return
-        if spec == models_lib.PROMPT_LOOKUP or (isinstance(spec, str)
-                                                 and spec in models_lib.bundled_names()):
+        if spec == models_lib.PROMPT_LOOKUP or models_lib.bundled(spec) is not None:
             return
         fail("DRAFT_MODEL", spec,
              "speculative decoding needs a draft: a T5Config (e.g. DRAFT_MODEL = "

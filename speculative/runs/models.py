@@ -60,13 +60,16 @@ def build_model(spec, checkpoint: Optional[str] = None, *, name: str = "target",
             raise ValueError(f"{name}_checkpoint={checkpoint!r} was given but {name}_model is the "
                              f"n-gram file {os.fspath(spec)!r}; give only the file.")
         model = ngram.load(spec, decoder_only=decoder_only)
-    elif isinstance(spec, str) and spec in bundled_names():
+    elif bundled(spec) is not None:
         if checkpoint:
             raise ValueError(f"{name}_checkpoint={checkpoint!r} was given but {name}_model is the "
                              f"bundled model {spec!r}; give only the name.")
-        from speculative.runs import mini  # pylint: disable=g-import-not-at-top
-
-        model = mini.load(spec)
+        found = bundled(spec)
+        if found.decoder_only != decoder_only:
+            kind = "decoder-only" if found.decoder_only else "encoder-decoder"
+            raise ValueError(f"{name}_model={spec!r} is a bundled {kind} model but decoder_only="
+                             f"{decoder_only}; set DECODER_ONLY = {found.decoder_only}.")
+        model = found.load(param_dtype or "float32")
     elif is_decode_model(spec):
         if checkpoint:
             raise ValueError(
@@ -84,14 +87,68 @@ def build_model(spec, checkpoint: Optional[str] = None, *, name: str = "target",
     return model
 
 
-def bundled_names() -> set:
-    """Names of the models bundled in speculative/data (empty in a checkout without them)."""
-    from speculative.runs import mini  # pylint: disable=g-import-not-at-top
+@dataclasses.dataclass(frozen=True)
+class Bundled:
+    """A model bundled in speculative/data: its model card entry and where its files are.
 
-    try:
-        return set(mini.model_card()["models"])
-    except FileNotFoundError:
-        return set()
+    The EN->DE models (mini and large) are encoder-decoder T5s in speculative/data/mini/models;
+    the code models are decoder-only, in speculative/data/code/models. `config` and
+    `checkpoint` are None for an n-gram or target-aware draft (not a plain T5Config)."""
+
+    name: str
+    entry: Dict[str, Any]
+    models_dir: str
+    decoder_only: bool
+
+    @property
+    def is_t5(self) -> bool:
+        return "kind" not in self.entry and "config" in self.entry
+
+    @property
+    def config(self) -> Optional[t5.T5Config]:
+        return card_config(self.entry) if self.is_t5 else None
+
+    @property
+    def checkpoint(self) -> Optional[str]:
+        return os.path.join(self.models_dir, self.entry["checkpoint"]) if self.is_t5 else None
+
+    def load(self, param_dtype: str = "float32") -> decoding.DecodeModel:
+        # pylint: disable=g-import-not-at-top
+        from speculative.runs import code_lm, mini
+
+        return (code_lm if self.decoder_only else mini).load(self.name, param_dtype=param_dtype)
+
+
+def _bundles():
+    from speculative.runs import code_lm, mini  # pylint: disable=g-import-not-at-top
+
+    return ((mini.MODELS_DIR, False), (code_lm.MODELS_DIR, True))
+
+
+def bundled(name: str) -> Optional[Bundled]:
+    """The bundled model called `name` (e.g. 'large_target', 'code_draft'), or None."""
+    if not isinstance(name, str):
+        return None
+    for models_dir, decoder_only in _bundles():
+        path = os.path.join(models_dir, CARD_FILE)
+        if os.path.exists(path):
+            with open(path) as f:
+                entry = json.load(f).get("models", {}).get(name)
+            if entry is not None:
+                return Bundled(name, entry, models_dir, decoder_only)
+    return None
+
+
+def bundled_names() -> set:
+    """Names of the models bundled in speculative/data, EN->DE and code (empty in a checkout
+    without them)."""
+    names = set()
+    for models_dir, _ in _bundles():
+        path = os.path.join(models_dir, CARD_FILE)
+        if os.path.exists(path):
+            with open(path) as f:
+                names |= set(json.load(f).get("models", {}))
+    return names
 
 
 PROMPT_LOOKUP = "prompt_lookup"  # a draft spec: copy from the context (ngram.PromptLookupDraft)

@@ -210,15 +210,22 @@ def resolve_row(name: str, *, rows_dir: str = DEFAULT_ROWS_DIR, checkpoints=None
     from speculative.runs import infer  # pylint: disable=g-import-not-at-top
 
     path = row_file(name, rows_dir)
-    given = checkpoint_bindings(name, checkpoints)
-    placeholders = [f"{macro} = {DRY_RUN_CHECKPOINT!r}" for macro in
-                    ("TARGET_CHECKPOINT", "DRAFT_CHECKPOINT")] if dry_run else []
-    bindings = placeholders + given + list(row_bindings)
+    stem = os.path.splitext(os.path.basename(path))[0]
+    bindings = checkpoint_bindings(stem, checkpoints) + list(row_bindings)
     if output_dir is not _UNSET:
         bindings.append(f"INFER_OUTPUT_DIR = {output_dir!r}")
     gin.clear_config()
     config_lib.parse_gin([path], bindings)
+    if dry_run:  # a checkpoint the row still needs gets a placeholder (bundled rows need none)
+        gin.parse_config([f"{macro} = {DRY_RUN_CHECKPOINT!r}" for macro in
+                          ("TARGET_CHECKPOINT", "DRAFT_CHECKPOINT") if _required(macro)])
     return RowInfo(), infer.infer(dry_run=True), path
+
+
+def _required(macro: str) -> bool:
+    """Whether gin macro `macro` is still %gin.REQUIRED."""
+    value = gin.query_parameter(f"%{macro}")
+    return isinstance(value, gin.config.ConfigurableReference) and str(value) == "%gin.REQUIRED"
 
 
 # ----------------------------------------------------------------------------------------------
@@ -292,8 +299,8 @@ def _rebind(speculative: bool, row_out: Optional[str]):
 
 @gin.configurable
 def reproduce(
-    rows: Union[str, Sequence[str]] = gin.REQUIRED,
-    output_dir: Optional[str] = gin.REQUIRED,
+    rows: Union[str, Sequence[str]] = "all",
+    output_dir: Optional[str] = None,
     *,
     rows_dir: str = DEFAULT_ROWS_DIR,
     checkpoints: Union[None, str, Mapping[str, Mapping[str, Optional[str]]]] = None,
@@ -309,8 +316,10 @@ def reproduce(
     """Runs `rows` (names in `rows_dir`, a comma-separated string, or 'all'); see module doc.
 
     Args:
-      rows: row names, e.g. ['ende_small_t0', 'cnndm_small_t1'], or 'all'.
-      output_dir: where table2.md, table2.json and the per-row runs go (None: write nothing).
+      rows: row names in `rows_dir`, e.g. ['ende_small_t0', 'cnndm_small_t1'], paths of row gin
+        files (e.g. 'configs/experiments/table2_bundled/large_kdtv_t0.gin'), or 'all'.
+      output_dir: where table2.md, table2.json and the per-row runs go (None: print the table,
+        write nothing).
       rows_dir: the directory of row gin files.
       checkpoints: {row pattern: {'target': path, 'draft': path}} or a JSON file of it
         (`checkpoint_bindings`).
@@ -344,14 +353,17 @@ def reproduce(
         raise ValueError("reproduce: no rows given; e.g. rows=['ende_small_t0'] or 'all'.")
     if c is not None and c != "paper" and (not isinstance(c, (int, float)) or c < 0):
         raise ValueError(f"c={c!r} is invalid: None (measure), a number >= 0, or 'paper'.")
-    for name in rows:  # fail early on a typo, before hours of decoding
-        row_file(name, rows_dir)
+    paths = [row_file(name, rows_dir) for name in rows]  # a typo fails before any decoding
+    names = [os.path.splitext(os.path.basename(p))[0] for p in paths]
+    if len(set(names)) != len(names):
+        raise ValueError(f"rows={rows!r}: two rows share a name ({names}); each row's runs go to "
+                         "output_dir/<row name>, so give rows with different file names.")
 
     results = []
-    for name in rows:
+    for name, row in zip(names, paths):
         row_out = os.path.join(output_dir, name) if output_dir else None
         info, settings, path = resolve_row(
-            name, rows_dir=rows_dir, checkpoints=checkpoints, row_bindings=row_bindings,
+            row, rows_dir=rows_dir, checkpoints=checkpoints, row_bindings=row_bindings,
             output_dir=row_out, dry_run=dry_run)
         if settings.beam_size is not None:
             raise ValueError(
