@@ -14,12 +14,17 @@ against it before anything is written.
 
 All logic is in speculative/checkpoints.py; a progress bar counts parameters.
 
-Examples (from the repository root; t5_1_1_small in float32 is ~300 MB either way):
+Examples (from the repository root, in the activated venv; t5_1_1_small in float32 is ~300 MB
+either way):
 
-  PYTHONPATH=. .venv/bin/python scripts/convert_checkpoint.py \
+  python scripts/convert_checkpoint.py --to_hf --model=large_target --hf_dir=out/large_target_hf
+
+  python scripts/convert_checkpoint.py --hf_dir=out/large_target_hf --t5x_dir=out/large_t5x
+
+  python scripts/convert_checkpoint.py \
       --hf_dir=/models/flan-t5-small --t5x_dir=/ckpts/flan_t5_small --step=0
 
-  PYTHONPATH=. .venv/bin/python scripts/convert_checkpoint.py --to_hf \
+  python scripts/convert_checkpoint.py --to_hf \
       --t5x_dir=/ckpts/t5_1_1_small/checkpoint_1000000 --preset=t5_1_1_small \
       --hf_dir=/models/t5_1_1_small_hf
 """
@@ -31,6 +36,7 @@ from absl import app, flags, logging
 from speculative import checkpoints
 from speculative.models import t5
 from speculative.runs import config as config_lib
+from speculative.runs import models as models_lib
 
 FLAGS = flags.FLAGS
 
@@ -38,18 +44,41 @@ flags.DEFINE_string("hf_dir", None, "HF T5 directory (input, or output with --to
 flags.DEFINE_string("t5x_dir", None, "T5X model dir (output), or checkpoint (input with --to_hf).")
 flags.DEFINE_integer("step", 0, "Step of the written T5X checkpoint (checkpoint_<step>).")
 flags.DEFINE_bool("to_hf", False, "Convert T5X -> HF instead of HF -> T5X.")
-flags.DEFINE_string("preset", None, f"With --to_hf: model preset, one of {sorted(t5.PRESETS)}.")
+flags.DEFINE_string("preset", None, f"With --to_hf: model preset, one of {sorted(t5.PRESETS)}, "
+                    "or a bundled model's name.")
+flags.DEFINE_string("model", None, "With --to_hf: a bundled model's name (e.g. large_target) as "
+                    "the source, instead of --t5x_dir and --preset.")
 flags.DEFINE_string("config_json", None, "With --to_hf: an HF config.json giving the model shape.")
 flags.DEFINE_string("dtype", None, "Cast parameters on conversion, e.g. 'bfloat16'.")
 flags.DEFINE_bool("overwrite", False, "Replace an existing checkpoint_<step> (or, with --to_hf, "
                   "the whole HF directory: no stale files survive).")
 
 
+def _bundled(name: str):
+    """The bundled T5 `name`, refused unless HF's encoder-decoder T5 can hold it."""
+    found = models_lib.bundled(name)
+    if found is None or not found.is_t5:
+        raise ValueError(f"--model={name!r} is not a bundled T5; bundled: "
+                         f"{sorted(models_lib.bundled_names())}.")
+    if found.decoder_only:
+        raise ValueError(f"--model={name!r} is a decoder-only model; transformers' "
+                         "T5ForConditionalGeneration (what --to_hf writes) is encoder-decoder. "
+                         "Use its T5X checkpoint as it is: " + found.checkpoint)
+    return found
+
+
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+    if FLAGS.model:
+        if not FLAGS.to_hf or FLAGS.t5x_dir or FLAGS.preset or FLAGS.config_json:
+            raise app.UsageError(f"--model={FLAGS.model} names the source of a T5X -> HF "
+                                 "conversion: use it with --to_hf and --hf_dir only (no "
+                                 "--t5x_dir, --preset or --config_json).")
+        FLAGS.t5x_dir, FLAGS.preset = _bundled(FLAGS.model).checkpoint, FLAGS.model
     if not FLAGS.hf_dir or not FLAGS.t5x_dir:
-        raise app.UsageError("Both --hf_dir and --t5x_dir are required.")
+        raise app.UsageError("Both --hf_dir and --t5x_dir are required (or, with --to_hf, "
+                             "--model=<bundled name> and --hf_dir).")
     if not FLAGS.to_hf:
         config = checkpoints.load_hf_config(FLAGS.hf_dir)
         params = checkpoints.load_params(FLAGS.hf_dir, FLAGS.dtype, config, progress=True)
@@ -60,8 +89,9 @@ def main(argv):
     if bool(FLAGS.preset) == bool(FLAGS.config_json):
         raise app.UsageError("--to_hf needs exactly one of --preset or --config_json.")
     checkpoints.check_hf_target(FLAGS.hf_dir, FLAGS.overwrite, FLAGS.t5x_dir)  # before work
-    if FLAGS.preset:
-        config = t5.preset(FLAGS.preset)
+    if FLAGS.preset:  # a T5 1.x preset, or a bundled model's name (its card's config)
+        config = (_bundled(FLAGS.preset).config if models_lib.bundled(FLAGS.preset)
+                  else t5.preset(FLAGS.preset))
     else:
         with open(FLAGS.config_json) as f:
             config = checkpoints.config_from_hf(json.load(f), checkpoints.load_metadata(

@@ -3,6 +3,7 @@
 Every checkpoint here is written in the test (tiny configs; no download, no network).
 """
 
+import dataclasses
 import json
 import os
 import resource
@@ -403,6 +404,29 @@ def test_convert_script_round_trips_hf_t5x_hf(tmp_path, convert_script, tied):
                 "vocab_size", "feed_forward_proj", "relative_attention_num_buckets",
                 "relative_attention_max_distance", "scale_decoder_outputs"):
         assert out[key] == hf[key], key
+
+
+def test_convert_script_round_trips_a_bundled_model_by_name(tmp_path, convert_script):
+    from speculative.runs import models as models_lib  # pylint: disable=import-outside-toplevel
+    bundled = models_lib.bundled("mini_target")
+    if bundled is None:
+        pytest.skip("no bundled models in this checkout")
+    _run(convert_script, ["--to_hf", "--model=mini_target", f"--hf_dir={tmp_path}/hf"])
+    assert all(os.stat(p).st_mode & 0o777 == 0o644 for p in (tmp_path / "hf").iterdir())
+    _run(convert_script, [f"--hf_dir={tmp_path}/hf", f"--t5x_dir={tmp_path}/t5x"])
+    before = checkpoints.load_params(bundled.checkpoint, None, bundled.config)
+    after = checkpoints.load_params(tmp_path / "t5x", None, bundled.config)
+    flat_before, flat_after = (jax.tree_util.tree_leaves_with_path(p) for p in (before, after))
+    assert [k for k, _ in flat_before] == [k for k, _ in flat_after]
+    for (key, a), (_, b) in zip(flat_before, flat_after):
+        assert a.dtype == b.dtype, key
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=str(key))
+    assert checkpoints.load_hf_config(tmp_path / "hf") == dataclasses.replace(
+        bundled.config, dropout_rate=checkpoints.load_hf_config(tmp_path / "hf").dropout_rate)
+    # A bundled name is also a --preset; a decoder-only bundled model is refused by name.
+    with pytest.raises(ValueError, match="'code_target' is a decoder-only model"):
+        _run(convert_script, ["--to_hf", "--model=code_target", f"--hf_dir={tmp_path}/x"])
+    assert not (tmp_path / "x").exists()
 
 
 def test_convert_script_help_prints_the_docstring():
