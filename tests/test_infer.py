@@ -327,6 +327,11 @@ def test_script_help_prints_docstring_with_example(script, first_line):
                           capture_output=True, text=True, env=_env(), timeout=120, cwd=REPO)
     assert proc.stdout.startswith(first_line), proc.stderr[-2000:]  # absl exits 1 on --help
     assert f"python scripts/{script}" in proc.stdout
+    # The shared flags a user needs are listed under the script's own, not only in --helpfull.
+    own = proc.stdout.split(f"scripts/{script}:\n", 1)[1]
+    for flag in ("--gin_file", "--gin_bindings", "--multihost", "--coordinator_address",
+                 "--num_processes", "--process_id", "--[no]verbose"):
+        assert flag in own, flag
 
 
 def test_output_dir_is_never_overwritten_silently_and_writes_are_atomic(tiny_gin, tmp_path,

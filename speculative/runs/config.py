@@ -30,7 +30,8 @@ def define_flags() -> None:
     if "gin_file" in flags.FLAGS:
         return
     flags.DEFINE_multi_string("gin_file", [], "Gin files to parse, in order (later override).")
-    flags.DEFINE_multi_string("gin_bindings", [], "Individual gin bindings, after the files.")
+    flags.DEFINE_multi_string("gin_bindings", [], "Individual gin bindings, after the files; "
+                              "write them as --gin.NAME=VALUE.")
     flags.DEFINE_list("gin_search_paths", [".", REPO_ROOT], "Where relative gin paths resolve.")
     flags.DEFINE_bool("multihost", False,
                       "Call jax.distributed.initialize() before the run (Cloud TPU pods, GKE and "
@@ -207,6 +208,8 @@ def run(main: Callable[[], None]) -> None:
     what it does and shows an example command.
     """
     define_flags()
+    _show_in_help(["gin_file", "gin_bindings", "multihost", "coordinator_address",
+                   "num_processes", "process_id", "distributed_timeout"])
 
     def _main(argv):
         if len(argv) > 1:
@@ -224,6 +227,13 @@ def run(main: Callable[[], None]) -> None:
     app.run(user_errors(_main), argv=rewrite_gin_args(sys.argv))
 
 
+def _show_in_help(names: Sequence[str]) -> None:
+    """Lists the shared flags under the script's own in `--help` (absl shows only the main
+    module's flags there, and these are defined here)."""
+    for name in names:
+        flags.FLAGS.register_key_flag_for_module(sys.argv[0], flags.FLAGS[name])
+
+
 # What a user's input can raise: one clear message (they name the value and the fix), exit 2.
 USER_ERRORS = (ValueError, TypeError, FileNotFoundError, FileExistsError, NotADirectoryError,
                PermissionError)
@@ -234,6 +244,7 @@ def user_errors(main: Callable) -> Callable:
     traceback too with --verbose); other exceptions keep their traceback."""
     if "verbose" not in flags.FLAGS:
         flags.DEFINE_bool("verbose", False, "On a usage error, print the whole traceback too.")
+    _show_in_help(["verbose"])
 
     def wrapped(argv):
         try:
