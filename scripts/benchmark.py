@@ -8,7 +8,7 @@ All logic is in speculative/runs/benchmark.py; configs/runs/benchmark.gin lists 
 
 Example (random-weight T5 1.1 small target and tiny draft, CPU, a few minutes):
 
-  .venv/bin/python scripts/benchmark.py \
+  python scripts/benchmark.py \
       --gin_file=configs/models/t5_1_1_small.gin --gin_file=configs/models/t5_1_1_tiny.gin \
       --gin_file=configs/runs/benchmark.gin \
       --gin.TARGET_MODEL=@t5_1_1_small/t5.T5Config\(\) \
@@ -19,7 +19,7 @@ Example (random-weight T5 1.1 small target and tiny draft, CPU, a few minutes):
 Add --gin.SYNTHETIC_ACCEPTANCE=0.8 to time the machinery at a fixed acceptance rate, and
 --gin.TASK=\"mini_ende\" to decode real inputs. Plot speedup against gamma (one temperature and
 batch size per file reads best) with
-  .venv/bin/python scripts/plot_theory.py --output_dir=/tmp/bench \
+  python scripts/plot_theory.py --output_dir=/tmp/bench \
       --benchmark_json=/tmp/bench/benchmark.json
 """
 

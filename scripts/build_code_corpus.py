@@ -35,10 +35,10 @@ differs, and the manifest says which version made each file).
 Examples (from the repository root):
 
   # Before training on a fresh clone: the train split only (a few seconds).
-  PYTHONPATH=. .venv/bin/python scripts/build_code_corpus.py --train_split_only
+  python scripts/build_code_corpus.py --train_split_only
 
   # The whole corpus and vocabulary, as bundled (~3 minutes on one core).
-  PYTHONPATH=. .venv/bin/python scripts/build_code_corpus.py --vocab_size=4000
+  python scripts/build_code_corpus.py --vocab_size=4000
 
 Expect, for CPython 3.11: ~730 files and ~330k lines (12 MB), ~15 files in each of valid and
 test, and about 3 bytes of code per token.

@@ -32,7 +32,7 @@ bytes (the vocabulary is trained with one thread and a fixed seed).
 
 Example:
 
-  .venv/bin/python scripts/build_corpus.py --output_dir=data/corpus \
+  python scripts/build_corpus.py --output_dir=data/corpus \
       --vocab_size=4000
 
 Expect a few seconds for the corpus and under a minute for the vocabulary; the

@@ -9,7 +9,7 @@ All logic is in speculative/runs/alpha.py; configs/runs/measure_alpha.gin lists 
 
 Example (random weights; expect alpha near 0 at temperature 0 for two unrelated random models):
 
-  .venv/bin/python scripts/measure_alpha.py \
+  python scripts/measure_alpha.py \
       --gin_file=configs/models/t5_1_1_small.gin --gin_file=configs/models/t5_1_1_tiny.gin \
       --gin_file=configs/runs/measure_alpha.gin \
       --gin.TARGET_MODEL=@t5_1_1_small/t5.T5Config\(\) \

@@ -26,7 +26,7 @@ Example (from the repository root; trains the target, about 13 minutes on 2 CPU 
 loss about 1.5 nats/token, greedy valid BLEU about 42; the whole recipe, drafts included, is in
 speculative/data/mini/models/MODEL_CARD.md):
 
-  PYTHONPATH=. .venv/bin/python scripts/train.py \
+  python scripts/train.py \
       --gin_file=configs/models/mini_target.gin --gin_file=configs/runs/train.gin \
       --gin.MODEL=@mini_target/t5.T5Config\(\) --gin.MODEL_DIR=\"out/mini/mini_target\" \
       --gin.TRAIN_STEPS=2000
