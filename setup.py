@@ -2,6 +2,8 @@
 
 import setuptools
 
+JAX_VERSION = "0.10.2"  # the release CI tests (constraints.txt pins the same)
+
 setuptools.setup(
     name="speculative",
     version="0.1.0",
@@ -33,6 +35,10 @@ setuptools.setup(
         "matplotlib>=3.7",
     ],
     extras_require={
+        # Accelerators: the JAX release CI tests (constraints.txt), built for the device.
+        "tpu": [f"jax[tpu]=={JAX_VERSION}"],
+        "cuda": [f"jax[cuda12]=={JAX_VERSION}"],  # NVIDIA driver >= 525 (CUDA 12)
+        "cuda13": [f"jax[cuda13]=={JAX_VERSION}"],  # NVIDIA driver >= 580 (CUDA 13)
         "test": [
             "pytest>=8",
             "ruff>=0.6",

@@ -64,3 +64,15 @@ def test_readme_fits_a_screen_and_starts_with_the_two_commands():
     ci = open(os.path.join(REPO, ".ci", "run"), encoding="utf-8").read()
     test_command = next(line for line in text.splitlines() if "python -m pytest -q" in line)
     assert test_command.strip() in ci, "README's test command differs from .ci/run's"
+
+
+def test_accelerator_extras_pin_the_jax_ci_tests():
+    """`pip install -e ".[tpu]"` / `".[cuda]"` install the JAX release constraints.txt pins."""
+    import re  # pylint: disable=import-outside-toplevel
+
+    pins = dict(re.findall(r"^(jax|jaxlib)==(\S+)$", open(os.path.join(REPO, "constraints.txt"))
+                           .read(), flags=re.M))
+    setup = open(os.path.join(REPO, "setup.py")).read()
+    assert f'JAX_VERSION = "{pins["jax"]}"' in setup and pins["jaxlib"] == pins["jax"]
+    for extra, spec in (("tpu", "jax[tpu]"), ("cuda", "jax[cuda12]"), ("cuda13", "jax[cuda13]")):
+        assert f'"{extra}": [f"{spec}=={{JAX_VERSION}}"]' in setup, extra

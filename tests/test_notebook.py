@@ -3,7 +3,8 @@
 Known answers checked in the outputs: at temperature 0 speculative decoding equals autoregressive
 decoding; the round-by-round replay equals `speculative_decode`'s tokens; alpha lies in [0, 1];
 each printed Theorem 3.8 value is `theory.speedup` of the printed alpha, gamma and c; the speedup
-plot is drawn. Runs with the bundled mini models when installed, else with the random fallback.
+plot is drawn. Runs with the bundled large pair when installed, else with the random fallback.
+`python tests/test_notebook.py` executes it and saves the outputs into the committed copy.
 """
 
 import json
@@ -24,25 +25,24 @@ NOTEBOOK = os.path.join(REPO, "notebooks", "speculative_decoding_tour.ipynb")
 KERNEL = "speculative-tests"
 
 
-@pytest.fixture(scope="module")
-def executed(tmp_path_factory):
-    # A kernelspec that runs this interpreter (so the kernel imports this checkout's package),
-    # whatever other "python3" kernels the machine has.
-    jupyter_dir = tmp_path_factory.mktemp("jupyter")
-    kernel_dir = jupyter_dir / "kernels" / KERNEL
-    kernel_dir.mkdir(parents=True)
-    (kernel_dir / "kernel.json").write_text(json.dumps({
-        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-        "display_name": "speculative tests", "language": "python"}))
+def execute(notebook: str, jupyter_dir: str):
+    """Runs `notebook` in a kernel of this interpreter (so it imports this checkout's package,
+    whatever other "python3" kernels the machine has) on the CPU -> (notebook, seconds)."""
+    kernel_dir = os.path.join(jupyter_dir, "kernels", KERNEL)
+    os.makedirs(kernel_dir, exist_ok=True)
+    with open(os.path.join(kernel_dir, "kernel.json"), "w") as f:
+        json.dump({"argv": [sys.executable, "-m", "ipykernel_launcher", "-f",
+                            "{connection_file}"],
+                   "display_name": "speculative tests", "language": "python"}, f)
     saved = {k: os.environ.get(k) for k in ("JUPYTER_PATH", "JAX_PLATFORMS", "MPLBACKEND")}
-    os.environ.update(JUPYTER_PATH=str(jupyter_dir), JAX_PLATFORMS="cpu")
+    os.environ.update(JUPYTER_PATH=jupyter_dir, JAX_PLATFORMS="cpu")
     os.environ.pop("MPLBACKEND", None)
     try:
         assert KERNEL in KernelSpecManager().find_kernel_specs()
-        nb = nbformat.read(NOTEBOOK, as_version=4)
+        nb = nbformat.read(notebook, as_version=4)
         start = time.perf_counter()
         NotebookClient(nb, kernel_name=KERNEL, timeout=600,
-                       resources={"metadata": {"path": os.path.dirname(NOTEBOOK)}}).execute()
+                       resources={"metadata": {"path": os.path.dirname(notebook)}}).execute()
         seconds = time.perf_counter() - start
     finally:
         for k, v in saved.items():
@@ -50,6 +50,12 @@ def executed(tmp_path_factory):
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+    return nb, seconds
+
+
+@pytest.fixture(scope="module")
+def executed(tmp_path_factory):
+    nb, seconds = execute(NOTEBOOK, str(tmp_path_factory.mktemp("jupyter")))
     return {cell.id: cell for cell in nb.cells}, seconds
 
 
@@ -65,9 +71,27 @@ def test_notebook_runs_without_errors(executed):
     assert seconds < 300, f"the tour took {seconds:.0f} s; keep it under a minute on 2 cores"
 
 
+def test_committed_copy_keeps_its_outputs_and_shows_a_speedup():
+    """Readers on GitHub and Colab see the outputs of a run (`python tests/test_notebook.py`
+    writes them): every code cell has run, in order, and the large pair's sweep shows a
+    speedup above 1 at T = 0."""
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert [c.execution_count for c in code] == list(range(1, len(code) + 1))
+    assert all(c.outputs for c in code)
+    cells = {c.id: c for c in nb.cells}
+    assert "target large_target, draft large_draft_kdtv" in _text(cells["load-models"])
+    speedups = [float(x) for x in re.findall(r"measured speedup ([\d.]+)x", _text(cells["sweep"]))]
+    assert len(speedups) == 4 and max(speedups) > 1.0, speedups
+    # The install cell and the device cell are there for Colab.
+    assert "pip" in cells["install"].source and "jax.devices()" in cells["setup"].source
+    assert "colab.research.google.com/github/" in cells["intro"].source
+
+
 def test_models_are_bundled_or_the_fallback_says_so(executed):
     text = _text(executed[0]["load-models"])
-    assert "bundled mini models" in text or "FALLBACK: tiny random T5 models" in text
+    assert ("bundled models: target large_target, draft large_draft_kdtv" in text
+            or "FALLBACK: tiny random T5 models" in text)
     assert re.search(r"target:\s+[\d.]+M parameters", text)
     assert re.search(r"draft :\s+[\d.]+M parameters", text)
 
@@ -102,3 +126,18 @@ def test_sweep_matches_theorem_3_8_and_plots(executed):
         assert float(predicted) == pytest.approx(
             theory.speedup(float(alpha), int(gamma), c), abs=0.02)
     assert any("image/png" in o.get("data", {}) for o in cell.outputs)
+
+
+if __name__ == "__main__":
+    # `python tests/test_notebook.py`: executes the notebook and saves it with its outputs (the
+    # committed copy keeps them, for readers on GitHub and Colab); run it on a quiet machine.
+    import tempfile  # pylint: disable=g-import-not-at-top
+
+    with tempfile.TemporaryDirectory() as tmp:
+        executed_nb, took = execute(NOTEBOOK, tmp)
+    for cell in executed_nb.cells:  # outputs only: no kernel-specific metadata
+        cell.metadata.pop("execution", None)
+    executed_nb.metadata["kernelspec"] = {"display_name": "Python 3", "language": "python",
+                                          "name": "python3"}
+    nbformat.write(executed_nb, NOTEBOOK)
+    print(f"executed in {took:.0f} s and saved with its outputs: {NOTEBOOK}")
