@@ -457,9 +457,9 @@ def _chain_round(target, draft, s: _SpecState, rngs, accept_rng, verifier, gamma
 
 def _speculative_impl(target, draft, inputs, rng, *, gamma, sampling, max_decode_len,
                       lenience=1.0, draft_confidence=0.0, gamma_schedule="constant",
-                      initial_gamma=None, tree=None, debug=False):
+                      initial_gamma=None, tree=None, verifier=None, debug=False):
     batch = inputs.shape[0]
-    verifier = verification.for_sampling(sampling, lenience)
+    verifier = verifier or verification.for_sampling(sampling, lenience)
     aware = reads_target(draft)
     width = gamma if tree is None else tree.num_nodes - 1  # drafted tokens the target verifies
     layers = ()
@@ -555,6 +555,24 @@ def _check_target_aware(target, draft) -> None:
             f"{layers}; this target gives {width} there. Use the draft trained for this target.")
 
 
+_VERIFIER_METHODS = ("split", "split_step", "propose", "verify", "next_token")
+
+
+def _check_verifier(verifier, lenience) -> None:
+    missing = [m for m in _VERIFIER_METHODS if not callable(getattr(verifier, m, None))]
+    if missing:
+        raise TypeError(f"verifier={verifier!r} lacks {missing}: a verification policy has the "
+                        f"methods {list(_VERIFIER_METHODS)} (see speculative/verification.py).")
+    try:
+        hash(verifier)
+    except TypeError:
+        raise TypeError(f"verifier={verifier!r} is not hashable; it is static under jit: make "
+                        "it a frozen dataclass.") from None
+    if lenience != 1.0:
+        raise ValueError(f"lenience={lenience!r} and verifier={verifier!r} both set the "
+                         "acceptance rule: give the lenience to the verifier instead.")
+
+
 def _check_tree(target, tree, gamma, lenience, draft_confidence, gamma_schedule) -> trees.Tree:
     tree = trees.as_tree(tree, gamma)
     if lenience != 1.0 or draft_confidence != 0.0 or gamma_schedule != "constant":
@@ -585,7 +603,7 @@ def _next_budget(budget, accepted, drafted, gamma, schedule):
 
 
 _SPEC_STATIC = ("gamma", "sampling", "max_decode_len", "lenience", "draft_confidence",
-                "gamma_schedule", "initial_gamma", "tree", "debug")
+                "gamma_schedule", "initial_gamma", "tree", "verifier", "debug")
 _SPEC_JIT = jax.jit(_speculative_impl, static_argnames=_SPEC_STATIC)
 
 
@@ -603,6 +621,7 @@ def speculative_decode(
     gamma_schedule: str = "constant",
     initial_gamma: Optional[int] = None,
     tree: Optional[Sequence[int]] = None,
+    verifier: Optional[verification.Verifier] = None,
     debug: bool = False,
 ) -> DecodeResult:
     """Speculative decoding of `inputs [B, L_in]` (Algorithm 1), exact for `lenience=1`.
@@ -624,6 +643,11 @@ def speculative_decode(
     round whose drafts were all accepted, -1 otherwise, within [1, gamma] (`gamma` is the
     buffer); 'constant' always drafts `gamma`. Both rules look only at past rounds, so the
     output stays exact.
+
+    `verifier` replaces the policy that `sampling` and `lenience` choose
+    (`verification.for_sampling`) by another object with the same methods, e.g. a new
+    acceptance rule (docs/extending.md); it must be hashable (a frozen dataclass), as it is
+    static under jit.
 
     The output has the target's distribution under `sampling` (the same adjustment is applied to
     p and q); at temperature 0 it equals `autoregressive_decode` token for token. Rows accept
@@ -656,10 +680,13 @@ def speculative_decode(
             initial_gamma, (int, np.integer)) or not 1 <= initial_gamma <= gamma):
         raise ValueError(f"initial_gamma={initial_gamma!r} is invalid: an int in [1, gamma="
                          f"{gamma}] (or None = gamma).")
+    if verifier is not None:
+        _check_verifier(verifier, lenience)
     kwargs = dict(gamma=int(gamma), sampling=sampling, max_decode_len=int(max_decode_len),
                   lenience=float(lenience), draft_confidence=float(draft_confidence),
                   gamma_schedule=gamma_schedule,
-                  initial_gamma=None if initial_gamma is None else int(initial_gamma), tree=tree)
+                  initial_gamma=None if initial_gamma is None else int(initial_gamma), tree=tree,
+                  verifier=verifier)
     if debug:
         return _speculative_impl(target, draft, inputs, rng, debug=True, **kwargs)
     return _SPEC_JIT(target, draft, inputs, rng, **kwargs)
