@@ -19,13 +19,14 @@ c = 0.01, matching the grid in the paper notes):
       [--benchmark_json=/tmp/bench/results.json]
 """
 
+import json
 import os
 from typing import Sequence
 
 from absl import app, flags
 
 from speculative.runs import config as config_lib
-from speculative.runs.plots import load_runs, plot_figure3, plot_speedup_vs_gamma
+from speculative.runs.plots import describe_pair, load_runs, plot_figure3, plot_speedup_vs_gamma
 
 FLAGS = flags.FLAGS
 
@@ -48,13 +49,16 @@ def main(argv: Sequence[str]) -> None:
     if FLAGS.benchmark_json:  # Fail fast, before drawing anything.
         try:
             runs = load_runs(FLAGS.benchmark_json)
+            with open(FLAGS.benchmark_json, encoding="utf-8") as f:
+                pair = describe_pair(json.load(f).get("config", {}))
         except (OSError, ValueError) as e:
             raise SystemExit(f"plot_theory: {e}") from e
     os.makedirs(FLAGS.output_dir, exist_ok=True)
     path = plot_figure3(os.path.join(FLAGS.output_dir, "figure3_optimal_gamma.png"))
     print(f"wrote {path}")
     if runs is not None:
-        path = plot_speedup_vs_gamma(runs, os.path.join(FLAGS.output_dir, "speedup_vs_gamma.png"))
+        path = plot_speedup_vs_gamma(runs, os.path.join(FLAGS.output_dir, "speedup_vs_gamma.png"),
+                                     pair=pair)
         print(f"wrote {path}")
 
 

@@ -315,7 +315,9 @@ def run(output_dir: Optional[str] = None, num_alpha_tokens: int = 10_000,
             calibration_lengths=inputs.calibration_lengths(len(calibration)))
         stages.done("sweep", {"draft": best, "runs": [_row(r) for r in sweep]})
     plots.plot_speedup_vs_gamma(stages["sweep"]["runs"],
-                                os.path.join(output_dir, "speedup_vs_gamma.png"))
+                                os.path.join(output_dir, "speedup_vs_gamma.png"),
+                                pair=f"{target_name} + {stages['sweep']['draft']} "
+                                     "(T = 0, batch 1)")
 
     # Dynamic gamma (beyond the paper): the best draft drafts up to DYNAMIC_MAX_GAMMA tokens and
     # stops a row when its top probability falls below a threshold; timed in one interleaved run

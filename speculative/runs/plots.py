@@ -76,14 +76,47 @@ def load_runs(json_path: str) -> list[Mapping[str, Any]]:
     return runs
 
 
-def plot_speedup_vs_gamma(runs: Sequence[Mapping[str, Any]], path: str) -> str:
+def speedup_title(runs: Sequence[Mapping[str, Any]], pair: str) -> str:
+    """'<pair>' plus, where the runs record them, their temperatures and batch sizes."""
+    temps = sorted({r.get("sampling", {}).get("temperature", r.get("temperature"))
+                    for r in runs} - {None})
+    batches = sorted({r["batch_size"] for r in runs if "batch_size" in r})
+    setting = ", ".join(filter(None, [
+        f"T = {', '.join(f'{t:g}' for t in temps)}" if temps else "",
+        f"batch {', '.join(map(str, batches))}" if batches else ""]))
+    return pair + (f"\n{setting}" if setting else "")
+
+
+def describe_pair(config: Mapping[str, Any]) -> str:
+    """'<target> + <draft>' from a benchmark.json `config` (checkpoint names where given)."""
+    def name(role):
+        checkpoint, model = config.get(f"{role}_checkpoint"), config.get(f"{role}_model")
+        if checkpoint:
+            return os.path.basename(os.path.normpath(checkpoint))
+        if isinstance(model, str):
+            return model
+        if isinstance(model, Mapping):
+            return f"random T5 ({model.get('emb_dim')}d)"
+        return {"draft": "synthetic draft"}.get(role, "target")
+
+    draft = name("draft")
+    if config.get("synthetic_acceptance") is not None:
+        draft = f"synthetic draft (alpha {config['synthetic_acceptance']:g})"
+    return f"{name('target')} + {draft}"
+
+
+def plot_speedup_vs_gamma(runs: Sequence[Mapping[str, Any]], path: str, *,
+                          pair: str) -> str:
     """Plots measured and predicted speedup against gamma to `path`.
 
     Args:
       runs: dicts with keys `gamma`, `speedup` (measured) and
         `predicted_speedup` (Thm. 3.8 from measured alpha, c, verify cost); with
-        `predicted_speedup_loop` in every entry, the decode-loop prediction is drawn too.
+        `predicted_speedup_loop` in every entry, the decode-loop prediction is drawn too. The
+        temperatures (`sampling.temperature`, or `temperature`) and batch sizes of the runs go
+        into the title.
       path: output PNG path.
+      pair: the models, for the title (e.g. 'large_target + large_draft_kdtv').
     """
     missing = [
         i for i, r in enumerate(runs) if not {"gamma", "speedup", "predicted_speedup"} <= set(r)
@@ -102,7 +135,8 @@ def plot_speedup_vs_gamma(runs: Sequence[Mapping[str, Any]], path: str) -> str:
         ax.plot(gamma, [r["predicted_speedup_loop"] for r in runs], "^:",
                 label="predicted (decode-loop costs)")
     ax.axhline(1.0, color="gray", lw=0.8)
-    ax.set(xlabel=r"$\gamma$", ylabel="speedup over autoregressive", title=r"Speedup vs. $\gamma$")
+    ax.set(xlabel=r"$\gamma$", ylabel="speedup over autoregressive")
+    ax.set_title(speedup_title(runs, pair), fontsize=10)
     ax.grid(True, alpha=0.3)
     ax.legend()
     fig.tight_layout()
