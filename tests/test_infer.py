@@ -222,7 +222,8 @@ def test_table2_gin_files_resolve_to_the_paper_rows(tmp_path):
         assert s.batch_size == 1 and s.split == "test" and s.speculative
         assert (info.paper_alpha, info.paper_speed, info.target) == (alpha, speed, "T5-XXL")
     # The checkpoints are REQUIRED: resolving a row without them fails and names them.
-    with pytest.raises(ValueError, match="TARGET_CHECKPOINT, DRAFT_CHECKPOINT are %gin.REQUIRED"):
+    with pytest.raises(ValueError, match="TARGET_CHECKPOINT, DRAFT_CHECKPOINT are %gin.REQUIRED"
+                       r".*give yours with --checkpoints=FILE"):
         table2.resolve_row("ende_small_t0", output_dir=str(tmp_path))
     # The driver's dry run resolves every row and writes the paper-format table.
     results = table2.reproduce("all", str(tmp_path / "dry"), checkpoints=checkpoints,
@@ -305,6 +306,7 @@ def test_reproduce_table2_on_a_tiny_row(tiny_gin, tmp_path, choose_trees):
     assert saved["rows"][0]["alpha"] == r.alpha and "measured" in saved["c_source"]
     table = (tmp_path / "out" / "table2.md").read_text()
     assert "| mini | tiny | 0 | 3 |" in table and "c: measured" in table
+    assert "Target M_p: random weights (" in table  # unlabelled: named by its checkpoint
     # The tree chooser's verdict for the row, with its reason, in the JSON and the table.
     choice = saved["rows"][0]["tree_choice"]
     if choose_trees:

@@ -32,25 +32,21 @@ then prints and writes `output_dir/table2.md` and `output_dir/table2.json` in th
 (Task, M_q, Temp, gamma, alpha, Speed) with Theorem 3.8's prediction and the paper's numbers
 beside each row.
 
-A row set of our own (e.g. the bundled mini models) is a directory of files like
+A row set of our own is a directory of files like the bundled rows
+(`configs/experiments/table2_bundled/`, which run here with no checkpoints), e.g.
+`large_kdtv_t0.gin`:
 
-    from __gin__ import dynamic_registration
-    from speculative.models import t5
-    from speculative.runs import table2
-    include 'configs/runs/infer.gin'
-    include 'path/to/mini_models.gin'            # binds mini_target/t5.T5Config, mini_small/...
-    TARGET_MODEL = @mini_target/t5.T5Config()
-    DRAFT_MODEL = @mini_small/t5.T5Config()
-    TARGET_CHECKPOINT = 'speculative/data/mini/models/target'
-    DRAFT_CHECKPOINT = 'speculative/data/mini/models/small'
-    MIXTURE_OR_TASK_NAME = 'mini_ende'
-    TASK_FEATURE_LENGTHS = {'inputs': 64, 'targets': 64}
-    GAMMA = 4
+    include 'configs/experiments/table2_bundled/pairs/ende.gin'   # task, lengths, batch 1
+    TARGET_MODEL = 'large_target'        # a bundled name: its config and checkpoint
+    DRAFT_MODEL = 'large_draft_kdtv'
     TEMPERATURE = 0.0
-    table2.RowInfo.task = 'mini EnDe'
-    table2.RowInfo.draft = 'mini-small'
+    GAMMA = 5
+    table2.RowInfo.draft = 'large_draft_kdtv'
+    table2.RowInfo.target = 'large_target'
 
-run with `reproduce(rows='all', rows_dir=that_directory, ...)`.
+run with `reproduce(rows='all', rows_dir=that_directory, ...)` or pass row files as paths
+(`scripts/reproduce_table2.py --gin_file=row.gin`). A row that leaves `table2.RowInfo.target`
+unset is labelled by its target checkpoint.
 """
 
 from __future__ import annotations
@@ -216,10 +212,25 @@ def resolve_row(name: str, *, rows_dir: str = DEFAULT_ROWS_DIR, checkpoints=None
         bindings.append(f"INFER_OUTPUT_DIR = {output_dir!r}")
     gin.clear_config()
     config_lib.parse_gin([path], bindings)
+    missing = [m for m in ("TARGET_CHECKPOINT", "DRAFT_CHECKPOINT") if _required(m)]
+    if missing and not dry_run:
+        raise ValueError(
+            f"row {stem}: {', '.join(missing)} {'is' if len(missing) == 1 else 'are'} "
+            "%gin.REQUIRED (the paper's fine-tuned checkpoints are unpublished): give yours "
+            "with --checkpoints=FILE, a JSON file {row pattern: {\"target\": path, \"draft\": "
+            "path}} (scripts/reproduce_table2.py --help), or run a bundled row "
+            "(configs/experiments/table2_bundled/); --dry_run needs none.")
     if dry_run:  # a checkpoint the row still needs gets a placeholder (bundled rows need none)
         gin.parse_config([f"{macro} = {DRY_RUN_CHECKPOINT!r}" for macro in
                           ("TARGET_CHECKPOINT", "DRAFT_CHECKPOINT") if _required(macro)])
-    return RowInfo(), infer.infer(dry_run=True), path
+    info, settings = RowInfo(), infer.infer(dry_run=True)
+    if info.target == "?":  # unlabelled: name the target by its checkpoint
+        checkpoint = settings.target_checkpoint
+        label = (os.path.basename(os.path.normpath(checkpoint)) if checkpoint
+                 and checkpoint != DRY_RUN_CHECKPOINT else "random weights")
+        info = dataclasses.replace(info, target=f"{label} ({settings.target_config.emb_dim}d, "
+                                   f"{settings.target_config.num_decoder_layers} decoder layers)")
+    return info, settings, path
 
 
 def _required(macro: str) -> bool:
