@@ -30,6 +30,7 @@ either way):
 """
 
 import json
+import os
 
 from absl import app, flags, logging
 
@@ -80,6 +81,10 @@ def main(argv):
         raise app.UsageError("Both --hf_dir and --t5x_dir are required (or, with --to_hf, "
                              "--model=<bundled name> and --hf_dir).")
     if not FLAGS.to_hf:
+        if not os.path.isfile(os.path.join(FLAGS.hf_dir, "config.json")):
+            raise FileNotFoundError(
+                f"--hf_dir={FLAGS.hf_dir}: no config.json there; give an HF T5 directory (as "
+                "written by save_pretrained), or add --to_hf to convert T5X -> HF into it.")
         config = checkpoints.load_hf_config(FLAGS.hf_dir)
         params = checkpoints.load_params(FLAGS.hf_dir, FLAGS.dtype, config, progress=True)
         step_dir = checkpoints.save_t5x(params, FLAGS.t5x_dir, FLAGS.step,
@@ -88,6 +93,9 @@ def main(argv):
         return
     if bool(FLAGS.preset) == bool(FLAGS.config_json):
         raise app.UsageError("--to_hf needs exactly one of --preset or --config_json.")
+    if FLAGS.config_json and not os.path.isfile(FLAGS.config_json):
+        raise FileNotFoundError(f"--config_json={FLAGS.config_json} does not exist; give an HF "
+                                "T5 config.json for the model's shape (or --preset).")
     checkpoints.check_hf_target(FLAGS.hf_dir, FLAGS.overwrite, FLAGS.t5x_dir)  # before work
     if FLAGS.preset:  # a T5 1.x preset, or a bundled model's name (its card's config)
         config = (_bundled(FLAGS.preset).config if models_lib.bundled(FLAGS.preset)

@@ -41,7 +41,7 @@ import tensorstore as ts
 from flax import serialization, traverse_util
 from tqdm import tqdm
 
-from speculative import files
+from speculative import files, validation
 from speculative.models import t5
 
 __all__ = ["CheckpointError", "load_params", "load_metadata", "validate_params", "save_t5x",
@@ -406,6 +406,7 @@ def load_params(path, dtype=None, config: Optional[t5.T5Config] = None, *,
       Nested dicts of numpy arrays (jax Arrays with `shardings`) with T5X names, e.g.
       `params['encoder']['encoder_norm']`.
     """
+    dtype = validation.float_dtype(dtype, "dtype")  # before anything is read
     leaves, hf_config, where = _leaves(path)
     if config is None and hf_config is not None:
         config = config_from_hf(hf_config, _unflatten(leaves))

@@ -97,14 +97,22 @@ def _check_call(models, inputs, rng, sampling) -> Array:
                               for s in inputs.addressable_shards])
         shape = inputs.shape
     else:
-        ids = np.asarray(inputs)
-        shape = ids.shape
+        ids, shape = inputs, _shape_of(inputs)
+    prompts = len(shape) == 2 and shape[1] > 0 and models[0].prefix_length(shape[1]) > 0
     ids = validation.token_ids(ids, models[0].vocab_size,  # (this process's rows)
-                               needs_token_per_row=len(shape) == 2
-                               and models[0].prefix_length(shape[1]) == 0)
+                               needs_token_per_row=len(shape) == 2 and not prompts,
+                               right_padded=prompts)
     if isinstance(inputs, jax.Array):  # keeps its placement (e.g. rows sharded over 'data')
         return inputs.astype(jnp.int32)
     return jnp.asarray(ids, jnp.int32)
+
+
+def _shape_of(inputs) -> tuple:
+    """The shape of array-like `inputs`, or () for ragged rows (token_ids refuses them)."""
+    try:
+        return np.shape(inputs)
+    except ValueError:
+        return ()
 
 
 def _validate(models, inputs, max_decode_len, gamma=None, target_width=None):

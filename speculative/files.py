@@ -98,12 +98,20 @@ def write_atomic_group(contents: Dict[str, Union[str, bytes]]) -> None:
 def replace_directory(staging: str, final: str) -> None:
     """Moves the complete directory `staging` to `final`, replacing what was there: the earlier
     directory is renamed aside first and deleted after, so an interruption leaves one complete
-    version (between the two renames, the earlier one waits in `<final>.old-*`)."""
+    version (between the two renames, the earlier one waits in `<final>.old-*`). Interrupted
+    (Ctrl-C, SIGTERM through `runs.config.stop_cleanly_on_sigterm`), it puts the earlier
+    directory back and removes `staging`."""
     old = None
-    if os.path.exists(final):
-        old = f"{final}.old-{os.getpid()}"
-        os.replace(final, old)
-    os.replace(staging, final)
+    try:
+        if os.path.exists(final):
+            old = f"{final}.old-{os.getpid()}"
+            os.replace(final, old)
+        os.replace(staging, final)
+    except BaseException:
+        if old and os.path.exists(old) and not os.path.exists(final):
+            os.replace(old, final)
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
     if old:
         shutil.rmtree(old)
 

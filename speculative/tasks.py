@@ -168,6 +168,38 @@ def prefix_pair(x, prefix: str, source_key: str, target_key: str):
     }
 
 
+def check_tsv_files(pattern: Union[str, Sequence[str]]) -> None:
+    """Refuses a `source<TAB>target` file with a line that is not exactly two fields, naming
+    the file, the line number and the line (TensorFlow's parser would fail later, mid-run,
+    with neither)."""
+    for one in [pattern] if isinstance(pattern, str) else list(pattern):
+        for path in sorted(tf.io.gfile.glob(one)):  # a missing file fails where it is read
+            with tf.io.gfile.GFile(path, "r") as f:
+                for number, line in enumerate(f, 1):
+                    fields = line.rstrip("\r\n").count("\t") + 1
+                    if fields != 2:
+                        raise ValueError(
+                            f"{path}:{number}: {fields} tab-separated fields in "
+                            f"{line.rstrip()[:80]!r}; each line is source<TAB>target (one tab; "
+                            "a tab inside a text must be replaced, e.g. by a space).")
+
+
+class _TsvSource(seqio.TextLineDataSource):
+    """A `TextLineDataSource` of `source<TAB>target` files whose lines are checked
+    (`check_tsv_files`) before a split is first read; registering reads nothing."""
+
+    def __init__(self, split_to_filepattern):
+        super().__init__(split_to_filepattern)
+        self._patterns, self._checked = dict(split_to_filepattern), set()
+
+    def get_dataset(self, *args, **kwargs):
+        split = kwargs.get("split", args[0] if args else None)
+        if split in self._patterns and split not in self._checked:
+            check_tsv_files(self._patterns[split])
+            self._checked.add(split)
+        return super().get_dataset(*args, **kwargs)
+
+
 @seqio.map_over_dataset
 def parse_tsv(line):
     """Parses `source<TAB>target` lines into {"source", "target"}; quotes are plain text."""
@@ -302,7 +334,9 @@ def register_tsv_task(
 
     Args:
         name: task name; an existing task of that name is replaced.
-        split_to_filepattern: e.g. {"train": "corpus/train.tsv", "validation": ...}.
+        split_to_filepattern: e.g. {"train": "corpus/train.tsv", "validation": ...}. Every
+          split's files are checked once, when the split is first read: a line without
+          exactly one tab is refused with its file and line number (`check_tsv_files`).
         vocabulary: used for inputs and targets.
         prefix: prepended to each source to form `inputs`.
         metric: "bleu", "rouge", None or a list of metric functions.
@@ -310,7 +344,7 @@ def register_tsv_task(
     patterns = {split: (p if isinstance(p, str) else list(p))
                 for split, p in split_to_filepattern.items()}
     return _register(
-        name, seqio.TextLineDataSource(patterns),
+        name, _TsvSource(patterns),
         [parse_tsv, functools.partial(prefix_pair, prefix=prefix, source_key="source",
                                       target_key="target")],
         vocabulary, metric)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from typing import Optional
 
+import ml_dtypes  # noqa: F401  (registers 'bfloat16' with numpy)
 import numpy as np
 
 PAD_ID = 0
@@ -24,12 +25,36 @@ def positive_int(value, name: str, what: str = "") -> int:
     return int(value)
 
 
+FLOAT_DTYPES = ("float32", "bfloat16", "float16")
+
+
+def float_dtype(value, name: str) -> Optional[str]:
+    """`value` (None, or a float dtype or its name) as a dtype name, or an error naming it."""
+    if value is None:
+        return None
+    try:
+        dtype = np.dtype(value)
+    except TypeError:
+        dtype = None
+    if dtype is None or dtype.name not in FLOAT_DTYPES:
+        raise ValueError(f"{name}={value!r} is not a parameter dtype: use one of "
+                         f"{list(FLOAT_DTYPES)} (or None to keep the stored dtype).")
+    return dtype.name
+
+
 def token_ids(ids: np.ndarray, vocab_size: int, *, needs_token_per_row: bool,
-              name: str = "inputs") -> np.ndarray:
-    """Host-side check of `[batch, length]` token ids: integers (not bool or float), batch and
-    length >= 1, every id in [0, vocab_size), and (for an encoder) a non-padding token in every
-    row. Returns them as int32."""
-    ids = np.asarray(ids)
+              right_padded: bool = False, name: str = "inputs") -> np.ndarray:
+    """Host-side check of `[batch, length]` token ids: one length for every row, integers (not
+    bool or float), batch and length >= 1, every id in [0, vocab_size), (for an encoder) a
+    non-padding token in every row, and (with `right_padded`, for decoder-only prompts) no 0
+    before a row's last token. Returns them as int32."""
+    try:
+        ids = np.asarray(ids)
+    except ValueError:  # ragged nested lists
+        ids = None
+    if ids is None or ids.dtype == object:
+        raise ValueError(f"{name} must be [batch, length] token ids of one length; got rows of "
+                         "different lengths: pad every row on the right with 0 to the longest.")
     if ids.dtype == bool or not np.issubdtype(ids.dtype, np.integer):
         raise TypeError(f"{name} have dtype {ids.dtype}: pass integer token ids (tokenize text "
                         "first, e.g. with the task's vocabulary); floats are never truncated.")
@@ -48,6 +73,17 @@ def token_ids(ids: np.ndarray, vocab_size: int, *, needs_token_per_row: bool,
                 "least one token per row (e.g. EOS = 1 after the text); drop empty rows instead "
                 "of decoding them. (An empty prompt is fine for a decoder-only model: it "
                 "generates from BOS.)")
+    if right_padded:
+        held = ids != PAD_ID
+        gaps = held[:, 1:] & ~held[:, :-1]  # a token right after a 0
+        rows = np.nonzero(np.any(gaps, axis=1))[0]
+        if rows.size:
+            first = int(np.argmax(gaps[rows[0]]))
+            raise ValueError(
+                f"{name} rows {rows.tolist()[:20]} have a 0 before their last token (row "
+                f"{int(rows[0])}: position {first}): a decoder-only prompt is its tokens, then "
+                "padding (0) on the right. Left padding, or a 0 inside a prompt, would change "
+                "the continuation; id 0 is padding and BOS, never a prompt token.")
     return ids.astype(np.int32)
 
 

@@ -98,3 +98,54 @@ def check_greedy_identity(target, draft, batches, max_decode_len: int, gamma: in
     assert same + len(ties) == total and same > 0
     for row, position, gap in ties:
         assert gap <= 1e-4, f"{what}: row {row} differs at {position} with a logit gap {gap}"
+
+
+# A script in its own process, sent a real signal just before its first rename into the
+# result's place: what every writer must survive (the earlier result stays, nothing is left).
+_INTERRUPT_CHILD = r'''
+import os, runpy, signal, sys
+signum, prefix = int(sys.argv[1]), sys.argv[2]
+real_replace = os.replace
+
+
+def replace(src, dst, *args, **kwargs):
+    if str(dst).startswith(prefix) and not getattr(replace, "sent", False):
+        replace.sent = True
+        os.kill(os.getpid(), signum)  # delivered before the rename below returns
+    return real_replace(src, dst, *args, **kwargs)
+
+
+os.replace = replace
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal
+sys.argv = sys.argv[3:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+'''
+
+
+def run_interrupted(script: str, args, *, result: str, signum: int, env=None, timeout=600):
+    """Runs scripts/<script> with `args`, sending `signum` to it just before its first
+    `os.replace` into a path starting with `result`; returns the CompletedProcess."""
+    import signal as signal_lib  # pylint: disable=import-outside-toplevel
+    import subprocess  # pylint: disable=import-outside-toplevel
+    import sys  # pylint: disable=import-outside-toplevel
+
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ if env is None else env, JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="3")
+    proc = subprocess.run(
+        [sys.executable, "-c", _INTERRUPT_CHILD, str(int(signum)), str(result),
+         os.path.join(repo, "scripts", script), *args],
+        capture_output=True, text=True, env=env, timeout=timeout, cwd=repo)
+    name = "KeyboardInterrupt" if signum == signal_lib.SIGINT else "Terminated"
+    assert proc.returncode != 0 and name in proc.stderr, proc.stderr[-3000:]
+    return proc
+
+
+def snapshot(directory) -> dict:
+    """{relative path: bytes} of every file under `directory`."""
+    out = {}
+    for root, _, names in os.walk(directory):
+        for name in names:
+            path = os.path.join(root, name)
+            with open(path, "rb") as f:
+                out[os.path.relpath(path, directory)] = f.read()
+    return out

@@ -10,6 +10,7 @@ import itertools
 import json
 import math
 import os
+import signal
 import subprocess
 import sys
 
@@ -25,6 +26,8 @@ from speculative.runs import alpha as alpha_lib
 from speculative.runs import benchmark, costs, measure, models
 from speculative.runs import config as config_lib
 from speculative.sampling import SamplingConfig
+
+from conftest import run_interrupted, snapshot
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = dict(vocab_size=16, emb_dim=16, num_heads=2, head_dim=8, mlp_dim=32,
@@ -369,6 +372,26 @@ def test_measure_alpha_cli_identical_draft_is_one(tmp_path, tiny_gin):
     assert greedy["sampling"]["temperature"] == 0.0 and greedy["alpha"] == 1.0
     assert greedy["lag1_autocorrelation"] is None  # beta is constant
     assert sampled["alpha"] == pytest.approx(1.0, abs=1e-5)
+
+
+@pytest.mark.parametrize("signum", [  # SIGINT slow: the same unwinding as SIGTERM now
+    pytest.param(signal.SIGINT, marks=pytest.mark.slow), signal.SIGTERM])
+def test_an_interrupted_benchmark_leaves_the_earlier_run(tmp_path, tiny_gin, signum):
+    """scripts/benchmark.py over an earlier run (OVERWRITE=True), stopped by a real signal
+    just before its results are renamed into place: the earlier benchmark.json and config.gin
+    stay together, and no temporary file is left."""
+    out = tmp_path / "bench"
+    out.mkdir()
+    before = {"benchmark.json": b'{"earlier": true}', "config.gin": b"# earlier run"}
+    for name, data in before.items():
+        (out / name).write_bytes(data)
+    args = [f"--gin_file={tiny_gin}", "--gin_file=configs/runs/benchmark.gin"]
+    args += [f"--gin_bindings={b}" for b in _common_bindings(out) + [
+        "GAMMAS = [2]", "BATCH_SIZES = [2]", "REPEATS = 1", "OVERWRITE = True",
+        "benchmark.run.cost_steps = 1"]]
+    run_interrupted("benchmark.py", args, result=str(out), signum=signum,
+                    env=dict(os.environ, PYTHONPATH=REPO))
+    assert snapshot(out) == before
 
 
 def test_results_writers_refuse_an_earlier_run_and_write_atomically(tmp_path):

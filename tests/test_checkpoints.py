@@ -8,6 +8,7 @@ import json
 import os
 import resource
 import shutil
+import signal
 import subprocess
 import sys
 
@@ -21,7 +22,7 @@ from speculative import checkpoints
 from speculative.checkpoints import CheckpointError
 from speculative.models import t5
 
-from conftest import load_script
+from conftest import load_script, run_interrupted, snapshot
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CFG = t5.T5Config(vocab_size=40, emb_dim=8, num_heads=2, head_dim=3, mlp_dim=12,
@@ -427,6 +428,34 @@ def test_convert_script_round_trips_a_bundled_model_by_name(tmp_path, convert_sc
     with pytest.raises(ValueError, match="'code_target' is a decoder-only model"):
         _run(convert_script, ["--to_hf", "--model=code_target", f"--hf_dir={tmp_path}/x"])
     assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize("signum", [  # SIGINT slow: the same unwinding as SIGTERM now
+    pytest.param(signal.SIGINT, marks=pytest.mark.slow), signal.SIGTERM])
+def test_an_interrupted_export_leaves_the_earlier_one(tmp_path, convert_script, signum):
+    """--to_hf --overwrite over an earlier export, stopped just before the swap: the earlier
+    export stays whole and no staging directory is left."""
+    from speculative.runs import models as models_lib  # pylint: disable=import-outside-toplevel
+    if models_lib.bundled("mini_target") is None:
+        pytest.skip("no bundled models in this checkout")
+    hf = tmp_path / "hf"
+    _run(convert_script, ["--to_hf", "--model=mini_target", f"--hf_dir={hf}",
+                          "--dtype=float32"])
+    before = snapshot(hf)
+    run_interrupted("convert_checkpoint.py", ["--to_hf", "--model=mini_target",
+                                              f"--hf_dir={hf}", "--overwrite"],
+                    result=str(hf), signum=signum)
+    assert snapshot(hf) == before  # the float32 export, not the new bfloat16 one
+    assert os.listdir(tmp_path) == ["hf"]
+
+
+def test_convert_script_names_a_missing_input(tmp_path, convert_script):
+    with pytest.raises(FileNotFoundError, match=r"--hf_dir=.*nope: no config.json there"):
+        _run(convert_script, [f"--hf_dir={tmp_path}/nope", f"--t5x_dir={tmp_path}/t5x"])
+    with pytest.raises(FileNotFoundError, match=r"--config_json=.*none.json does not exist"):
+        _run(convert_script, ["--to_hf", f"--t5x_dir={tmp_path}", f"--hf_dir={tmp_path}/hf",
+                              f"--config_json={tmp_path}/none.json"])
+    assert sorted(os.listdir(tmp_path)) == []  # nothing written
 
 
 def test_convert_script_help_prints_the_docstring():

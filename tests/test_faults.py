@@ -144,6 +144,7 @@ def _bad_calls(target, draft):
         ("all-padding row", (np.asarray([[5, 1], [0, 0]]),), spec, ValueError, r"rows \[1\]"),
         ("zero-length rows", (np.zeros((2, 0), np.int32),), spec, ValueError, "shape"),
         ("1-D ids", (np.asarray([5, 1]),), spec, ValueError, "shape"),
+        ("ragged rows", ([[5, 6, 1], [5, 1]],), spec, ValueError, "rows of different lengths"),
         ("int rng", (INPUTS,), {**spec, "rng": 0}, TypeError, "rng=0"),
         ("float rng", (INPUTS,), {**spec, "rng": jnp.zeros(2)}, TypeError, "PRNG key"),
         ("sampling None", (INPUTS,), {**spec, "sampling": None}, TypeError, "sampling=None"),
@@ -179,6 +180,22 @@ def test_bad_arguments_are_refused_with_the_argument_named(models):
                 decoding.autoregressive_decode(target, *args, **kw)
 
 
+def test_decoder_only_prompts_must_be_right_padded():
+    """A left-padded prompt, or one with a 0 inside, would silently change the continuation
+    (0 is padding and BOS): refused by every decode entry point, naming the row."""
+    module = t5.DecoderOnly(tiny_config())
+    model = decoding.DecoderOnlyModel(module, random_params(module, 0))
+    kw = dict(rng=jax.random.PRNGKey(0), sampling=SamplingConfig(0.0), max_decode_len=4)
+    good = np.asarray([[5, 6, 7, 0], [5, 0, 0, 0], [0, 0, 0, 0]], np.int32)  # right-padded
+    decoding.autoregressive_decode(model, good, **kw)
+    for bad, row in ((np.asarray([[5, 6, 7, 8], [0, 0, 5, 6]]), 1),  # left padding
+                     (np.asarray([[5, 0, 6, 7]]), 0)):  # a 0 inside
+        with pytest.raises(ValueError, match=rf"rows \[{row}\] have a 0 before their last"):
+            decoding.autoregressive_decode(model, bad, **kw)
+        with pytest.raises(ValueError, match="a decoder-only prompt is its tokens, then"):
+            decoding.speculative_decode(model, model, bad, gamma=2, **kw)
+
+
 @pytest.mark.parametrize("temperature", [1e-9, 1e-5, -1.0, float("nan"), float("inf"), True])
 def test_unsafe_temperatures_are_refused(temperature):
     with pytest.raises(ValueError, match="temperature"):
@@ -201,10 +218,11 @@ def test_an_unaffordable_cache_is_refused_with_its_size(models):
 # its name in the message, before any model is built or any data is read.
 
 def _run_settings_cases(tmp_path):
-    from speculative import checkpoints, training
+    from speculative import checkpoints, tasks, training
     from speculative.models import t5 as t5_lib
     from speculative.runs import config as config_lib
-    from speculative.runs import demo, infer, mini, mini_results
+    from speculative.runs import demo, infer, limits, mini, mini_results
+    from speculative.runs import models as models_lib
 
     cfg = tiny_config(vocab_size=40)
     base = dict(target_config=cfg, draft_config=cfg, target_checkpoint=None,
@@ -218,6 +236,11 @@ def _run_settings_cases(tmp_path):
     (used / "model.safetensors").write_text("old")
     gin_file = tmp_path / "x.gin"
     gin_file.write_text("GAMMA = 3\nTEMPERATURE = 0.0\n")
+    undefined = tmp_path / "undefined.gin"  # reads a macro nothing defines
+    undefined.write_text("from speculative.runs import infer\ninfer.infer.seed = %SEEED\n"
+                         "SEED = 0\ninfer.infer.gamma = %SEED\n")
+    tsv = tmp_path / "pairs.tsv"
+    tsv.write_text("Open\tÖffnen\nClose the file\nSave\tSpeichern\n")
     typo_file = tmp_path / "typo.gin"  # a user's experiment file over the benchmark's
     typo_file.write_text('include "configs/runs/benchmark.gin"\nTEMPERATUR = 1.0\n')
     return [
@@ -285,13 +308,25 @@ def _run_settings_cases(tmp_path):
          FileNotFoundError, "nope"),
         ("preset name", lambda: t5_lib.preset("t5_1_1_huge"), (KeyError, ValueError),
          "t5_1_1_huge"),
+        ("gin undefined macro", lambda: config_lib.check_macros([str(undefined)], []),
+         ValueError, "%SEEED is read but no gin file defines.*did you mean %SEED"),
+        ("model dtype", lambda: models_lib.load_model(cfg, None, param_dtype="bf32"),
+         ValueError, "param_dtype='bf32' is not a parameter dtype"),
+        ("checkpoint dtype", lambda: checkpoints.load_params(tmp_path / "nope", "int8"),
+         ValueError, "dtype='int8' is not a parameter dtype"),
+        ("malformed TSV line", lambda: tasks.register_tsv_task(
+            "faults_tsv", {"validation": str(tsv)}, tasks.mini_vocabulary()).get_dataset(
+            {"inputs": 8, "targets": 8}, split="validation"), ValueError,
+         r"pairs.tsv:2: 1 tab-separated fields in 'Close the file'"),
+        ("limits depth beyond memory", lambda: limits.depth_sweep([6, 10 ** 5]), ValueError,
+         r"depths=100000: .* needs [0-9.]+ GiB"),
     ]
 
 
 def test_bad_run_settings_are_refused_with_their_names(tmp_path):
     from speculative.runs import mini
     for name, call, error, message in _run_settings_cases(tmp_path):
-        if name.startswith(("bundle", "demo")) and not mini.available():
+        if name.startswith(("bundle", "demo", "limits", "malformed")) and not mini.available():
             continue
         with pytest.raises(error, match=message):
             call()

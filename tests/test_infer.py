@@ -12,6 +12,7 @@ target; a paper task without its data fails with TaskDataUnavailableError before
 import dataclasses
 import json
 import os
+import signal
 import subprocess
 import sys
 
@@ -23,6 +24,8 @@ import seqio
 from speculative import decoding, tasks, theory
 from speculative.runs import config as config_lib
 from speculative.runs import infer, table2
+
+from conftest import run_interrupted, snapshot
 
 REPO = config_lib.REPO_ROOT
 INFER_GIN = os.path.join(REPO, "configs", "runs", "infer.gin")
@@ -442,6 +445,22 @@ def test_sigint_during_the_write_of_a_real_process_leaves_the_earlier_run(tiny_g
     assert proc.returncode != 0 and "KeyboardInterrupt" in proc.stderr, proc.stderr[-3000:]
     assert {name: (out / name).read_text() for name in os.listdir(out)} == before
     assert os.listdir(tmp_path) == ["run"]  # the staging directory was removed
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM])  # SIGINT: the test above
+def test_a_signal_before_the_swap_leaves_the_earlier_run_and_no_staging(tiny_gin, tmp_path,
+                                                                        signum):
+    """SIGTERM (a scheduler's stop) unwinds like Ctrl-C: the earlier run stays whole and the
+    staging directory is removed."""
+    out = tmp_path / "run"
+    config_lib.parse_gin([INFER_GIN, tiny_gin], _bindings(out))
+    infer.infer()
+    before = snapshot(out)
+    args = [f"--gin_file={INFER_GIN}", f"--gin_file={tiny_gin}"]
+    args += [f"--gin_bindings={b}" for b in _bindings(out, OVERWRITE="True", SEED="7")]
+    run_interrupted("infer.py", args, result=str(out), signum=signum, env=_env())
+    assert snapshot(out) == before
+    assert os.listdir(tmp_path) == ["run"]
 
 
 def test_infer_beam_search_speculative_equals_the_targets_own(tiny_gin, tmp_path):

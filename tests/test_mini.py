@@ -7,13 +7,14 @@ difference must be a numerical tie (`conftest.check_greedy_identity`: the two to
 
 import json
 import os
+import signal
 
 import pytest
 
 from speculative.runs import mini, mini_results
 from speculative.sampling import SamplingConfig
 
-from conftest import check_greedy_identity
+from conftest import check_greedy_identity, run_interrupted, snapshot
 
 pytestmark = pytest.mark.skipif(not mini.available(), reason="no bundled models")
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -88,16 +89,39 @@ def test_results_stages_resume_and_refuse_to_overwrite(tmp_path):
         mini_results.run(output_dir=str(tmp_path), target_name=mini.TARGET)
 
 
+@pytest.mark.skipif(not mini.available(), reason="no bundled models")
+def test_an_interrupted_overwrite_leaves_the_earlier_run_and_its_stages(tmp_path):
+    """scripts/mini_results.py --overwrite, resumed from a stopped run whose every stage is
+    done (the committed mini results, as results.partial.json), and sent SIGTERM just before
+    its tables, plot and results.json are renamed into place: the earlier run's files are
+    left as they were (no new plot beside old tables), and so are the stages, to resume."""
+    committed = json.loads(open(os.path.join(REPO, "results", "mini", "results.json")).read())
+    partial = {k: v for k, v in committed.items() if k != "dynamic"}
+    for t in mini_results.TEMPERATURES:
+        partial[f"dynamic_{t:g}"] = [r for r in committed["dynamic"] if r["temperature"] == t]
+    out = tmp_path / "mini"
+    out.mkdir()
+    for name in ("results.json", "table2.md", "speedup_vs_gamma.png"):
+        (out / name).write_bytes(b"earlier run: " + name.encode())
+    (out / mini_results.PARTIAL).write_text(json.dumps(partial))
+    before = snapshot(out)
+    settings = committed["settings"]
+    run_interrupted("mini_results.py", [
+        "--targets=mini_target", f"--output_dir={out}", "--resume", "--overwrite",
+        f"--num_alpha_tokens={settings['num_alpha_tokens']}",
+        f"--num_sentences={settings['num_sentences']}", f"--repeats={settings['repeats']}"],
+        result=str(out), signum=signal.SIGTERM)
+    assert snapshot(out) == before
+
+
 def test_results_tables_are_what_their_results_json_gives(tmp_path):
     """Every committed table (Tables 2/3/4, models, objectives, round time, dynamic gamma) is
     what `mini_results` writes from the committed results.json beside it."""
     for results, directory in _written():
-        out = tmp_path / os.path.basename(directory)
-        mini_results._write_tables(results, str(out))  # pylint: disable=protected-access
-        written = sorted(os.listdir(out))
-        assert {"table2.md", "table3.md", "table4.md", "models.md"} <= set(written)
-        for name in written:
-            assert (out / name).read_text() == open(os.path.join(REPO, directory, name)).read(), \
+        tables = mini_results._tables(results)  # pylint: disable=protected-access
+        assert {"table2.md", "table3.md", "table4.md", "models.md"} <= set(tables)
+        for name, text in tables.items():
+            assert text == open(os.path.join(REPO, directory, name)).read(), \
                 f"{directory}/{name} differs from what its results.json gives"
 
 

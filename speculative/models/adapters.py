@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from speculative import partitioning
+from speculative import partitioning, validation
 from speculative.contract import DecodeModel
 from speculative.models import t5
 
@@ -162,6 +162,7 @@ def load_model(
       param_dtype: cast parameters on load (e.g. 'bfloat16' as T5X's infer.gin does).
       mesh, rules: place the model on a ('data', 'model') mesh (`partitioning.place_model`).
     """
+    param_dtype = validation.float_dtype(param_dtype, "param_dtype")
     module = make_module(config, decoder_only=decoder_only)
     if checkpoint:
         from speculative import checkpoints  # tensorstore/orbax only when a checkpoint is read

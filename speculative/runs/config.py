@@ -14,7 +14,9 @@ from __future__ import annotations
 import difflib
 import os
 import re
+import signal
 import sys
+import threading
 from typing import Callable, Optional, Sequence
 
 import gin
@@ -72,8 +74,9 @@ _REFERENCE = re.compile(r"%([A-Z][A-Z0-9_]*)")
 
 
 def _macro_sources(gin_files: Sequence[str], search_paths: Sequence[str]):
-    """({macro: file defining it}, {macros referenced as %NAME}) over the files and includes."""
-    defined, referenced, todo, seen = {}, set(), list(gin_files), set()
+    """({macro: file defining it}, {macro referenced as %NAME: a file reading it}) over the
+    files and their includes."""
+    defined, referenced, todo, seen = {}, {}, list(gin_files), set()
     while todo:
         path = _find(todo.pop(), search_paths)
         if path is None or path in seen:
@@ -83,7 +86,8 @@ def _macro_sources(gin_files: Sequence[str], search_paths: Sequence[str]):
             text = "\n".join(line.split("#", 1)[0] for line in f.read().splitlines())
         for name in _MACRO.findall(text):
             defined.setdefault(name, path)
-        referenced |= set(_REFERENCE.findall(text))
+        for name in _REFERENCE.findall(text):
+            referenced.setdefault(name, path)
         todo += _INCLUDE.findall(text)
     return defined, referenced
 
@@ -98,7 +102,7 @@ def check_macros(gin_files: Sequence[str], gin_bindings: Sequence[str],
     """Refuses a binding `NAME = ...` of a macro no gin file defines (gin would accept it and
     never use it: a typo like --gin.TEMPERATUR=1.0 would silently keep the default)."""
     defined, referenced = _macro_sources(gin_files, search_paths)
-    known = set(defined)
+    known = set(defined) | set(referenced)  # a binding may define a macro a file only reads
     for binding in gin_bindings:
         match = _MACRO.match(binding)
         if match and match.group(1) not in known:
@@ -108,8 +112,20 @@ def check_macros(gin_files: Sequence[str], gin_bindings: Sequence[str],
                 f"--gin.{name}: no gin file defines the macro {name}"
                 + (f"; did you mean {close[0]}?" if close else
                    f"; the files define {sorted(known)}."))
+    # A macro read (%NAME) that nothing defines would reach the run as gin's bare macro object.
+    for binding in gin_bindings:
+        for name in _REFERENCE.findall(binding):
+            referenced.setdefault(name, f"--gin binding {binding!r}")
+    bound = {m.group(1) for m in map(_MACRO.match, gin_bindings) if m}
+    for name, where in sorted(referenced.items()):
+        if name not in defined and name not in bound:
+            known = set(defined) | bound
+            close = difflib.get_close_matches(name, sorted(known), n=1)
+            raise ValueError(
+                f"{where}: %{name} is read but no gin file defines the macro {name}"
+                + (f"; did you mean %{close[0]}?" if close else
+                   f"; define it (e.g. {name} = ...) or bind it with --gin.{name}=..."))
     # A macro a file defines but nothing reads is a typo in that file (TEMPERATUR = 1.0).
-    referenced |= {r for b in gin_bindings for r in _REFERENCE.findall(b)}
     for name, path in sorted(defined.items()):
         if name not in referenced:
             close = difflib.get_close_matches(name, sorted(referenced), n=1)
@@ -234,6 +250,21 @@ def _show_in_help(names: Sequence[str]) -> None:
         flags.FLAGS.register_key_flag_for_module(sys.argv[0], flags.FLAGS[name])
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the process is, like Ctrl-C's KeyboardInterrupt."""
+
+
+def stop_cleanly_on_sigterm() -> None:
+    """Makes SIGTERM (a job scheduler's stop, `kill`, `timeout`) unwind like Ctrl-C: the
+    writers' clean-up runs (staging directories and temporary files are removed, the earlier
+    result stays), where Python's default would end the process on the spot."""
+    def stop(signum, frame):
+        raise Terminated(f"stopped by signal {signum} (SIGTERM)")
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, stop)
+
+
 # What a user's input can raise: one clear message (they name the value and the fix), exit 2.
 USER_ERRORS = (ValueError, TypeError, FileNotFoundError, FileExistsError, NotADirectoryError,
                PermissionError)
@@ -247,6 +278,7 @@ def user_errors(main: Callable) -> Callable:
     _show_in_help(["verbose"])
 
     def wrapped(argv):
+        stop_cleanly_on_sigterm()
         try:
             return main(argv)
         except USER_ERRORS as e:

@@ -71,7 +71,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from speculative import files, theory
+from speculative import files, theory, validation
 from speculative.models import t5
 from speculative.runs import benchmark, measure, mini, mini_results, models, plots
 from speculative.runs import costs as costs_lib
@@ -307,6 +307,17 @@ def _check_depth_settings(depths, target, gammas, num_steps, repeats):
     benchmark.positive_int(repeats, "repeats", "timed rounds after the compiling call")
     if target not in mini.targets():
         raise ValueError(f"target={target!r}: give a bundled target, from {mini.targets()}.")
+    # The deepest copy's float32 weights (plus the model-building copy) must fit in memory.
+    def count(layers):  # parameters of a copy with `layers` decoder layers (shapes only)
+        config = dataclasses.replace(mini.config(target), num_decoder_layers=layers)
+        return sum(int(np.prod(x.shape)) for x in jax.tree_util.tree_leaves(
+            t5.param_shapes(models.make_module(config))))
+
+    one = count(1)
+    nbytes = 2 * 4 * (one + (max(depths) - 1) * (count(2) - one))
+    validation.fits_memory(nbytes, f"depths={max(depths)}: a copy of {target} with "
+                           f"{max(depths)} decoder layers (float32, built once)",
+                           "give fewer decoder layers in --depths")
     alphas = {t: prior_alpha(mini.best_draft(target), t) for t in (0.0, 1.0)}
     return depths, gammas, alphas
 

@@ -40,6 +40,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import tempfile
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import jax
@@ -314,10 +315,6 @@ def run(output_dir: Optional[str] = None, num_alpha_tokens: int = 10_000,
             calibration=calibration,
             calibration_lengths=inputs.calibration_lengths(len(calibration)))
         stages.done("sweep", {"draft": best, "runs": [_row(r) for r in sweep]})
-    plots.plot_speedup_vs_gamma(stages["sweep"]["runs"],
-                                os.path.join(output_dir, "speedup_vs_gamma.png"),
-                                pair=f"{target_name} + {stages['sweep']['draft']} "
-                                     "(T = 0, batch 1)")
 
     # Dynamic gamma (beyond the paper): the best draft drafts up to DYNAMIC_MAX_GAMMA tokens and
     # stops a row when its top probability falls below a threshold; timed in one interleaved run
@@ -336,9 +333,18 @@ def run(output_dir: Optional[str] = None, num_alpha_tokens: int = 10_000,
 
     results = {k: v for k, v in stages.results.items() if not k.startswith("dynamic_")}
     results["dynamic"] = [r for t in TEMPERATURES if dynamic for r in stages[f"dynamic_{t:g}"]]
-    files.write_atomic(final, json.dumps(files.json_ready(results), indent=1))
+    # Tables, plot and results.json are written as one group (results.json last): a run
+    # interrupted before the end leaves the earlier run's files as they were, and its stages.
+    contents = {os.path.join(output_dir, name): text for name, text in _tables(results).items()}
+    with tempfile.TemporaryDirectory() as tmp:
+        png = plots.plot_speedup_vs_gamma(
+            results["sweep"]["runs"], os.path.join(tmp, "plot.png"),
+            pair=f"{target_name} + {results['sweep']['draft']} (T = 0, batch 1)")
+        with open(png, "rb") as f:
+            contents[os.path.join(output_dir, "speedup_vs_gamma.png")] = f.read()
+    contents[final] = json.dumps(files.json_ready(results), indent=1)
+    files.write_atomic_group(contents)
     os.remove(stages.path)
-    _write_tables(results, output_dir)
     return results
 
 
@@ -376,7 +382,8 @@ def _quality_heading(target_entry: Dict) -> str:
     return "valid BLEU" if "valid_bleu" in target_entry else "valid loss (nats/token)"
 
 
-def _write_tables(results: Dict, output_dir: str) -> None:
+def _tables(results: Dict) -> Dict[str, str]:
+    """{file name: markdown} of every table written from `results`."""
     target = results["settings"].get("target", mini.MINI_TARGET)
     models = bundle(target).models
     card = models.model_card()["models"]
@@ -444,8 +451,7 @@ def _write_tables(results: Dict, output_dir: str) -> None:
               f"{r['speedup']:.2f}X",
               f"{r['oracle_bound']:.2f}X" if r.get("oracle_bound") else "-"]
              for r in results["dynamic"]])
-    for name, text in tables.items():
-        files.write_atomic(os.path.join(output_dir, name), text)
+    return tables
 
 
 def _breakdown(results: Dict, row: Dict) -> Dict[str, float]:
