@@ -255,6 +255,51 @@ def _reorder(cache, rows: Array):
     return take_rows(cache, rows)
 
 
+_SETS = ("alive", "alive_scores", "finished", "finished_scores")
+
+
+def _beam_step(s, log_probs: Array, index: Array, length_penalty: Array, longest: Array):
+    """One T5X beam-search step of every row from `log_probs [B, w, V]` of its alive beams
+    (`s` holds the alive and finished sets), the step's position `index [B]` per row.
+
+    Returns `(sets, parent [B, w], tokens [B, w], stop [B], broken [B])`: the new alive and
+    finished sets (a dict of `_SETS`), each kept alive beam's parent among the old ones and its
+    token, T5X's stopping rule per row, and rows whose log-probabilities are not finite."""
+    batch, w, vocab = log_probs.shape
+    broken = ~jnp.all(jnp.isfinite(log_probs), axis=(1, 2))
+    candidates = (s.alive_scores[:, :, None] + log_probs).reshape(batch, w * vocab)
+    top = _top(candidates, 2 * w)  # [B, 2w]
+    top_scores = jnp.take_along_axis(candidates, top, axis=1)
+    beams, tokens = top // vocab, (top % vocab).astype(jnp.int32)
+    at = jnp.arange(s.alive.shape[-1])[None, None, :] == index[:, None, None]
+    seqs = jnp.where(at, tokens[:, :, None], _take_beams(s.alive, beams))  # [B, 2w, N]
+    eos = tokens == EOS_ID
+    alive_scores = jnp.where(eos, top_scores + NEG_INF, top_scores)
+    keep = _top(alive_scores, w)
+    new_alive_scores = jnp.take_along_axis(alive_scores, keep, axis=1)
+    penalty = ((5.0 + (index + 1).astype(jnp.float32)) / 6.0) ** length_penalty  # [B]
+    penalised = top_scores / penalty[:, None]
+    penalised = jnp.where(eos, penalised, penalised + NEG_INF)
+    merged_scores = jnp.concatenate([s.finished_scores, penalised], axis=1)
+    best = _top(merged_scores, w)
+    finished_scores = jnp.take_along_axis(merged_scores, best, axis=1)
+    sets = dict(alive=_take_beams(seqs, keep), alive_scores=new_alive_scores,
+                finished=_take_beams(jnp.concatenate([s.finished, seqs], axis=1), best),
+                finished_scores=finished_scores)
+    # T5X's stopping rule: no alive beam can beat the worst finished one at the longest length.
+    all_finished = jnp.all(finished_scores > NEG_INF / 2, axis=1)
+    worst = jnp.where(all_finished, jnp.min(finished_scores, axis=1), NEG_INF)
+    stop = (index + 1 >= s.alive.shape[-1]) | (worst > new_alive_scores[:, 0] / longest)
+    parent = jnp.take_along_axis(beams, keep, axis=1)
+    return sets, parent, jnp.take_along_axis(tokens, keep, axis=1), stop | broken, broken
+
+
+def _pick(keep_old: Array, old, new: dict) -> dict:
+    """The sets of `new`, but `old`'s for rows `keep_old [B]`."""
+    return {k: jnp.where(keep_old.reshape((-1,) + (1,) * (v.ndim - 1)), getattr(old, k), v)
+            for k, v in new.items()}
+
+
 def _jitted_search(target, inputs, *, beam_size: int, max_decode_len: int,
                    length_penalty: float):
     w, n = beam_size, max_decode_len
@@ -280,51 +325,169 @@ def _jitted_search(target, inputs, *, beam_size: int, max_decode_len: int,
         logits, cache = target.extend(target.params, s.cache, s.last.reshape(batch * w, 1))
         log_probs = jax.nn.log_softmax(jnp.asarray(logits[:, 0], jnp.float32)).reshape(
             batch, w, -1)
-        vocab = log_probs.shape[-1]
-        broken = ~s.done & ~jnp.all(jnp.isfinite(log_probs), axis=(1, 2))
-        candidates = (s.alive_scores[:, :, None] + log_probs).reshape(batch, w * vocab)
-        top = _top(candidates, 2 * w)  # [B, 2w]
-        top_scores = jnp.take_along_axis(candidates, top, axis=1)
-        beams, tokens = top // vocab, (top % vocab).astype(jnp.int32)
-        seqs = _take_beams(s.alive, beams).at[:, :, i].set(tokens)  # [B, 2w, N]
-        eos = tokens == EOS_ID
-        alive_scores = jnp.where(eos, top_scores + NEG_INF, top_scores)
-        keep = _top(alive_scores, w)
-        new_alive = _take_beams(seqs, keep)
-        new_alive_scores = jnp.take_along_axis(alive_scores, keep, axis=1)
-        penalty = ((5.0 + (i + 1).astype(jnp.float32)) / 6.0) ** length_penalty
-        penalised = top_scores / penalty
-        penalised = jnp.where(eos, penalised, penalised + NEG_INF)
-        merged_scores = jnp.concatenate([s.finished_scores, penalised], axis=1)
-        best = _top(merged_scores, w)
-        finished = _take_beams(jnp.concatenate([s.finished, seqs], axis=1), best)
-        finished_scores = jnp.take_along_axis(merged_scores, best, axis=1)
+        new, parent, tokens, stop, broken = _beam_step(
+            s, log_probs, jnp.full((batch,), i), length_penalty, longest)
+        broken &= ~s.done
         # The cache follows the kept beams (T5X's cache_gather_beams).
-        parent = jnp.take_along_axis(beams, keep, axis=1)  # [B, w]
-        rows = (jnp.arange(batch)[:, None] * w + parent).reshape(-1)
-        cache = _reorder(cache, rows)
-        # T5X's stopping rule: no alive beam can beat the worst finished one at the longest
-        # length.
-        all_finished = jnp.all(finished_scores > NEG_INF / 2, axis=1)
-        worst = jnp.where(all_finished, jnp.min(finished_scores, axis=1), NEG_INF)
-        stop = (i + 1 >= n) | (worst > new_alive_scores[:, 0] / longest) | broken
+        cache = _reorder(cache, (jnp.arange(batch)[:, None] * w + parent).reshape(-1))
         keep_old = s.done | broken
-
-        def pick(old, new):
-            return jnp.where(keep_old.reshape((-1,) + (1,) * (new.ndim - 1)), old, new)
-
-        return _BeamState(
-            cache=cache, last=_take_beams(tokens, keep),
-            alive=pick(s.alive, new_alive), alive_scores=pick(s.alive_scores, new_alive_scores),
-            finished=pick(s.finished, finished),
-            finished_scores=pick(s.finished_scores, finished_scores), step=i + 1,
-            done=s.done | stop, row_steps=s.row_steps + (~s.done).astype(jnp.int32),
+        return s.replace(
+            cache=cache, last=tokens, **_pick(keep_old, s, new), step=i + 1,
+            done=s.done | stop | broken, row_steps=s.row_steps + (~s.done).astype(jnp.int32),
             nonfinite=s.nonfinite | broken)
 
     return jax.lax.while_loop(cond, body, init)
 
 
 _JITTED_SEARCH = jax.jit(_jitted_search, static_argnames=("beam_size", "max_decode_len"))
+
+
+@struct.dataclass
+class _SpecBeamState:
+    """The jitted speculative search's carry: `_BeamState`'s sets, plus the draft's cache per
+    alive beam, per-row step counts (rows replay different numbers of steps per round) and
+    the round count."""
+
+    cache: Any
+    draft_cache: Any
+    last: Array
+    alive: Array
+    alive_scores: Array
+    finished: Array
+    finished_scores: Array
+    done: Array
+    row_steps: Array
+    nonfinite: Array
+    rounds: Array
+
+
+def _log_softmax(logits: Array) -> Array:
+    return jax.nn.log_softmax(jnp.asarray(logits, jnp.float32))
+
+
+def _draft_paths_jit(draft, s: _SpecBeamState, gamma: int, draft_beam: int):
+    """The round's proposals (module docstring, step 1), as `(paths [B, P, g], roots [B, P],
+    draft state of P = w + u rows per input, fed each root's last token and its path)`:
+    each alive beam's greedy continuation (paths 0..w-1, rooted at beams 0..w-1), then the
+    paths of the draft's beam search of width u from the alive beams (EOS never proposed
+    inside a path)."""
+    batch, w = s.last.shape
+    u, g = draft_beam, gamma
+    d, x, lp0, d0, greedy = s.draft_cache, s.last.reshape(-1), None, None, []
+    for t in range(g):
+        logits, d = draft.extend(draft.params, d, x[:, None])
+        lp = _log_softmax(logits[:, 0])
+        if t == 0:
+            lp0, d0 = lp.reshape(batch, w, -1), d
+        x = jnp.argmax(lp, axis=-1).astype(jnp.int32)
+        greedy.append(x)
+    _, d = draft.extend(draft.params, d, x[:, None])  # each row holds its whole path
+    vocab = lp0.shape[-1]
+    no_eos = jnp.arange(vocab) == EOS_ID
+    cand = jnp.where(no_eos, 2 * NEG_INF, s.alive_scores[:, :, None] + lp0)  # [B, w, V]
+    top = _top(cand.reshape(batch, w * vocab), u)
+    score = jnp.take_along_axis(cand.reshape(batch, -1), top, axis=1)  # [B, u]
+    root, tokens = top // vocab, (top % vocab).astype(jnp.int32)
+    beam_paths = jnp.zeros((batch, u, g), jnp.int32).at[:, :, 0].set(tokens)
+    db = take_rows(d0, (jnp.arange(batch)[:, None] * w + root).reshape(-1))
+    for t in range(1, g):
+        logits, db = draft.extend(draft.params, db, beam_paths[:, :, t - 1].reshape(-1, 1))
+        lp = jnp.where(no_eos, 2 * NEG_INF, _log_softmax(logits[:, 0]).reshape(batch, u, -1))
+        cand = (score[:, :, None] + lp).reshape(batch, u * vocab)
+        top = _top(cand, u)
+        score = jnp.take_along_axis(cand, top, axis=1)
+        parent, tokens = top // vocab, (top % vocab).astype(jnp.int32)
+        root = jnp.take_along_axis(root, parent, axis=1)
+        beam_paths = _take_beams(beam_paths, parent).at[:, :, t].set(tokens)
+        db = take_rows(db, (jnp.arange(batch)[:, None] * u + parent).reshape(-1))
+    _, db = draft.extend(draft.params, db, beam_paths[:, :, g - 1].reshape(-1, 1))
+    paths = jnp.concatenate([jnp.stack(greedy, axis=1).reshape(batch, w, g), beam_paths], 1)
+    roots = jnp.concatenate([jnp.broadcast_to(jnp.arange(w), (batch, w)), root], axis=1)
+    both = jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a, b], axis=0), d, db)
+    order = jnp.concatenate([jnp.arange(batch)[:, None] * w + jnp.arange(w),
+                             batch * w + jnp.arange(batch)[:, None] * u + jnp.arange(u)], 1)
+    return paths, roots, take_rows(both, order.reshape(-1))
+
+
+def _jitted_speculative_search(target, draft, inputs, *, beam_size: int, draft_beam: int,
+                               gamma: int, max_decode_len: int, length_penalty: float):
+    w, u, g, n = beam_size, draft_beam, gamma, max_decode_len
+    p_rows, batch = w + u, inputs.shape[0]
+    per_beam = jnp.repeat(jnp.arange(batch), w)
+    cache = take_rows(target.init(target.params, inputs, n + g + 2), per_beam)
+    draft_cache = take_rows(draft.init(draft.params, inputs, n + g + 2), per_beam)
+    init = _SpecBeamState(
+        cache=cache, draft_cache=draft_cache, last=cache.pending.reshape(batch, w),
+        alive=jnp.zeros((batch, w, n), jnp.int32),
+        alive_scores=jnp.full((batch, w), NEG_INF, jnp.float32).at[:, 0].set(0.0),
+        finished=jnp.zeros((batch, w, n), jnp.int32),
+        finished_scores=jnp.full((batch, w), NEG_INF, jnp.float32),
+        done=jnp.zeros((batch,), bool), row_steps=jnp.zeros((batch,), jnp.int32),
+        nonfinite=jnp.zeros((batch,), bool), rounds=jnp.zeros((), jnp.int32))
+    length_penalty = jnp.asarray(length_penalty, jnp.float32)
+    longest = ((5.0 + n) / 6.0) ** length_penalty
+    flat = jnp.arange(batch)[:, None]
+
+    def cond(s):
+        return jnp.any(~s.done) & (s.rounds < n)
+
+    def body(s):
+        # 1. The draft proposes P paths per input; 2. the target scores them in one forward.
+        paths, roots, dstate = _draft_paths_jit(draft, s, g, u)
+        tstate = take_rows(s.cache, (flat * w + roots).reshape(-1))
+        root_last = jnp.take_along_axis(s.last, roots, axis=1)
+        verify = jnp.concatenate([root_last[:, :, None], paths], axis=2)  # [B, P, g + 1]
+        logits, tstate = target.extend(target.params, tstate, verify.reshape(batch * p_rows, -1))
+        log_probs = _log_softmax(logits).reshape(batch, p_rows, g + 1, -1)
+        # Path q continues path p after s tokens iff they share the root and the s tokens.
+        same = (roots[:, :, None] == roots[:, None, :])[..., None]  # [B, P, P, 1]
+        prefix = jnp.cumprod(paths[:, :, None, :] == paths[:, None, :, :], axis=-1) > 0
+        agree = same & jnp.concatenate([jnp.ones_like(prefix[..., :1]), prefix], axis=-1)
+
+        # 3. The target's steps, replayed while every alive beam lies on a proposed path.
+        state, going = s, ~s.done
+        on = jnp.broadcast_to(jnp.arange(w), (batch, w))  # the path each alive beam lies on
+        rows_of = on  # the path row holding each alive beam's prefix (for the caches)
+        replayed = jnp.zeros((batch,), jnp.int32)
+        for i in range(g + 1):
+            index = state.row_steps
+            lp = jnp.take_along_axis(log_probs[:, :, i], on[:, :, None], axis=1)  # [B, w, V]
+            new, parent, tokens, stop, broken = _beam_step(state, lp, index, length_penalty,
+                                                           longest)
+            broken &= going
+            on_parent = jnp.take_along_axis(on, parent, axis=1)
+            if i < g:  # a child lies on a path that continues its parent's with its token
+                hit = (jnp.take_along_axis(agree[:, :, :, i], on_parent[:, :, None], axis=1)
+                       & (paths[:, None, :, i] == tokens[:, :, None]))  # [B, w, P]
+                found, child_on = jnp.any(hit, axis=-1), jnp.argmax(hit, axis=-1)
+            else:
+                found, child_on = jnp.zeros((batch, w), bool), on_parent
+            stepped = going & ~broken
+            state = state.replace(
+                **_pick(~stepped, state, new), last=jnp.where(stepped[:, None], tokens, state.last),
+                done=state.done | (going & stop),
+                row_steps=state.row_steps + stepped.astype(jnp.int32),
+                nonfinite=state.nonfinite | broken)
+            rows_of = jnp.where(stepped[:, None], on_parent, rows_of)
+            on = jnp.where(stepped[:, None], child_on, on)
+            replayed += stepped.astype(jnp.int32)
+            live = new["alive_scores"] > NEG_INF / 2
+            going = stepped & ~stop & jnp.all(found | ~live, axis=1)
+
+        # Every alive beam's caches: its parent's path row, rewound to the replayed tokens.
+        rows = (flat * p_rows + rows_of).reshape(-1)
+        back = jnp.repeat(g + 1 - replayed, w)
+        tstate = take_rows(tstate, rows)
+        dstate = take_rows(dstate, rows)
+        return state.replace(
+            cache=target.rewind(tstate, tstate.lengths - back),
+            draft_cache=draft.rewind(dstate, dstate.lengths - back), rounds=s.rounds + 1)
+
+    return jax.lax.while_loop(cond, body, init)
+
+
+_JITTED_SPECULATIVE = jax.jit(_jitted_speculative_search, static_argnames=(
+    "beam_size", "draft_beam", "gamma", "max_decode_len"))
 
 
 def beam_search(target, inputs, *, beam_size: int, max_decode_len: int,
@@ -348,6 +511,12 @@ def beam_search(target, inputs, *, beam_size: int, max_decode_len: int,
     s = jax.device_get(_JITTED_SEARCH(target, jnp.asarray(inputs), beam_size=int(beam_size),
                                       max_decode_len=int(max_decode_len),
                                       length_penalty=float(length_penalty)))
+    return _jitted_result(s, target_calls=int(s.step))
+
+
+def _jitted_result(s, *, target_calls: int, rounds: int = 0,
+                   draft_calls: int = 0) -> BeamSearchResult:
+    """A jitted search's final carry as a `BeamSearchResult`; NaN rows raise."""
     rows_broken = np.nonzero(np.asarray(s.nonfinite))[0]
     if rows_broken.size:
         raise FloatingPointError(
@@ -357,8 +526,8 @@ def beam_search(target, inputs, *, beam_size: int, max_decode_len: int,
     sequences = np.where(none_finished[:, None, None], s.alive, s.finished).astype(np.int32)
     scores = np.where(none_finished[:, None], s.alive_scores, s.finished_scores)
     row_steps = np.asarray(s.row_steps, np.int64)
-    return BeamSearchResult(sequences, scores.astype(np.float32), int(s.step),
-                            int(row_steps.sum()), row_steps=row_steps)
+    return BeamSearchResult(sequences, scores.astype(np.float32), target_calls,
+                            int(row_steps.sum()), rounds, draft_calls, row_steps)
 
 
 def host_beam_search(target, inputs, *, beam_size: int, max_decode_len: int,
@@ -423,13 +592,9 @@ def _draft_paths(scorer: _Scorer, rows: List[_Row], steps: dict, gamma: int, dra
             + [(k, s[len(rows[b].alive[k]):]) for k, s, _ in beams[b]] for b in active}
 
 
-def speculative_beam_search(target, draft, inputs, *, beam_size: int, draft_beam: int,
-                            gamma: int, max_decode_len: int,
-                            length_penalty: float = 0.6) -> BeamSearchResult:
-    """T5X's beam search of `target`, with the draft proposing `gamma` steps of beams that
-    the target checks in one forward (paper A.4; module docstring). The result equals
-    `beam_search(target, ...)`'s, sequences and scores; `target_calls` counts the rounds."""
-    inputs = _check(inputs, beam_size, max_decode_len, length_penalty, target)
+def _check_speculative(target, draft, inputs, beam_size, draft_beam, gamma, max_decode_len,
+                       length_penalty, cached: bool) -> np.ndarray:
+    inputs = _check(inputs, beam_size, max_decode_len, length_penalty, target, cached=cached)
     for name, value in (("draft_beam", draft_beam), ("gamma", gamma)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
             raise ValueError(f"{name}={value!r} is invalid: give an int >= 1.")
@@ -439,6 +604,41 @@ def speculative_beam_search(target, draft, inputs, *, beam_size: int, draft_beam
     if draft.vocab_size != target.vocab_size:
         raise ValueError(f"draft vocab_size={draft.vocab_size} differs from the target's "
                          f"{target.vocab_size}.")
+    return inputs
+
+
+def speculative_beam_search(target, draft, inputs, *, beam_size: int, draft_beam: int,
+                            gamma: int, max_decode_len: int,
+                            length_penalty: float = 0.6) -> BeamSearchResult:
+    """T5X's beam search of `target`, with the draft proposing `gamma` steps of beams that
+    the target checks in one cached forward (paper A.4; module docstring), in one jitted
+    `lax.while_loop`. Sequences equal `beam_search(target, ...)`'s, scores to float32
+    round-off (the target scores a path's tokens in one call of g + 1 tokens instead of one
+    by one); `target_calls` counts the rounds (one forward of `batch * (beam_size +
+    draft_beam)` rows of gamma + 1 tokens each)."""
+    inputs = _check_speculative(target, draft, inputs, beam_size, draft_beam, gamma,
+                                max_decode_len, length_penalty, cached=True)
+    for model, name in ((target, "target"), (draft, "draft")):
+        if not hasattr(model, "prefix_length") or model.prefix_length(inputs.shape[1]) != 0:
+            raise TypeError(f"beam search needs an encoder-decoder {name}; got "
+                            f"{type(model).__name__}.")
+    s = jax.device_get(_JITTED_SPECULATIVE(
+        target, draft, jnp.asarray(inputs), beam_size=int(beam_size),
+        draft_beam=int(draft_beam), gamma=int(gamma), max_decode_len=int(max_decode_len),
+        length_penalty=float(length_penalty)))
+    rounds = int(s.rounds)
+    return _jitted_result(s, target_calls=rounds, rounds=rounds,
+                          draft_calls=rounds * (2 * int(gamma) + 1))
+
+
+def host_speculative_beam_search(target, draft, inputs, *, beam_size: int, draft_beam: int,
+                                 gamma: int, max_decode_len: int,
+                                 length_penalty: float = 0.6) -> BeamSearchResult:
+    """The host-driven speculative search (a Python loop over rounds around teacher-forcing
+    forwards that recompute every prefix): the reference, equal bit for bit to
+    `beam_search(..., rows=batch * (beam_size + draft_beam))`."""
+    inputs = _check_speculative(target, draft, inputs, beam_size, draft_beam, gamma,
+                                max_decode_len, length_penalty, cached=False)
     w, batch = beam_size, inputs.shape[0]
     rows_per_call = _forward_rows(batch, w, draft_beam)
     scorer = _Scorer(target, inputs, rows_per_call, max_decode_len)

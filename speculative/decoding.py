@@ -707,6 +707,7 @@ _ELSEWHERE = {  # names of the decoding API defined elsewhere: module that holds
     "speculative_beam_search": "speculative.beam_search",
     "BeamSearchResult": "speculative.beam_search",
     "host_beam_search": "speculative.beam_search",
+    "host_speculative_beam_search": "speculative.beam_search",
 }
 
 

@@ -25,6 +25,16 @@ def positive_int(value, name: str, what: str = "") -> int:
     return int(value)
 
 
+def batch_request(num, batch_size, skip) -> None:
+    """The bundle's batch helpers' counts: `num` None (all) or >= 1, `batch_size` >= 1, `skip`
+    >= 0; 0 is never a sentinel."""
+    if num is not None:
+        positive_int(num, "num", "examples; None for the whole split")
+    positive_int(batch_size, "batch_size")
+    if isinstance(skip, bool) or not isinstance(skip, (int, np.integer)) or skip < 0:
+        raise ValueError(f"skip={skip!r} is invalid: give an int >= 0 (examples to pass over).")
+
+
 FLOAT_DTYPES = ("float32", "bfloat16", "float16")
 
 

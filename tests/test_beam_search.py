@@ -1,5 +1,6 @@
 """Speculative beam search (paper A.4) equals the target's own T5X-style beam search, token for
-token and score for score, on the bundled EN->DE pair; and it saves target calls."""
+token and score for score, on the bundled EN->DE pair and random pairs; and it saves target
+calls. The jitted searches are checked against the host-driven references."""
 
 
 import numpy as np
@@ -18,25 +19,63 @@ def pair_and_inputs():
     return target, draft, pairs
 
 
-def _compare(target, draft, sources, beam_size, draft_beam, gamma=4):
-    """`sources`: sentences, or their encoded `[B, MAX_LEN]` inputs."""
+def _compare(target, draft, sources, beam_size, draft_beam, gamma=4, host=True):
+    """`sources`: sentences, or their encoded `[B, MAX_LEN]` inputs. The jitted speculative
+    search against the jitted plain one, and the host-driven reference against the
+    host-driven plain search of the same forward shape (equal bit for bit)."""
     inputs = (sources if isinstance(sources, np.ndarray)
               else training.Tokenizer().encode_sources(sources, MAX_LEN))
-    spec = decoding.speculative_beam_search(target, draft, inputs, beam_size=beam_size,
-                                            draft_beam=draft_beam, gamma=gamma,
-                                            max_decode_len=MAX_LEN)
-    # With forwards of the same shape the numbers are the same bit for bit ...
-    same_shape = decoding.beam_search(target, inputs, beam_size=beam_size,
-                                      max_decode_len=MAX_LEN,
-                                      rows=len(sources) * (beam_size + draft_beam))
-    np.testing.assert_array_equal(spec.sequences, same_shape.sequences)
-    np.testing.assert_array_equal(spec.scores, same_shape.scores)
-    assert spec.steps == same_shape.steps
-    # ... and the plain search's own shape changes the scores' last float32 bits only.
+    kw = dict(beam_size=beam_size, draft_beam=draft_beam, gamma=gamma, max_decode_len=MAX_LEN)
+    spec = decoding.speculative_beam_search(target, draft, inputs, **kw)
     plain = decoding.beam_search(target, inputs, beam_size=beam_size, max_decode_len=MAX_LEN)
     np.testing.assert_array_equal(spec.sequences, plain.sequences)
     np.testing.assert_allclose(spec.scores, plain.scores, rtol=1e-5)
+    np.testing.assert_array_equal(spec.row_steps, plain.row_steps)  # the same steps, replayed
+    if not host:
+        return plain, spec
+    # The reference: with forwards of the same shape the numbers are the same bit for bit.
+    host = decoding.host_speculative_beam_search(target, draft, inputs, **kw)
+    same_shape = decoding.beam_search(target, inputs, beam_size=beam_size,
+                                      max_decode_len=MAX_LEN,
+                                      rows=len(inputs) * (beam_size + draft_beam))
+    np.testing.assert_array_equal(host.sequences, same_shape.sequences)
+    np.testing.assert_array_equal(host.scores, same_shape.scores)
+    np.testing.assert_array_equal(host.sequences, spec.sequences)
     return plain, spec
+
+
+def _random_pair(seed):
+    from speculative.models import t5  # pylint: disable=g-import-not-at-top
+
+    from conftest import random_params, tiny_config  # pylint: disable=g-import-not-at-top
+
+    module = t5.Transformer(tiny_config(vocab_size=12))
+    return tuple(decoding.EncoderDecoderModel(module, random_params(module, seed + k))
+                 for k in (0, 100))
+
+
+@pytest.mark.parametrize("seed", [  # CI: widths 2-4, gamma 2-4, all three length penalties
+    pytest.param(k, marks=pytest.mark.slow) if k not in (1, 2, 3) else k for k in range(8)])
+def test_jitted_speculative_beam_search_equals_plain_on_random_models(seed):
+    """Random tiny pairs (vocab 12, EOS frequent; a draft unlike its target, so rounds end
+    early and rows replay different numbers of steps): widths 1 to 4, gamma 1 to 4, batches
+    of rows that stop at different rounds, length penalties 0 to 1.2."""
+    target, draft = _random_pair(seed)
+    rng = np.random.default_rng(seed)
+    inputs = np.zeros((3, 6), np.int32)
+    for b, n in enumerate(rng.integers(1, 7, 3)):
+        inputs[b, :n] = rng.integers(2, 12, n)
+    w, penalty = 1 + seed % 4, (0.0, 0.6, 1.2)[seed % 3]
+    kw = dict(beam_size=w, max_decode_len=9, length_penalty=penalty)
+    plain = decoding.beam_search(target, inputs, **kw)
+    for draft_model in (draft, target):  # a self-draft replays every step it proposes
+        spec = decoding.speculative_beam_search(target, draft_model, inputs,
+                                                draft_beam=w + seed % 2, gamma=1 + seed % 4,
+                                                **kw)
+        np.testing.assert_array_equal(spec.sequences, plain.sequences)
+        np.testing.assert_allclose(spec.scores, plain.scores, rtol=1e-5, atol=1e-5)
+        np.testing.assert_array_equal(spec.row_steps, plain.row_steps)
+        assert 1 <= spec.target_calls <= plain.target_calls
 
 
 @pytest.mark.parametrize("beam_size,draft_beam,num", [
@@ -54,18 +93,16 @@ def test_speculative_beam_search_equals_target_beam_search(pair_and_inputs, beam
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("beam_size,draft_beam,num_batches", [(1, 2, None), (2, 4, 4), (4, 8, 4)])
+@pytest.mark.parametrize("beam_size,draft_beam", [(1, 2), (2, 4), (4, 8)])
 def test_speculative_beam_search_equals_on_the_test_split(pair_and_inputs, beam_size,
-                                                          draft_beam, num_batches):
-    """Test sentences that fit MAX_LEN tokens, in batches of 64: all of them (956 of 972;
-    longer ones are skipped, as the encoder refuses to cut them) at width 1, about 20 minutes
-    on 2 cores; the first 256 at widths 2 and 4, whose whole-split runs take over an hour each
-    (the search is host-driven and re-scores every prefix in each forward)."""
+                                                          draft_beam):
+    """Every test sentence that fits MAX_LEN tokens (956 of 972; the encoder refuses to cut
+    longer ones), in batches of 64: the jitted searches, a few minutes per width on 2 cores."""
     target, draft, pairs = pair_and_inputs
     batches = mini.source_batches(None, 64, MAX_LEN)
     assert sum(len(b) for b in batches) > 0.95 * len(pairs)
-    for inputs in batches[:num_batches]:
-        _compare(target, draft, inputs, beam_size, draft_beam)
+    for inputs in batches:
+        _compare(target, draft, inputs, beam_size, draft_beam, host=False)
 
 
 def test_beam_search_arguments_are_checked(pair_and_inputs):
@@ -94,6 +131,9 @@ def test_non_finite_target_distribution_never_becomes_a_beam(pair_and_inputs):
     inputs = np.asarray([[5, 6, 7, decoding.EOS_ID]], np.int32)
     for search in (lambda: decoding.beam_search(broken, inputs, beam_size=2, max_decode_len=4),
                    lambda: decoding.speculative_beam_search(
+                       broken, draft, inputs, beam_size=2, draft_beam=2, gamma=2,
+                       max_decode_len=4),
+                   lambda: decoding.host_speculative_beam_search(
                        broken, draft, inputs, beam_size=2, draft_beam=2, gamma=2,
                        max_decode_len=4)):
         with pytest.raises(FloatingPointError, match="NaN or infinite"):

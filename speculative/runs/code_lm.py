@@ -32,7 +32,7 @@ from typing import List, Optional, Tuple
 
 import numpy as np
 
-from speculative import code_corpus, decoding, training
+from speculative import code_corpus, decoding, training, validation
 from speculative.models import ngram, t5
 from speculative.runs import models as models_lib
 
@@ -97,6 +97,7 @@ def prompt_batches(num: Optional[int], batch_size: int, length: int = PROMPT_LEN
     """`num` prompts (None = all) of exactly `length` tokens from `split`, round-robin over its
     documents (see the module docstring), after the first `skip`, in `[batch_size, length]`
     int32 batches (the last may be smaller)."""
+    validation.batch_request(num, batch_size, skip)
     training.check_prompt_length(length, CHUNK_LENGTH)
     rows = _split_prompts(split, length)[skip:skip + num if num else None]
     return [np.stack(rows[i:i + batch_size]).astype(np.int32)

@@ -32,6 +32,7 @@ from speculative import decoding, files
 from speculative.models import t5
 from speculative.runs import alpha as alpha_lib
 from speculative.runs import benchmark, limits, measure, mini, models
+from speculative.runs import config as config_lib
 from speculative.runs import costs as costs_lib
 from speculative.sampling import SamplingConfig
 
@@ -129,6 +130,13 @@ def run(*, num_sentences: int = 8, gamma: Optional[int] = None,
     if not temperatures or any(not t >= 0 for t in temperatures):
         raise ValueError(f"temperatures={list(temperatures)!r}: give one or more values >= 0 "
                          "(0 = greedy).")
+    for t in temperatures:  # each refused here, not after the temperatures before it
+        try:
+            SamplingConfig(t)
+        except ValueError as e:
+            raise ValueError(f"temperatures={list(temperatures)!r}: {e}") from None
+    if output_json:  # an unwritable place fails now, not after the timings
+        config_lib.check_writable(os.path.dirname(os.path.abspath(output_json)), "output_json")
     if mini.available():
         target_name = target_name or mini.main_target()
         draft_name = draft_name or mini.best_draft(target_name)

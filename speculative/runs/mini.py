@@ -26,7 +26,7 @@ from typing import List, Optional, Tuple
 
 import numpy as np
 
-from speculative import decoding, training
+from speculative import decoding, training, validation
 from speculative.models import t5
 
 BUNDLE_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data",
@@ -177,6 +177,8 @@ def source_batches(num: Optional[int], batch_size: int, length: int, split: str 
     """Encoded sources of a bundled split that fit `length` tokens (prefix and EOS included), in
     file order after the first `skip` that fit, `num` of them (None = all), in `[batch_size,
     length]` batches (the last may be smaller). Longer sources are skipped, never cut."""
+    validation.batch_request(num, batch_size, skip)
+    validation.positive_int(length, "length", "tokens per encoded source")
     vocab = Vocabulary()
     rows = []
     for source, _ in test_pairs(split=split):
