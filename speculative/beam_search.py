@@ -382,6 +382,9 @@ def _draft_paths_jit(draft, s: _SpecBeamState, gamma: int, draft_beam: int):
         x = jnp.argmax(lp, axis=-1).astype(jnp.int32)
         greedy.append(x)
     _, d = draft.extend(draft.params, d, x[:, None])  # each row holds its whole path
+    greedy = jnp.stack(greedy, axis=1).reshape(batch, w, g)
+    if u == 0:  # greedy paths only
+        return greedy, jnp.broadcast_to(jnp.arange(w), (batch, w)), d
     vocab = lp0.shape[-1]
     no_eos = jnp.arange(vocab) == EOS_ID
     cand = jnp.where(no_eos, 2 * NEG_INF, s.alive_scores[:, :, None] + lp0)  # [B, w, V]
@@ -401,7 +404,7 @@ def _draft_paths_jit(draft, s: _SpecBeamState, gamma: int, draft_beam: int):
         beam_paths = _take_beams(beam_paths, parent).at[:, :, t].set(tokens)
         db = take_rows(db, (jnp.arange(batch)[:, None] * u + parent).reshape(-1))
     _, db = draft.extend(draft.params, db, beam_paths[:, :, g - 1].reshape(-1, 1))
-    paths = jnp.concatenate([jnp.stack(greedy, axis=1).reshape(batch, w, g), beam_paths], 1)
+    paths = jnp.concatenate([greedy, beam_paths], axis=1)
     roots = jnp.concatenate([jnp.broadcast_to(jnp.arange(w), (batch, w)), root], axis=1)
     both = jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a, b], axis=0), d, db)
     order = jnp.concatenate([jnp.arange(batch)[:, None] * w + jnp.arange(w),
@@ -595,12 +598,13 @@ def _draft_paths(scorer: _Scorer, rows: List[_Row], steps: dict, gamma: int, dra
 def _check_speculative(target, draft, inputs, beam_size, draft_beam, gamma, max_decode_len,
                        length_penalty, cached: bool) -> np.ndarray:
     inputs = _check(inputs, beam_size, max_decode_len, length_penalty, target, cached=cached)
-    for name, value in (("draft_beam", draft_beam), ("gamma", gamma)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-            raise ValueError(f"{name}={value!r} is invalid: give an int >= 1.")
-    if draft_beam < beam_size:
-        raise ValueError(f"draft_beam={draft_beam} must be >= beam_size={beam_size}: the draft "
-                         "proposes at least as many beams as the target keeps.")
+    validation.positive_int(gamma, "gamma", "draft steps per round")
+    if isinstance(draft_beam, bool) or not isinstance(draft_beam, (int, np.integer)) or (
+            draft_beam < (beam_size if not cached else 0)):
+        fix = ("an int >= 0 (0: only each alive beam's greedy path; else the width of the "
+               "draft's beam search)" if cached else f"an int >= beam_size={beam_size}: the "
+               "draft proposes at least as many beams as the target keeps")
+        raise ValueError(f"draft_beam={draft_beam!r} is invalid: give {fix}.")
     if draft.vocab_size != target.vocab_size:
         raise ValueError(f"draft vocab_size={draft.vocab_size} differs from the target's "
                          f"{target.vocab_size}.")
@@ -628,7 +632,7 @@ def speculative_beam_search(target, draft, inputs, *, beam_size: int, draft_beam
         length_penalty=float(length_penalty)))
     rounds = int(s.rounds)
     return _jitted_result(s, target_calls=rounds, rounds=rounds,
-                          draft_calls=rounds * (2 * int(gamma) + 1))
+                          draft_calls=rounds * (int(gamma) + 1 + (int(gamma) if draft_beam else 0)))
 
 
 def host_speculative_beam_search(target, draft, inputs, *, beam_size: int, draft_beam: int,

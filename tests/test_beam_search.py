@@ -70,8 +70,8 @@ def test_jitted_speculative_beam_search_equals_plain_on_random_models(seed):
     plain = decoding.beam_search(target, inputs, **kw)
     for draft_model in (draft, target):  # a self-draft replays every step it proposes
         spec = decoding.speculative_beam_search(target, draft_model, inputs,
-                                                draft_beam=w + seed % 2, gamma=1 + seed % 4,
-                                                **kw)
+                                                draft_beam=(0, w, w + 1)[seed % 3],
+                                                gamma=1 + seed % 4, **kw)
         np.testing.assert_array_equal(spec.sequences, plain.sequences)
         np.testing.assert_allclose(spec.scores, plain.scores, rtol=1e-5, atol=1e-5)
         np.testing.assert_array_equal(spec.row_steps, plain.row_steps)
@@ -108,8 +108,11 @@ def test_speculative_beam_search_equals_on_the_test_split(pair_and_inputs, beam_
 def test_beam_search_arguments_are_checked(pair_and_inputs):
     target, draft, _ = pair_and_inputs
     inputs = np.ones((1, 4), np.int32)
-    with pytest.raises(ValueError, match="draft_beam=1 must be >= beam_size=2"):
-        decoding.speculative_beam_search(target, draft, inputs, beam_size=2, draft_beam=1,
+    with pytest.raises(ValueError, match="draft_beam=1 is invalid: give an int >= beam_size=2"):
+        decoding.host_speculative_beam_search(target, draft, inputs, beam_size=2, draft_beam=1,
+                                              gamma=3, max_decode_len=8)
+    with pytest.raises(ValueError, match="draft_beam=-1 is invalid: give an int >= 0"):
+        decoding.speculative_beam_search(target, draft, inputs, beam_size=2, draft_beam=-1,
                                          gamma=3, max_decode_len=8)
     with pytest.raises(ValueError, match="beam_size=0"):
         decoding.beam_search(target, inputs, beam_size=0, max_decode_len=8)

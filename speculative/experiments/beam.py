@@ -1,5 +1,5 @@
-"""Beam search walltime: the host-driven search, the jitted cached one, and speculative beam
-search, on a bundled EN->DE pair with T5X's eval settings (length penalty 0.6).
+"""Beam search walltime: the host-driven search, the jitted cached one, and the jitted
+speculative beam search, on a bundled EN->DE pair with T5X's eval settings (length penalty 0.6).
 
 For each beam width, the three searches decode the same test sentences at batch 1, each timed
 over all sentences in interleaved rounds after a warm-up on one sentence (compilation). Target
@@ -26,13 +26,17 @@ MAX_LEN = 48
 
 
 def run(output_dir: str, target_name: str = mini.LARGE_TARGET, draft_name: str = "",
-        num_sentences: int = 16, beam_sizes: Sequence[int] = (1, 2, 4), gamma: int = 4,
-        repeats: int = 1, length_penalty: float = 0.6, overwrite: bool = False) -> Dict:
-    """Times the three searches at every beam width; writes `beam.json` and `beam.md`."""
+        num_sentences: int = 16, beam_sizes: Sequence[int] = (1, 2, 4),
+        num_calibration: int = 4, repeats: int = 1, length_penalty: float = 0.6,
+        overwrite: bool = False) -> Dict:
+    """Times the three searches at every beam width (the speculative one with the proposal
+    `costs.choose_beam_proposal` picks on `num_calibration` validation sentences); writes
+    `beam.json` and `beam.md`."""
     import sacrebleu  # pylint: disable=g-import-not-at-top
 
     benchmark.positive_int(num_sentences, "num_sentences", "test sentences decoded")
     benchmark.positive_int(repeats, "repeats", "timed rounds")
+    benchmark.positive_int(num_calibration, "num_calibration", "sentences choosing a proposal")
     for w in beam_sizes:
         benchmark.positive_int(w, "beam_sizes", "beams kept per input")
     files.check_report(output_dir, "beam", overwrite)
@@ -45,19 +49,34 @@ def run(output_dir: str, target_name: str = mini.LARGE_TARGET, draft_name: str =
     load_before = os.getloadavg()[0]
     start = time.time()
     rows = []
+    calibration = mini.source_batches(num_calibration, 1, mini_results.INPUT_LENGTH,
+                                      split="valid")
     for w in beam_sizes:
         kw = dict(beam_size=w, max_decode_len=MAX_LEN, length_penalty=length_penalty)
+        # The proposal (draft_beam, gamma) is chosen on validation sentences, then timed here.
+        choice = costs_lib.choose_beam_proposal(target, draft, calibration, **kw)
+        u, g = choice["draft_beam"], choice["gamma"]
+        print(f"beam {w}: chose draft_beam {u}, gamma {g} (calibration speedup "
+              f"{choice['speedup']:.2f}x)", flush=True)
         searches = {
             "host": lambda x: decoding.host_beam_search(target, x, **kw),
             "jitted": lambda x: decoding.beam_search(target, x, **kw),
-            "speculative": lambda x: decoding.speculative_beam_search(
-                target, draft, x, draft_beam=max(w, 2), gamma=gamma, **kw),
+            "speculative": lambda x, u=u, g=g: decoding.speculative_beam_search(
+                target, draft, x, draft_beam=u, gamma=g, **kw),
         }
         for search in searches.values():  # compile on one sentence first
             search(inputs[0])
         programs = {name: (lambda f=f: [f(x) for x in inputs]) for name, f in searches.items()}
         _, times, outputs = costs_lib.interleaved(programs, repeats, progress=f"beam {w}")
-        row = {"beam_size": w}
+        row = {"beam_size": w, "proposal": choice}
+        # What a round's one target forward costs against one plain step (w rows, 1 token).
+        one = np.repeat(inputs[0], w, axis=0)
+        paths = np.repeat(inputs[0], w + u, axis=0)
+        step = costs_lib.measure_costs(target, draft, one, [g], max_decode_len=MAX_LEN,
+                                       num_steps=8, repeats=5, seed=0)["target_step_s"]
+        verify = costs_lib.measure_costs(target, draft, paths, [g], max_decode_len=MAX_LEN,
+                                         num_steps=8, repeats=5, seed=0)["target_verify_s"][g]
+        row["round_verify_cost"] = verify / step
         best = {}
         for name, results in outputs.items():
             best[name] = np.concatenate([r.sequences[:, 0] for r in results])
@@ -74,7 +93,8 @@ def run(output_dir: str, target_name: str = mini.LARGE_TARGET, draft_name: str =
         rows.append(row)
         print(_line(row), flush=True)
     result = {"target": target_name, "draft": draft_name, "sentences": num_sentences,
-              "gamma": gamma, "length_penalty": length_penalty, "repeats": repeats,
+              "calibration_sentences": num_calibration, "length_penalty": length_penalty,
+              "repeats": repeats,
               "max_decode_len": MAX_LEN, "rows": rows, "seconds": round(time.time() - start, 1),
               "load_average_1m": {"before": load_before, "after": os.getloadavg()[0]},
               "environment": benchmark.environment()}
@@ -85,20 +105,27 @@ def run(output_dir: str, target_name: str = mini.LARGE_TARGET, draft_name: str =
 def _line(row: Dict) -> str:
     return (f"beam {row['beam_size']}: host {row['host']['seconds_median']:.2f} s, jitted "
             f"{row['jitted']['seconds_median']:.2f} s ({row['jitted_over_host']:.1f}x faster), "
-            f"speculative {row['speculative']['seconds_median']:.2f} s; target calls "
+            f"speculative {row['speculative']['seconds_median']:.2f} s "
+            f"({row['speculative_over_jitted']:.2f}x the jitted; round verify cost "
+            f"{row['round_verify_cost']:.2f} steps); target calls "
             f"{row['host']['target_calls']} / {row['jitted']['target_calls']} / "
             f"{row['speculative']['target_calls']}; same sequences {row['same_sequences']}")
 
 
 def markdown(result: Dict) -> str:
-    head = ["beam", "host-driven s", "jitted s", "jitted speedup", "speculative (host) s",
-            "target calls host / jitted / speculative", "BLEU", "same sequences"]
+    head = ["beam", "host-driven s", "jitted s", "jitted speedup", "speculative s",
+            "speculative / jitted", "proposal (draft beam, γ)", "steps per round",
+            "round verify cost (steps)", "target calls host / jitted / speculative", "BLEU",
+            "same sequences"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in result["rows"]:
+        p = r["proposal"]
         lines.append("| " + " | ".join([
             str(r["beam_size"]), f"{r['host']['seconds_median']:.2f}",
             f"{r['jitted']['seconds_median']:.2f}", f"{r['jitted_over_host']:.1f}x",
-            f"{r['speculative']['seconds_median']:.2f}",
+            f"{r['speculative']['seconds_median']:.2f}", f"{r['speculative_over_jitted']:.2f}x",
+            f"{p['draft_beam']}, {p['gamma']}", f"{p['replayed_per_round']:.2f}",
+            f"{r['round_verify_cost']:.2f}",
             f"{r['host']['target_calls']} / {r['jitted']['target_calls']} / "
             f"{r['speculative']['target_calls']}", f"{r['jitted']['bleu']:.1f}",
             "yes" if all(r["same_sequences"].values()) else str(r["same_sequences"])]) + " |")
@@ -107,7 +134,12 @@ def markdown(result: Dict) -> str:
     return (f"# Beam search walltime ({result['target']}, draft {result['draft']}, batch 1)\n\n"
             "`python scripts/beam_benchmark.py` (speculative/experiments/beam.py). "
             f"{result['sentences']} test sentences, length penalty {result['length_penalty']}, "
-            f"max_decode_len {result['max_decode_len']}, speculative gamma {result['gamma']}; "
-            f"each search timed over all sentences in {result['repeats']} interleaved round(s) "
-            f"after a warm-up. Host: {env.get('model')}, load average {load['before']:.2f} "
+            f"max_decode_len {result['max_decode_len']}; each search timed over all sentences "
+            f"in {result['repeats']} interleaved round(s) after a warm-up. The speculative "
+            "search runs the proposal `costs.choose_beam_proposal` found fastest on "
+            f"{result['calibration_sentences']} validation sentences (draft beam 0 = each "
+            "alive beam's greedy path only); steps per round are the target's beam steps "
+            "replayed per round there; the round verify cost is the target forward of "
+            "(w + draft beam) paths of γ + 1 tokens over one plain step of w rows. "
+            f"Host: {env.get('model')}, load average {load['before']:.2f} "
             f"before, {load['after']:.2f} after.\n\n" + "\n".join(lines) + "\n")

@@ -288,3 +288,46 @@ def predict_walltime(alpha: float, gamma: int, loop_costs: Dict[str, Any],
     return {"baseline_s": base, "speculative_s": spec, "speedup": base / spec,
             "speedup_per_token": theory.expected_tokens(alpha, gamma)
             / loop_costs["round_cost"][gamma]}
+
+
+BEAM_PROPOSALS = ((0, 2), (0, 3), (0, 5), ("w", 2), ("w", 3))  # (draft_beam, gamma); "w" = width
+
+
+def choose_beam_proposal(target, draft, batches: Sequence[np.ndarray], *, beam_size: int,
+                         max_decode_len: int, length_penalty: float = 0.6,
+                         candidates: Sequence[Tuple[Any, int]] = BEAM_PROPOSALS,
+                         repeats: int = 1) -> Dict[str, Any]:
+    """Which speculative beam-search proposal (draft_beam u, gamma g) is fastest here, and by
+    how much against the plain search, timed on `batches` (calibration inputs, not the ones
+    being reported): each candidate and the plain search, compiled first, then in `repeats`
+    interleaved rounds. A round verifies batch * (w + u) paths of g + 1 tokens in one target
+    forward; its worth is the steps it replays per unit of that forward's cost, which only a
+    measurement on this machine tells.
+
+    Returns {"draft_beam", "gamma", "speedup" (plain / best, medians), "replayed_per_round",
+    "candidates": [{draft_beam, gamma, seconds, speedup, replayed_per_round}], "plain_seconds"}.
+    """
+    # pylint: disable=g-import-not-at-top
+    from speculative.beam_search import beam_search, speculative_beam_search
+
+    w = beam_size
+    kw = dict(beam_size=w, max_decode_len=max_decode_len, length_penalty=length_penalty)
+    configs = list(dict.fromkeys((w if u == "w" else int(u), int(g)) for u, g in candidates))
+    programs = {"plain": lambda: [beam_search(target, x, **kw) for x in batches]}
+    for u, g in configs:
+        programs[(u, g)] = functools.partial(
+            lambda u, g: [speculative_beam_search(target, draft, x, draft_beam=u, gamma=g, **kw)
+                          for x in batches], u, g)
+    _, times, outputs = interleaved(programs, repeats)
+    plain = float(np.median(times["plain"]))
+    rows = []
+    for u, g in configs:
+        seconds = float(np.median(times[(u, g)]))
+        results = outputs[(u, g)]
+        row_rounds = sum(r.rounds * len(x) for r, x in zip(results, batches))
+        rows.append({"draft_beam": u, "gamma": g, "seconds": seconds, "speedup": plain / seconds,
+                     "replayed_per_round": sum(r.steps for r in results) / max(1, row_rounds)})
+    best = max(rows, key=lambda r: r["speedup"])
+    return {"draft_beam": best["draft_beam"], "gamma": best["gamma"], "speedup": best["speedup"],
+            "replayed_per_round": best["replayed_per_round"], "candidates": rows,
+            "plain_seconds": plain}
