@@ -23,7 +23,7 @@ import seqio
 
 from speculative import decoding, tasks, theory
 from speculative.runs import config as config_lib
-from speculative.runs import infer, table2
+from speculative.runs import costs, infer, table2
 
 from conftest import run_interrupted, snapshot
 
@@ -487,6 +487,18 @@ def test_infer_beam_search_speculative_equals_the_targets_own(tiny_gin, tmp_path
         assert [x["prediction"] for x in s["beams"]] == [x["prediction"] for x in b["beams"]]
         assert [x["score"] for x in s["beams"]] == pytest.approx(
             [x["score"] for x in b["beams"]], rel=1e-5)
+    # Not forced, the run times both searches on its first inputs and runs the faster one.
+    gin.clear_config()
+    config_lib.parse_gin([INFER_GIN, tiny_gin], _bindings(
+        tmp_path / "auto", BEAM_SIZE="2", NUM_EXAMPLES="2") + ["infer.infer.progress = False"])
+    auto = infer.infer()
+    choice = auto.metrics["beam_choice"]
+    assert len(choice["candidates"]) == len(costs.BEAM_PROPOSALS) and choice["speedup"] > 0
+    assert auto.metrics["mode"] == ("speculative_beam_search"
+                                    if choice["speedup"] >= infer.MIN_BEAM_SPEEDUP
+                                    else "beam_search")
+    assert ([r["prediction_tokens"] for r in _read_jsonl(tmp_path / "auto" / "predictions.jsonl")]
+            == [r["prediction_tokens"] for r in base_rows])
     d, db = spec.metrics["decoding"], base.metrics["decoding"]
     assert db["target_calls"] == db["target_alone_forwards"] and db["target_calls_saved"] == 0
     assert d["target_alone_forwards"] == db["target_calls"]
@@ -498,7 +510,7 @@ def test_infer_beam_search_speculative_equals_the_targets_own(tiny_gin, tmp_path
 @pytest.mark.parametrize("macros, match", [
     (dict(BEAM_SIZE="2", TEMPERATURE="1.0"), "TEMPERATURE=1.0"),
     (dict(BEAM_SIZE="0"), "BEAM_SIZE=0"),
-    (dict(BEAM_SIZE="3", DRAFT_BEAM="2"), "DRAFT_BEAM=2"),
+    (dict(BEAM_SIZE="3", DRAFT_BEAM="-1"), "DRAFT_BEAM=-1"),
     (dict(BEAM_SIZE="2", LENGTH_PENALTY="'0.6'"), "LENGTH_PENALTY='0.6'"),
 ])
 def test_infer_beam_settings_are_checked_first(tiny_gin, macros, match):

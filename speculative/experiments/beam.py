@@ -21,13 +21,14 @@ import numpy as np
 from speculative import decoding, files
 from speculative.runs import benchmark, mini, mini_results
 from speculative.runs import costs as costs_lib
+from speculative.runs.infer import MIN_BEAM_SPEEDUP
 
 MAX_LEN = 48
 
 
 def run(output_dir: str, target_name: str = mini.LARGE_TARGET, draft_name: str = "",
         num_sentences: int = 16, beam_sizes: Sequence[int] = (1, 2, 4),
-        num_calibration: int = 4, repeats: int = 1, length_penalty: float = 0.6,
+        num_calibration: int = 8, repeats: int = 1, length_penalty: float = 0.6,
         overwrite: bool = False) -> Dict:
     """Times the three searches at every beam width (the speculative one with the proposal
     `costs.choose_beam_proposal` picks on `num_calibration` validation sentences); writes
@@ -54,7 +55,7 @@ def run(output_dir: str, target_name: str = mini.LARGE_TARGET, draft_name: str =
     for w in beam_sizes:
         kw = dict(beam_size=w, max_decode_len=MAX_LEN, length_penalty=length_penalty)
         # The proposal (draft_beam, gamma) is chosen on validation sentences, then timed here.
-        choice = costs_lib.choose_beam_proposal(target, draft, calibration, **kw)
+        choice = costs_lib.choose_beam_proposal(target, draft, calibration, repeats=2, **kw)
         u, g = choice["draft_beam"], choice["gamma"]
         print(f"beam {w}: chose draft_beam {u}, gamma {g} (calibration speedup "
               f"{choice['speedup']:.2f}x)", flush=True)
@@ -114,7 +115,8 @@ def _line(row: Dict) -> str:
 
 def markdown(result: Dict) -> str:
     head = ["beam", "host-driven s", "jitted s", "jitted speedup", "speculative s",
-            "speculative / jitted", "proposal (draft beam, γ)", "steps per round",
+            "speculative / jitted", "proposal (draft beam, γ)", "chosen at", "infer.py runs",
+            "steps per round",
             "round verify cost (steps)", "target calls host / jitted / speculative", "BLEU",
             "same sequences"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -124,7 +126,9 @@ def markdown(result: Dict) -> str:
             str(r["beam_size"]), f"{r['host']['seconds_median']:.2f}",
             f"{r['jitted']['seconds_median']:.2f}", f"{r['jitted_over_host']:.1f}x",
             f"{r['speculative']['seconds_median']:.2f}", f"{r['speculative_over_jitted']:.2f}x",
-            f"{p['draft_beam']}, {p['gamma']}", f"{p['replayed_per_round']:.2f}",
+            f"{p['draft_beam']}, {p['gamma']}", f"{p['speedup']:.2f}x",
+            "speculative" if p["speedup"] >= MIN_BEAM_SPEEDUP else "plain",
+            f"{p['replayed_per_round']:.2f}",
             f"{r['round_verify_cost']:.2f}",
             f"{r['host']['target_calls']} / {r['jitted']['target_calls']} / "
             f"{r['speculative']['target_calls']}", f"{r['jitted']['bleu']:.1f}",
@@ -138,7 +142,9 @@ def markdown(result: Dict) -> str:
             f"in {result['repeats']} interleaved round(s) after a warm-up. The speculative "
             "search runs the proposal `costs.choose_beam_proposal` found fastest on "
             f"{result['calibration_sentences']} validation sentences (draft beam 0 = each "
-            "alive beam's greedy path only); steps per round are the target's beam steps "
+            "alive beam's greedy path only; 'chosen at' is its speedup there, and infer.py runs "
+            f"it where that is at least {MIN_BEAM_SPEEDUP}x); steps per round are the target's "
+            "beam steps "
             "replayed per round there; the round verify cost is the target forward of "
             "(w + draft beam) paths of γ + 1 tokens over one plain step of w rows. "
             f"Host: {env.get('model')}, load average {load['before']:.2f} "

@@ -248,11 +248,12 @@ class InferSettings:
         if self.mesh_shape is not None:
             fail("MESH_SHAPE", self.mesh_shape, "beam search runs on one device; "
                  "use MESH_SHAPE = None with BEAM_SIZE.")
-        if self.speculative and self.draft_beam is not None and not (
-                positive(self.draft_beam) and self.draft_beam >= self.beam_size):
+        if self.speculative and self.draft_beam is not None and (
+                isinstance(self.draft_beam, bool) or not isinstance(self.draft_beam, int)
+                or self.draft_beam < 0):
             fail("DRAFT_BEAM", self.draft_beam,
-                 f"the draft proposes at least BEAM_SIZE={self.beam_size} beams: use an int "
-                 f">= {self.beam_size} (None = BEAM_SIZE).")
+                 "use an int >= 0 (the width of the draft's beam search; 0 = only each alive "
+                 "beam's greedy path), or None to let the run choose it with GAMMA.")
         if not isinstance(self.length_penalty, (int, float)) or not math.isfinite(
                 self.length_penalty):
             fail("LENGTH_PENALTY", self.length_penalty, "use a finite float (T5X's 0.6).")
@@ -277,8 +278,8 @@ class InferSettings:
     @property
     def mode(self) -> str:
         if self.beam_size is not None:
-            # The speculative search is host-driven and slower than the jitted plain search
-            # (results/large/beam): it runs only when asked for (FORCE_SPECULATIVE_BEAM).
+            # The speculative search runs when asked for (FORCE_SPECULATIVE_BEAM) or when the
+            # run found it faster here (`choose_beam_search`, which sets the flag).
             return ("speculative_beam_search" if self.speculative and self.force_speculative_beam
                     else "beam_search")
         return "speculative" if self.speculative else "autoregressive"
@@ -454,9 +455,44 @@ def _beam_batch(settings: InferSettings, target, draft,
               length_penalty=settings.length_penalty)
     if settings.mode == "beam_search":
         return decoding.beam_search(target, inputs, **kw)
-    return decoding.speculative_beam_search(
-        target, draft, inputs, draft_beam=settings.draft_beam or settings.beam_size,
-        gamma=settings.gamma, **kw)
+    draft_beam = settings.beam_size if settings.draft_beam is None else settings.draft_beam
+    return decoding.speculative_beam_search(target, draft, inputs, draft_beam=draft_beam,
+                                            gamma=settings.gamma, **kw)
+
+
+MIN_BEAM_SPEEDUP = 1.1  # below it (a few inputs' timing noise), the plain search runs
+BEAM_CALIBRATION = 4  # inputs on which choose_beam_search times the proposals
+
+
+def choose_beam_search(settings: InferSettings, target, draft, all_batches):
+    """With SPECULATIVE and BEAM_SIZE (and not FORCE_SPECULATIVE_BEAM): times the plain search
+    and the speculative proposals (`costs.choose_beam_proposal`) on the first inputs, and
+    returns `(settings, choice)`: settings that run the speculative search with the fastest
+    proposal when it beat the plain one by MIN_BEAM_SPEEDUP, else the plain search (the
+    same beams either way); the log says which and why."""
+    from speculative.runs import costs as costs_lib  # pylint: disable=g-import-not-at-top
+
+    calibration = [b for b, _ in all_batches[:BEAM_CALIBRATION]]
+    kw = dict(beam_size=settings.beam_size, max_decode_len=settings.max_decode_len,
+              length_penalty=settings.length_penalty)
+    if settings.draft_beam is not None:  # the user fixed the proposal
+        candidates = [(settings.draft_beam, settings.gamma)]
+    else:
+        candidates = costs_lib.BEAM_PROPOSALS
+    choice = costs_lib.choose_beam_proposal(target, draft, calibration, candidates=candidates,
+                                            repeats=2, **kw)
+    faster = choice["speedup"] >= MIN_BEAM_SPEEDUP
+    logging.warning(
+        "BEAM_SIZE=%d with SPECULATIVE: on %d inputs the speculative search with draft beam %d "
+        "and gamma %d ran %.2fx the plain search (%.2f beam steps per round); %s.",
+        settings.beam_size, len(calibration), choice["draft_beam"], choice["gamma"],
+        choice["speedup"], choice["replayed_per_round"],
+        "running it" if faster else
+        f"below {MIN_BEAM_SPEEDUP}x, so decoding.beam_search runs (the same beams; "
+        "FORCE_SPECULATIVE_BEAM = True runs the speculative one)")
+    return dataclasses.replace(settings, force_speculative_beam=faster,
+                               draft_beam=choice["draft_beam"], gamma=choice["gamma"]), choice
+
 
 
 def _gathered(result):
@@ -628,15 +664,6 @@ def run(settings: InferSettings, models: Optional[Tuple[Any, Any]] = None,
     if settings.speculative and draft is None:
         raise ValueError("speculative=True but no draft model was given.")
     _check_kinds(settings, task, target, draft if settings.speculative else None)
-    if settings.beam_size is not None and settings.speculative and \
-            settings.mode == "beam_search":
-        logging.warning(
-            "SPECULATIVE = True with BEAM_SIZE=%d: speculative beam search is host-driven and "
-            "slower than the jitted beam search here (results/large/beam/beam.md: 7.1 s against "
-            "1.8 s at beam 1, 62.6 s against 4.2 s at beam 4), so decoding.beam_search runs "
-            "(the same beams). Set FORCE_SPECULATIVE_BEAM = True to run "
-            "speculative_beam_search (fewer target calls, more time).", settings.beam_size)
-
     num_truncated = sum(ex.truncated for ex in examples)
     if num_truncated:
         logging.warning("%d of %d inputs are longer than TASK_FEATURE_LENGTHS['inputs']=%d and "
@@ -647,6 +674,10 @@ def run(settings: InferSettings, models: Optional[Tuple[Any, Any]] = None,
 
     key = jax.random.PRNGKey(settings.seed)
     all_batches = list(batches(examples, settings.batch_size, settings.input_length))
+    beam_choice = None
+    if settings.beam_size is not None and settings.speculative and \
+            not settings.force_speculative_beam:
+        settings, beam_choice = choose_beam_search(settings, target, draft, all_batches)
 
     start = time.perf_counter()  # compile (and one decode of the first batch), untimed below
     first = _gathered(jax.block_until_ready(decode_batch(
@@ -705,6 +736,8 @@ def run(settings: InferSettings, models: Optional[Tuple[Any, Any]] = None,
                     "num_hit_max_decode_len": sum(r["hit_max_decode_len"] for r in records)},
         "settings": settings.to_json(),
     }
+    if beam_choice is not None:  # how the run chose between the plain and speculative search
+        metrics["beam_choice"] = beam_choice
     files = {}
     if settings.output_dir and config_lib.is_writer():  # multi-process: process 0 writes
         files = write_outputs(settings.output_dir, records, metrics)
@@ -845,13 +878,16 @@ def infer(
       beam_size: T5X-style beam search of this width instead of sampling (gin: BEAM_SIZE;
         TEMPERATURE must be 0). Speculative: `decoding.speculative_beam_search` (paper A.4),
         whose output equals the target's own `decoding.beam_search`; gamma steps per round.
-      draft_beam: beams the draft proposes per round (gin: DRAFT_BEAM; >= beam_size; None =
-        beam_size).
+      draft_beam: the width of the draft's beam search proposing paths each round, beside
+        every alive beam's greedy path (gin: DRAFT_BEAM; 0 = greedy paths only; None = the run
+        chooses it and GAMMA by timing, see force_speculative_beam).
       length_penalty: T5X's ((5 + length) / 6) ** length_penalty (gin: LENGTH_PENALTY).
-      force_speculative_beam: with SPECULATIVE and BEAM_SIZE, run speculative_beam_search
-        (gin: FORCE_SPECULATIVE_BEAM). Without it the jitted beam_search runs and a warning says
-        why: the speculative search is host-driven and slower in walltime on every measured
-        setting (results/large/beam).
+      force_speculative_beam: with SPECULATIVE and BEAM_SIZE, run speculative_beam_search with
+        DRAFT_BEAM (None = BEAM_SIZE) and GAMMA (gin: FORCE_SPECULATIVE_BEAM). Without it the
+        run times the plain search against the speculative proposals on its first inputs
+        (`choose_beam_search`), runs the speculative one only where it was faster, says which
+        in the log and records the timings in metrics.json (`beam_choice`); the beams are the
+        same either way.
       dry_run: return the resolved `InferSettings` without reading data or building models.
 
     Returns:
