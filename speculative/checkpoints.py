@@ -746,11 +746,18 @@ def load_hf_config(hf_dir, as_dict: bool = False):
     return cfg if as_dict else config_from_hf(cfg, load_metadata(hf_dir))
 
 
+# What an HF model directory holds (weights, their index, configs): what overwrite may replace.
+_HF_MODEL_FILE = re.compile(r"(config|generation_config)\.json|model(-[0-9]+-of-[0-9]+)?"
+                            r"\.safetensors(\.index\.json)?|pytorch_model(-[0-9]+-of-[0-9]+)?"
+                            r"\.bin(\.index\.json)?")
+
+
 def check_hf_target(hf_dir, overwrite: bool = False, source=None) -> None:
     """Refuses an HF output directory that holds files unless `overwrite` (call it before
     loading anything: conversions of large models take minutes), and always one that is, holds
     or lies inside `source` (the checkpoint being converted: replacing the directory would
-    delete it)."""
+    delete it), or holds files an HF model does not (a user's notes: replacing would delete
+    them)."""
     hf_dir = os.fspath(hf_dir)
     if source is not None and not os.fspath(source).startswith("gs://"):
         out, src = os.path.realpath(hf_dir), os.path.realpath(os.fspath(source))
@@ -762,6 +769,13 @@ def check_hf_target(hf_dir, overwrite: bool = False, source=None) -> None:
         raise FileExistsError(f"{hf_dir} already holds {sorted(os.listdir(hf_dir))[:5]}; choose "
                               "an empty directory or pass overwrite=True (--overwrite), which "
                               "replaces the whole directory.")
+    foreign = sorted(n for n in os.listdir(hf_dir) if not _HF_MODEL_FILE.fullmatch(n)) \
+        if os.path.isdir(hf_dir) else []
+    if foreign:  # overwrite replaces the directory whole: never a user's other files
+        raise FileExistsError(
+            f"{hf_dir} holds {foreign[:5]}, which are not an HF model's files; overwrite "
+            "replaces the whole directory, so it refuses one holding anything else. Choose a "
+            "new --hf_dir.")
 
 
 def save_hf_t5(params, config: t5.T5Config, hf_dir, *, overwrite: bool = False,

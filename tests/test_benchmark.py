@@ -374,8 +374,8 @@ def test_measure_alpha_cli_identical_draft_is_one(tmp_path, tiny_gin):
     assert sampled["alpha"] == pytest.approx(1.0, abs=1e-5)
 
 
-@pytest.mark.parametrize("signum", [  # SIGINT slow: the same unwinding as SIGTERM now
-    pytest.param(signal.SIGINT, marks=pytest.mark.slow), signal.SIGTERM])
+@pytest.mark.slow  # ~25 s each; CI: the same harness on infer, the converter and mini_results
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_an_interrupted_benchmark_leaves_the_earlier_run(tmp_path, tiny_gin, signum):
     """scripts/benchmark.py over an earlier run (OVERWRITE=True), stopped by a real signal
     just before its results are renamed into place: the earlier benchmark.json and config.gin

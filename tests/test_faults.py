@@ -234,6 +234,10 @@ def _run_settings_cases(tmp_path):
     used = tmp_path / "used"
     used.mkdir()
     (used / "model.safetensors").write_text("old")
+    notes = tmp_path / "notes"  # an earlier export beside a user's own file
+    notes.mkdir()
+    (notes / "config.json").write_text("{}")
+    (notes / "notes.txt").write_text("mine")
     gin_file = tmp_path / "x.gin"
     gin_file.write_text("GAMMA = 3\nTEMPERATURE = 0.0\n")
     undefined = tmp_path / "undefined.gin"  # reads a macro nothing defines
@@ -307,6 +311,8 @@ def _run_settings_cases(tmp_path):
          FileNotFoundError, "none.gin"),
         ("converter used dir", lambda: checkpoints.check_hf_target(used), FileExistsError,
          "overwrite"),
+        ("converter over a user's files", lambda: checkpoints.check_hf_target(
+            notes, True), FileExistsError, r"holds \['notes.txt'\], which are not an HF"),
         # Replacing the HF directory would delete the checkpoint being converted: refused even
         # with overwrite, whether the output holds the source or lies inside it.
         ("converter over its source", lambda: checkpoints.check_hf_target(

@@ -447,10 +447,10 @@ def reproduce(
     c_note = _c_note(c, c is None, cost_repeats, dry_run)
     table = markdown(results, c_note)
     print(table)
-    if output_dir:
-        os.makedirs(output_dir, exist_ok=True)
-        for name, text in (("table2.md", table), ("table2.json", json.dumps(
+    if output_dir:  # the table and its JSON together, the JSON last
+        files.write_atomic_group({
+            os.path.join(output_dir, "table2.md"): table,
+            os.path.join(output_dir, "table2.json"): json.dumps(
                 {"c_source": c_note, "dry_run": dry_run, "rows": [r.to_json() for r in results]},
-                indent=2))):  # each renamed into place, the JSON last
-            files.write_atomic(os.path.join(output_dir, name), text)
+                indent=2)})
     return results
