@@ -3,7 +3,8 @@ README and docs/extending.md is run.
 
 A marker may carry extra arguments for the test, `<!-- runnable: --gin.NUM_EXAMPLES=2 -->`,
 appended to the block's command so that it runs on tiny settings; `out/` in a command becomes a
-fresh temporary directory. The set-up commands are not marked: CI runs them (`.ci/run`).
+fresh temporary directory. `<!-- runnable slow: ... -->` runs only with `pytest -m slow`. The
+set-up commands are not marked: CI runs them (`.ci/run`).
 """
 
 import os
@@ -14,13 +15,19 @@ import sys
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-MARKED = re.compile(r"<!-- runnable(?:: (?P<extra>.*?))? -->\n```(?P<lang>\w+)\n(?P<code>.*?)```",
-                    re.S)
+MARKED = re.compile(r"<!-- runnable(?P<slow> slow)?(?:: (?P<extra>.*?))? -->\n```(?P<lang>\w+)\n"
+                    r"(?P<code>.*?)```", re.S)
 
 
 def runnable_blocks(text: str):
     """[(language, code, extra arguments)] of the marked blocks, in order."""
     return [(m["lang"], m["code"], m["extra"] or "") for m in MARKED.finditer(text)]
+
+
+def _slow(document: str) -> list:
+    """Whether each marked block of `document` is marked `runnable slow` (run by -m slow)."""
+    with open(os.path.join(REPO, document), encoding="utf-8") as f:
+        return [bool(m["slow"]) for m in MARKED.finditer(f.read())]
 
 
 DOCUMENTS = ("README.md", os.path.join("docs", "extending.md"))
@@ -44,8 +51,9 @@ def test_markers_are_found_and_well_formed(document):
         ("bash", "echo hi\n", "--x=1")]
 
 
-@pytest.mark.parametrize("document,index", [(d, i) for d in DOCUMENTS
-                                            for i in range(len(EXPECTED[d]))])
+@pytest.mark.parametrize("document,index", [
+    pytest.param(d, i, marks=pytest.mark.slow) if _slow(d)[i] else (d, i)
+    for d in DOCUMENTS for i in range(len(EXPECTED[d]))])
 def test_block_runs_as_written(document, index, tmp_path):
     lang, code, extra = _blocks(document)[index]
     env = dict(os.environ, JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="3",
