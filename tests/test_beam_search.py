@@ -79,7 +79,7 @@ def test_jitted_speculative_beam_search_equals_plain_on_random_models(seed):
 
 
 @pytest.mark.parametrize("beam_size,draft_beam,num,host", [  # CI: no host-driven reference
-    (1, 2, 4, False), pytest.param(1, 2, 4, True, marks=pytest.mark.slow),
+    (1, 2, 2, False), pytest.param(1, 2, 4, True, marks=pytest.mark.slow),
     pytest.param(2, 0, 4, False, marks=pytest.mark.slow),
     pytest.param(2, 4, 4, True, marks=pytest.mark.slow),
     pytest.param(4, 4, 2, True, marks=pytest.mark.slow),
@@ -137,9 +137,6 @@ def test_non_finite_target_distribution_never_becomes_a_beam(pair_and_inputs):
     inputs = np.asarray([[5, 6, 7, decoding.EOS_ID]], np.int32)
     for search in (lambda: decoding.beam_search(broken, inputs, beam_size=2, max_decode_len=4),
                    lambda: decoding.speculative_beam_search(
-                       broken, draft, inputs, beam_size=2, draft_beam=2, gamma=2,
-                       max_decode_len=4),
-                   lambda: decoding.host_speculative_beam_search(
                        broken, draft, inputs, beam_size=2, draft_beam=2, gamma=2,
                        max_decode_len=4)):
         with pytest.raises(FloatingPointError, match="NaN or infinite"):

@@ -289,7 +289,7 @@ def test_a_verifier_object_replaces_the_policy_sampling_chooses(encdec):
     from speculative import verification  # pylint: disable=import-outside-toplevel
 
     target, draft = encdec
-    inputs = np.repeat(_prompts([6], 6), 32, 0)
+    inputs = np.repeat(_prompts([6], 6), 8, 0)
     t1 = SamplingConfig(1.0)
     kw = dict(rng=jax.random.PRNGKey(3), gamma=3, max_decode_len=8, sampling=t1)
     # lenience=0.5 decodes differently from the exact default (test_alpha_grows_as_lenience_

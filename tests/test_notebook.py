@@ -82,7 +82,7 @@ def test_committed_copy_keeps_its_outputs_and_shows_a_speedup():
     cells = {c.id: c for c in nb.cells}
     assert "target large_target, draft large_draft_kdtv" in _text(cells["load-models"])
     speedups = [float(x) for x in re.findall(r"measured speedup ([\d.]+)x", _text(cells["sweep"]))]
-    assert len(speedups) == 4 and max(speedups) > 1.0, speedups
+    assert len(speedups) == 3 and max(speedups) > 1.0, speedups
     # The install cell and the device cell are there for Colab.
     assert "pip" in cells["install"].source and "jax.devices()" in cells["setup"].source
     assert "colab.research.google.com/github/" in cells["intro"].source
@@ -119,7 +119,7 @@ def test_sweep_matches_theorem_3_8_and_plots(executed):
     c = float(re.search(r"c = ([\d.]+)", text).group(1))
     rows = re.findall(r"gamma (\d+): alpha ([\d.]+)\s+measured speedup ([\d.]+)x\s+"
                       r"Theorem 3.8 ([\d.]+)x", text)
-    assert [int(r[0]) for r in rows] == [1, 2, 4, 6]
+    assert [int(r[0]) for r in rows] == [2, 4, 6]
     for gamma, alpha, measured, predicted in rows:
         assert float(measured) > 0
         # Printed values are rounded (alpha, c to 3 decimals): compare with a matching tolerance.
