@@ -54,8 +54,9 @@ def _random_pair(seed):
                  for k in (0, 100))
 
 
-@pytest.mark.parametrize("seed", [  # CI: widths 2 and 4, draft beam w and 0, gamma 2 and 4
-    pytest.param(k, marks=pytest.mark.slow) if k not in (1, 3) else k for k in range(8)])
+@pytest.mark.parametrize("seed", [  # CI: width 4, draft beam 0, gamma 4 (the bundled-pair
+    # check covers a draft beam search)
+    pytest.param(k, marks=pytest.mark.slow) if k != 3 else k for k in range(8)])
 def test_jitted_speculative_beam_search_equals_plain_on_random_models(seed):
     """Random tiny pairs (vocab 12, EOS frequent; a draft unlike its target, so rounds end
     early and rows replay different numbers of steps): widths 1 to 4, gamma 1 to 4, batches

@@ -184,6 +184,7 @@ def test_joint_law_of_three_tokens_matches_target(td_joint, tree, name):
     assert td._joint_pvalue(samples, probs) > 1e-6
 
 
+@pytest.mark.slow  # ~25-35 s; CI: the tree chi-square at T = 1 and the chain's negative control
 def test_negative_control_a_sibling_tested_against_the_uncorrected_target_fails(
         td_joint, monkeypatch):
     """The classic multi-draft bug: after a sibling is rejected, test the next one against p
