@@ -116,11 +116,10 @@ def check_macros(gin_files: Sequence[str], gin_bindings: Sequence[str],
     for binding in gin_bindings:
         for name in _REFERENCE.findall(binding):
             referenced.setdefault(name, f"--gin binding {binding!r}")
-    bound = {m.group(1) for m in map(_MACRO.match, gin_bindings) if m}
+    settable = set(defined) | {m.group(1) for m in map(_MACRO.match, gin_bindings) if m}
     for name, where in sorted(referenced.items()):
-        if name not in defined and name not in bound:
-            known = set(defined) | bound
-            close = difflib.get_close_matches(name, sorted(known), n=1)
+        if name not in settable:
+            close = difflib.get_close_matches(name, sorted(settable), n=1)
             raise ValueError(
                 f"{where}: %{name} is read but no gin file defines the macro {name}"
                 + (f"; did you mean %{close[0]}?" if close else

@@ -60,11 +60,10 @@ def build_model(spec, checkpoint: Optional[str] = None, *, name: str = "target",
             raise ValueError(f"{name}_checkpoint={checkpoint!r} was given but {name}_model is the "
                              f"n-gram file {os.fspath(spec)!r}; give only the file.")
         model = ngram.load(spec, decoder_only=decoder_only)
-    elif bundled(spec) is not None:
+    elif (found := bundled(spec)) is not None:
         if checkpoint:
             raise ValueError(f"{name}_checkpoint={checkpoint!r} was given but {name}_model is the "
                              f"bundled model {spec!r}; give only the name.")
-        found = bundled(spec)
         if found.decoder_only != decoder_only:
             kind = "decoder-only" if found.decoder_only else "encoder-decoder"
             raise ValueError(f"{name}_model={spec!r} is a bundled {kind} model but decoder_only="
@@ -119,36 +118,29 @@ class Bundled:
         return (code_lm if self.decoder_only else mini).load(self.name, param_dtype=param_dtype)
 
 
-def _bundles():
+def _cards():
+    """(models_dir, decoder_only, {name: card entry}) of each bundle present (EN->DE, code)."""
     from speculative.runs import code_lm, mini  # pylint: disable=g-import-not-at-top
 
-    return ((mini.MODELS_DIR, False), (code_lm.MODELS_DIR, True))
+    for models_dir, decoder_only in ((mini.MODELS_DIR, False), (code_lm.MODELS_DIR, True)):
+        if os.path.exists(os.path.join(models_dir, CARD_FILE)):
+            yield models_dir, decoder_only, bundle_card(models_dir, "").get("models", {})
 
 
 def bundled(name: str) -> Optional[Bundled]:
     """The bundled model called `name` (e.g. 'large_target', 'code_draft'), or None."""
     if not isinstance(name, str):
         return None
-    for models_dir, decoder_only in _bundles():
-        path = os.path.join(models_dir, CARD_FILE)
-        if os.path.exists(path):
-            with open(path) as f:
-                entry = json.load(f).get("models", {}).get(name)
-            if entry is not None:
-                return Bundled(name, entry, models_dir, decoder_only)
+    for models_dir, decoder_only, models in _cards():
+        if name in models:
+            return Bundled(name, models[name], models_dir, decoder_only)
     return None
 
 
 def bundled_names() -> set:
     """Names of the models bundled in speculative/data, EN->DE and code (empty in a checkout
     without them)."""
-    names = set()
-    for models_dir, _ in _bundles():
-        path = os.path.join(models_dir, CARD_FILE)
-        if os.path.exists(path):
-            with open(path) as f:
-                names |= set(json.load(f).get("models", {}))
-    return names
+    return {name for _, _, models in _cards() for name in models}
 
 
 PROMPT_LOOKUP = "prompt_lookup"  # a draft spec: copy from the context (ngram.PromptLookupDraft)

@@ -149,6 +149,11 @@ def row_file(name: str, rows_dir: str = DEFAULT_ROWS_DIR) -> str:
     return path
 
 
+def row_name(path: str) -> str:
+    """A row's name: its gin file's stem (the name of its output directory)."""
+    return os.path.splitext(os.path.basename(path))[0]
+
+
 def list_rows(rows_dir: str = DEFAULT_ROWS_DIR) -> List[str]:
     """Row names in `rows_dir`: the paper's order first, then the others sorted."""
     names = sorted(f[:-4] for f in os.listdir(rows_dir) if f.endswith(".gin"))
@@ -206,7 +211,7 @@ def resolve_row(name: str, *, rows_dir: str = DEFAULT_ROWS_DIR, checkpoints=None
     from speculative.runs import infer  # pylint: disable=g-import-not-at-top
 
     path = row_file(name, rows_dir)
-    stem = os.path.splitext(os.path.basename(path))[0]
+    stem = row_name(path)
     bindings = checkpoint_bindings(stem, checkpoints) + list(row_bindings)
     if output_dir is not _UNSET:
         bindings.append(f"INFER_OUTPUT_DIR = {output_dir!r}")
@@ -365,7 +370,7 @@ def reproduce(
     if c is not None and c != "paper" and (not isinstance(c, (int, float)) or c < 0):
         raise ValueError(f"c={c!r} is invalid: None (measure), a number >= 0, or 'paper'.")
     paths = [row_file(name, rows_dir) for name in rows]  # a typo fails before any decoding
-    names = [os.path.splitext(os.path.basename(p))[0] for p in paths]
+    names = [row_name(p) for p in paths]
     if len(set(names)) != len(names):
         raise ValueError(f"rows={rows!r}: two rows share a name ({names}); each row's runs go to "
                          "output_dir/<row name>, so give rows with different file names.")
