@@ -563,24 +563,6 @@ def _check_target_aware(target, draft) -> None:
             f"{layers}; this target gives {width} there. Use the draft trained for this target.")
 
 
-_VERIFIER_METHODS = ("split", "split_step", "propose", "verify", "next_token")
-
-
-def _check_verifier(verifier, lenience) -> None:
-    missing = [m for m in _VERIFIER_METHODS if not callable(getattr(verifier, m, None))]
-    if missing:
-        raise TypeError(f"verifier={verifier!r} lacks {missing}: a verification policy has the "
-                        f"methods {list(_VERIFIER_METHODS)} (see speculative/verification.py).")
-    try:
-        hash(verifier)
-    except TypeError:
-        raise TypeError(f"verifier={verifier!r} is not hashable; it is static under jit: make "
-                        "it a frozen dataclass.") from None
-    if lenience != 1.0:
-        raise ValueError(f"lenience={lenience!r} and verifier={verifier!r} both set the "
-                         "acceptance rule: give the lenience to the verifier instead.")
-
-
 def _check_tree(target, tree, gamma, lenience, draft_confidence, gamma_schedule) -> trees.Tree:
     tree = trees.as_tree(tree, gamma)
     if lenience != 1.0 or draft_confidence != 0.0 or gamma_schedule != "constant":
@@ -670,26 +652,9 @@ def speculative_decode(
     sampling_lib.validate_lenience(lenience)
     if reads_target(draft):
         _check_target_aware(target, draft)
-    if isinstance(draft_confidence, bool) or not isinstance(draft_confidence,
-                                                              (int, float, np.floating)):
-        raise TypeError(f"draft_confidence={draft_confidence!r} is not a number: give a float "
-                        "in [0, 1] (0 = always draft gamma tokens).")
-    if not 0.0 <= draft_confidence <= 1.0:
-        raise ValueError(f"draft_confidence={draft_confidence!r} must lie in [0, 1] (0 = always "
-                         "draft gamma tokens).")
-    if gamma_schedule not in ("constant", "heuristic"):
-        raise ValueError(f"gamma_schedule={gamma_schedule!r} is invalid: 'constant' (always "
-                         "gamma drafts) or 'heuristic' (+2 / -1 per round, within [1, gamma]).")
-    if initial_gamma is not None and gamma_schedule == "constant":
-        raise ValueError(f"initial_gamma={initial_gamma!r} applies to gamma_schedule="
-                         "'heuristic' only; the constant schedule always drafts gamma. Drop "
-                         "initial_gamma or pass gamma_schedule='heuristic'.")
-    if initial_gamma is not None and (isinstance(initial_gamma, bool) or not isinstance(
-            initial_gamma, (int, np.integer)) or not 1 <= initial_gamma <= gamma):
-        raise ValueError(f"initial_gamma={initial_gamma!r} is invalid: an int in [1, gamma="
-                         f"{gamma}] (or None = gamma).")
+    validation.schedule(draft_confidence, gamma_schedule, initial_gamma, gamma)
     if verifier is not None:
-        _check_verifier(verifier, lenience)
+        verification.check_policy(verifier, lenience)
     kwargs = dict(gamma=int(gamma), sampling=sampling, max_decode_len=int(max_decode_len),
                   lenience=float(lenience), draft_confidence=float(draft_confidence),
                   gamma_schedule=gamma_schedule,

@@ -194,3 +194,22 @@ def for_sampling(sampling: SamplingConfig, lenience: float = 1.0) -> Verifier:
         return ExactVerifier(sampling)
     return LenientVerifier(sampling, lenience)
 
+
+POLICY_METHODS = ("split", "split_step", "propose", "verify", "next_token")
+
+
+def check_policy(verifier, lenience) -> None:
+    """A verification policy given to `speculative_decode(verifier=...)`: it has the loop's
+    methods, is hashable (static under jit), and no `lenience` competes with it."""
+    missing = [m for m in POLICY_METHODS if not callable(getattr(verifier, m, None))]
+    if missing:
+        raise TypeError(f"verifier={verifier!r} lacks {missing}: a verification policy has the "
+                        f"methods {list(POLICY_METHODS)} (see speculative/verification.py).")
+    try:
+        hash(verifier)
+    except TypeError:
+        raise TypeError(f"verifier={verifier!r} is not hashable; it is static under jit: make "
+                        "it a frozen dataclass.") from None
+    if lenience != 1.0:
+        raise ValueError(f"lenience={lenience!r} and verifier={verifier!r} both set the "
+                         "acceptance rule: give the lenience to the verifier instead.")
