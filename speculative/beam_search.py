@@ -596,15 +596,14 @@ def _draft_paths(scorer: _Scorer, rows: List[_Row], steps: dict, gamma: int, dra
 
 
 def _check_speculative(target, draft, inputs, beam_size, draft_beam, gamma, max_decode_len,
-                       length_penalty, cached: bool) -> np.ndarray:
+                       length_penalty, cached: bool, min_draft_beam) -> np.ndarray:
+    """`min_draft_beam`: (the least draft_beam the search takes, the message saying why)."""
     inputs = _check(inputs, beam_size, max_decode_len, length_penalty, target, cached=cached)
     validation.positive_int(gamma, "gamma", "draft steps per round")
+    least, why = min_draft_beam
     if isinstance(draft_beam, bool) or not isinstance(draft_beam, (int, np.integer)) or (
-            draft_beam < (beam_size if not cached else 0)):
-        fix = ("an int >= 0 (0: only each alive beam's greedy path; else the width of the "
-               "draft's beam search)" if cached else f"an int >= beam_size={beam_size}: the "
-               "draft proposes at least as many beams as the target keeps")
-        raise ValueError(f"draft_beam={draft_beam!r} is invalid: give {fix}.")
+            draft_beam < least):
+        raise ValueError(f"draft_beam={draft_beam!r} is invalid: give an int >= {why}.")
     if draft.vocab_size != target.vocab_size:
         raise ValueError(f"draft vocab_size={draft.vocab_size} differs from the target's "
                          f"{target.vocab_size}.")
@@ -620,8 +619,10 @@ def speculative_beam_search(target, draft, inputs, *, beam_size: int, draft_beam
     round-off (the target scores a path's tokens in one call of g + 1 tokens instead of one
     by one); `target_calls` counts the rounds (one forward of `batch * (beam_size +
     draft_beam)` rows of gamma + 1 tokens each)."""
-    inputs = _check_speculative(target, draft, inputs, beam_size, draft_beam, gamma,
-                                max_decode_len, length_penalty, cached=True)
+    inputs = _check_speculative(
+        target, draft, inputs, beam_size, draft_beam, gamma, max_decode_len, length_penalty,
+        cached=True, min_draft_beam=(0, "0 (0: only each alive beam's greedy path; else the "
+                                        "width of the draft's beam search)"))
     for model, name in ((target, "target"), (draft, "draft")):
         if not hasattr(model, "prefix_length") or model.prefix_length(inputs.shape[1]) != 0:
             raise TypeError(f"beam search needs an encoder-decoder {name}; got "
@@ -641,8 +642,10 @@ def host_speculative_beam_search(target, draft, inputs, *, beam_size: int, draft
     """The host-driven speculative search (a Python loop over rounds around teacher-forcing
     forwards that recompute every prefix): the reference, equal bit for bit to
     `beam_search(..., rows=batch * (beam_size + draft_beam))`."""
-    inputs = _check_speculative(target, draft, inputs, beam_size, draft_beam, gamma,
-                                max_decode_len, length_penalty, cached=False)
+    inputs = _check_speculative(
+        target, draft, inputs, beam_size, draft_beam, gamma, max_decode_len, length_penalty,
+        cached=False, min_draft_beam=(beam_size, f"beam_size={beam_size}: the draft proposes "
+                                                 "at least as many beams as the target keeps"))
     w, batch = beam_size, inputs.shape[0]
     rows_per_call = _forward_rows(batch, w, draft_beam)
     scorer = _Scorer(target, inputs, rows_per_call, max_decode_len)
