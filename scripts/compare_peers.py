@@ -28,8 +28,8 @@ import sys
 
 from absl import app, flags
 
+from speculative.experiments import peers
 from speculative.runs import config as config_lib
-from speculative.runs import peers
 from speculative.runs.config import flag_numbers
 
 _PAIRS = flags.DEFINE_list("pairs", None, "target:draft pairs of bundled T5 models; default: "

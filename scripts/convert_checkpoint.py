@@ -34,10 +34,9 @@ import os
 
 from absl import app, flags, logging
 
-from speculative import checkpoints
+from speculative import checkpoints, loading
 from speculative.models import t5
 from speculative.runs import config as config_lib
-from speculative.runs import models as models_lib
 
 FLAGS = flags.FLAGS
 
@@ -57,10 +56,10 @@ flags.DEFINE_bool("overwrite", False, "Replace an existing checkpoint_<step> (or
 
 def _bundled(name: str):
     """The bundled T5 `name`, refused unless HF's encoder-decoder T5 can hold it."""
-    found = models_lib.bundled(name)
+    found = loading.bundled(name)
     if found is None or not found.is_t5:
         raise ValueError(f"--model={name!r} is not a bundled T5; bundled: "
-                         f"{sorted(models_lib.bundled_names())}.")
+                         f"{sorted(loading.bundled_names())}.")
     if found.decoder_only:
         raise ValueError(f"--model={name!r} is a decoder-only model; transformers' "
                          "T5ForConditionalGeneration (what --to_hf writes) is encoder-decoder. "
@@ -98,7 +97,7 @@ def main(argv):
                                 "T5 config.json for the model's shape (or --preset).")
     checkpoints.check_hf_target(FLAGS.hf_dir, FLAGS.overwrite, FLAGS.t5x_dir)  # before work
     if FLAGS.preset:  # a T5 1.x preset, or a bundled model's name (its card's config)
-        config = (_bundled(FLAGS.preset).config if models_lib.bundled(FLAGS.preset)
+        config = (_bundled(FLAGS.preset).config if loading.bundled(FLAGS.preset)
                   else t5.preset(FLAGS.preset))
     else:
         with open(FLAGS.config_json) as f:

@@ -16,8 +16,8 @@ Example:
 
 from absl import app, flags
 
+from speculative.experiments import demo
 from speculative.runs import config as config_lib
-from speculative.runs import demo
 from speculative.runs.config import flag_numbers
 
 _NUM = flags.DEFINE_integer("num_sentences", 8, "Test sentences to translate.")

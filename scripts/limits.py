@@ -6,7 +6,7 @@ every --batch_sizes (gamma per batch by Theorem 3.8), measures the machine's str
 bandwidth, and compares each target step, verify call and baseline step with the time the
 bytes it must read take at that bandwidth. Writes into --output_dir: batch_scaling.md (with
 the batch at which speculation stops paying), bandwidth.md, speedup_vs_batch.png and
-limits.json (schema and method: speculative/runs/limits.py; how to read it: docs/limits.md).
+limits.json (schema and method: speculative/experiments/limits.py; how to read it: docs/limits.md).
 An earlier limits.json there is kept unless --overwrite.
 
 Example (temperatures 0 and 1; about 20 minutes on 2 CPU cores with nothing else running,
@@ -22,8 +22,9 @@ Quick check (about a minute):
 
 from absl import app, flags
 
+from speculative import bundles, host
+from speculative.experiments import limits
 from speculative.runs import config as config_lib
-from speculative.runs import limits
 from speculative.runs.config import flag_numbers
 
 _OUT = flags.DEFINE_string("output_dir", limits.DEFAULT_DIR, "Where the results go.")
@@ -40,9 +41,9 @@ _SENTENCES = flags.DEFINE_integer("num_sentences", 64, "Test sentences decoded a
 _REPEATS = flags.DEFINE_integer("repeats", 5, "Interleaved timing rounds (medians reported).")
 _COST_STEPS = flags.DEFINE_integer("cost_steps", 16, "Extend calls per cost-model timing at "
                                   "batch 1 (at batch B: cost_steps / B, at least 2).")
-_MAX_LEN = flags.DEFINE_integer("max_decode_len", limits.mini_results.MAX_DECODE_LEN,
+_MAX_LEN = flags.DEFINE_integer("max_decode_len", bundles.MAX_DECODE_LEN,
                                 "Tokens generated per sentence at most.")
-_BW_MB = flags.DEFINE_integer("bandwidth_mb", limits.BANDWIDTH_BYTES >> 20,
+_BW_MB = flags.DEFINE_integer("bandwidth_mb", host.BANDWIDTH_BYTES >> 20,
                               "MiB summed by the bandwidth measurement (far above the "
                               "last-level cache).")
 _BENCH = flags.DEFINE_list("benchmark_json", [], "benchmark.json files of scripts/benchmark.py "

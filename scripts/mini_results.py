@@ -10,27 +10,25 @@ two predictions beside each measured speedup (Theorem 3.8, and the decode-loop c
 4), splits each round's time into the verify call, the draft calls and the rest, and sweeps
 gamma for the best draft (speedup_vs_gamma.png). About 25 minutes for large_target, 8 for
 mini_target and 20 for code_target (--nodynamic) on 2 CPU cores; run it with nothing else busy
-on the machine. With --readme, the
-README's results section is rewritten from the results files of every bundled target.
+on the machine.
 An earlier results.json is replaced only with --overwrite. Every finished stage (alpha, costs,
 Table 2, the gamma sweep, dynamic gamma) is saved in results.partial.json as it ends, and
 --resume continues a run that crashed or was stopped.
 
 Example:
-  python scripts/mini_results.py --readme=results/README.md --overwrite
+  python scripts/mini_results.py --overwrite
   python scripts/mini_results.py --targets=mini_target --output_dir=/tmp/quick \
       --num_alpha_tokens=1000 --repeats=2
 """
 
-import os
 
 from absl import app, flags
 
+from speculative import bundles
+from speculative.experiments import mini_results
 from speculative.runs import config as config_lib
-from speculative.runs import mini_results
 
-_TARGETS = flags.DEFINE_list("targets", None, "Bundled targets to measure (default: all); "
-                             "--readme also uses the results already written for the others.")
+_TARGETS = flags.DEFINE_list("targets", None, "Bundled targets to measure (default: all).")
 _OUT = flags.DEFINE_string("output_dir", None, "Where the tables and plot go (one target only; "
                            "default: results/large, results/mini or results/code).")
 _TOKENS = flags.DEFINE_integer("num_alpha_tokens", 10_000, "Tokens per alpha measurement.")
@@ -40,33 +38,23 @@ _DYNAMIC = flags.DEFINE_bool("dynamic", True, "Also time dynamic gamma (draft_co
 _OVERWRITE = flags.DEFINE_bool("overwrite", False, "Replace the results.json of an earlier run.")
 _RESUME = flags.DEFINE_bool("resume", False, "Continue a stopped run from the stages it saved in "
                             "results.partial.json (same settings).")
-_README = flags.DEFINE_string("readme", None, "README to rewrite from the <!-- RESULTS --> marker "
-                              "to the next section (None = leave it alone).")
 
 
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-    bundled = mini_results.targets()
+    bundled = bundles.targets()
     targets = _TARGETS.value if _TARGETS.value is not None else bundled
     unknown = sorted(set(targets) - set(bundled))
     if unknown:
         raise app.UsageError(f"--targets: {unknown} not bundled; choose from {bundled}.")
     if _OUT.value and len(targets) != 1:
         raise app.UsageError("--output_dir needs exactly one --targets entry.")
-    if _OUT.value and _README.value:
-        raise app.UsageError("--readme renders the default results directories; drop "
-                             "--output_dir.")
     for target in targets:
         mini_results.run(output_dir=_OUT.value, num_alpha_tokens=_TOKENS.value,
                          num_sentences=_SENTENCES.value, repeats=_REPEATS.value,
                          target_name=target, dynamic=_DYNAMIC.value,
                          overwrite=_OVERWRITE.value, resume=_RESUME.value)
-    if _README.value:
-        pairs = [(mini_results.load_results(mini_results.RESULT_DIRS[t]),
-                  mini_results.RESULT_DIRS[t]) for t in bundled
-                 if os.path.exists(os.path.join(mini_results.RESULT_DIRS[t], "results.json"))]
-        mini_results.write_readme_section(_README.value, mini_results.readme_section(pairs))
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ import json
 import math
 import os
 import shutil
-from typing import Any, Dict, Union
+from typing import Any, Dict, Optional, Union
 
 import numpy as np
 
@@ -131,3 +131,30 @@ def write_report(output_dir: str, stem: str, result: Dict, markdown: str) -> Non
     write_atomic_group({os.path.join(output_dir, f"{stem}.md"): markdown,
                         os.path.join(output_dir, f"{stem}.json"):
                             json.dumps(json_ready(result), indent=1)})
+
+
+def check_writable(directory: str, what: str) -> None:
+    """Creates `directory` if needed and writes and removes a probe file there, so a place a
+    run cannot write fails before the run's work, naming `what` (e.g. 'OUTPUT_DIR')."""
+    try:
+        os.makedirs(directory, exist_ok=True)
+        probe = os.path.join(directory, f".write_probe_{os.getpid()}")
+        with open(probe, "w") as f:
+            f.write("ok")
+        os.remove(probe)
+    except OSError as e:
+        raise PermissionError(f"{what}={directory!r} cannot be written ({e}); choose a "
+                              "writable directory.") from e
+
+
+def check_output_dir(output_dir, name: Optional[str] = None, overwrite: bool = True) -> str:
+    """Before any work: a usable directory path, writable, and (unless `overwrite`) without an
+    earlier results file `name`."""
+    if not isinstance(output_dir, str) or not output_dir:
+        raise ValueError(f"output_dir={output_dir!r} is invalid: give a directory path, e.g. "
+                         "--gin.OUTPUT_DIR=\\\"/tmp/bench\\\".")
+    if name and not overwrite and os.path.exists(os.path.join(output_dir, name)):
+        raise FileExistsError(f"{os.path.join(output_dir, name)} holds an earlier run; choose "
+                              "another OUTPUT_DIR or pass --gin.OVERWRITE=True to replace it.")
+    check_writable(output_dir, "output_dir")
+    return output_dir

@@ -11,7 +11,7 @@ shards the same way here:
     result = decoding.speculative_decode(target, draft, inputs, ...)   # jit follows the shardings
 
 Runs take a mesh from gin (`MESH_SHAPE = (data, model)`) and build their models through
-`runs/models.load_model(..., mesh=mesh)`, which places the parameters with `shard_params` and
+`loading.load_model(..., mesh=mesh)`, which places the parameters with `shard_params` and
 gives the model the mesh: its KV caches are then pinned inside the jitted loops to batch over
 'data' and heads over 'model' (`cache_spec`), so the verify forward runs model-parallel with
 every step's cache where its heads are. A draft is replicated by default (`replicated_rules`: a

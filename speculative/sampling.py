@@ -28,10 +28,11 @@ Shape legend: B batch, G gamma (draft length), V vocab.
 from __future__ import annotations
 
 import dataclasses
-from typing import Tuple
+from typing import List, Tuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 Array = jax.Array
 
@@ -305,3 +306,33 @@ def speculative_sample(
         q_next = jnp.where((n < num_drafted)[:, None], q_next, 0.0)
     next_token = sample(residual_rng, residual_weights(p_next, q_next))
     return n, next_token
+
+
+def sampling_configs(temperatures, top_k: int = 0, top_p: float = 1.0) -> List[SamplingConfig]:
+    """`temperatures` (numbers >= 0, 0 = argmax, or `SamplingConfig`s) -> SamplingConfigs.
+
+    Numbers share `top_k` and `top_p` (ignored at temperature 0, which is argmax).
+    """
+    if isinstance(temperatures, (int, float, SamplingConfig)) and not isinstance(temperatures,
+                                                                                 bool):
+        temperatures = [temperatures]
+    if not isinstance(temperatures, (list, tuple)):
+        raise TypeError(f"temperatures={temperatures!r} is invalid: give a list of temperatures "
+                        "(floats >= 0; 0 = argmax) or SamplingConfigs.")
+    if not temperatures:
+        raise ValueError("temperatures=[] is empty: give at least one temperature, e.g. "
+                         "[0.0, 1.0].")
+    out = []
+    for t in temperatures:
+        if isinstance(t, SamplingConfig):
+            out.append(t)
+        elif isinstance(t, (int, float, np.integer, np.floating)) and not isinstance(t, bool):
+            if t == 0:
+                out.append(SamplingConfig(temperature=0.0))
+            else:
+                out.append(SamplingConfig(temperature=float(t), top_k=top_k, top_p=top_p))
+        else:
+            raise TypeError(
+                f"Temperature {t!r} has unknown type {type(t).__name__}: use a float >= 0 (0 = "
+                "argmax) or a speculative.sampling.SamplingConfig.")
+    return out

@@ -8,7 +8,7 @@ the fix. Nothing is truncated, wrapped or clipped.
 from __future__ import annotations
 
 import os
-from typing import Optional
+from typing import List, Optional
 
 import ml_dtypes  # noqa: F401  (registers 'bfloat16' with numpy)
 import numpy as np
@@ -134,3 +134,19 @@ def fits_memory(num_bytes: int, what: str, fix: str, total: Optional[int] = None
         raise ValueError(f"{what} needs {num_bytes / 2**30:.1f} GiB, more than "
                          f"{MAX_MEMORY_FRACTION:.0%} of this machine's {total / 2**30:.1f} GiB; "
                          f"{fix}.")
+
+
+def positive_ints(values, name: str, what: str) -> List[int]:
+    """A non-empty list of ints >= 1 (a single int is accepted); errors name the bad value."""
+    if isinstance(values, (int, np.integer)) and not isinstance(values, bool):
+        values = [values]
+    if not isinstance(values, (list, tuple)):
+        raise TypeError(f"{name}={values!r} is invalid: give a list of ints >= 1 ({what}).")
+    if not values:
+        raise ValueError(f"{name}={list(values)!r} is empty: give at least one value ({what}), "
+                         "e.g. [1, 2, 4].")
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+            raise ValueError(f"{name} holds {v!r}, which is invalid: each entry must be an int "
+                             f">= 1 ({what}).")
+    return [int(v) for v in values]

@@ -73,11 +73,13 @@ def check_greedy_identity(target, draft, batches, max_decode_len: int, gamma: in
     depth)."""
     import numpy as np  # pylint: disable=g-import-not-at-top
 
-    from speculative import decoding  # pylint: disable=g-import-not-at-top
-    from speculative.runs import alpha as alpha_lib  # pylint: disable=g-import-not-at-top
+    from speculative import (
+        acceptance,  # pylint: disable=g-import-not-at-top
+        decoding,  # pylint: disable=g-import-not-at-top
+    )
     from speculative.sampling import SamplingConfig  # pylint: disable=g-import-not-at-top
 
-    forced = jax.jit(alpha_lib._forced_logits)  # pylint: disable=protected-access
+    forced = jax.jit(acceptance._forced_logits)  # pylint: disable=protected-access
     same, ties, total = 0, [], 0
     for b, inputs in enumerate(batches):
         kw = dict(rng=jax.random.PRNGKey(b), sampling=SamplingConfig(0.0),

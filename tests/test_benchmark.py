@@ -20,10 +20,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from speculative import decoding, theory
+from speculative import acceptance, costs, decoding, files, loading, measure, theory
 from speculative.models import synthetic, t5
 from speculative.runs import alpha as alpha_lib
-from speculative.runs import benchmark, costs, measure, models
+from speculative.runs import benchmark
 from speculative.runs import config as config_lib
 from speculative.sampling import SamplingConfig
 
@@ -127,7 +127,7 @@ def test_decode_loop_cost_model(temperature):
     """Calibration programs are timed with the decoders; each fitted line runs through the
     calibration points' iterations (the decoders' own round counts), and the prediction is the
     start-up plus iterations (Eq. 1's expected rounds; at alpha = 1, ceil(n / (gamma + 1)))."""
-    target = models.load_model(_cfg(), None, seed=0)
+    target = loading.load_model(_cfg(), None, seed=0)
     batches = list(itertools.islice(
         benchmark.input_batches(1, vocab_size=16, input_length=L_IN, seed=1), 10))
     sampling = SamplingConfig(temperature=temperature)
@@ -174,7 +174,7 @@ def test_calibration_limits_per_batch():
     """Text that rarely ends (a language model continuing code) is calibrated with one
     max_decode_len per batch: each program decodes up to its own limit; a count that does not
     match the batches is refused."""
-    target = models.load_model(_cfg(), None, seed=0)
+    target = loading.load_model(_cfg(), None, seed=0)
     batches = list(itertools.islice(
         benchmark.input_batches(1, vocab_size=16, input_length=L_IN, seed=1), 3))
     programs = costs.calibration_programs(target, target, batches[:2], [],
@@ -209,7 +209,7 @@ def test_synthetic_acceptance_gives_requested_alpha(tmp_path):
     assert run["stats"]["tested"] > 150
     assert run["alpha"] == pytest.approx(0.6, abs=0.1)
     assert run["speculative_tokens"] == run["baseline_tokens"]  # still exact greedy output
-    target = models.load_model(_cfg(), None, seed=0)
+    target = loading.load_model(_cfg(), None, seed=0)
     inputs = next(benchmark.input_batches(4, vocab_size=16, input_length=L_IN, seed=0))
     for requested in (0.0, 1.0):  # the same compilation: acceptance and seed are traced
         draft = synthetic.SyntheticDraft(target, requested, seed=0)
@@ -253,8 +253,8 @@ def test_bad_alpha_config_raises(tmp_path):
 def test_forced_betas_match_full_forward():
     """Teacher forcing through `extend` == beta from `Transformer.apply` on [BOS] + generated."""
     cfg = _cfg()
-    target = models.load_model(cfg, None, seed=0)
-    draft = models.load_model(cfg, None, seed=1)
+    target = loading.load_model(cfg, None, seed=0)
+    draft = loading.load_model(cfg, None, seed=1)
     inputs = jnp.asarray(next(benchmark.input_batches(4, vocab_size=16, input_length=L_IN,
                                                       seed=0)))
     forward = jax.jit(lambda params, enc, dec: target.module.apply({"params": params}, enc, dec))
@@ -262,7 +262,7 @@ def test_forced_betas_match_full_forward():
         sampling = SamplingConfig(temperature=temperature)
         out = decoding.autoregressive_decode(target, inputs, rng=jax.random.PRNGKey(3),
                                              sampling=sampling, max_decode_len=N)
-        betas = np.asarray(alpha_lib.forced_betas(target, draft, inputs, out.tokens,
+        betas = np.asarray(acceptance.forced_betas(target, draft, inputs, out.tokens,
                                                   sampling=sampling))
         dec_in = jnp.concatenate([jnp.zeros((4, 1), jnp.int32), out.tokens[:, :-1]], axis=1)
         p_logits = forward(target.params, inputs, dec_in)
@@ -283,7 +283,7 @@ def test_forced_betas_match_full_forward():
 
 
 def test_beta_statistics_known_answer():
-    stats = alpha_lib.beta_statistics([np.array([1.0, 0.0, 1.0]), np.array([1.0, 1.0])], bins=4)
+    stats = acceptance.beta_statistics([np.array([1.0, 0.0, 1.0]), np.array([1.0, 1.0])], bins=4)
     assert stats["alpha"] == pytest.approx(0.8)
     assert stats["num_tokens"] == 5 and stats["num_sequences"] == 2
     assert stats["se_naive"] == pytest.approx(np.std([1, 0, 1, 1, 1], ddof=1) / math.sqrt(5))
@@ -295,13 +295,13 @@ def test_beta_statistics_known_answer():
     # Independent betas: all three standard errors agree and lag-1 is near 0.
     rng = np.random.default_rng(0)
     seqs = [rng.random(50) < 0.7 for _ in range(200)]
-    iid = alpha_lib.beta_statistics(seqs)
+    iid = acceptance.beta_statistics(seqs)
     assert abs(iid["lag1_autocorrelation"]) < 0.05
     assert iid["se_cluster"] == pytest.approx(iid["se_naive"], rel=0.2)
     assert iid["se_batch_means"] == pytest.approx(iid["se_naive"], rel=0.3)
     # Sequence-level correlation (each sequence all 0 or all 1) inflates the clustered SE.
     blocks = [np.full(50, float(rng.random() < 0.7)) for _ in range(200)]
-    corr = alpha_lib.beta_statistics(blocks)
+    corr = acceptance.beta_statistics(blocks)
     assert corr["se_cluster"] > 5 * corr["se_naive"]
 
 
@@ -396,19 +396,19 @@ def test_an_interrupted_benchmark_leaves_the_earlier_run(tmp_path, tiny_gin, sig
 
 def test_results_writers_refuse_an_earlier_run_and_write_atomically(tmp_path):
     out = tmp_path / "bench"
-    assert benchmark.check_output_dir(str(out), benchmark.RESULTS_FILE, False) == str(out)
+    assert files.check_output_dir(str(out), benchmark.RESULTS_FILE, False) == str(out)
     path = benchmark.write_json({"x": float("nan")}, str(out), benchmark.RESULTS_FILE)
     assert json.loads(open(path).read()) == {"x": None}
     assert sorted(os.listdir(out)) == ["benchmark.json", "config.gin"]  # no temporary left
     with pytest.raises(FileExistsError, match="OVERWRITE=True"):
-        benchmark.check_output_dir(str(out), benchmark.RESULTS_FILE, False)
-    benchmark.check_output_dir(str(out), benchmark.RESULTS_FILE, True)
+        files.check_output_dir(str(out), benchmark.RESULTS_FILE, False)
+    files.check_output_dir(str(out), benchmark.RESULTS_FILE, True)
     (tmp_path / "file").write_text("x")
     with pytest.raises(PermissionError, match="cannot be written"):
-        benchmark.check_output_dir(str(tmp_path / "file" / "sub"), benchmark.RESULTS_FILE, False)
+        files.check_output_dir(str(tmp_path / "file" / "sub"), benchmark.RESULTS_FILE, False)
     for bad in (None, "", 3):
         with pytest.raises(ValueError, match="output_dir"):
-            benchmark.check_output_dir(bad)
+            files.check_output_dir(bad)
 
 
 def test_committed_gpu_summary_is_what_its_benchmark_jsons_give():

@@ -408,8 +408,8 @@ def test_convert_script_round_trips_hf_t5x_hf(tmp_path, convert_script, tied):
 
 
 def test_convert_script_round_trips_a_bundled_model_by_name(tmp_path, convert_script):
-    from speculative.runs import models as models_lib  # pylint: disable=import-outside-toplevel
-    bundled = models_lib.bundled("mini_target")
+    from speculative import loading  # pylint: disable=import-outside-toplevel
+    bundled = loading.bundled("mini_target")
     if bundled is None:
         pytest.skip("no bundled models in this checkout")
     _run(convert_script, ["--to_hf", "--model=mini_target", f"--hf_dir={tmp_path}/hf"])
@@ -435,8 +435,8 @@ def test_convert_script_round_trips_a_bundled_model_by_name(tmp_path, convert_sc
 def test_an_interrupted_export_leaves_the_earlier_one(tmp_path, convert_script, signum):
     """--to_hf --overwrite over an earlier export, stopped just before the swap: the earlier
     export stays whole and no staging directory is left."""
-    from speculative.runs import models as models_lib  # pylint: disable=import-outside-toplevel
-    if models_lib.bundled("mini_target") is None:
+    from speculative import loading  # pylint: disable=import-outside-toplevel
+    if loading.bundled("mini_target") is None:
         pytest.skip("no bundled models in this checkout")
     hf = tmp_path / "hf"
     _run(convert_script, ["--to_hf", "--model=mini_target", f"--hf_dir={hf}",

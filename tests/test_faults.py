@@ -218,11 +218,11 @@ def test_an_unaffordable_cache_is_refused_with_its_size(models):
 # its name in the message, before any model is built or any data is read.
 
 def _run_settings_cases(tmp_path):
-    from speculative import checkpoints, tasks, training
+    from speculative import checkpoints, loading, tasks, training
+    from speculative.experiments import demo, limits, mini_results
     from speculative.models import t5 as t5_lib
     from speculative.runs import config as config_lib
-    from speculative.runs import demo, infer, limits, mini, mini_results
-    from speculative.runs import models as models_lib
+    from speculative.runs import infer, mini
 
     cfg = tiny_config(vocab_size=40)
     base = dict(target_config=cfg, draft_config=cfg, target_checkpoint=None,
@@ -275,9 +275,9 @@ def _run_settings_cases(tmp_path):
          ValueError, "label_smoothing"),
         ("train teacher_top_k", lambda: training.TrainConfig(steps=1, teacher_top_k=0),
          ValueError, "teacher_top_k"),
-        ("train kl without teacher", lambda: training.train(
+        ("train kl without teacher", lambda: training.train(training.TrainRun(
             model=tiny_config(vocab_size=4000), model_dir=str(tmp_path / "m"),
-            config=training.TrainConfig(steps=1, objective="kl"), seed=0), ValueError,
+            config=training.TrainConfig(steps=1, objective="kl"), seed=0)), ValueError,
          "distill=True"),
         ("demo num_sentences", lambda: demo.run(num_sentences=0), ValueError,
          "num_sentences=0"),
@@ -325,7 +325,7 @@ def _run_settings_cases(tmp_path):
          "t5_1_1_huge"),
         ("gin undefined macro", lambda: config_lib.check_macros([str(undefined)], []),
          ValueError, "%SEEED is read but no gin file defines.*did you mean %SEED"),
-        ("model dtype", lambda: models_lib.load_model(cfg, None, param_dtype="bf32"),
+        ("model dtype", lambda: loading.load_model(cfg, None, param_dtype="bf32"),
          ValueError, "param_dtype='bf32' is not a parameter dtype"),
         ("checkpoint dtype", lambda: checkpoints.load_params(tmp_path / "nope", "int8"),
          ValueError, "dtype='int8' is not a parameter dtype"),

@@ -162,7 +162,7 @@ def test_truncation_can_be_an_error(tiny_gin, tmp_path, monkeypatch):
 
 def test_paper_task_offline_fails_before_any_model_loads(tmp_path, monkeypatch):
     monkeypatch.setenv("TFDS_DATA_DIR", str(tmp_path / "no_tfds"))
-    monkeypatch.setattr(infer.models_lib, "load_model",
+    monkeypatch.setattr(infer.loading, "load_model",
                         lambda *a, **k: pytest.fail("a model was loaded before the data check"))
     info, settings, _ = table2.resolve_row(
         "ende_small_t0", checkpoints={"*": {"target": str(tmp_path), "draft": str(tmp_path)}},
@@ -245,18 +245,18 @@ BUNDLED_ROWS = os.path.join(REPO, "configs", "experiments", "table2_bundled")
 
 
 def test_bundled_table2_rows_resolve_to_the_bundled_models():
-    from speculative.runs import models as models_lib
+    from speculative import loading
 
     names = table2.list_rows(BUNDLED_ROWS)
     assert len(names) == 22 and {n.split("_")[0] for n in names} == {"large", "mini", "code"}
     for name in names:
         info, s, path = table2.resolve_row(name, rows_dir=BUNDLED_ROWS, dry_run=True,
                                            output_dir=None)
-        target = models_lib.bundled(info.target)
+        target = loading.bundled(info.target)
         # The bundled names became their configs and checkpoints (no placeholder in a dry run).
         assert target is not None and s.target_config == target.config, name
         assert s.target_checkpoint == target.checkpoint and os.path.isdir(s.target_checkpoint)
-        draft = models_lib.bundled(info.draft)
+        draft = loading.bundled(info.draft)
         if draft is not None and draft.is_t5:
             assert (s.draft_config, s.draft_checkpoint) == (draft.config, draft.checkpoint)
         else:  # n-gram tables and prompt lookup are built by name when the run loads them
@@ -645,14 +645,14 @@ def test_decoder_only_mismatches_fail_before_any_work(tiny_gin, tmp_path, monkey
 def test_preloaded_models_of_the_other_kind_are_refused(tiny_gin):
     """`run` with models loaded elsewhere (as Table 2 passes them): an encoder-decoder target
     with DECODER_ONLY = True is refused before decoding."""
-    from speculative.runs import models as models_lib  # pylint: disable=g-import-not-at-top
+    from speculative import loading  # pylint: disable=g-import-not-at-top
 
     config_lib.parse_gin([INFER_GIN, tiny_gin], _code_bindings(
         None, SPECULATIVE="False", DRAFT_MODEL="None", NUM_EXAMPLES="1"))
     settings = infer.infer(dry_run=True)
     gin.clear_config()
     config_lib.parse_gin([INFER_GIN, tiny_gin], _bindings(None))
-    encdec = models_lib.load_model(infer.infer(dry_run=True).target_config)
+    encdec = loading.load_model(infer.infer(dry_run=True).target_config)
     with pytest.raises(ValueError, match="DECODER_ONLY=True but the target is an "
                                          "encoder-decoder model"):
         infer.run(settings, models=(encdec, None))

@@ -1,4 +1,4 @@
-"""Tests for speculative/runs/limits.py, scripts/limits.py and scripts/gpu_benchmark.sh.
+"""Tests for speculative/experiments/limits.py, scripts/limits.py and scripts/gpu_benchmark.sh.
 
 Known answers: the bytes a decode step reads, counted by hand for a tiny config and for
 large_target (the ~122 MB of weights its docs state); the mean decode position of rows of known
@@ -16,9 +16,10 @@ import jax
 import numpy as np
 import pytest
 
-from speculative import decoding
+from speculative import decoding, host
+from speculative.experiments import limits
 from speculative.models import t5
-from speculative.runs import limits, mini
+from speculative.runs import mini
 from speculative.sampling import SamplingConfig
 
 from conftest import tiny_config
@@ -53,13 +54,13 @@ def _model(config):
 def test_step_bytes_by_hand(tied):
     config = tiny_config(logits_via_embedding=tied)
     params = t5.param_shapes(t5.Transformer(config))
-    got = limits.step_bytes(config, params, batch_size=3, position=5, encoder_length=7)
+    got = host.step_bytes(config, params, batch_size=3, position=5, encoder_length=7)
     assert got["total"] == _tiny_bytes(tied, 3, 5, 7)
     assert got["self_kv"] == 4 * 2 * 2 * 3 * 16 * 5 and got["cross_kv"] == 4 * 2 * 2 * 3 * 16 * 7
     assert got["total"] == sum(v for k, v in got.items() if k != "total")
     # Real arrays count like their shapes; the KV terms match the decode loop's memory check.
     model = _model(config)
-    assert limits.step_bytes(config, model.params, batch_size=3, position=5,
+    assert host.step_bytes(config, model.params, batch_size=3, position=5,
                              encoder_length=7) == got
     assert got["self_kv"] == model.cache_bytes(3, 5)
 
@@ -69,7 +70,7 @@ def test_step_bytes_large_target_weights():
     """large_target (E 512, 8 x 64 heads, MLP 2048, 6 decoder layers, 32 buckets, tied vocab
     4000): the ~122 MB of weights a generated token reads (configs/models/large_target.gin)."""
     config = mini.config(mini.LARGE_TARGET)
-    got = limits.step_bytes(config, t5.param_shapes(t5.Transformer(config)), batch_size=1,
+    got = host.step_bytes(config, t5.param_shapes(t5.Transformer(config)), batch_size=1,
                             position=0, encoder_length=0)
     per_layer = 4 * 512 * 512 + 2 * 512 * 512 + 3 * 512 * 2048 + 3 * 512
     assert got["decoder_weights"] == 4 * (6 * per_layer + 32 * 8 + 512)
@@ -80,7 +81,6 @@ def test_step_bytes_large_target_weights():
 def test_cpu_facts_and_cache_regime(tmp_path):
     """The CPU's caches come from sysfs (instruction caches skipped, sizes in bytes); a target
     is memory-bound when its weights are >= 3x the last-level cache, unknown without sizes."""
-    from speculative.runs import benchmark  # pylint: disable=g-import-not-at-top
 
     for index, (level, kind, size) in enumerate([("1", "Data", "48K"), ("1", "Instruction", "32K"),
                                                  ("2", "Unified", "2048K"),
@@ -91,22 +91,22 @@ def test_cpu_facts_and_cache_regime(tmp_path):
             (folder / name).write_text(value)
     cpuinfo = tmp_path / "cpuinfo"
     cpuinfo.write_text("processor\t: 0\nmodel name\t: Some CPU @ 2.0GHz\nflags\t: avx\n")
-    facts = benchmark.cpu_facts(str(tmp_path / "cache"), str(cpuinfo))
+    facts = host.cpu_facts(str(tmp_path / "cache"), str(cpuinfo))
     assert facts == {"model": "Some CPU @ 2.0GHz",
                      "cache_bytes": {"L1": 48 << 10, "L2": 2 << 20, "L3": 260 << 20}}
-    assert benchmark.cpu_facts(str(tmp_path / "none"), str(tmp_path / "none")) == {
+    assert host.cpu_facts(str(tmp_path / "none"), str(tmp_path / "none")) == {
         "model": None, "cache_bytes": {}}
-    big_cache = limits.cache_regime(122e6, facts["cache_bytes"])
+    big_cache = host.cache_regime(122e6, facts["cache_bytes"])
     assert big_cache["memory_bound"] is False and big_cache["last_level_cache_bytes"] == 260 << 20
     assert big_cache["weights_over_cache"] == pytest.approx(122e6 / (260 << 20))
-    assert limits.cache_regime(122e6, {"L2": 1 << 20, "L3": 32 << 20})["memory_bound"] is True
-    assert limits.cache_regime(122e6, {})["memory_bound"] is None
+    assert host.cache_regime(122e6, {"L2": 1 << 20, "L3": 32 << 20})["memory_bound"] is True
+    assert host.cache_regime(122e6, {})["memory_bound"] is None
 
 
 def test_mean_position_and_crossover():
     # Rows of 1 and 3 tokens: steps read 1 | 1, 2, 3 keys: (1 + 6) / 4.
-    assert limits.mean_position([1, 3]) == pytest.approx(7 / 4)
-    assert limits.mean_position([4, 4]) == pytest.approx(2.5)
+    assert host.mean_position([1, 3]) == pytest.approx(7 / 4)
+    assert host.mean_position([4, 4]) == pytest.approx(2.5)
     rows = [{"batch_size": b, "speedup": s} for b, s in [(16, 0.9), (1, 1.3), (64, 0.7),
                                                          (4, 1.0)]]
     assert limits.crossover(rows) == 16  # 1.0 at batch 4 is not slower
@@ -114,7 +114,7 @@ def test_mean_position_and_crossover():
 
 
 def test_measure_bandwidth_small():
-    bw = limits.measure_bandwidth(1 << 20, repeats=2)
+    bw = host.measure_bandwidth(1 << 20, repeats=2)
     assert bw["bytes"] == 1 << 20
     assert bw["gb_per_s"] > 0 and bw["gb_per_s_best"] >= bw["gb_per_s"]
 
@@ -164,7 +164,7 @@ def test_batch_scaling_identical_draft(tiny_cfg):
     [r] = rows
     assert (r["batch_size"], r["gamma"], r["alpha"]) == (2, 2, 1.0)
     assert r["baseline_steps"] == lengths.max()  # the loop runs until the longest row ends
-    position = limits.mean_position(lengths)
+    position = host.mean_position(lengths)
     assert r["mean_position"] == pytest.approx(position) and r["mean_source_length"] == 6
     assert r["bytes"]["total"] == pytest.approx(_tiny_bytes(False, 2, position, 6))
     assert r["bytes_as_allocated"]["self_kv"] == 4 * 2 * 2 * 2 * 16 * 6  # cache of 4 + 2

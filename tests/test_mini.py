@@ -11,7 +11,9 @@ import signal
 
 import pytest
 
-from speculative.runs import mini, mini_results
+from speculative import acceptance, bundles
+from speculative.experiments import mini_results
+from speculative.runs import mini
 from speculative.sampling import SamplingConfig
 
 from conftest import check_greedy_identity, run_interrupted, snapshot
@@ -26,8 +28,8 @@ TARGETS = mini.targets() if mini.available() else []
 def _check(num_sentences, target_name, tree=None):
     draft = mini.best_draft(target_name)
     check_greedy_identity(mini.load(target_name), mini.load(draft),
-                          mini.source_batches(num_sentences, 64, mini_results.INPUT_LENGTH),
-                          mini_results.MAX_DECODE_LEN, what=f"{draft}, tree {tree}", tree=tree)
+                          mini.source_batches(num_sentences, 64, bundles.INPUT_LENGTH),
+                          bundles.MAX_DECODE_LEN, what=f"{draft}, tree {tree}", tree=tree)
 
 
 @pytest.mark.parametrize("target_name", [  # CI: mini_target (the notebook and the README's
@@ -64,10 +66,9 @@ def _results():
 
 
 def _written():
-    """(results, directory) of every bundled target whose results are written, as --readme
-    renders them."""
+    """(results, directory) of every bundled target whose results are written."""
     return [(mini_results.load_results(os.path.join(REPO, mini_results.RESULT_DIRS[t])),
-             mini_results.RESULT_DIRS[t]) for t in mini_results.targets()
+             mini_results.RESULT_DIRS[t]) for t in bundles.targets()
             if os.path.exists(os.path.join(REPO, mini_results.RESULT_DIRS[t], "results.json"))]
 
 
@@ -125,17 +126,6 @@ def test_results_tables_are_what_their_results_json_gives(tmp_path):
                 f"{directory}/{name} differs from what its results.json gives"
 
 
-def test_write_readme_section_replaces_only_its_section(tmp_path):
-    path = tmp_path / "README.md"
-    path.write_text("# t\n\nintro\n\n<!-- RESULTS -->\n## Results\nold\n\n## Next\nkept\n")
-    mini_results.write_readme_section(str(path), "<!-- RESULTS -->\n## Results\nnew\n\n")
-    assert path.read_text() == ("# t\n\nintro\n\n<!-- RESULTS -->\n## Results\nnew\n\n"
-                                "## Next\nkept\n")
-    (tmp_path / "bare.md").write_text("# t\n")
-    with pytest.raises(ValueError, match="RESULTS"):
-        mini_results.write_readme_section(str(tmp_path / "bare.md"), "x")
-
-
 @pytest.mark.skipif(not os.path.exists(os.path.join(RESULTS, "results.json")),
                     reason="results/mini not written yet")
 def test_mini_results_meet_the_targets():
@@ -164,8 +154,8 @@ def test_alpha_reproduces_to_two_decimals():
     settings = results["settings"]
     target = mini.load(mini.TARGET)
     for name, row in results["table3"].items():
-        got = mini_results.measure_alpha(target, mini.load(name), 0.0,
-                                         settings["num_alpha_tokens"], settings["seed"])
+        got = acceptance.bundle_alpha(target, mini.load(name), bundles.ENDE, 0.0,
+                                      settings["num_alpha_tokens"], settings["seed"])
         assert round(got["alpha"], 2) == round(row["0.0"]["alpha"], 2), name
 
 
@@ -174,7 +164,7 @@ def test_dynamic_gamma_rows_share_one_baseline():
     """mini_results.dynamic_gamma: fixed and dynamic gamma against one interleaved baseline; a
     higher confidence threshold drafts fewer tokens per round (at temperature 0, deterministic)."""
     target, draft = mini.load(mini.TARGET), mini.load("mini_draft_30")
-    batches = mini.source_batches(4, 1, mini_results.INPUT_LENGTH)
+    batches = mini.source_batches(4, 1, bundles.INPUT_LENGTH)
     costs = {"c": 0.1, "verify_cost": {2: 1.5, mini_results.DYNAMIC_MAX_GAMMA: 2.0}}
     rows = mini_results.dynamic_gamma(target, draft, batches, GREEDY, 2, repeats=1, seed=0,
                                       draft_name="mini_draft_30", costs=costs)
@@ -196,18 +186,18 @@ def test_demo_picks_a_tree_only_when_it_is_predicted_faster():
     """The demo's tree choice (`theory.best_tree` on per-rank rates along the target's output):
     with free verification a branching tree wins; with a verify cost that grows by 0.3 steps
     per drafted token the chain does, and the line says why."""
-    from speculative.runs import demo  # pylint: disable=g-import-not-at-top
+    from speculative.experiments import demo  # pylint: disable=g-import-not-at-top
 
     target, draft = mini.load(mini.MINI_TARGET), mini.load("mini_draft_30")
-    batches = mini.source_batches(2, 1, mini_results.INPUT_LENGTH)
+    batches = mini.source_batches(2, 1, bundles.INPUT_LENGTH)
     rows = {m: 0.02 for m in (1, 2, 4, 8, 12)}
     free = {"c": 0.02, "verify_cost": {n: 1.0 for n in range(1, 13)}}
     tree, line = demo._pick_tree(target, draft, batches, GREEDY, free, rows,  # pylint: disable=protected-access
-                                 mini_results.MAX_DECODE_LEN, 0)
+                                 bundles.MAX_DECODE_LEN, 0)
     assert tree is not None and max(tree) > 1 and line.endswith(": the tree"), line
     costly = {"c": 0.02, "verify_cost": {n: 1.0 + 0.3 * n for n in range(1, 13)}}
     tree, line = demo._pick_tree(target, draft, batches, GREEDY, costly, rows,  # pylint: disable=protected-access
-                                 mini_results.MAX_DECODE_LEN, 0)
+                                 bundles.MAX_DECODE_LEN, 0)
     assert tree is None and "per-rank acceptance" in line and line.endswith("the chain"), line
 
 
@@ -215,7 +205,7 @@ def test_demo_runs_on_the_bundled_mini_pair(tmp_path, capsys):
     """The main job's code path end to end (small): translations identical to the target's
     greedy output, one row per temperature with its measured and predicted speedups, the JSON
     written."""
-    from speculative.runs import demo  # pylint: disable=g-import-not-at-top
+    from speculative.experiments import demo  # pylint: disable=g-import-not-at-top
 
     out = tmp_path / "demo.json"
     summary = demo.run(num_sentences=2, gamma=2, temperatures=(0.0,), target_name=mini.MINI_TARGET,

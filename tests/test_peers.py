@@ -1,4 +1,4 @@
-"""Ours against transformers (speculative/runs/peers.py, scripts/compare_peers.py).
+"""Ours against transformers (speculative/experiments/peers.py, scripts/compare_peers.py).
 
 A tiny random T5 pair in the bundled vocabulary (so the bundled test sentences are its inputs),
 whose target has a deeper decoder than encoder (transformers' default KV cache fails on it).
@@ -19,9 +19,14 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from speculative import checkpoints, decoding  # noqa: E402
+from speculative import (  # noqa: E402
+    checkpoints,
+    decoding,
+    loading,  # noqa: E402
+)
+from speculative.experiments import peers  # noqa: E402
 from speculative.models import t5  # noqa: E402
-from speculative.runs import mini, models, peers  # noqa: E402
+from speculative.runs import mini  # noqa: E402
 
 from conftest import tiny_config  # noqa: E402
 
@@ -113,7 +118,7 @@ def test_bad_values_fail_before_any_work(tmp_path, override, message):
 
 def test_parity_error_names_the_difference(tmp_path, small):
     given = small["pairs"][0][0]
-    target = models.load_model(given.config, given.checkpoint)
+    target = loading.load_model(given.config, given.checkpoint)
     hf = peers.to_transformers(target, str(tmp_path / "hf"))
     with torch.no_grad():
         hf.lm_head.weight.add_(0.05)  # a conversion bug
@@ -128,7 +133,7 @@ def test_a_draft_with_a_shallower_encoder_is_refused(tmp_path, small):
     """transformers builds an assistant's cache itself, by the encoder's depth (IndexError)."""
     target = small["pairs"][0][0]
     deep = _given("deep_draft", TARGET, tmp_path, 2)
-    pair = [models.load_model(g.config, g.checkpoint) for g in (target, deep)]
+    pair = [loading.load_model(g.config, g.checkpoint) for g in (target, deep)]
     with pytest.raises(ValueError, match="1 encoder and 2 decoder layers"):
         peers.compare(*pair, [], gamma=2, temperatures=[0.0], max_decode_len=8, repeats=1,
                       parity_atol=1e-3, seed=0)

@@ -19,7 +19,8 @@ SCRIPT = textwrap.dedent(r"""
     import jax, numpy as np
     from speculative import decoding, partitioning
     from speculative.models import t5
-    from speculative.runs import benchmark, config as config_lib, infer, models
+    from speculative.runs import benchmark, config as config_lib, infer
+    from speculative import loading
     assert jax.device_count() == 8, jax.devices()
     out, infer_gin, bench_gin, tiny_gin = sys.argv[1:5]
     infer_meshes = [None if m is None else tuple(m) for m in json.loads(sys.argv[5])]
@@ -84,7 +85,7 @@ SCRIPT = textwrap.dedent(r"""
             blocks.append(None if index is None else [[s.start, s.stop] for s in index])
         return read(self, dtype, index)
     checkpoints._TsLeaf.read = spy
-    loaded = models.load_model(cfg, ckpt, mesh=target.mesh)
+    loaded = loading.load_model(cfg, ckpt, mesh=target.mesh)
     checkpoints._TsLeaf.read = read
     lq = loaded.params["decoder"]["layers_0"]["self_attention"]["query"]["kernel"]
     whole = checkpoints.load_params(ckpt)

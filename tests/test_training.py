@@ -550,7 +550,7 @@ def test_decoder_only_training_lowers_the_loss_and_exports_a_reloadable_checkpoi
     """`train(decoder_only=True)` on the code corpus: next-token loss falls within 20 steps; the
     float32 checkpoint reproduces the subset loss of the trainer's own parameters exactly, and
     the bfloat16 export is those parameters rounded to bfloat16, logit for logit."""
-    from speculative.runs import models as models_lib  # pylint: disable=g-import-not-at-top
+    from speculative import loading  # pylint: disable=g-import-not-at-top
 
     model = _lm_model()
     config = training.TrainConfig(steps=20, batch_tokens=256, buckets=(32,), learning_rate=1e-2,
@@ -578,7 +578,7 @@ def test_decoder_only_training_lowers_the_loss_and_exports_a_reloadable_checkpoi
     eval_step = training.make_eval_step(module)
     loss = training.evaluate_loss(eval_step, params, valid_ex[:4], config)
     assert loss == summary["valid_subset"]["loss_float32"]
-    bundled = models_lib.load_model(model, str(export / "run"), decoder_only=True)
+    bundled = loading.load_model(model, str(export / "run"), decoder_only=True)
     assert isinstance(bundled, decoding.DecoderOnlyModel)
     _, targets = next(training.batches(valid_ex[:4], (32,), 128))
     rounded = jax.tree_util.tree_map(lambda x: jnp.asarray(x, jnp.bfloat16), params)
@@ -629,10 +629,10 @@ def test_decoder_only_ngram_drafts_fit_the_chunks_the_target_reads(tiny_code_cor
 
     monkeypatch.setattr(training, "draft_alpha", fake_alpha)
 
-    from speculative.runs import models as models_lib  # pylint: disable=g-import-not-at-top
+    from speculative import loading  # pylint: disable=g-import-not-at-top
 
     model = _lm_model(num_decoder_layers=1)  # a random target: alpha is measured, not judged
-    target = models_lib.load_model(model, None, decoder_only=True, seed=0)
+    target = loading.load_model(model, None, decoder_only=True, seed=0)
     checkpoints.save_t5x(jax.device_get(target.params), str(tmp_path / "target"), step=1)
     export = tmp_path / "bundle"
     summaries = training.fit_ngram_drafts(

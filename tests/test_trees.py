@@ -219,17 +219,17 @@ def test_rank_acceptance_first_rank_is_the_chain_alpha(td_encdec, temperature):
     """The per-rank rates the tree chooser reads: the first rank's is the chain's alpha along
     the same text (exactly at T = 0; within Monte Carlo error of sum min(p, q) at T = 1), and
     every later rank is a probability of what reached it."""
-    from speculative.runs import alpha  # pylint: disable=g-import-not-at-top
+    from speculative import acceptance  # pylint: disable=g-import-not-at-top
 
     target, draft = td_encdec
     inputs = td._prompts([7, 3, 5, 1, 6, 2, 4, 7], 7, seed=1)
     sampling = SamplingConfig(temperature)
-    ranks = alpha.rank_acceptance(target, draft, [inputs], sampling, max_rank=3,
+    ranks = acceptance.rank_acceptance(target, draft, [inputs], sampling, max_rank=3,
                                   max_decode_len=16, seed=0)
     decode_key = jax.random.split(jax.random.PRNGKey(0), 3)[1]  # rank_acceptance's (seed 0)
     out = decoding.autoregressive_decode(target, inputs, rng=decode_key, sampling=sampling,
                                          max_decode_len=16)
-    betas = np.asarray(alpha.forced_betas(target, draft, jnp.asarray(inputs), out.tokens,
+    betas = np.asarray(acceptance.forced_betas(target, draft, jnp.asarray(inputs), out.tokens,
                                           sampling=sampling))
     valid = np.arange(16)[None] < np.asarray(out.lengths)[:, None]
     kept, reached = np.asarray(ranks["kept_at_rank"]), np.asarray(ranks["reached_rank"])

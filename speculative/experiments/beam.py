@@ -18,9 +18,9 @@ from typing import Dict, Sequence
 
 import numpy as np
 
-from speculative import decoding, files
-from speculative.runs import benchmark, mini, mini_results
-from speculative.runs import costs as costs_lib
+from speculative import bundles, decoding, files, host, validation
+from speculative import costs as costs_lib
+from speculative.runs import mini
 from speculative.runs.infer import MIN_BEAM_SPEEDUP
 
 MAX_LEN = 48
@@ -35,22 +35,22 @@ def run(output_dir: str, target_name: str = mini.LARGE_TARGET, draft_name: str =
     `beam.json` and `beam.md`."""
     import sacrebleu  # pylint: disable=g-import-not-at-top
 
-    benchmark.positive_int(num_sentences, "num_sentences", "test sentences decoded")
-    benchmark.positive_int(repeats, "repeats", "timed rounds")
-    benchmark.positive_int(num_calibration, "num_calibration", "sentences choosing a proposal")
+    validation.positive_int(num_sentences, "num_sentences", "test sentences decoded")
+    validation.positive_int(repeats, "repeats", "timed rounds")
+    validation.positive_int(num_calibration, "num_calibration", "sentences choosing a proposal")
     for w in beam_sizes:
-        benchmark.positive_int(w, "beam_sizes", "beams kept per input")
+        validation.positive_int(w, "beam_sizes", "beams kept per input")
     files.check_report(output_dir, "beam", overwrite)
     draft_name = draft_name or mini.best_draft(target_name)
     target, draft = mini.load(target_name), mini.load(draft_name)
     vocab = mini.Vocabulary()
     pairs = mini.test_pairs(num_sentences)
-    inputs = [vocab.encode_sources([src], mini_results.INPUT_LENGTH) for src, _ in pairs]
+    inputs = [vocab.encode_sources([src], bundles.INPUT_LENGTH) for src, _ in pairs]
     references = [ref for _, ref in pairs]
     load_before = os.getloadavg()[0]
     start = time.time()
     rows = []
-    calibration = mini.source_batches(num_calibration, 1, mini_results.INPUT_LENGTH,
+    calibration = mini.source_batches(num_calibration, 1, bundles.INPUT_LENGTH,
                                       split="valid")
     for w in beam_sizes:
         kw = dict(beam_size=w, max_decode_len=MAX_LEN, length_penalty=length_penalty)
@@ -98,7 +98,7 @@ def run(output_dir: str, target_name: str = mini.LARGE_TARGET, draft_name: str =
               "repeats": repeats,
               "max_decode_len": MAX_LEN, "rows": rows, "seconds": round(time.time() - start, 1),
               "load_average_1m": {"before": load_before, "after": os.getloadavg()[0]},
-              "environment": benchmark.environment()}
+              "environment": host.environment()}
     files.write_report(output_dir, "beam", result, markdown(result))
     return result
 

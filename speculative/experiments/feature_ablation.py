@@ -30,10 +30,20 @@ from typing import Dict, Sequence
 import jax
 import numpy as np
 
-from speculative import decoding, feature_training, files, training
+from speculative import (
+    acceptance,
+    bundles,
+    decoding,
+    feature_training,
+    files,
+    host,
+    measure,
+    training,
+    validation,
+)
+from speculative import costs as costs_lib
 from speculative.models import feature_draft as fd
-from speculative.runs import benchmark, measure, mini, mini_results
-from speculative.runs import costs as costs_lib
+from speculative.runs import mini
 from speculative.sampling import SamplingConfig
 
 GAMMAS = tuple(range(1, 9))
@@ -78,13 +88,13 @@ def run(output_dir: str, drafts: Sequence[str], num_sentences: int = 16,
         num_alpha_tokens: int = 5000, repeats: int = 5, overwrite: bool = False,
         seed: int = 0) -> Dict:
     """Measures every row; writes `ablation.json` and `ablation.md` into `output_dir`."""
-    benchmark.positive_int(num_sentences, "num_sentences", "test sentences timed")
-    benchmark.positive_int(repeats, "repeats", "timed rounds")
+    validation.positive_int(num_sentences, "num_sentences", "test sentences timed")
+    validation.positive_int(repeats, "repeats", "timed rounds")
     files.check_report(output_dir, "ablation", overwrite)
     os.makedirs(output_dir, exist_ok=True)
     target = mini.load(mini.LARGE_TARGET)
     models = [load_draft(d) for d in drafts]  # every draft loads before any timing
-    inputs = mini_results.bundle(mini.LARGE_TARGET)
+    inputs = bundles.bundle(mini.LARGE_TARGET)
     batches = inputs.batches(num_sentences, 1)
     calibration = mini.source_batches(8, 1, inputs.input_length, skip=num_sentences)
     load_before = os.getloadavg()[0]
@@ -99,8 +109,8 @@ def run(output_dir: str, drafts: Sequence[str], num_sentences: int = 16,
                "verify_cost": costs["verify_cost"]}
         for temperature in (0.0, 1.0):
             sampling = SamplingConfig(temperature)
-            forced = mini_results.measure_alpha(target, draft, temperature, num_alpha_tokens,
-                                                seed, inputs)
+            forced = acceptance.bundle_alpha(target, draft, inputs, temperature,
+                                             num_alpha_tokens, seed)
             gamma = _best_gamma(target, draft, batches, sampling, costs, inputs.max_decode_len,
                                 seed)
             [m] = measure.measure(target, [draft] * len(batches), batches, sampling=sampling,
@@ -114,7 +124,7 @@ def run(output_dir: str, drafts: Sequence[str], num_sentences: int = 16,
     result = {"target": mini.LARGE_TARGET, "sentences": num_sentences,
               "alpha_tokens": num_alpha_tokens, "repeats": repeats, "rows": rows,
               "load_average_1m": {"before": load_before, "after": os.getloadavg()[0]},
-              "environment": benchmark.environment()}
+              "environment": host.environment()}
     files.write_report(output_dir, "ablation", result, markdown(result))
     return result
 

@@ -2,7 +2,7 @@
 
 For each temperature:
 
-1. **Per-rank acceptance** a_j (`alpha.rank_acceptance`): along the target's own output for
+1. **Per-rank acceptance** a_j (`acceptance.rank_acceptance`): along the target's own output for
    `num_rank_sentences` test sources (not the timed ones), the chance that a node's child of
    rank j is kept given that the ones before it were not.
 2. **Costs** (`costs.measure_costs`, `costs.draft_row_costs`, interleaved): the target's verify
@@ -25,10 +25,9 @@ from typing import Dict
 
 import numpy as np
 
-from speculative import decoding, files, theory
-from speculative.runs import alpha as alpha_lib
-from speculative.runs import benchmark, mini, mini_results
-from speculative.runs import costs as costs_lib
+from speculative import acceptance, bundles, decoding, files, host, theory, validation
+from speculative import costs as costs_lib
+from speculative.runs import mini
 from speculative.sampling import SamplingConfig
 
 DRAFT_ROWS = (1, 2, 3, 4, 6, 8, 12, 16)  # paths per draft call whose cost is measured
@@ -38,17 +37,15 @@ def run(output_dir: str, target_name: str = mini.LARGE_TARGET, draft_name: str =
         num_sentences: int = 16, num_rank_sentences: int = 64, temperatures=(0.0, 1.0),
         max_nodes: int = 16, repeats: int = 3, overwrite: bool = False, seed: int = 0) -> Dict:
     """Measures chain vs tree for one pair; writes `trees.json` and `trees.md`."""
-    benchmark.positive_int(num_sentences, "num_sentences", "test sentences timed")
-    benchmark.positive_int(num_rank_sentences, "num_rank_sentences",
+    validation.positive_int(num_sentences, "num_sentences", "test sentences timed")
+    validation.positive_int(num_rank_sentences, "num_rank_sentences",
                            "test sentences for the per-rank acceptance rates")
-    benchmark.positive_int(repeats, "repeats", "timed rounds")
-    benchmark.positive_int(max_nodes, "max_nodes", "drafted tokens per verify")
+    validation.positive_int(repeats, "repeats", "timed rounds")
+    validation.positive_int(max_nodes, "max_nodes", "drafted tokens per verify")
     files.check_report(output_dir, "trees", overwrite)
-    inputs = mini_results.bundle(target_name)  # the EN->DE pairs or the decoder-only code pair
-    models = inputs.models
-    draft_name = draft_name or (mini.best_draft(target_name) if models is mini
-                                else models.t5_drafts(target_name)[0])
-    target, draft = models.load(target_name), models.load(draft_name)
+    inputs = bundles.bundle(target_name)  # the EN->DE pairs or the decoder-only code pair
+    draft_name = draft_name or inputs.best_draft(target_name)
+    target, draft = inputs.load(target_name), inputs.load(draft_name)
     timed = inputs.batches(num_sentences, 1)
     rank_batches = [np.concatenate(inputs.batches(num_sentences + num_rank_sentences, 16))[
         num_sentences:]]  # the sentences after the timed ones, as one batch
@@ -65,7 +62,7 @@ def run(output_dir: str, target_name: str = mini.LARGE_TARGET, draft_name: str =
     rows = []
     for temperature in temperatures:
         sampling = SamplingConfig(temperature)
-        ranks = alpha_lib.rank_acceptance(target, draft, rank_batches, sampling, max_rank=4,
+        ranks = acceptance.rank_acceptance(target, draft, rank_batches, sampling, max_rank=4,
                                           max_decode_len=inputs.max_decode_len, seed=seed)
         choice = theory.best_tree(ranks["rates"], costs["c"], verify, draft_cost=draft_cost,
                                   max_nodes=max_nodes)
@@ -111,7 +108,7 @@ def run(output_dir: str, target_name: str = mini.LARGE_TARGET, draft_name: str =
               "draft_cost_rows": costs["draft_cost_rows"], "rows": rows,
               "seconds": round(time.time() - start, 1),
               "load_average_1m": {"before": load_before, "after": os.getloadavg()[0]},
-              "environment": benchmark.environment()}
+              "environment": host.environment()}
     files.write_report(output_dir, "trees", result, markdown(result))
     return result
 

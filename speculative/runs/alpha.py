@@ -4,26 +4,9 @@ For each sampling setting, `run`
 
   1. generates with the target alone (`decoding.autoregressive_decode` under that setting),
      batch after batch of inputs, until `num_tokens` tokens (default 10,000, as in the paper §4);
-  2. teacher-forces the target and the draft on each generated sequence: `init` with the batch's
-     inputs, then one `extend` over [pending] + generated[:-1] (for an encoder-decoder the pending
-     token is BOS). This uses only the `DecodeModel` contract, so T5 and n-gram drafts alike work;
-  3. computes beta = sum_x min(p(x), q(x)) (Theorem 3.5) at every generated position up to and
-     including EOS, with p and q the *adjusted* distributions (`sampling.adjusted_probs`: the
-     same temperature / top-k / top-p for both). At temperature 0 p and q are one-hot and beta is
-     1 exactly when the draft's argmax equals the target's. With lenience l < 1 the relaxed test
-     of the paper's A.5 is used (`acceptance_rate(p, q, l)`; `greedy_accepts` at temperature 0);
-  4. reports alpha = mean(beta) with three standard errors and the i.i.d. diagnostics:
-
-     se_naive        std(beta) / sqrt(n): right only if the betas were independent;
-     se_cluster      sequence-clustered (cluster-robust) SE, clusters = generated sequences:
-                     sqrt(G / (G - 1) * sum_s (sum_{i in s} (beta_i - alpha))^2) / n;
-     se_batch_means  batch means over the betas in generation order (sequences concatenated),
-                     batches of floor(sqrt(n)) consecutive betas;
-     lag1_autocorrelation  pooled lag-1 autocorrelation of beta within sequences,
-                     sum_s sum_i (b_i - a)(b_{i+1} - a) / n_pairs  /  (sum (b_i - a)^2 / n);
-                     0 under the i.i.d. assumption behind Eq. 1; null when beta is constant;
-     effective_sample_size  n * (se_naive / se_cluster)^2;
-     histogram       counts of beta in `histogram_bins` equal bins over [0, 1].
+  2. teacher-forces the target and the draft along it and computes beta at every position
+     (`speculative.acceptance`, which says how, and how the standard errors are defined);
+  3. reports alpha = mean(beta), its standard errors and i.i.d. diagnostics.
 
 Results go to `<output_dir>/alpha.json` and the resolved gin config to `<output_dir>/config.gin`;
 a small table is printed. JSON (NaN written as null):
@@ -43,227 +26,18 @@ Shape legend: B batch, L length, N max_decode_len, V vocab.
 
 from __future__ import annotations
 
-import functools
 import math
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, Optional, Sequence
 
 import gin
 import jax
-import jax.numpy as jnp
-import numpy as np
 
-from speculative import decoding, theory, trees
+from speculative import acceptance, files, host, loading, measure, validation
 from speculative import sampling as sampling_lib
 from speculative.runs import benchmark as bench
-from speculative.runs import costs as costs_lib
-from speculative.runs import measure
-from speculative.runs import models as models_lib
-from speculative.sampling import SamplingConfig
 
 SCHEMA = "speculative.alpha/1"
-TREE_DRAWS = 8  # sibling tests simulated per position for rank_acceptance at T > 0
-TREE_MAX_NODES = 12  # the largest token tree (drafted nodes) the demo and Table 2 consider
-# The verify widths (drafted tokens) and draft rows (paths) whose costs they time; costs between
-# them are interpolated (`costs.cost_curve`).
-TREE_VERIFY_WIDTHS = (1, 2, 4, 6, 8, 12)
-TREE_DRAFT_ROWS = (1, 2, 4, 8, 12)
 RESULTS_FILE = "alpha.json"
-
-
-def _forced_logits(model, inputs, generated):
-    """Teacher forcing through the DecodeModel contract: `[B, N]` -> logits `[B, N, V]`."""
-    cache_len = model.prefix_length(inputs.shape[1]) + generated.shape[1] + 1
-    state = model.init(model.params, inputs, cache_len)
-    fed = jnp.concatenate([state.pending[:, None], generated[:, :-1]], axis=1)
-    logits, _ = model.extend(model.params, state, fed)
-    return jnp.asarray(logits, jnp.float32)
-
-
-def _forced_pair_logits(target, draft, inputs, generated):
-    """Target and draft logits teacher-forced along `generated`. A target-aware draft reads
-    the target's encoder output and, at every position, the target's features of the position
-    before (what its first draft of a round sees; its deeper drafts read its own states, so
-    for it this alpha is the first-draft acceptance rate, and the decode's own
-    `DecodeStats.alpha` is the one along its chains)."""
-    if not decoding.reads_target(draft):
-        return _forced_logits(target, inputs, generated), _forced_logits(draft, inputs, generated)
-    cache_len = generated.shape[1] + 1
-    tstate = target.init(target.params, inputs, cache_len, keep_encoded=True)
-    fed = jnp.concatenate([tstate.pending[:, None], generated[:, :-1]], axis=1)
-    layers = tuple(draft.feature_layers)
-    if layers:
-        p_logits, feats, _ = target.extend_with_features(target.params, tstate, fed, layers)
-        feats = jnp.pad(feats[:, :-1], ((0, 0), (1, 0), (0, 0)))  # the previous position's
-    else:
-        (p_logits, _), feats = target.extend(target.params, tstate, fed), None
-    dstate = draft.init(draft.params, inputs, cache_len, context=target.context(tstate))
-    q_logits, _ = draft.extend(draft.params, dstate, fed, feats)
-    return jnp.asarray(p_logits, jnp.float32), jnp.asarray(q_logits, jnp.float32)
-
-
-@functools.partial(jax.jit, static_argnames=("sampling", "lenience"))
-def forced_betas(target, draft, inputs, generated, *, sampling: SamplingConfig,
-                 lenience: float = 1.0):
-    """beta at every position of `generated [B, N]` (positions past a row's end are junk)."""
-    p_logits, q_logits = _forced_pair_logits(target, draft, inputs, generated)
-    if sampling.greedy:
-        p = jax.nn.softmax(p_logits, axis=-1)
-        x = jnp.argmax(q_logits, axis=-1).astype(jnp.int32)
-        return sampling_lib.greedy_accepts(p, x, lenience).astype(jnp.float32)
-    p = sampling_lib.adjusted_probs(p_logits, sampling)
-    q = sampling_lib.adjusted_probs(q_logits, sampling)
-    return sampling_lib.acceptance_rate(p, q, lenience)
-
-
-def collect_betas(target, draft, batches, *, sampling: SamplingConfig, num_tokens: int,
-                  max_decode_len: int, lenience: float, rng) -> List[np.ndarray]:
-    """Per generated sequence, its betas (up to EOS); stops after exactly `num_tokens` betas
-    (the last sequence is cut) or when `batches` run out."""
-    from tqdm import tqdm  # pylint: disable=g-import-not-at-top
-
-    sequences: List[np.ndarray] = []
-    total = 0
-    bar = tqdm(total=num_tokens, desc=f"alpha at T={sampling.temperature:g}", unit="tok")
-    for i, inputs in enumerate(batches):
-        inputs = jnp.asarray(inputs, jnp.int32)
-        out = decoding.autoregressive_decode(target, inputs, rng=jax.random.fold_in(rng, i),
-                                             sampling=sampling, max_decode_len=max_decode_len)
-        betas = np.asarray(forced_betas(target, draft, inputs, out.tokens, sampling=sampling,
-                                        lenience=lenience), np.float64)
-        for row, length in zip(betas, np.asarray(out.lengths)):
-            take = min(int(length), num_tokens - total)
-            if take > 0:
-                sequences.append(row[:take])
-                total += take
-                bar.update(take)
-        if total >= num_tokens:
-            break
-    bar.close()
-    return sequences
-
-
-def rank_acceptance(target, draft, batches: Sequence[np.ndarray], sampling: SamplingConfig, *,
-                    max_rank: int, max_decode_len: int, seed: int = 0) -> Dict:
-    """Per-rank acceptance of a token tree's children along the target's own output (`batches`
-    decoded by the target under `sampling`, both models teacher-forced along it): a_j = P(the
-    child of rank j is kept | the ones before it were not), what `theory.tree_expected_tokens`
-    takes. At T = 0 it comes from the rank of the target's argmax in the draft's order; at T > 0
-    the exact sibling test (`trees.exact_walk` on a one-level tree) runs `TREE_DRAWS` times per
-    position. For a target-aware draft these are first-draft rates (as `forced_betas`).
-    Returns `{"rates", "positions", "kept_at_rank", "reached_rank"}`."""
-    kept = np.zeros(max_rank, np.int64)
-    reached = np.zeros(max_rank, np.int64)
-    positions = 0
-    rng = jax.random.PRNGKey(seed)
-    for i, x in enumerate(batches):
-        rng, decode_key, mc_key = jax.random.split(rng, 3)
-        out = decoding.autoregressive_decode(target, x, rng=decode_key, sampling=sampling,
-                                             max_decode_len=max_decode_len)
-        tokens = np.asarray(out.tokens)
-        valid = np.arange(tokens.shape[1])[None] < np.asarray(out.lengths)[:, None]
-        p_logits, q_logits = _forced_pair_logits(target, draft, jnp.asarray(x, jnp.int32),
-                                                 jnp.asarray(tokens))
-        p_logits, q_logits = p_logits[valid], q_logits[valid]  # [P, V]
-        positions += int(valid.sum())
-        if sampling.greedy:
-            best = jnp.argmax(p_logits, -1)
-            own = jnp.take_along_axis(q_logits, best[:, None], 1)
-            rank = np.asarray(jnp.sum(q_logits > own, -1))  # 0 = the draft's top token
-            for j in range(max_rank):
-                reached[j] += int(np.sum(rank >= j))
-                kept[j] += int(np.sum(rank == j))
-            continue
-        tree = trees.Tree((max_rank,))
-        p = sampling_lib.adjusted_probs(p_logits, sampling)
-        q = sampling_lib.adjusted_probs(q_logits, sampling)
-        for key in jax.random.split(mc_key, TREE_DRAWS):
-            child_key, walk_key = jax.random.split(key)
-            children, ok = trees.sampled_children(q, max_rank, child_key)
-            nodes = jnp.broadcast_to(p[:, None], (p.shape[0], tree.num_nodes, p.shape[-1]))
-            walk = trees.exact_walk(tree, nodes, q[:, None], children, ok, walk_key)
-            rank = np.where(np.asarray(walk.accepted) > 0, np.asarray(walk.path[:, 0]) - 1,
-                            max_rank)
-            ok = np.asarray(ok)
-            for j in range(max_rank):
-                reached[j] += int(np.sum((rank >= j) & ok[:, j]))
-                kept[j] += int(np.sum(rank == j))
-    rates = np.where(reached > 0, kept / np.maximum(reached, 1), 0.0)
-    return {"rates": rates.tolist(), "positions": positions, "kept_at_rank": kept.tolist(),
-            "reached_rank": reached.tolist()}
-
-
-def choose_tree(target, draft, batches, sampling: SamplingConfig, costs: Dict[str, Any],
-                row_costs: Dict[int, float], *, max_decode_len: int, max_nodes: int,
-                seed: int = 0) -> Dict[str, Any]:
-    """The token tree `theory.best_tree` predicts fastest, against the best chain: per-rank
-    acceptance along the target's output for `batches` (`rank_acceptance`, 4 ranks), the
-    verify costs `costs["verify_cost"]` (`costs.measure_costs` at widths up to `max_nodes`) and
-    the draft's cost on m paths `row_costs` (`costs.draft_row_costs`). Returns
-    `{"rates", "chain", "chain_speedup", "tree", "tree_speedup", ...}` (tree = chain when no
-    branching shape is predicted faster)."""
-    ranks = rank_acceptance(target, draft, [np.concatenate([np.asarray(b) for b in batches])],
-                            sampling, max_rank=4, max_decode_len=max_decode_len, seed=seed)
-    choice = theory.best_tree(
-        ranks["rates"], costs["c"], costs_lib.cost_curve({0: 1.0, **costs["verify_cost"]}),
-        draft_cost=costs_lib.cost_curve(row_costs), max_nodes=max_nodes)
-    return {"rates": ranks["rates"], **choice}
-
-
-def tree_choice_line(choice: Dict[str, Any]) -> str:
-    """What `choose_tree` decided, and why, in one line."""
-    chain, tree = choice["chain"], choice["tree"]
-    rates = ", ".join(f"{a:.2f}" for a in choice["rates"])
-    line = (f"per-rank acceptance {rates}; best chain gamma {len(chain)} predicted "
-            f"{choice['chain_speedup']:.2f}x")
-    if tree == chain:
-        return line + ("; no token tree is predicted faster (verifying more tokens costs more "
-                       "than the extra ones gain): the chain")
-    return line + (f"; best tree {tree} ({theory.tree_nodes(tree)} nodes) predicted "
-                   f"{choice['tree_speedup']:.2f}x: the tree")
-
-
-def beta_statistics(sequences: Sequence[np.ndarray], bins: int = 20) -> Dict[str, Any]:
-    """alpha, its standard errors, lag-1 autocorrelation and histogram (module docstring)."""
-    sequences = [np.asarray(s, np.float64) for s in sequences if len(s)]
-    if not sequences:
-        raise ValueError("No generated tokens to measure alpha on; check the inputs/task.")
-    beta = np.concatenate(sequences)
-    n = beta.size
-    alpha = float(beta.mean())
-    dev = beta - alpha
-    var = float(np.mean(dev ** 2))
-    nan = float("nan")
-    se_naive = float(beta.std(ddof=1) / math.sqrt(n)) if n > 1 else nan
-    groups = len(sequences)
-    sums = np.array([np.sum(s - alpha) for s in sequences])
-    se_cluster = (float(math.sqrt(groups / (groups - 1) * np.sum(sums ** 2)) / n)
-                  if groups > 1 else nan)
-    length = max(1, int(math.sqrt(n)))
-    num_batches = n // length
-    if num_batches > 1:
-        means = beta[:num_batches * length].reshape(num_batches, length).mean(axis=1)
-        se_batch = float(means.std(ddof=1) / math.sqrt(num_batches))
-    else:
-        se_batch = nan
-    pairs = [((s[:-1] - alpha) * (s[1:] - alpha)) for s in sequences if len(s) > 1]
-    num_pairs = sum(p.size for p in pairs)
-    lag1 = (float(sum(p.sum() for p in pairs) / num_pairs / var)
-            if num_pairs and var > 0 else nan)
-    ess = n * (se_naive / se_cluster) ** 2 if se_cluster and se_cluster > 0 else nan
-    counts, edges = np.histogram(beta, bins=bins, range=(0.0, 1.0))
-    return {
-        "num_tokens": int(n),
-        "num_sequences": groups,
-        "mean_sequence_length": n / groups,
-        "alpha": alpha,
-        "se_naive": se_naive,
-        "se_cluster": se_cluster,
-        "se_batch_means": se_batch,
-        "batch_length": length,
-        "lag1_autocorrelation": lag1,
-        "effective_sample_size": ess,
-        "histogram": {"edges": edges.tolist(), "counts": counts.tolist()},
-    }
 
 
 def format_table(settings: Sequence[Dict[str, Any]]) -> str:
@@ -326,27 +100,27 @@ def run(
       histogram_bins: bins of the beta histogram over [0, 1].
       decoder_only, param_dtype, seed, draft_seed, overwrite: as in `benchmark.run`.
     """
-    output_dir = bench.check_output_dir(output_dir, RESULTS_FILE, overwrite)
-    samplings = bench.sampling_configs(temperatures, top_k, top_p)
+    output_dir = files.check_output_dir(output_dir, RESULTS_FILE, overwrite)
+    samplings = sampling_lib.sampling_configs(temperatures, top_k, top_p)
     for name, value in (("num_tokens", num_tokens), ("batch_size", batch_size),
                         ("max_decode_len", max_decode_len), ("input_length", input_length),
                         ("histogram_bins", histogram_bins)):
-        bench.positive_ints([value], name, "an int >= 1")
+        validation.positive_ints([value], name, "an int >= 1")
     sampling_lib.validate_lenience(lenience)
-    target = models_lib.build_model(target_model, target_checkpoint, name="target",
+    target = loading.build_model(target_model, target_checkpoint, name="target",
                                decoder_only=decoder_only, seed=seed, param_dtype=param_dtype)
-    draft = models_lib.build_draft(draft_model, draft_checkpoint, target, decoder_only=decoder_only,
+    draft = loading.build_draft(draft_model, draft_checkpoint, target, decoder_only=decoder_only,
                               seed=seed, draft_seed=draft_seed, param_dtype=param_dtype)
 
     source = dict(vocab_size=target.vocab_size, input_length=input_length, seed=seed, task=task,
                   split=split, tsv_path=tsv_path, spm_path=spm_path)
     settings = []
     for index, sampling in enumerate(samplings):
-        sequences = collect_betas(
+        sequences = acceptance.collect_betas(
             target, draft, bench.input_batches(batch_size, **source), sampling=sampling,
             num_tokens=num_tokens, max_decode_len=max_decode_len, lenience=lenience,
             rng=jax.random.fold_in(jax.random.PRNGKey(seed), index))
-        stats = beta_statistics(sequences, histogram_bins)
+        stats = acceptance.beta_statistics(sequences, histogram_bins)
         if stats["num_tokens"] < num_tokens:
             print(f"warning: the inputs ran out after {stats['num_tokens']} of {num_tokens} "
                   "tokens", flush=True)
@@ -355,8 +129,8 @@ def run(
     results = {
         "schema": SCHEMA,
         "config": {
-            "target_model": models_lib.describe_model(target_model),
-            "draft_model": models_lib.describe_model(draft_model),
+            "target_model": loading.describe_model(target_model),
+            "draft_model": loading.describe_model(draft_model),
             "target_checkpoint": target_checkpoint,
             "draft_checkpoint": draft_checkpoint,
             "decoder_only": decoder_only,
@@ -370,7 +144,7 @@ def run(
             "samplings": [measure.sampling_dict(s) for s in samplings],
             "seed": seed,
         },
-        "environment": bench.environment(),
+        "environment": host.environment(),
         "settings": settings,
     }
     print(format_table(settings), flush=True)

@@ -16,7 +16,7 @@ For a target/draft pair, inputs, sampling settings, gammas and batch sizes, `run
     timed as a jitted `lax.fori_loop` of `extend` calls on the decode-size cache of the same batch
     (no per-call dispatch, as inside the decode loops; interleaved rounds, median), and the
     predicted speedup `theory.speedup(alpha, gamma, c, verify_cost)` next to the measured one;
-  * the decode-loop cost model (`speculative.runs.costs`): start-up and per-iteration cost of the
+  * the decode-loop cost model (`speculative.costs`): start-up and per-iteration cost of the
     decode programs themselves, fitted on `calibration_batches` further input batches timed in
     the same interleaved rounds, and the walltimes they predict at the measured alpha.
 
@@ -90,26 +90,20 @@ Shape legend: B batch, L length, K chunk, G gamma, V vocab, N max_decode_len.
 
 from __future__ import annotations
 
-import datetime
 import itertools
 import json
 import math
 import os
-import platform
 from typing import Any, Dict, Iterator, List, Optional, Sequence
 
 import gin
 import jax
 import numpy as np
 
-from speculative import files, partitioning
+from speculative import costs as costs_lib
+from speculative import files, host, loading, measure, partitioning, validation
+from speculative import sampling as sampling_lib
 from speculative.models import synthetic
-from speculative.runs import config as config_lib
-from speculative.runs import costs as costs_lib
-from speculative.runs import measure
-from speculative.runs import models as models_lib
-from speculative.sampling import SamplingConfig
-from speculative.validation import positive_int as positive_int  # one rule, re-exported
 
 Array = jax.Array
 SCHEMA = "speculative.benchmark/1"
@@ -118,116 +112,6 @@ RESULTS_FILE = "benchmark.json"
 
 # ----------------------------------------------------------------------------------------------
 # Validation and configuration helpers (shared with alpha.py).
-
-
-def positive_ints(values, name: str, what: str) -> List[int]:
-    """A non-empty list of ints >= 1 (a single int is accepted); errors name the bad value."""
-    if isinstance(values, (int, np.integer)) and not isinstance(values, bool):
-        values = [values]
-    if not isinstance(values, (list, tuple)):
-        raise TypeError(f"{name}={values!r} is invalid: give a list of ints >= 1 ({what}).")
-    if not values:
-        raise ValueError(f"{name}={list(values)!r} is empty: give at least one value ({what}), "
-                         "e.g. [1, 2, 4].")
-    for v in values:
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-            raise ValueError(f"{name} holds {v!r}, which is invalid: each entry must be an int "
-                             f">= 1 ({what}).")
-    return [int(v) for v in values]
-
-
-def sampling_configs(temperatures, top_k: int = 0, top_p: float = 1.0) -> List[SamplingConfig]:
-    """`temperatures` (numbers >= 0, 0 = argmax, or `SamplingConfig`s) -> SamplingConfigs.
-
-    Numbers share `top_k` and `top_p` (ignored at temperature 0, which is argmax).
-    """
-    if isinstance(temperatures, (int, float, SamplingConfig)) and not isinstance(temperatures,
-                                                                                 bool):
-        temperatures = [temperatures]
-    if not isinstance(temperatures, (list, tuple)):
-        raise TypeError(f"temperatures={temperatures!r} is invalid: give a list of temperatures "
-                        "(floats >= 0; 0 = argmax) or SamplingConfigs.")
-    if not temperatures:
-        raise ValueError("temperatures=[] is empty: give at least one temperature, e.g. "
-                         "[0.0, 1.0].")
-    out = []
-    for t in temperatures:
-        if isinstance(t, SamplingConfig):
-            out.append(t)
-        elif isinstance(t, (int, float, np.integer, np.floating)) and not isinstance(t, bool):
-            if t == 0:
-                out.append(SamplingConfig(temperature=0.0))
-            else:
-                out.append(SamplingConfig(temperature=float(t), top_k=top_k, top_p=top_p))
-        else:
-            raise TypeError(
-                f"Temperature {t!r} has unknown type {type(t).__name__}: use a float >= 0 (0 = "
-                "argmax) or a speculative.sampling.SamplingConfig.")
-    return out
-
-
-def _sysfs_size(size: str) -> int:
-    """'48K', '2048K', '260M' (sysfs cache sizes) in bytes."""
-    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    size = size.strip()
-    return int(size[:-1]) * units[size[-1]] if size[-1:] in units else int(size)
-
-
-def cpu_facts(sys_dir: str = "/sys/devices/system/cpu/cpu0/cache",
-              cpuinfo: str = "/proc/cpuinfo") -> Dict[str, Any]:
-    """The host CPU's model name and data/unified cache sizes in bytes per level ({"L1": ...,
-    "L2": ..., "L3": ...}), read from Linux's /proc and /sys (empty where they cannot be read).
-
-    Whether a target is memory-bound on a CPU depends on its last-level cache: a virtual machine
-    can land on a host whose L3 is larger than the whole target (a 260 MiB L3 against
-    large_target's 122 MB), and then verification is further from free. Results record it so
-    that runs on different hosts can be told apart.
-    """
-    model = None
-    try:
-        with open(cpuinfo, encoding="utf-8") as f:
-            model = next((line.split(":", 1)[1].strip() for line in f
-                          if line.startswith("model name")), None)
-    except OSError:
-        pass
-    caches = {}
-    try:
-        for index in sorted(os.listdir(sys_dir)):
-            folder = os.path.join(sys_dir, index)
-            try:
-                with open(os.path.join(folder, "type"), encoding="utf-8") as f:
-                    kind = f.read().strip()
-                with open(os.path.join(folder, "level"), encoding="utf-8") as f:
-                    level = f.read().strip()
-                with open(os.path.join(folder, "size"), encoding="utf-8") as f:
-                    size = _sysfs_size(f.read())
-            except (OSError, ValueError):
-                continue
-            if kind != "Instruction":
-                caches[f"L{level}"] = size
-    except OSError:
-        pass
-    return {"model": model, "cache_bytes": caches}
-
-
-def environment() -> Dict[str, Any]:
-    """Device and software versions, and the host CPU (`cpu_facts`), for the `environment`
-    section of a results file."""
-    import jaxlib  # pylint: disable=import-outside-toplevel
-
-    device = jax.devices()[0]
-    return {
-        "device": str(device),
-        "device_kind": getattr(device, "device_kind", None),
-        "platform": device.platform,
-        "device_count": jax.device_count(),
-        "jax_version": jax.__version__,
-        "jaxlib_version": getattr(jaxlib, "__version__", None),
-        "python_version": platform.python_version(),
-        "cpu_count": os.cpu_count(),
-        "cpu": cpu_facts(),
-        "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-    }
 
 
 def write_json(data: Dict[str, Any], output_dir: str, name: str) -> str:
@@ -239,19 +123,6 @@ def write_json(data: Dict[str, Any], output_dir: str, name: str) -> str:
         os.path.join(output_dir, "config.gin"): gin.operative_config_str(),
         path: json.dumps(files.json_ready(data), indent=1, allow_nan=False) + "\n"})
     return path
-
-
-def check_output_dir(output_dir, name: Optional[str] = None, overwrite: bool = True) -> str:
-    """Before any work: a usable directory path, writable, and (unless `overwrite`) without an
-    earlier results file `name`."""
-    if not isinstance(output_dir, str) or not output_dir:
-        raise ValueError(f"output_dir={output_dir!r} is invalid: give a directory path, e.g. "
-                         "--gin.OUTPUT_DIR=\\\"/tmp/bench\\\".")
-    if name and not overwrite and os.path.exists(os.path.join(output_dir, name)):
-        raise FileExistsError(f"{os.path.join(output_dir, name)} holds an earlier run; choose "
-                              "another OUTPUT_DIR or pass --gin.OVERWRITE=True to replace it.")
-    config_lib.check_writable(output_dir, "output_dir")
-    return output_dir
 
 
 # ----------------------------------------------------------------------------------------------
@@ -443,7 +314,7 @@ def run(
       repeats: timed repeats per program after the compiling first call.
       cost_steps: extend calls per timing of the cost model.
       calibration_batches: further input batches (after the `num_batches` timed ones) on which
-        the decode-loop cost model is fitted (`speculative.runs.costs`), timed in the same
+        the decode-loop cost model is fitted (`speculative.costs`), timed in the same
         interleaved rounds as the decoders; 0 = skip that prediction. It needs sequences of
         different lengths (trained models on real inputs), not random ones that never end.
       synthetic_acceptance: None, or a float in [0, 1]: use `SyntheticDraft` (module docstring).
@@ -461,15 +332,15 @@ def run(
     Returns:
       The results dict written to `benchmark.json`.
     """
-    output_dir = check_output_dir(output_dir, RESULTS_FILE, overwrite)
+    output_dir = files.check_output_dir(output_dir, RESULTS_FILE, overwrite)
     mesh = None if mesh_shape is None else partitioning.make_mesh(mesh_shape=tuple(mesh_shape))
-    gammas = positive_ints(gammas, "gammas", "draft tokens per round")
-    batch_sizes = positive_ints(batch_sizes, "batch_sizes", "rows decoded together")
-    samplings = sampling_configs(temperatures, top_k, top_p)
+    gammas = validation.positive_ints(gammas, "gammas", "draft tokens per round")
+    batch_sizes = validation.positive_ints(batch_sizes, "batch_sizes", "rows decoded together")
+    samplings = sampling_lib.sampling_configs(temperatures, top_k, top_p)
     for name, value in (("max_decode_len", max_decode_len), ("input_length", input_length),
                         ("num_batches", num_batches), ("repeats", repeats),
                         ("cost_steps", cost_steps)):
-        positive_ints([value], name, "an int >= 1")
+        validation.positive_ints([value], name, "an int >= 1")
     if mesh is not None and any(b % mesh.shape["data"] for b in batch_sizes):
         raise ValueError(f"batch_sizes={list(batch_sizes)} must be multiples of the mesh's data "
                          f"axis ({mesh.shape['data']} of mesh_shape={tuple(mesh_shape)}).")
@@ -483,7 +354,7 @@ def run(
         raise ValueError("draft_model=None needs synthetic_acceptance (a float in [0, 1]); "
                          "otherwise give a draft T5Config or DecodeModel.")
 
-    target = models_lib.build_model(target_model, target_checkpoint, name="target",
+    target = loading.build_model(target_model, target_checkpoint, name="target",
                                     decoder_only=decoder_only, seed=seed,
                                     param_dtype=param_dtype, mesh=mesh)
     if synthetic_acceptance is not None:
@@ -492,14 +363,14 @@ def run(
                   for i in range(num_batches)]
         draft = drafts[0]
     else:
-        draft = models_lib.build_draft(draft_model, draft_checkpoint, target,
+        draft = loading.build_draft(draft_model, draft_checkpoint, target,
                                        decoder_only=decoder_only, seed=seed,
                                        draft_seed=draft_seed, param_dtype=param_dtype, mesh=mesh)
         drafts = [draft] * num_batches
 
     config = {
-        "target_model": models_lib.describe_model(target_model),
-        "draft_model": models_lib.describe_model(draft_model),
+        "target_model": loading.describe_model(target_model),
+        "draft_model": loading.describe_model(draft_model),
         "target_checkpoint": target_checkpoint,
         "draft_checkpoint": draft_checkpoint,
         "decoder_only": decoder_only,
@@ -541,7 +412,7 @@ def run(
             print(format_table(measured), flush=True)
             runs.extend(m.to_json() for m in measured)
 
-    results = {"schema": SCHEMA, "config": config, "environment": environment(),
+    results = {"schema": SCHEMA, "config": config, "environment": host.environment(),
                "costs": costs, "runs": runs}
     path = write_json(results, output_dir, RESULTS_FILE)
     print(f"wrote {path}", flush=True)

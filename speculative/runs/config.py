@@ -23,6 +23,7 @@ import gin
 from absl import app, flags
 
 from speculative import files
+from speculative.files import check_writable as check_writable
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -158,20 +159,6 @@ def flag_numbers(values: Sequence[str], name: str, kind: Callable = float) -> li
     except ValueError as e:
         raise app.UsageError(f"--{name}={','.join(values)}: {e}; give comma-separated "
                              f"{kind.__name__}s.") from e
-
-
-def check_writable(directory: str, what: str) -> None:
-    """Creates `directory` if needed and writes and removes a probe file there, so a place a
-    run cannot write fails before the run's work, naming `what` (e.g. 'OUTPUT_DIR')."""
-    try:
-        os.makedirs(directory, exist_ok=True)
-        probe = os.path.join(directory, f".write_probe_{os.getpid()}")
-        with open(probe, "w") as f:
-            f.write("ok")
-        os.remove(probe)
-    except OSError as e:
-        raise PermissionError(f"{what}={directory!r} cannot be written ({e}); choose a "
-                              "writable directory.") from e
 
 
 def write_config(output_dir: str, name: str = "config.gin") -> str:

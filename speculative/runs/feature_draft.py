@@ -20,9 +20,16 @@ import gin
 import jax
 import numpy as np
 
-from speculative import checkpoints, decoding, feature_data, feature_training, files, training
+from speculative import (
+    acceptance,
+    checkpoints,
+    decoding,
+    feature_data,
+    feature_training,
+    files,
+    training,
+)
 from speculative.models import feature_draft as fd_model
-from speculative.runs import alpha as alpha_lib
 from speculative.runs import mini
 from speculative.sampling import SamplingConfig
 
@@ -123,7 +130,7 @@ def valid_subset(target, draft, num: int = 64, length: int = 48) -> dict:
     mask = np.arange(length)[None] < np.asarray(out.lengths)[:, None]
     result = {"first_n_valid_sentences": num, "positions": int(mask.sum())}
     for temperature in (0.0, 1.0):
-        betas = np.asarray(alpha_lib.forced_betas(target, draft, inputs, out.tokens,
+        betas = np.asarray(acceptance.forced_betas(target, draft, inputs, out.tokens,
                                                   sampling=SamplingConfig(temperature)))
         result[f"forced_alpha_t{temperature:g}"] = float(betas[mask].mean())
     return result

@@ -62,11 +62,9 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 import gin
 import numpy as np
 
-from speculative import files, partitioning, theory
-from speculative.runs import alpha as alpha_lib
+from speculative import acceptance, files, measure, partitioning, theory
+from speculative import costs as costs_lib
 from speculative.runs import config as config_lib
-from speculative.runs import costs as costs_lib
-from speculative.runs import measure
 
 _UNSET = object()
 DEFAULT_ROWS_DIR = os.path.join(config_lib.REPO_ROOT, "configs", "experiments", "table2")
@@ -119,7 +117,7 @@ class RowResult:
     verify_cost: Optional[float] = None
     predicted: Optional[float] = None  # Thm 3.8, verify cost 1
     predicted_measured_verify: Optional[float] = None
-    tree_choice: Optional[Dict[str, Any]] = None  # alpha.choose_tree: best chain vs best tree
+    tree_choice: Optional[Dict[str, Any]] = None  # acceptance.choose_tree: best chain vs best tree
     tokens_per_target_call: Optional[float] = None
     speculative_tokens_per_second: Optional[float] = None
     baseline_tokens_per_second: Optional[float] = None
@@ -283,7 +281,7 @@ def markdown(results: Sequence[RowResult], c_note: str) -> str:
         "in interleaved rounds in one process (`measure.measure`). α = mean β over "
         "drafted positions (Cor. 3.6).",
         f"c: {c_note}",
-        *[f"Token trees, {r.name}: {alpha_lib.tree_choice_line(r.tree_choice)} (the row times "
+        *[f"Token trees, {r.name}: {acceptance.tree_choice_line(r.tree_choice)} (the row times "
           "its own γ chain, as the paper's)." for r in results if r.tree_choice],
         "Thm 3.8: (1 - α^(γ+1)) / ((1 - α)(γc + 1)) with the measured α; 'measured verify' "
         "replaces the 1 (the cost of scoring γ+1 tokens in one target call, assumed equal to one "
@@ -347,8 +345,8 @@ def reproduce(
       dry_run: only resolve every row's settings (no data, no models); Speed etc. stay None.
       overwrite: replace an earlier table (and its rows' runs) in `output_dir`; otherwise an
         existing table2.json there is refused before any work.
-      choose_trees: also time verify widths up to `alpha.TREE_MAX_NODES` and the draft on
-        several paths, and record per row which token tree `alpha.choose_tree` would pick
+      choose_trees: also time verify widths up to `acceptance.TREE_MAX_NODES` and the draft on
+        several paths, and record per row which token tree `acceptance.choose_tree` would pick
         against the best chain, and why (the row itself times its own gamma).
 
     Returns:
@@ -411,21 +409,21 @@ def reproduce(
 
         batches = [b for b, _ in itertools.islice(
             infer.batches(examples, settings.batch_size, settings.input_length), speed_batches)]
-        # With choose_trees, verify costs up to alpha.TREE_MAX_NODES tokens price token trees.
-        widths = sorted({settings.gamma, *(alpha_lib.TREE_VERIFY_WIDTHS if choose_trees
+        # With choose_trees, verify costs up to acceptance.TREE_MAX_NODES tokens price token trees.
+        widths = sorted({settings.gamma, *(acceptance.TREE_VERIFY_WIDTHS if choose_trees
                                            else ())})
         result.costs = costs_lib.measure_costs(
             models[0], models[1], np.asarray(batches[0]), widths,
             max_decode_len=settings.max_decode_len, num_steps=8, repeats=cost_repeats, seed=0)
         if choose_trees:
             row_costs = costs_lib.draft_row_costs(
-                models[0], models[1], np.asarray(batches[0]), alpha_lib.TREE_DRAFT_ROWS,
+                models[0], models[1], np.asarray(batches[0]), acceptance.TREE_DRAFT_ROWS,
                 c=result.costs["c"], max_decode_len=settings.max_decode_len,
                 repeats=cost_repeats)
-            result.tree_choice = alpha_lib.choose_tree(
+            result.tree_choice = acceptance.choose_tree(
                 models[0], models[1], batches, settings.sampling, result.costs, row_costs,
-                max_decode_len=settings.max_decode_len, max_nodes=alpha_lib.TREE_MAX_NODES)
-            print(f"row {name}: token trees: {alpha_lib.tree_choice_line(result.tree_choice)} "
+                max_decode_len=settings.max_decode_len, max_nodes=acceptance.TREE_MAX_NODES)
+            print(f"row {name}: token trees: {acceptance.tree_choice_line(result.tree_choice)} "
                   f"(the row times its own GAMMA={settings.gamma} chain)")
         mesh = getattr(models[0], "mesh", None)
         [timed] = measure.measure(

@@ -40,7 +40,7 @@ JSON schema (`peers.json`; NaN and infinities are written as null):
     schema        "speculative.peers/1"
     config        pairs [[target, draft]], num_sentences, repeats, gamma, temperatures,
                   max_decode_len, input_length, parity_atol, seed
-    environment   benchmark.environment() + torch_version, transformers_version,
+    environment   host.environment() + torch_version, transformers_version,
                   torch_num_threads, omp_wait_policy, load_average_1m {before, after}
     pairs         one per pair:
       target, draft, sentences
@@ -69,10 +69,10 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 import jax
 import numpy as np
 
-from speculative import checkpoints, decoding, files
+from speculative import checkpoints, decoding, files, host, loading, measure, validation
+from speculative import costs as costs_lib
 from speculative.models import t5
-from speculative.runs import benchmark, measure, mini, models
-from speculative.runs import costs as costs_lib
+from speculative.runs import mini
 from speculative.sampling import SamplingConfig
 
 SCHEMA = "speculative.peers/1"
@@ -152,7 +152,7 @@ def _check_spec(spec: Spec) -> None:
 
 def _load(spec: Spec) -> Tuple[str, decoding.DecodeModel]:
     if isinstance(spec, Given):
-        return spec.name, models.load_model(spec.config, spec.checkpoint, seed=spec.seed)
+        return spec.name, loading.load_model(spec.config, spec.checkpoint, seed=spec.seed)
     return spec, mini.load(spec)
 
 
@@ -287,7 +287,7 @@ def check_parity(models_: Dict[str, Tuple[Any, Any]], batches: Sequence[np.ndarr
 
 def check_pair(target, draft, batches: Sequence[np.ndarray]) -> None:
     """Refuses a pair transformers cannot run as given, before any work."""
-    models.check_same_vocab(target, draft)
+    loading.check_same_vocab(target, draft)
     if batches and int(max(np.max(b) for b in batches)) >= target.vocab_size:
         raise ValueError(f"The target's vocab_size={target.vocab_size} is too small for the "
                          "inputs (the bundled vocabulary); use models of that vocabulary.")
@@ -405,7 +405,7 @@ def _check_args(pairs, num_sentences, repeats, gamma, temperatures, max_decode_l
                                                    "tokens per sentence at most"),
             ("input_length", input_length, "encoder input tokens"),
             ("torch_threads", torch_threads, "torch's threads")):
-        benchmark.positive_int(value, name, what)
+        validation.positive_int(value, name, what)
     if not temperatures or any(isinstance(t, bool) or not t >= 0 for t in temperatures):
         raise ValueError(f"temperatures={list(temperatures)!r}: give one or more values >= 0 "
                          "(0 = greedy), e.g. --temperatures=0,1.")
@@ -447,7 +447,7 @@ def run(*, output_dir: str, pairs: Optional[Sequence[Tuple[Spec, Spec]]] = None,
         raise FileExistsError(f"{os.path.join(output_dir, RESULTS_FILE)} holds an earlier run; "
                               "choose another --output_dir or pass --overwrite to replace it.")
     torch, transformers = import_hf()
-    benchmark.check_output_dir(output_dir)  # a path, writable
+    files.check_output_dir(output_dir)  # a path, writable
     torch.set_num_threads(torch_threads)
     batches = mini.source_batches(num_sentences, 1, input_length)
     if len(batches) < num_sentences:
@@ -468,7 +468,7 @@ def run(*, output_dir: str, pairs: Optional[Sequence[Tuple[Spec, Spec]]] = None,
             max_decode_len=max_decode_len, repeats=repeats, parity_atol=parity_atol, seed=seed,
             progress=f"{target_name}: timing")})
         print(format_pair(results[-1]), flush=True)
-    env = {**benchmark.environment(), "torch_version": torch.__version__,
+    env = {**host.environment(), "torch_version": torch.__version__,
            "transformers_version": transformers.__version__,
            "torch_num_threads": torch.get_num_threads(),
            "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),

@@ -22,8 +22,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from speculative import costs as costs_lib
 from speculative import decoding, theory
-from speculative.runs import costs as costs_lib
 from speculative.sampling import SamplingConfig
 
 

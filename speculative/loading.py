@@ -22,11 +22,14 @@ is pinned to batch over 'data' and heads over 'model' inside the jitted loops.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from typing import Any, Dict, Optional
 
 from speculative import decoding, partitioning
+from speculative.bundles import PROMPT_LOOKUP as PROMPT_LOOKUP
+from speculative.bundles import Bundled as Bundled
+from speculative.bundles import bundled as bundled
+from speculative.bundles import bundled_names as bundled_names
 from speculative.models import t5
 from speculative.models.adapters import as_decode_model as as_decode_model  # (re-exported)
 from speculative.models.adapters import load_model as load_model
@@ -45,7 +48,7 @@ def build_model(spec, checkpoint: Optional[str] = None, *, name: str = "target",
 
     - a `T5Config` (+ `checkpoint`, or random weights with `seed`): `load_model`;
     - a path to an n-gram draft (`.npz` written by `UnigramDraft/BigramDraft.save`);
-    - the name of a bundled model (`speculative.runs.mini`, e.g. 'large_draft_kdtv');
+    - the name of a bundled model (`speculative.bundles`, e.g. 'large_draft_kdtv');
     - a ready `DecodeModel` (e.g. `ngram.PromptLookupDraft(...)`), used as it is.
 
     `name` ('target' or 'draft') only words the errors; with `mesh` the model is placed there.
@@ -86,64 +89,6 @@ def build_model(spec, checkpoint: Optional[str] = None, *, name: str = "target",
     return model
 
 
-@dataclasses.dataclass(frozen=True)
-class Bundled:
-    """A model bundled in speculative/data: its model card entry and where its files are.
-
-    The EN->DE models (mini and large) are encoder-decoder T5s in speculative/data/mini/models;
-    the code models are decoder-only, in speculative/data/code/models. `config` and
-    `checkpoint` are None for an n-gram or target-aware draft (not a plain T5Config)."""
-
-    name: str
-    entry: Dict[str, Any]
-    models_dir: str
-    decoder_only: bool
-
-    @property
-    def is_t5(self) -> bool:
-        return "kind" not in self.entry and "config" in self.entry
-
-    @property
-    def config(self) -> Optional[t5.T5Config]:
-        return card_config(self.entry) if self.is_t5 else None
-
-    @property
-    def checkpoint(self) -> Optional[str]:
-        return os.path.join(self.models_dir, self.entry["checkpoint"]) if self.is_t5 else None
-
-    def load(self, param_dtype: str = "float32") -> decoding.DecodeModel:
-        # pylint: disable=g-import-not-at-top
-        from speculative.runs import code_lm, mini
-
-        return (code_lm if self.decoder_only else mini).load(self.name, param_dtype=param_dtype)
-
-
-def _cards():
-    """(models_dir, decoder_only, {name: card entry}) of each bundle present (EN->DE, code)."""
-    from speculative.runs import code_lm, mini  # pylint: disable=g-import-not-at-top
-
-    for models_dir, decoder_only in ((mini.MODELS_DIR, False), (code_lm.MODELS_DIR, True)):
-        if os.path.exists(os.path.join(models_dir, CARD_FILE)):
-            yield models_dir, decoder_only, bundle_card(models_dir, "").get("models", {})
-
-
-def bundled(name: str) -> Optional[Bundled]:
-    """The bundled model called `name` (e.g. 'large_target', 'code_draft'), or None."""
-    if not isinstance(name, str):
-        return None
-    for models_dir, decoder_only, models in _cards():
-        if name in models:
-            return Bundled(name, models[name], models_dir, decoder_only)
-    return None
-
-
-def bundled_names() -> set:
-    """Names of the models bundled in speculative/data, EN->DE and code (empty in a checkout
-    without them)."""
-    return {name for _, _, models in _cards() for name in models}
-
-
-PROMPT_LOOKUP = "prompt_lookup"  # a draft spec: copy from the context (ngram.PromptLookupDraft)
 
 
 def check_same_vocab(target, draft) -> None:
@@ -181,36 +126,3 @@ def describe_model(spec) -> Optional[Dict[str, Any]]:
     if isinstance(spec, (str, os.PathLike)):
         return {"type": "ngram", "path": os.fspath(spec)}
     return {"type": type(spec).__name__}
-
-
-# ----------------------------------------------------------------------------------------------
-# Bundled models: a directory with model_card.json (written by training.train / fit_ngram_drafts).
-
-CARD_FILE = "model_card.json"
-
-
-def bundle_card(models_dir: str, recipe: str) -> dict:
-    """`models_dir/model_card.json`, or FileNotFoundError naming `recipe`, the card that says
-    how to train the models."""
-    path = os.path.join(models_dir, CARD_FILE)
-    if not os.path.exists(path):
-        raise FileNotFoundError(
-            f"No bundled models: {path} is missing. Train them with the recipe in {recipe} "
-            "(scripts/train.py), or use a full checkout.")
-    with open(path) as f:
-        return json.load(f)
-
-
-def bundle_has(models_dir: str, target: str) -> bool:
-    """Whether `models_dir` bundles `target` and at least one other model (a draft)."""
-    if not os.path.exists(os.path.join(models_dir, CARD_FILE)):
-        return False
-    models = bundle_card(models_dir, "").get("models", {})
-    return target in models and len(models) > 1
-
-
-def card_config(entry: dict) -> t5.T5Config:
-    """The `T5Config` a model card entry records (lists back to tuples)."""
-    fields = dict(entry["config"])
-    fields["mlp_activations"] = tuple(fields["mlp_activations"])
-    return t5.T5Config(**fields)

@@ -11,8 +11,8 @@ the best chain (`theory.best_tree`) and decodes with the tree if so. Timings com
 `runs.benchmark` (compiled programs, interleaved repeats, medians); the machine's load average
 is printed with them, since a busy second core slows verification more than single steps. It
 also prints whether the target's weights exceed 3x the CPU's last-level cache
-(`limits.cache_regime`): a virtual machine can land on a host whose cache holds them all, and
-the JSON records the CPU (`benchmark.environment`). Such a cache can be shared and switch
+(`host.cache_regime`): a virtual machine can land on a host whose cache holds them all, and
+the JSON records the CPU (`host.environment`). Such a cache can be shared and switch
 between serving the weights and not within minutes, so it also compares the target step timed
 before the decoders with the baseline's loop step while they were timed, and says when the two
 differ by more than `STATE_CHANGE`. Without the bundle (a partial checkout) it falls back to
@@ -28,12 +28,11 @@ from typing import Optional, Sequence
 import jax
 import numpy as np
 
-from speculative import decoding, files
+from speculative import acceptance, decoding, files, host, loading, measure, validation
+from speculative import costs as costs_lib
 from speculative.models import t5
-from speculative.runs import alpha as alpha_lib
-from speculative.runs import benchmark, limits, measure, mini, models
 from speculative.runs import config as config_lib
-from speculative.runs import costs as costs_lib
+from speculative.runs import mini
 from speculative.sampling import SamplingConfig
 
 # The baseline's loop step and the isolated step differ by more than this factor when the
@@ -48,7 +47,7 @@ def _random_pair():
                       num_encoder_layers=2, num_decoder_layers=2,
                       mlp_activations=("gelu", "linear"), dropout_rate=0.0)
     small = t5.T5Config(**{**cfg.__dict__, "emb_dim": 16, "num_decoder_layers": 1})
-    return models.load_model(cfg, seed=0), models.load_model(small, seed=1), "random-tiny"
+    return loading.load_model(cfg, seed=0), loading.load_model(small, seed=1), "random-tiny"
 
 
 def _regime_line(name: str, regime, step_s: float) -> str:
@@ -102,12 +101,12 @@ def _pick_gamma(target, draft, batches, sampling, costs, gammas, max_decode_len,
 
 def _pick_tree(target, draft, batches, sampling, costs, row_costs, max_decode_len, seed):
     """The token tree to decode with, or None for the chain, and a line saying why
-    (`alpha.choose_tree`, docs/token_trees.md)."""
-    choice = alpha_lib.choose_tree(target, draft, batches, sampling, costs, row_costs,
+    (`acceptance.choose_tree`, docs/token_trees.md)."""
+    choice = acceptance.choose_tree(target, draft, batches, sampling, costs, row_costs,
                                    max_decode_len=max_decode_len,
-                                   max_nodes=alpha_lib.TREE_MAX_NODES, seed=seed)
+                                   max_nodes=acceptance.TREE_MAX_NODES, seed=seed)
     tree = None if choice["tree"] == choice["chain"] else choice["tree"]
-    return tree, alpha_lib.tree_choice_line(choice)
+    return tree, acceptance.tree_choice_line(choice)
 
 
 def run(*, num_sentences: int = 8, gamma: Optional[int] = None,
@@ -120,12 +119,12 @@ def run(*, num_sentences: int = 8, gamma: Optional[int] = None,
     that the encoder, which both decoders run once per sentence, does not process padding) is
     the padded source length; the decode-loop model's calibration sentences are the next
     test sentences that fit it."""
-    benchmark.positive_int(num_sentences, "num_sentences", "test sentences translated")
-    benchmark.positive_int(repeats, "repeats", "timed rounds")
+    validation.positive_int(num_sentences, "num_sentences", "test sentences translated")
+    validation.positive_int(repeats, "repeats", "timed rounds")
     if gamma is not None:  # None chooses; 0 is not a sentinel
-        benchmark.positive_int(gamma, "gamma", "drafts per round; None lets Theorem 3.8 choose")
+        validation.positive_int(gamma, "gamma", "drafts per round; None lets Theorem 3.8 choose")
     if input_length is not None:
-        benchmark.positive_int(input_length, "input_length", "the padded source length; None "
+        validation.positive_int(input_length, "input_length", "the padded source length; None "
                                "fits the longest sentence")
     if not temperatures or any(not t >= 0 for t in temperatures):
         raise ValueError(f"temperatures={list(temperatures)!r}: give one or more values >= 0 "
@@ -156,18 +155,18 @@ def run(*, num_sentences: int = 8, gamma: Optional[int] = None,
     gammas = [gamma] if gamma else list(range(1, 8))
     load_before = os.getloadavg()[0]
     # Without a fixed gamma, verify costs up to TREE_MAX_NODES tokens price token trees too.
-    widths = gammas if gamma else sorted({*gammas, *alpha_lib.TREE_VERIFY_WIDTHS})
+    widths = gammas if gamma else sorted({*gammas, *acceptance.TREE_VERIFY_WIDTHS})
     costs = costs_lib.measure_costs(target, draft, batches[0], widths,
                                     max_decode_len=max_decode_len, num_steps=16, repeats=3,
                                     seed=seed)
     row_costs = None if gamma else costs_lib.draft_row_costs(
-        target, draft, batches[0], alpha_lib.TREE_DRAFT_ROWS, c=costs["c"],
+        target, draft, batches[0], acceptance.TREE_DRAFT_ROWS, c=costs["c"],
         max_decode_len=max_decode_len, seed=seed)
 
-    weights = limits.step_bytes(target.module.config, target.params, batch_size=1, position=0,
+    weights = host.step_bytes(target.module.config, target.params, batch_size=1, position=0,
                                 encoder_length=0)["total"]
-    environment = benchmark.environment()  # the CPU and its caches, read once
-    regime = limits.cache_regime(weights, environment["cpu"]["cache_bytes"])
+    environment = host.environment()  # the CPU and its caches, read once
+    regime = host.cache_regime(weights, environment["cpu"]["cache_bytes"])
     print(f"\nTarget {target_name} | draft {draft_name} | batch 1 | {len(pairs)} test sentences")
     print(_regime_line(target_name, regime, costs["target_step_s"]) + "\n")
     identical = True

@@ -13,9 +13,9 @@ compute-bound; test-split sentences):
   verify cost (`costs.measure_costs`: target on gamma + 1 tokens / on 1 token) grows; gamma is
   chosen per batch by Theorem 3.8 (`costs.best_gamma`) from the draft's alpha on the model card
   and that batch's measured costs. `crossover` is the first batch whose speedup is below 1.
-* The bandwidth bound (`measure_bandwidth`, `step_bytes`). The machine's streaming-read
+* The bandwidth bound (`host.measure_bandwidth`, `host.step_bytes`). The machine's streaming-read
   bandwidth is timed as a jitted sum over an array far larger than the last-level cache (1 GiB
-  by default); a target step must read at least `step_bytes` (decoder weights, output layer,
+  by default); a target step must read at least `host.step_bytes` (decoder weights, output layer,
   self-attention keys/values at the mean decode position, cross-attention keys/values of the
   source), so it cannot take less than bytes / bandwidth. Each row reports the measured times
   over that bound: the target step alone (a loop of 1-token `extend` calls), the verify call of
@@ -39,7 +39,7 @@ JSON schema (`limits.json`; NaN and infinities are written as null):
     settings    targets, batch_sizes, temperatures, gammas (candidates), num_sentences,
                 input_length, max_decode_len, repeats, cost_steps, bandwidth_bytes,
                 benchmark_jsons, seed
-    environment benchmark.environment() plus load_average
+    environment host.environment() plus load_average
     bandwidth   {bytes, median_s, min_s, first_call_s, gb_per_s (median), gb_per_s_best
                 (fastest round)}
     rows        one per (pair, temperature, batch size): target, draft, temperature,
@@ -48,7 +48,7 @@ JSON schema (`limits.json`; NaN and infinities are written as null):
                 3.8), c, verify_cost, tokens_per_target_call, baseline_s, speculative_s (medians
                 over repeats, all sentences), baseline_steps (loop steps: each batch's longest
                 row), baseline_step_s,
-                target_step_s, target_verify_s, mean_position, mean_source_length,
+                target_step_s, target_verify_s, host.mean_position, mean_source_length,
                 bytes {decoder_weights, output_layer, self_kv, cross_kv, total},
                 bytes_as_allocated (the same with the whole allocated caches),
                 bound_s (bytes.total / bandwidth), step_over_bound, verify_over_bound,
@@ -68,13 +68,13 @@ import os
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
-from speculative import files, theory, validation
+from speculative import bundles, files, host, loading, measure, plots, theory, validation
+from speculative import costs as costs_lib
+from speculative import sampling as sampling_lib
 from speculative.models import t5
-from speculative.runs import benchmark, measure, mini, mini_results, models, plots
-from speculative.runs import costs as costs_lib
+from speculative.runs import mini
 from speculative.sampling import SamplingConfig
 
 SCHEMA = "speculative.limits/1"
@@ -82,87 +82,10 @@ RESULTS_FILE = "limits.json"
 DEFAULT_DIR = "results/limits"
 BATCH_SIZES = (1, 4, 16, 64)
 GAMMAS = (1, 2, 3, 4, 5, 6)  # candidates; Theorem 3.8 picks one per batch size
-BANDWIDTH_BYTES = 1 << 30  # far above any last-level cache (32 MB on the machine of the README)
 
 
 # ----------------------------------------------------------------------------------------------
 # Bytes, bandwidth and the crossover.
-
-
-def step_bytes(config: t5.T5Config, params, *, batch_size: int, position: float,
-               encoder_length: float) -> Dict[str, float]:
-    """The bytes one decode step of a T5 model (`config`, `params`: arrays or
-    `jax.ShapeDtypeStruct`s, e.g. `t5.param_shapes`) must read for one token per row, by part:
-
-      decoder_weights  every decoder parameter except the output layer and the cross-attention
-                       key/value kernels (the encoder output is projected once per sequence)
-      output_layer     the output layer: the whole embedding when tied (logits via the
-                       embedding), else the logits kernel plus the embedding rows of the inputs
-      self_kv          keys and values of `position` cached tokens per row, every layer
-      cross_kv         keys and values of `encoder_length` source positions per row
-      total            their sum
-
-    Weights count in their stored dtype, caches ([B, L, H, D] keys and values per layer, as
-    `decoding` sizes them) in the compute dtype, all for `batch_size` rows. A verify call of
-    gamma + 1 tokens reads the same, plus the gamma new cache rows it writes (negligible).
-    """
-    parts = {"decoder_weights": 0, "output_layer": 0}
-    cross_attention = False
-    for path, x in jax.tree_util.tree_flatten_with_path(params)[0]:
-        names = [str(getattr(k, "key", k)) for k in path]
-        size = int(np.prod(x.shape)) * np.dtype(x.dtype).itemsize
-        if names[0] == "token_embedder":
-            rows = x.shape[0] if config.logits_via_embedding else batch_size
-            parts["output_layer"] += size // x.shape[0] * rows
-        elif names[0] == "decoder":
-            if "encoder_decoder_attention" in names:
-                cross_attention = True
-                if names[-2] in ("key", "value"):
-                    continue
-            parts["output_layer" if "logits_dense" in names else "decoder_weights"] += size
-    per_position = (2 * config.num_decoder_layers * batch_size * config.num_heads
-                    * config.head_dim * np.dtype(config.dtype).itemsize)
-    parts["self_kv"] = per_position * position
-    parts["cross_kv"] = per_position * encoder_length if cross_attention else 0
-    parts["total"] = sum(parts.values())
-    return {k: float(v) for k, v in parts.items()}
-
-
-def cache_regime(weight_bytes: float, cache_bytes: Mapping[str, int]) -> Dict[str, Any]:
-    """Whether a step reading `weight_bytes` of weights streams them from memory on a CPU with
-    these caches (`benchmark.cpu_facts()["cache_bytes"]`): memory-bound when the weights are at
-    least 3x the last-level cache (the largest level). Returns {weight_bytes,
-    last_level_cache_bytes, weights_over_cache, memory_bound}; the last three are None when the
-    cache sizes are unknown."""
-    last = max(cache_bytes.values()) if cache_bytes else None
-    ratio = weight_bytes / last if last else None
-    return {"weight_bytes": float(weight_bytes), "last_level_cache_bytes": last,
-            "weights_over_cache": ratio, "memory_bound": None if ratio is None else ratio >= 3.0}
-
-
-def mean_position(lengths: Sequence[int]) -> float:
-    """The mean number of cached tokens a step attends to, over the generated tokens of rows of
-    `lengths`: the step that generates a row's j-th token (0-based) reads j + 1 keys and values
-    (BOS and the j tokens before it), so a row of n tokens averages (n + 1) / 2 and rows weigh
-    by their tokens."""
-    n = np.asarray(lengths, np.float64)
-    return float((n * (n + 1) / 2).sum() / max(n.sum(), 1.0))
-
-
-@jax.jit
-def _read(x):
-    return jnp.sum(x)
-
-
-def measure_bandwidth(num_bytes: int = BANDWIDTH_BYTES, repeats: int = 10) -> Dict[str, float]:
-    """Streaming-read bandwidth of the default device: a jitted sum over a float32 array of
-    `num_bytes` (far above the last-level cache), timed by `costs.interleaved`."""
-    x = jax.block_until_ready(jnp.ones((max(num_bytes // 4, 1),), jnp.float32))
-    first, times, _ = costs_lib.interleaved({"read": lambda: _read(x)}, repeats)
-    t = costs_lib.spread(times["read"])
-    return {"bytes": x.nbytes, "median_s": t["median_s"], "min_s": t["min_s"],
-            "first_call_s": first["read"], "gb_per_s": x.nbytes / t["median_s"] / 1e9,
-            "gb_per_s_best": x.nbytes / t["min_s"] / 1e9}
 
 
 def crossover(rows: Sequence[Mapping[str, Any]]) -> Optional[int]:
@@ -225,7 +148,7 @@ def batch_scaling(target, draft, sources: np.ndarray, *, batch_sizes: Sequence[i
                 "baseline_steps": steps, "baseline_step_s": base_s / max(steps, 1),
                 "target_step_s": costs["target_step_s"],
                 "target_verify_s": costs["target_verify_s"][gamma],
-                "mean_position": mean_position(lengths),
+                "mean_position": host.mean_position(lengths),
                 "mean_source_length": float(np.count_nonzero(sources, axis=1).mean()),
             })
     return rows
@@ -234,15 +157,16 @@ def batch_scaling(target, draft, sources: np.ndarray, *, batch_sizes: Sequence[i
 def add_bounds(rows: List[Dict[str, Any]], target, *, bandwidth: Mapping[str, float],
                input_length: int, max_decode_len: int) -> None:
     """Adds to each `batch_scaling` row the bytes a target step reads at that batch size
-    (`step_bytes` at the row's mean position and source length, and as allocated: the whole
+    (`host.step_bytes` at the row's mean position and source length, and as allocated: the whole
     caches our decode loops attend over) and the measured times over bytes / bandwidth."""
     cache_len = target.prefix_length(input_length) + max_decode_len + 2  # the baseline's cache
     for r in rows:
         model = (target.module.config, target.params)
-        r["bytes"] = step_bytes(*model, batch_size=r["batch_size"], position=r["mean_position"],
-                                encoder_length=r["mean_source_length"])
-        r["bytes_as_allocated"] = step_bytes(*model, batch_size=r["batch_size"],
-                                             position=cache_len, encoder_length=input_length)
+        r["bytes"] = host.step_bytes(*model, batch_size=r["batch_size"],
+                                     position=r["mean_position"],
+                                     encoder_length=r["mean_source_length"])
+        r["bytes_as_allocated"] = host.step_bytes(*model, batch_size=r["batch_size"],
+                                                  position=cache_len, encoder_length=input_length)
         r["bound_s"] = r["bytes"]["total"] / (bandwidth["gb_per_s"] * 1e9)
         for name, key in (("step", "target_step_s"), ("verify", "target_verify_s"),
                           ("baseline", "baseline_step_s")):
@@ -282,7 +206,7 @@ def benchmark_bounds(path: str, bandwidth: Mapping[str, float]) -> List[Dict[str
         b = cost["batch_size"]
         lengths = [n for r in data["runs"] if r["batch_size"] == b
                    for n in r["stats"]["per_row"]["generated"]]
-        nbytes = step_bytes(config, params, batch_size=b, position=mean_position(lengths),
+        nbytes = host.step_bytes(config, params, batch_size=b, position=host.mean_position(lengths),
                             encoder_length=data["config"]["input_length"])
         bound = nbytes["total"] / (bandwidth["gb_per_s"] * 1e9)
         rows.append({"benchmark_json": path, "batch_size": b, "bytes": nbytes, "bound_s": bound,
@@ -301,17 +225,17 @@ DEPTH_FILE = "depth_sweep.json"
 
 
 def _check_depth_settings(depths, target, gammas, num_steps, repeats):
-    depths = benchmark.positive_ints(depths, "depths", "decoder layers of each copy")
-    gammas = benchmark.positive_ints(gammas, "gammas", "draft tokens per round")
-    benchmark.positive_int(num_steps, "num_steps", "extend calls per cost timing")
-    benchmark.positive_int(repeats, "repeats", "timed rounds after the compiling call")
+    depths = validation.positive_ints(depths, "depths", "decoder layers of each copy")
+    gammas = validation.positive_ints(gammas, "gammas", "draft tokens per round")
+    validation.positive_int(num_steps, "num_steps", "extend calls per cost timing")
+    validation.positive_int(repeats, "repeats", "timed rounds after the compiling call")
     if target not in mini.targets():
         raise ValueError(f"target={target!r}: give a bundled target, from {mini.targets()}.")
     # The deepest copy's float32 weights (plus the model-building copy) must fit in memory.
     def count(layers):  # parameters of a copy with `layers` decoder layers (shapes only)
         config = dataclasses.replace(mini.config(target), num_decoder_layers=layers)
         return sum(int(np.prod(x.shape)) for x in jax.tree_util.tree_leaves(
-            t5.param_shapes(models.make_module(config))))
+            t5.param_shapes(loading.make_module(config))))
 
     one = count(1)
     nbytes = 2 * 4 * (one + (max(depths) - 1) * (count(2) - one))
@@ -324,7 +248,7 @@ def _check_depth_settings(depths, target, gammas, num_steps, repeats):
 
 def depth_sweep(depths: Sequence[int], *, target: str = "large_target",
                 gammas: Sequence[int] = GAMMAS, num_steps: int = 16, repeats: int = 10,
-                max_decode_len: int = mini_results.MAX_DECODE_LEN, seed: int = 0
+                max_decode_len: int = bundles.MAX_DECODE_LEN, seed: int = 0
                 ) -> List[Dict[str, Any]]:
     """c and the verify cost on this machine for copies of a bundled target's shape with
     `depths` decoder layers (random weights: step costs do not depend on their values), with the
@@ -333,7 +257,7 @@ def depth_sweep(depths: Sequence[int], *, target: str = "large_target",
     It answers what the cache-regime rule alone cannot: how much cheaper verification and the
     draft get as the weights a step reads grow past the last-level cache. One row per depth
     (each timed by `costs.measure_costs`: its programs interleaved, ratios of medians):
-    decoder_layers, bytes (`step_bytes`), regime (`cache_regime`), target_step_s,
+    decoder_layers, bytes (`host.step_bytes`), regime (`host.cache_regime`), target_step_s,
     step_gb_per_s (bytes / step), c, verify_cost {gamma}, and per temperature of the draft's
     model-card alpha, Theorem 3.8's best gamma and speedup with the measured costs
     (`thm38`: {temperature: {alpha, gamma, speedup}}).
@@ -342,23 +266,23 @@ def depth_sweep(depths: Sequence[int], *, target: str = "large_target",
                                                    num_steps, repeats)
     base = mini.config(target)  # the shape only: the copies get random weights
     draft = mini.load(mini.best_draft(target))
-    cache = benchmark.cpu_facts()["cache_bytes"]
-    inputs = mini.source_batches(1, 1, mini_results.INPUT_LENGTH)[0]
+    cache = host.cpu_facts()["cache_bytes"]
+    inputs = mini.source_batches(1, 1, bundles.INPUT_LENGTH)[0]
     rows = []
     for d in depths:
         config = dataclasses.replace(base, num_decoder_layers=d, dropout_rate=0.0)
-        model = models.load_model(config, seed=seed)
+        model = loading.load_model(config, seed=seed)
         costs = costs_lib.measure_costs(model, draft, inputs, gammas,
                                         max_decode_len=max_decode_len, num_steps=num_steps,
                                         repeats=repeats, seed=seed)
-        nbytes = step_bytes(config, model.params, batch_size=1, position=0, encoder_length=0)
+        nbytes = host.step_bytes(config, model.params, batch_size=1, position=0, encoder_length=0)
         thm = {}
         for t, alpha in alphas.items():
             g = costs_lib.best_gamma(alpha, costs, gammas)
             thm[t] = {"alpha": alpha, "gamma": g, "speedup": float(theory.speedup(
                 alpha, g, costs["c"], costs["verify_cost"][g]))}
         rows.append({"decoder_layers": d, "bytes": nbytes,
-                     "regime": cache_regime(nbytes["total"], cache),
+                     "regime": host.cache_regime(nbytes["total"], cache),
                      "target_step_s": costs["target_step_s"],
                      "step_gb_per_s": nbytes["total"] / costs["target_step_s"] / 1e9,
                      "c": costs["c"], "verify_cost": costs["verify_cost"], "thm38": thm})
@@ -388,7 +312,7 @@ def run_depth_sweep(output_dir: str, depths: Sequence[int], *, target: str = "la
                     overwrite: bool = False, seed: int = 0) -> Dict[str, Any]:
     """`depth_sweep` with the streaming bandwidth beside it; writes `depth_sweep.md` and
     `depth_sweep.json` (last) into `output_dir`, refusing an earlier JSON there unless
-    `overwrite`. Schema: {schema, settings, environment, bandwidth (`measure_bandwidth`),
+    `overwrite`. Schema: {schema, settings, environment, bandwidth (`host.measure_bandwidth`),
     rows (`depth_sweep`)}."""
     settings = dict(target=target, gammas=list(gammas), num_steps=num_steps, repeats=repeats,
                     seed=seed)
@@ -397,11 +321,11 @@ def run_depth_sweep(output_dir: str, depths: Sequence[int], *, target: str = "la
     if not overwrite and os.path.exists(path):
         raise FileExistsError(f"{path} holds an earlier run; choose another --output_dir or pass "
                               "--overwrite to replace it.")
-    benchmark.check_output_dir(output_dir)
-    bandwidth = measure_bandwidth()
+    files.check_output_dir(output_dir)
+    bandwidth = host.measure_bandwidth()
     print(f"bandwidth: {bandwidth['gb_per_s']:.1f} GB/s", flush=True)
     rows = depth_sweep(depths, **settings)
-    environment = benchmark.environment()
+    environment = host.environment()
     environment["load_average"] = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
     results = {"schema": SCHEMA, "settings": {"depths": list(depths), **settings},
                "environment": environment, "bandwidth": bandwidth, "rows": rows}
@@ -424,15 +348,15 @@ def check_settings(*, targets: Sequence[str], batch_sizes, temperatures, gammas,
     if unknown or not targets:
         raise ValueError(f"targets={list(targets)!r}: give bundled targets, from "
                          f"{mini.targets()}.")
-    batch_sizes = benchmark.positive_ints(batch_sizes, "batch_sizes", "rows decoded together")
-    gammas = benchmark.positive_ints(gammas, "gammas", "draft tokens per round")
-    samplings = benchmark.sampling_configs(temperatures)
-    benchmark.positive_int(repeats, "repeats", "timed rounds after the compiling call")
-    benchmark.positive_int(cost_steps, "cost_steps", "extend calls per cost timing")
-    benchmark.positive_int(max_decode_len, "max_decode_len",
+    batch_sizes = validation.positive_ints(batch_sizes, "batch_sizes", "rows decoded together")
+    gammas = validation.positive_ints(gammas, "gammas", "draft tokens per round")
+    samplings = sampling_lib.sampling_configs(temperatures)
+    validation.positive_int(repeats, "repeats", "timed rounds after the compiling call")
+    validation.positive_int(cost_steps, "cost_steps", "extend calls per cost timing")
+    validation.positive_int(max_decode_len, "max_decode_len",
                            "tokens generated per sentence at most")
-    benchmark.positive_int(bandwidth_bytes, "bandwidth_bytes", "1 << 30 is typical")
-    benchmark.positive_int(num_sentences, "num_sentences",
+    validation.positive_int(bandwidth_bytes, "bandwidth_bytes", "1 << 30 is typical")
+    validation.positive_int(num_sentences, "num_sentences",
                            "the same sentences at every batch size")
     uneven = [b for b in batch_sizes if num_sentences % b]
     if uneven:
@@ -440,10 +364,10 @@ def check_settings(*, targets: Sequence[str], batch_sizes, temperatures, gammas,
                          f"{uneven}: every batch size decodes the same sentences in full batches; "
                          f"use a multiple of {int(np.lcm.reduce(batch_sizes))}.")
     available = sum(len(b) for b in mini.source_batches(num_sentences, num_sentences,
-                                                        mini_results.INPUT_LENGTH))
+                                                        bundles.INPUT_LENGTH))
     if available < num_sentences:
         raise ValueError(f"num_sentences={num_sentences}: the test split has only {available} "
-                         f"sentences that fit {mini_results.INPUT_LENGTH} tokens; lower it.")
+                         f"sentences that fit {bundles.INPUT_LENGTH} tokens; lower it.")
     if len(gammas) > 1:  # gamma by Theorem 3.8 needs the card's alpha
         for target in targets:
             for s in samplings:
@@ -454,8 +378,8 @@ def check_settings(*, targets: Sequence[str], batch_sizes, temperatures, gammas,
 def run(output_dir: str = DEFAULT_DIR, *, targets: Optional[Sequence[str]] = None,
         batch_sizes: Sequence[int] = BATCH_SIZES, temperatures: Sequence[float] = (0.0,),
         gammas: Sequence[int] = GAMMAS, num_sentences: int = 64, repeats: int = 5,
-        cost_steps: int = 16, max_decode_len: int = mini_results.MAX_DECODE_LEN,
-        bandwidth_bytes: int = BANDWIDTH_BYTES, benchmark_jsons: Sequence[str] = (),
+        cost_steps: int = 16, max_decode_len: int = bundles.MAX_DECODE_LEN,
+        bandwidth_bytes: int = host.BANDWIDTH_BYTES, benchmark_jsons: Sequence[str] = (),
         overwrite: bool = False, seed: int = 0) -> Dict[str, Any]:
     """Measures the bandwidth, then each bundled target in `targets` (default: all) with its best
     draft at every batch size and temperature, and the bound of each `benchmark_jsons` file
@@ -474,9 +398,9 @@ def run(output_dir: str = DEFAULT_DIR, *, targets: Optional[Sequence[str]] = Non
     if not overwrite and os.path.exists(os.path.join(output_dir, RESULTS_FILE)):
         raise FileExistsError(f"{os.path.join(output_dir, RESULTS_FILE)} holds an earlier run; "
                               "choose another --output_dir or pass --overwrite to replace it.")
-    benchmark.check_output_dir(output_dir)  # writable
-    input_length = mini_results.INPUT_LENGTH
-    bandwidth = measure_bandwidth(bandwidth_bytes)
+    files.check_output_dir(output_dir)  # writable
+    input_length = bundles.INPUT_LENGTH
+    bandwidth = host.measure_bandwidth(bandwidth_bytes)
     print(f"bandwidth: {bandwidth['gb_per_s']:.1f} GB/s (sum over "
           f"{bandwidth['bytes'] / 2**20:.0f} MiB)", flush=True)
     sources = mini.source_batches(num_sentences, num_sentences, input_length)[0]
@@ -500,7 +424,7 @@ def run(output_dir: str = DEFAULT_DIR, *, targets: Optional[Sequence[str]] = Non
                                "temperature": s.temperature, "batch_size": crossover(same)})
         rows += pair
         print(format_batch_table(pair), flush=True)
-    environment = benchmark.environment()
+    environment = host.environment()
     environment["load_average"] = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
     results = {
         "schema": SCHEMA,

@@ -1,0 +1,411 @@
+"""The bundled offline models and their inputs, one `Bundle` class for both bundles:
+
+    ende = bundles.ENDE                          # or bundles.bundle("large_target")
+    name = ende.main_target()                    # "large_target" (memory-bound, the main job)
+    target, draft = ende.load(name), ende.load(ende.best_draft(name))   # DecodeModels
+    [inputs] = ende.batches(4, batch_size=4)     # [4, 48] int32 test sources (prefix, EOS)
+    code = bundles.CODE                          # the decoder-only (GPT-like) pair
+    [prompts] = code.batches(4, batch_size=4)    # [4, 128] int32 test-split prompts
+
+**EN->DE** (`speculative/data/mini/`): two targets share one vocabulary. `large_target` (41.9M
+parameters; a generated token reads 122 MB of weights, more than a CPU's caches hold, so a step
+is memory-bound as on a TPU and speculative decoding pays) and `mini_target` (4.75M, 19 MB: it
+sits in the L3 cache, a step is compute-bound, and speculative decoding does not pay on a CPU;
+kept as the contrast). Each T5 or target-aware draft's card entry names the target it was
+trained for (`"target"`; the bundle's `default_target` where absent); the n-gram drafts fit the
+shared vocabulary and draft for either. Inputs are test sources of up to 48 tokens, encoded as
+the `mini_ende` task does; longer sources are skipped, never cut.
+
+**Code** (`speculative/data/code/`): the analogue in miniature of the paper's decoder-only row
+(Table 3: a GPT-like target and draft on lm1b), on the standard library's Python source. The
+drafts are `code_draft` (a small `t5.DecoderOnly`), unigram and bigram drafts, and prompt lookup
+(no parameters, built on demand). Prompts are the first PROMPT_LENGTH tokens of the corpus'
+language-model chunks (what the models were trained on), taken round-robin over the split's
+documents so that one big file (`pydoc_data/topics.py` holds 80% of the test split) does not
+fill the first batches; a continuation is 64 tokens, and as code rarely ends, the decode-loop
+cost model is calibrated on continuations cut at CALIBRATION_LIMITS tokens in turn.
+
+The models were trained by `scripts/train.py` (recipes: each bundle's `models/MODEL_CARD.md`);
+everything here reads files inside the package, so it works offline.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import itertools
+import json
+import os
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+import numpy as np
+
+from speculative import code_corpus, training_data, validation
+from speculative.contract import DecodeModel
+from speculative.models import t5
+
+DATA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
+BUNDLE_DIR = os.path.join(DATA_DIR, "mini")  # the EN->DE corpus, vocabulary and models
+CARD_FILE = "model_card.json"  # written by training.train / fit_ngram_drafts
+FEATURE_DRAFT = "feature_draft"  # the card's `kind` of a target-aware draft
+PROMPT_LOOKUP = "prompt_lookup"  # a draft spec: copy from the context (ngram.PromptLookupDraft)
+
+MINI_TARGET = "mini_target"  # compute-bound on a CPU: the contrast
+LARGE_TARGET = "large_target"  # memory-bound: the main job's target
+PREFIX = training_data.PREFIX  # "translate English to German: " (the mini_ende task)
+INPUT_LENGTH = 48  # EN->DE sources, prefix and EOS included
+MAX_DECODE_LEN = 48  # EN->DE translations
+
+CODE_TARGET = "code_target"
+CHUNK_LENGTH = 256  # configs/runs/train_code.gin's training.TrainConfig.buckets
+PROMPT_LENGTH = 128
+CODE_MAX_DECODE_LEN = 64
+CALIBRATION_LIMITS = (16, 32, 48, 64)  # code timing calibration: continuations of these lengths
+
+
+# ----------------------------------------------------------------------------------------------
+# Model cards.
+
+def bundle_card(models_dir: str, recipe: str) -> dict:
+    """`models_dir/model_card.json`, or FileNotFoundError naming `recipe`, the card that says
+    how to train the models."""
+    path = os.path.join(models_dir, CARD_FILE)
+    if not os.path.exists(path):
+        raise FileNotFoundError(
+            f"No bundled models: {path} is missing. Train them with the recipe in {recipe} "
+            "(scripts/train.py), or use a full checkout.")
+    with open(path) as f:
+        return json.load(f)
+
+
+def bundle_has(models_dir: str, target: str) -> bool:
+    """Whether `models_dir` bundles `target` and at least one other model (a draft)."""
+    if not os.path.exists(os.path.join(models_dir, CARD_FILE)):
+        return False
+    models = bundle_card(models_dir, "").get("models", {})
+    return target in models and len(models) > 1
+
+
+def card_config(entry: dict) -> t5.T5Config:
+    """The `T5Config` a model card entry records (lists back to tuples)."""
+    fields = dict(entry["config"])
+    fields["mlp_activations"] = tuple(fields["mlp_activations"])
+    return t5.T5Config(**fields)
+
+
+# ----------------------------------------------------------------------------------------------
+# Inputs.
+
+def test_pairs(num: Optional[int] = None, split: str = "test") -> List[Tuple[str, str]]:
+    """(English source, German reference) pairs of a bundled EN->DE split, in file order."""
+    pairs = []
+    with open(os.path.join(BUNDLE_DIR, f"{split}.tsv"), encoding="utf-8") as f:
+        for line in f:
+            source, target = line.rstrip("\n").split("\t")
+            pairs.append((source, target))
+            if num and len(pairs) == num:
+                break
+    return pairs
+
+
+class Vocabulary(training_data.Tokenizer):
+    """The bundled EN->DE SentencePiece model (pad 0, eos 1, unk 2), used as the `mini_ende`
+    task does: `encode_sources` (prefix + source + EOS, padded; too long raises) and `decode`."""
+
+    def __init__(self, path: str = os.path.join(BUNDLE_DIR, "spm.model")):
+        super().__init__(path)
+
+
+def source_batches(num: Optional[int], batch_size: int, length: int = INPUT_LENGTH,
+                   split: str = "test", skip: int = 0) -> List[np.ndarray]:
+    """Encoded EN->DE sources of a split that fit `length` tokens (prefix and EOS included), in
+    file order after the first `skip` that fit, `num` of them (None = all), in `[batch_size,
+    length]` batches (the last may be smaller). Longer sources are skipped, never cut."""
+    validation.batch_request(num, batch_size, skip)
+    validation.positive_int(length, "length", "tokens per encoded source")
+    vocab = Vocabulary()
+    rows = []
+    for source, _ in test_pairs(split=split):
+        try:
+            rows.append(vocab.encode_sources([source], length)[0])
+        except ValueError:
+            continue
+        if num and len(rows) == skip + num:
+            break
+    rows = rows[skip:]
+    return [np.stack(rows[i:i + batch_size]) for i in range(0, len(rows), batch_size)]
+
+
+def prompt_batches(num: Optional[int], batch_size: int, length: int = PROMPT_LENGTH,
+                   split: str = "test", skip: int = 0) -> List[np.ndarray]:
+    """`num` code prompts (None = all) of exactly `length` tokens from `split`, round-robin over
+    its documents (module docstring), after the first `skip`, in `[batch_size, length]` int32
+    batches (the last may be smaller)."""
+    validation.batch_request(num, batch_size, skip)
+    training_data.check_prompt_length(length, CHUNK_LENGTH)
+    rows = _split_prompts(split, length)[skip:skip + num if num else None]
+    return [np.stack(rows[i:i + batch_size]).astype(np.int32)
+            for i in range(0, len(rows), batch_size)]
+
+
+@functools.lru_cache(maxsize=None)
+def _split_prompts(split: str, length: int) -> Tuple[np.ndarray, ...]:
+    """Every prompt of `split` in round-robin order, tokenized once per process (a run asks for
+    the test prompts once per draft and temperature)."""
+    tokenizer = training_data.Tokenizer(os.path.join(code_corpus.CODE_DIR, code_corpus.SPM_MODEL))
+    path = code_corpus.corpus_file(code_corpus.CODE_DIR, code_corpus.split_file(split))
+    ids = tokenizer.encode_targets([doc.text for doc in code_corpus.read_documents(path)])
+    per_doc = [training_data.lm_prompts(
+        [(None, c) for c in code_corpus.lm_chunks([d], CHUNK_LENGTH)], length) for d in ids]
+    return tuple(p for group in itertools.zip_longest(*per_doc) for p in group if p is not None)
+
+
+# ----------------------------------------------------------------------------------------------
+# The bundle.
+
+@dataclasses.dataclass(frozen=True)
+class Bundle:
+    """A directory of bundled models with its model card, and the inputs they are measured on.
+
+    Attributes:
+      name: 'ende' or 'code'.
+      models_dir: the directory holding model_card.json and the checkpoints.
+      recipe: the MODEL_CARD.md that says how the models were trained (named in errors).
+      decoder_only: whether the models are decoder-only (`[BOS] + prompt`, then continue).
+      target_names: the targets, the memory-bound one first.
+      default_target: the target a T5 draft's card entry means when it names none.
+      inputs: `(num, batch_size, length, split, skip) -> [[B, length] int32]` test inputs.
+      input_length: tokens per input (a source, or a prompt).
+      max_decode_len: tokens per output.
+      calibration_limits: max_decode_len per calibration batch, cycled (() = max_decode_len).
+      built_in: drafts built on demand rather than read from a file (prompt lookup).
+      time_all_drafts: whether the reports time every draft, or only the T5 ones (the EN->DE
+        n-gram drafts' alpha is far too low to pay).
+    """
+
+    name: str
+    models_dir: str
+    recipe: str
+    decoder_only: bool
+    target_names: Tuple[str, ...]
+    default_target: str
+    inputs: Callable[..., List[np.ndarray]]
+    input_length: int
+    max_decode_len: int
+    calibration_limits: Tuple[int, ...] = ()
+    built_in: Tuple[str, ...] = ()
+    time_all_drafts: bool = False
+
+    def available(self) -> bool:
+        """Whether the default target and at least one draft are bundled (a full checkout)."""
+        return bundle_has(self.models_dir, self.default_target)
+
+    def model_card(self) -> dict:
+        return bundle_card(self.models_dir, self.recipe)
+
+    def entry(self, name: str) -> dict:
+        models = self.model_card()["models"]
+        if name not in models:
+            built = f" (and {list(self.built_in)}, built on demand)" if self.built_in else ""
+            raise ValueError(f"No bundled model {name!r}; the bundle has {sorted(models)}{built}.")
+        return models[name]
+
+    def config(self, name: str) -> t5.T5Config:
+        return card_config(self.entry(name))
+
+    def is_t5(self, name: str) -> bool:
+        """T5 checkpoints have a config; n-gram and target-aware drafts have a `kind`."""
+        return name not in self.built_in and "kind" not in self.entry(name)
+
+    def load(self, name: str, param_dtype: str = "float32") -> DecodeModel:
+        """A bundled model as a DecodeModel: a T5 checkpoint, an n-gram draft stored as .npz, a
+        target-aware draft, or a built-in draft."""
+        # pylint: disable=g-import-not-at-top
+        from speculative.models import adapters, ngram
+
+        if name == PROMPT_LOOKUP and PROMPT_LOOKUP in self.built_in:
+            return ngram.PromptLookupDraft(vocab_size=self.config(self.default_target).vocab_size,
+                                           decoder_only=self.decoder_only)
+        entry = self.entry(name)
+        if entry.get("kind") == FEATURE_DRAFT:
+            return load_feature_draft(entry, self.models_dir)
+        if not self.is_t5(name):
+            return ngram.load(os.path.join(self.models_dir, entry["file"]),
+                              decoder_only=self.decoder_only)
+        return adapters.load_model(self.config(name),
+                                   os.path.join(self.models_dir, entry["checkpoint"]),
+                                   decoder_only=self.decoder_only, param_dtype=param_dtype)
+
+    def targets(self) -> List[str]:
+        """The bundled targets, the memory-bound one first."""
+        return [n for n in self.target_names if n in self.model_card()["models"]]
+
+    def main_target(self) -> str:
+        """The main job's target: the memory-bound one when bundled."""
+        return self.targets()[0]
+
+    def target_of(self, name: str) -> Optional[str]:
+        """The target a T5 or target-aware draft was trained for (None for targets, n-gram and
+        built-in drafts, which fit the shared vocabulary)."""
+        if name in self.target_names or name in self.built_in:
+            return None
+        if self.entry(name).get("kind") == FEATURE_DRAFT:
+            return self.entry(name)["target"]
+        if not self.is_t5(name):
+            return None
+        return self.entry(name).get("target", self.default_target)
+
+    def _check_target(self, target: str) -> None:
+        if target not in self.target_names:
+            raise ValueError(f"target={target!r} is not a bundled {self.name} target; use one "
+                             f"of {list(self.target_names)}.")
+
+    def drafts(self, target: Optional[str] = None) -> List[str]:
+        """The drafts of `target`: its T5 and target-aware drafts, the n-gram drafts (shared
+        vocabulary), then the built-in ones."""
+        target = target or self.default_target
+        self._check_target(target)
+        return sorted(n for n in self.model_card()["models"]
+                      if n not in self.target_names and self.target_of(n) in (None, target)) + \
+            list(self.built_in)
+
+    def t5_drafts(self, target: Optional[str] = None) -> List[str]:
+        return [n for n in self.drafts(target) if self.is_t5(n)]
+
+    def timed_drafts(self, target: str) -> List[str]:
+        """The drafts the reports time for `target` (Table 2 rows)."""
+        return self.drafts(target) if self.time_all_drafts else self.t5_drafts(target)
+
+    def best_draft(self, target: Optional[str] = None) -> str:
+        """The draft the card names as best for `target` (`best_draft`: {target: name}, or a
+        name meaning the default target's), else its T5 draft with the highest alpha at T=0."""
+        target = target or self.default_target
+        self._check_target(target)
+        best = self.model_card().get("best_draft")
+        if isinstance(best, dict) and best.get(target):
+            return best[target]
+        if isinstance(best, str) and target == self.default_target:
+            return best
+
+        def alpha_t0(name):
+            alphas = self.entry(name).get("alpha") or [{"alpha": -1.0}]
+            return alphas[0]["alpha"]
+
+        return max(self.t5_drafts(target), key=alpha_t0)
+
+    def batches(self, num: Optional[int], batch_size: int, split: str = "test",
+                skip: int = 0) -> List[np.ndarray]:
+        """`num` test inputs (None = all) of `input_length` tokens in `[batch_size, L]` batches."""
+        return self.inputs(num, batch_size, self.input_length, split, skip)
+
+    def calibration_lengths(self, num: int) -> Optional[List[int]]:
+        """One max_decode_len per calibration batch (None: `max_decode_len` for all)."""
+        limits = self.calibration_limits
+        return [limits[i % len(limits)] for i in range(num)] if limits else None
+
+
+ENDE = Bundle("ende", os.path.join(BUNDLE_DIR, "models"),
+              "speculative/data/mini/models/MODEL_CARD.md", decoder_only=False,
+              target_names=(LARGE_TARGET, MINI_TARGET), default_target=MINI_TARGET,
+              inputs=source_batches, input_length=INPUT_LENGTH, max_decode_len=MAX_DECODE_LEN)
+CODE = Bundle("code", os.path.join(code_corpus.CODE_DIR, "models"),
+              "speculative/data/code/models/MODEL_CARD.md", decoder_only=True,
+              target_names=(CODE_TARGET,), default_target=CODE_TARGET, inputs=prompt_batches,
+              input_length=PROMPT_LENGTH, max_decode_len=CODE_MAX_DECODE_LEN,
+              calibration_limits=CALIBRATION_LIMITS, built_in=(PROMPT_LOOKUP,),
+              time_all_drafts=True)
+BUNDLES = (ENDE, CODE)
+
+
+def bundle(target_name: str) -> Bundle:
+    """The bundle whose target `target_name` is."""
+    for b in BUNDLES:
+        if target_name in b.target_names:
+            return b
+    raise ValueError(f"target={target_name!r} is not a bundled target; use one of "
+                     f"{[t for b in BUNDLES for t in b.target_names]}.")
+
+
+def targets() -> List[str]:
+    """Every bundled target: the EN->DE ones, then the code target where bundled."""
+    return ENDE.targets() + ([CODE_TARGET] if CODE.available() else [])
+
+
+def feature_draft_config(entry: dict):
+    """The `FeatureDraftConfig` a card entry of kind 'feature_draft' records."""
+    from speculative.models import feature_draft  # pylint: disable=g-import-not-at-top
+
+    return feature_draft.FeatureDraftConfig(**entry["config"])
+
+
+def load_feature_draft(entry: dict, models_dir: str = ENDE.models_dir):
+    """A bundled target-aware draft (bfloat16 T5X checkpoint, decoded in float32)."""
+    # pylint: disable=g-import-not-at-top
+    from speculative import checkpoints
+    from speculative.models import feature_draft
+
+    module = feature_draft.FeatureDraft(feature_draft_config(entry))
+    params = checkpoints.load_params(os.path.join(models_dir, entry["checkpoint"]),
+                                     dtype="float32")
+    return feature_draft.FeatureDraftModel(module, params)
+
+
+# ----------------------------------------------------------------------------------------------
+# Bundled names, as the model factory resolves them.
+
+@dataclasses.dataclass(frozen=True)
+class Bundled:
+    """A model bundled in speculative/data: its model card entry and its bundle.
+
+    `config` and `checkpoint` are None for an n-gram or target-aware draft (not a plain
+    T5Config)."""
+
+    name: str
+    entry: Dict[str, Any]
+    bundle: Bundle
+
+    @property
+    def models_dir(self) -> str:
+        return self.bundle.models_dir
+
+    @property
+    def decoder_only(self) -> bool:
+        return self.bundle.decoder_only
+
+    @property
+    def is_t5(self) -> bool:
+        return "kind" not in self.entry and "config" in self.entry
+
+    @property
+    def config(self) -> Optional[t5.T5Config]:
+        return card_config(self.entry) if self.is_t5 else None
+
+    @property
+    def checkpoint(self) -> Optional[str]:
+        return os.path.join(self.models_dir, self.entry["checkpoint"]) if self.is_t5 else None
+
+    def load(self, param_dtype: str = "float32") -> DecodeModel:
+        return self.bundle.load(self.name, param_dtype=param_dtype)
+
+
+def _cards():
+    """(bundle, {name: card entry}) of each bundle present (EN->DE, code)."""
+    for b in BUNDLES:
+        if os.path.exists(os.path.join(b.models_dir, CARD_FILE)):
+            yield b, bundle_card(b.models_dir, "").get("models", {})
+
+
+def bundled(name: str) -> Optional[Bundled]:
+    """The bundled model called `name` (e.g. 'large_target', 'code_draft'), or None."""
+    if not isinstance(name, str):
+        return None
+    for b, models in _cards():
+        if name in models:
+            return Bundled(name, models[name], b)
+    return None
+
+
+def bundled_names() -> set:
+    """Names of the models bundled in speculative/data, EN->DE and code (empty in a checkout
+    without them)."""
+    return {name for _, models in _cards() for name in models}

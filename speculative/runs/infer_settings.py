@@ -1,0 +1,229 @@
+"""The settings of one inference run (`runs/infer.py`), resolved from gin and checked before any
+model is loaded: every refusal names the gin macro that sets the bad value and the fix.
+
+    settings = InferSettings(target_config=..., draft_config=..., ...)   # raises on bad values
+    settings.to_json()                     # what metrics.json records under "settings"
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from typing import Any, Dict, Mapping, Optional, Tuple
+
+import gin
+
+from speculative import loading, partitioning
+from speculative import sampling as sampling_lib
+from speculative.models import t5
+
+# InferSettings field -> the infer.gin macro that sets it (for error messages).
+MACROS = {"target_config": "TARGET_MODEL", "draft_config": "DRAFT_MODEL",
+          "target_checkpoint": "TARGET_CHECKPOINT", "draft_checkpoint": "DRAFT_CHECKPOINT",
+          "mixture_or_task_name": "MIXTURE_OR_TASK_NAME",
+          "task_feature_lengths": "TASK_FEATURE_LENGTHS", "output_dir": "INFER_OUTPUT_DIR"}
+
+@dataclasses.dataclass(frozen=True)
+class InferSettings:
+    """Everything one inference run needs, resolved from gin (`infer(dry_run=True)` returns it)."""
+
+    target_config: t5.T5Config
+    draft_config: Optional[t5.T5Config]
+    target_checkpoint: Optional[str]
+    draft_checkpoint: Optional[str]
+    mixture_or_task_name: str
+    task_feature_lengths: Mapping[str, int]
+    output_dir: Optional[str]
+    gamma: int = 5
+    sampling: sampling_lib.SamplingConfig = sampling_lib.SamplingConfig(temperature=0.0)
+    batch_size: int = 1
+    split: str = "test"
+    num_examples: Optional[int] = None
+    seed: int = 0
+    speculative: bool = True
+    decoder_only: bool = False
+    lenience: float = 1.0
+    truncate_inputs: bool = True
+    param_dtype: Optional[str] = None
+    tfds_data_dir: Optional[str] = None
+    progress: bool = True
+    overwrite: bool = False
+    mesh_shape: Optional[Tuple[int, int]] = None
+    draft_partitioned: bool = False
+    beam_size: Optional[int] = None
+    draft_beam: Optional[int] = None
+    length_penalty: float = 0.6
+    force_speculative_beam: bool = False
+
+    def __post_init__(self):
+        def fail(name, value, fix):
+            raise ValueError(f"infer: {name}={value!r} is invalid: {fix}")
+
+        # A macro left at %gin.REQUIRED arrives as the gin.REQUIRED sentinel (gin only checks
+        # macros when the config is finalized).
+        missing = [MACROS.get(f.name, f.name) for f in dataclasses.fields(self)
+                   if getattr(self, f.name) is gin.REQUIRED]
+        if missing:
+            raise ValueError(
+                f"infer: {', '.join(missing)} {'is' if len(missing) == 1 else 'are'} "
+                "%gin.REQUIRED and not set; bind them, e.g. "
+                + " ".join(f"--gin.{m}=..." for m in missing) + " (see configs/runs/infer.gin).")
+
+        lengths = self.task_feature_lengths
+        if (not isinstance(lengths, Mapping) or set(lengths) < {"inputs", "targets"}
+                or not all(isinstance(lengths[k], int) and lengths[k] >= 1
+                           for k in ("inputs", "targets"))):
+            fail("TASK_FEATURE_LENGTHS", lengths,
+                 "give positive ints for both features, e.g. {'inputs': 64, 'targets': 64}.")
+        self._resolve_bundled("target", fail)
+        if self.speculative:
+            self._resolve_bundled("draft", fail)
+        if not isinstance(self.target_config, t5.T5Config):
+            fail("TARGET_MODEL", self.target_config,
+                 "bind a T5Config, e.g. TARGET_MODEL = @t5_1_1_xxl/t5.T5Config(), or a bundled "
+                 f"T5's name (one of {sorted(loading.bundled_names())}).")
+        if not isinstance(self.decoder_only, bool):
+            fail("DECODER_ONLY", self.decoder_only,
+                 "use True (decoder-only language models) or False (encoder-decoder T5).")
+        self._check_model_kind(fail, "TARGET_MODEL", self.target_config)
+        if self.speculative:
+            self._check_draft_spec(fail)
+            if not isinstance(self.gamma, int) or isinstance(self.gamma, bool) or self.gamma < 1:
+                fail("GAMMA", self.gamma, "draft at least one token per round (an int >= 1).")
+        if not isinstance(self.batch_size, int) or self.batch_size < 1:
+            fail("BATCH_SIZE", self.batch_size, "use an int >= 1.")
+        if self.num_examples is not None and (not isinstance(self.num_examples, int)
+                                              or self.num_examples < 1):
+            fail("NUM_EXAMPLES", self.num_examples, "use an int >= 1, or None for the whole split.")
+        if not isinstance(self.sampling, sampling_lib.SamplingConfig):
+            fail("sampling", self.sampling, "bind a @sampling.SamplingConfig().")
+        if self.beam_size is not None:
+            self._check_beam(fail)
+        if self.mesh_shape is not None:
+            data = self.make_mesh().shape["data"]  # raises for a shape the devices cannot hold
+            if self.batch_size % data:
+                fail("BATCH_SIZE", self.batch_size,
+                     f"MESH_SHAPE={tuple(self.mesh_shape)} splits each batch over {data} data "
+                     f"shards; use a multiple of {data}.")
+
+    def _resolve_bundled(self, role: str, fail) -> None:
+        """A bundled T5's name (e.g. TARGET_MODEL = 'large_target') becomes its config and
+        checkpoint, so the run is the same as with the two spelled out."""
+        found = loading.bundled(getattr(self, f"{role}_config"))
+        if found is None or not found.is_t5:
+            return  # n-gram and target-aware drafts are built by name in load_models
+        checkpoint = getattr(self, f"{role}_checkpoint")
+        if checkpoint:
+            fail(MACROS[f"{role}_checkpoint"], checkpoint,
+                 f"{MACROS[f'{role}_config']}={found.name!r} is a bundled model, which brings its "
+                 f"own checkpoint: set {MACROS[f'{role}_checkpoint']} = None.")
+        object.__setattr__(self, f"{role}_config", found.config)
+        object.__setattr__(self, f"{role}_checkpoint", found.checkpoint)
+
+    def _check_draft_spec(self, fail) -> None:
+        """A draft is a T5Config, an n-gram file (.npz), 'prompt_lookup' or a bundled model's
+        name; its vocabulary is checked against the target's when it is built."""
+        spec = self.draft_config
+        if isinstance(spec, t5.T5Config):
+            if spec.vocab_size != self.target_config.vocab_size:
+                fail("DRAFT_MODEL.vocab_size", spec.vocab_size,
+                     f"the draft must share the target's vocabulary "
+                     f"(vocab_size={self.target_config.vocab_size}).")
+            self._check_model_kind(fail, "DRAFT_MODEL", spec)
+            return
+        if isinstance(spec, str) and spec.endswith(".npz"):
+            if not os.path.exists(spec):
+                fail("DRAFT_MODEL", spec, "no such n-gram draft file; give the path of a .npz "
+                     "written by UnigramDraft/BigramDraft.save.")
+            return
+        if spec == loading.PROMPT_LOOKUP or loading.bundled(spec) is not None:
+            return
+        fail("DRAFT_MODEL", spec,
+             "speculative decoding needs a draft: a T5Config (e.g. DRAFT_MODEL = "
+             "@t5_1_1_small/t5.T5Config()), an n-gram file ('.../mini_bigram.npz'), "
+             "'prompt_lookup', or a bundled model's name (e.g. 'large_draft_kdtv'); or "
+             "SPECULATIVE = False for the baseline.")
+
+    def _check_model_kind(self, fail, macro: str, config: t5.T5Config) -> None:
+        """The config must be of the kind DECODER_ONLY builds. T5Config itself accepts both
+        (`t5.DecoderOnly` ignores `num_encoder_layers`, and `t5.Transformer` runs with none), so
+        a mismatch would otherwise decode silently with a model of the wrong shape: a decoder-only
+        checkpoint loaded as an encoder-decoder fails only at the parameter check, and random
+        weights not at all."""
+        layers = config.num_encoder_layers
+        if self.decoder_only and layers > 0:
+            fail(f"{macro}.num_encoder_layers", layers,
+                 "DECODER_ONLY = True builds t5.DecoderOnly, which has no encoder: bind a "
+                 "decoder-only config (num_encoder_layers = 0, e.g. @code_target/t5.T5Config() "
+                 "of configs/models/code_target.gin), or set DECODER_ONLY = False for an "
+                 "encoder-decoder T5.")
+        if not self.decoder_only and layers == 0:
+            fail(f"{macro}.num_encoder_layers", layers,
+                 "an encoder-decoder T5 (DECODER_ONLY = False) needs at least one encoder "
+                 "layer; a config without any is a decoder-only language model: set "
+                 "DECODER_ONLY = True (with a prompt -> continuation task such as stdlib_code).")
+
+    def _check_beam(self, fail) -> None:
+        def positive(value):
+            return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+        if not positive(self.beam_size):
+            fail("BEAM_SIZE", self.beam_size, "use an int >= 1 (None decodes without beams).")
+        if self.decoder_only:
+            fail("BEAM_SIZE", self.beam_size,
+                 "beam search (decoding.beam_search, speculative_beam_search) scores "
+                 "encoder-decoder T5 models only, and DECODER_ONLY = True: use BEAM_SIZE = None "
+                 "(argmax or sampling) with decoder-only models.")
+        if self.sampling.temperature != 0:
+            fail("TEMPERATURE", self.sampling.temperature,
+                 f"beam search (BEAM_SIZE={self.beam_size}) is deterministic: use 0.")
+        if self.mesh_shape is not None:
+            fail("MESH_SHAPE", self.mesh_shape, "beam search runs on one device; "
+                 "use MESH_SHAPE = None with BEAM_SIZE.")
+        if self.speculative and self.draft_beam is not None and (
+                isinstance(self.draft_beam, bool) or not isinstance(self.draft_beam, int)
+                or self.draft_beam < 0):
+            fail("DRAFT_BEAM", self.draft_beam,
+                 "use an int >= 0 (the width of the draft's beam search; 0 = only each alive "
+                 "beam's greedy path), or None to let the run choose it with GAMMA.")
+        if not isinstance(self.length_penalty, (int, float)) or not math.isfinite(
+                self.length_penalty):
+            fail("LENGTH_PENALTY", self.length_penalty, "use a finite float (T5X's 0.6).")
+
+    def make_mesh(self):
+        """The ('data', 'model') mesh of MESH_SHAPE, or None (one device)."""
+        if self.mesh_shape is None:
+            return None
+        try:
+            return partitioning.make_mesh(mesh_shape=self.mesh_shape)
+        except ValueError as e:
+            raise ValueError(f"infer: MESH_SHAPE={self.mesh_shape!r}: {e}") from None
+
+    @property
+    def input_length(self) -> int:
+        return int(self.task_feature_lengths["inputs"])
+
+    @property
+    def max_decode_len(self) -> int:
+        return int(self.task_feature_lengths["targets"])
+
+    @property
+    def mode(self) -> str:
+        if self.beam_size is not None:
+            # The speculative search runs when asked for (FORCE_SPECULATIVE_BEAM) or when the
+            # run found it faster here (`choose_beam_search`, which sets the flag).
+            return ("speculative_beam_search" if self.speculative and self.force_speculative_beam
+                    else "beam_search")
+        return "speculative" if self.speculative else "autoregressive"
+
+    def to_json(self) -> Dict[str, Any]:
+        out = {}
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if dataclasses.is_dataclass(value):
+                value = dataclasses.asdict(value)
+            elif isinstance(value, Mapping):
+                value = dict(value)
+            out[field.name] = value
+        return out
