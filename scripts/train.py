@@ -1,12 +1,12 @@
 r"""Trains a small T5 (teacher forcing, optax) on the bundled EN->DE gettext corpus.
 
 A thin entry point: gin picks the model (a configs/models/mini_*.gin scope) and the run settings
-(configs/runs/train.gin), then `speculative.training.train` does the work. The run writes into
-MODEL_DIR: config.gin (the resolved gin config), metrics.jsonl (train/valid loss), the float32
-T5X checkpoint checkpoint_<steps>, valid_greedy.txt and summary.json (losses, greedy valid BLEU,
-parameters, decoder FLOPs per token, and for drafts alpha against TARGET_MODEL). With
-EXPORT_DIR set, a bfloat16 copy goes to EXPORT_DIR/<name>/ and its entry to
-EXPORT_DIR/model_card.json.
+(configs/runs/train.gin binds `training.TrainRun`), then `speculative.training.train` does the
+work. The run writes into MODEL_DIR: config.gin (the resolved gin config), metrics.jsonl
+(train/valid loss), the float32 T5X checkpoint checkpoint_<steps>, valid_greedy.txt and
+summary.json (losses, greedy valid BLEU, parameters, decoder FLOPs per token, and for drafts
+alpha against TARGET_MODEL). With EXPORT_DIR set, a bfloat16 copy goes to EXPORT_DIR/<name>/
+and its entry to EXPORT_DIR/model_card.json.
 
 Flags: --gin_file (repeatable, later files override earlier) and --gin.NAME=VALUE (T5X style,
 rewritten into the gin binding `NAME = VALUE`; strings need inner quotes) or --gin_bindings.
@@ -89,7 +89,10 @@ def main(argv: Sequence[str]) -> None:
     if FLAGS.run == "feature_cache":
         feature_draft.feature_cache()
         return
-    run = {"train": training.train, "ngrams": training.fit_ngram_drafts,
+    if FLAGS.run == "train":
+        training.train(gin.get_configurable(training.TrainRun)(gin_config=gin.config_str()))
+        return
+    run = {"ngrams": training.fit_ngram_drafts,
            "feature_draft": feature_draft.train_feature_draft}[FLAGS.run]
     gin.get_configurable(run)(gin_config=gin.config_str())
 

@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from speculative import checkpoints, decoding, training
+from speculative import checkpoints, decoding, objectives, training
 from speculative.models import ngram, t5
 
 from conftest import load_script, tiny_config
@@ -168,9 +168,9 @@ def test_trainer_checkpoint_loads_back_with_identical_logits(tmp_path):
                         num_encoder_layers=1, num_decoder_layers=1)
     config = training.TrainConfig(steps=3, batch_tokens=384, buckets=(48,))
     model_dir, export = tmp_path / "run", tmp_path / "bundle"
-    summary = training.train(model=model, model_dir=str(model_dir), config=config, seed=0,
-                             data_dir=str(data), eval_every=3, card_subset=4,
-                             export_dir=str(export), gin_config="# resolved config\n")
+    summary = training.train(training.TrainRun(
+        model=model, model_dir=str(model_dir), config=config, seed=0, data_dir=str(data),
+        eval_every=3, card_subset=4, export_dir=str(export), gin_config="# resolved config\n"))
     assert (model_dir / "config.gin").read_text() == "# resolved config\n"
     assert sorted(os.listdir(model_dir)) == ["checkpoint_3", "config.gin", "metrics.jsonl",
                                              "summary.json", "train_state.json",
@@ -209,7 +209,7 @@ def test_interrupted_run_resumes_to_the_same_parameters(tmp_path, monkeypatch):
                         num_encoder_layers=1, num_decoder_layers=1)
     kw = dict(model=model, config=training.TrainConfig(steps=6, batch_tokens=96, buckets=(48,)),
               seed=0, data_dir=str(data), eval_every=3, card_subset=4, checkpoint_every=2)
-    whole = training.train(model_dir=str(tmp_path / "whole"), **kw)
+    whole = training.train(training.TrainRun(model_dir=str(tmp_path / "whole"), **kw))
 
     save = training.ResumableRun.save
 
@@ -220,12 +220,12 @@ def test_interrupted_run_resumes_to_the_same_parameters(tmp_path, monkeypatch):
 
     monkeypatch.setattr(training.ResumableRun, "save", stop_after_step_4)
     with pytest.raises(KeyboardInterrupt):
-        training.train(model_dir=str(tmp_path / "resumed"), **kw)
+        training.train(training.TrainRun(model_dir=str(tmp_path / "resumed"), **kw))
     monkeypatch.setattr(training.ResumableRun, "save", save)
     assert "train_state.msgpack" in os.listdir(tmp_path / "resumed")
     with pytest.raises(ValueError, match="other settings.*seed"):
-        training.train(model_dir=str(tmp_path / "resumed"), **{**kw, "seed": 1})
-    resumed = training.train(model_dir=str(tmp_path / "resumed"), **kw)
+        training.train(training.TrainRun(model_dir=str(tmp_path / "resumed"), **{**kw, "seed": 1}))
+    resumed = training.train(training.TrainRun(model_dir=str(tmp_path / "resumed"), **kw))
     assert resumed["final_valid_loss"] == whole["final_valid_loss"]
     assert "train_state.msgpack" not in os.listdir(tmp_path / "resumed")  # removed when done
     for a, b in zip(jax.tree_util.tree_leaves(checkpoints.load_params(str(tmp_path / "whole"))),
@@ -239,8 +239,8 @@ def test_interrupted_run_resumes_to_the_same_parameters(tmp_path, monkeypatch):
     # step is trained, metrics.jsonl is untouched) and the export holds those parameters.
     monkeypatch.setattr(training, "make_train_step",
                         lambda *a: lambda *b: pytest.fail("a finished run was trained again"))
-    exported = training.train(model_dir=str(tmp_path / "resumed"), **kw,
-                              export_dir=str(tmp_path / "bundle"))
+    exported = training.train(training.TrainRun(model_dir=str(tmp_path / "resumed"), **kw,
+                                                export_dir=str(tmp_path / "bundle")))
     assert exported["final_valid_loss"] == whole["final_valid_loss"]
     assert exported["train_wall_s"] == resumed["train_wall_s"]
     assert [json.loads(line)["step"] for line in
@@ -437,15 +437,15 @@ def test_distill_sources_add_the_teachers_translations_of_unseen_sentences(tmp_p
     kw = dict(config=config, seed=0, data_dir=str(data), eval_every=2, card_subset=4,
               bleu_sentences=2, alpha_sentences=2)
     teacher_cfg = tiny_config(**small)
-    training.train(model=teacher_cfg, model_dir=str(tmp_path / "teacher"), **kw)
+    training.train(training.TrainRun(model=teacher_cfg, model_dir=str(tmp_path / "teacher"), **kw))
     with pytest.raises(ValueError, match="distill_sources='mono.txt'.*distill=True"):
-        training.train(model=teacher_cfg, model_dir=str(tmp_path / "x"), distill_sources="mono.txt",
-                       **kw)
+        training.train(training.TrainRun(model=teacher_cfg, model_dir=str(tmp_path / "x"),
+                                          distill_sources="mono.txt", **kw))
     cache = tmp_path / "cache" / "greedy.npz"
-    summary = training.train(
+    summary = training.train(training.TrainRun(
         model=tiny_config(**small), model_dir=str(tmp_path / "draft"), distill=True,
         distill_cache=str(cache), distill_sources="mono.txt", target_model=teacher_cfg,
-        target_checkpoint=str(tmp_path / "teacher"), **kw)
+        target_checkpoint=str(tmp_path / "teacher"), **kw))
     assert summary["distill_sources"] == {"file": "mono.txt", "pairs": 10}
     assert summary["train_pairs"] == 48 - summary["train_dropped"] + 10
     module = t5.Transformer(teacher_cfg)
@@ -480,11 +480,11 @@ def test_distill_cache_reads_back_outputs_holding_a_zero_token(tmp_path, monkeyp
     returns it whole, so its teacher-distribution cache (keyed on the outputs) still matches."""
     outputs = [np.array([5, 0, 7, EOS], np.int32), np.array([9, EOS], np.int32),
                np.array([3] * 8, np.int32)]  # the last hits max_length: EOS replaces its end
-    monkeypatch.setattr(training, "greedy_decode", lambda *a, **k: [o.copy() for o in outputs])
+    monkeypatch.setattr(objectives, "greedy_decode", lambda *a, **k: [o.copy() for o in outputs])
     examples = [(np.array([4, EOS], np.int32), np.array([EOS], np.int32))] * 3
     cache = str(tmp_path / "d.npz")
     fresh = training.distill_targets(None, None, examples, 8, cache)
-    monkeypatch.setattr(training, "greedy_decode", lambda *a, **k: pytest.fail("decoded again"))
+    monkeypatch.setattr(objectives, "greedy_decode", lambda *a, **k: pytest.fail("decoded again"))
     again = training.distill_targets(None, None, examples, 8, cache)
     for (_, a), (_, b) in zip(fresh, again):
         np.testing.assert_array_equal(a, b)
@@ -547,7 +547,7 @@ def _lm_model(**overrides):
 
 def test_decoder_only_training_lowers_the_loss_and_exports_a_reloadable_checkpoint(
         tiny_code_corpus, tmp_path):
-    """`train(decoder_only=True)` on the code corpus: next-token loss falls within 20 steps; the
+    """`TrainRun(decoder_only=True)` on the code corpus: next-token loss falls within 20 steps; the
     float32 checkpoint reproduces the subset loss of the trainer's own parameters exactly, and
     the bfloat16 export is those parameters rounded to bfloat16, logit for logit."""
     from speculative import loading  # pylint: disable=g-import-not-at-top
@@ -556,9 +556,10 @@ def test_decoder_only_training_lowers_the_loss_and_exports_a_reloadable_checkpoi
     config = training.TrainConfig(steps=20, batch_tokens=256, buckets=(32,), learning_rate=1e-2,
                                   warmup_steps=5)
     model_dir, export = tmp_path / "run", tmp_path / "bundle"
-    summary = training.train(model=model, model_dir=str(model_dir), config=config, seed=0,
-                             data_dir=str(tiny_code_corpus), decoder_only=True, eval_every=10,
-                             card_subset=4, export_dir=str(export))
+    summary = training.train(training.TrainRun(
+        model=model, model_dir=str(model_dir), config=config, seed=0,
+        data_dir=str(tiny_code_corpus), decoder_only=True, eval_every=10, card_subset=4,
+        export_dir=str(export)))
     records = [json.loads(line) for line in (model_dir / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records] == [10, 20]
     assert records[1]["train_loss"] < records[0]["train_loss"] < np.log(400) + 1
@@ -596,14 +597,15 @@ def test_decoder_only_draft_equal_to_its_target_has_alpha_one(tiny_code_corpus, 
     model = _lm_model(num_decoder_layers=1)
     kw = dict(model=model, seed=0, data_dir=str(tiny_code_corpus), decoder_only=True,
               eval_every=2, card_subset=2)
-    training.train(model_dir=str(tmp_path / "target"), **kw,
-                   config=training.TrainConfig(steps=2, batch_tokens=128, buckets=(32,)))
-    summary = training.train(
+    training.train(training.TrainRun(
+        model_dir=str(tmp_path / "target"), **kw,
+        config=training.TrainConfig(steps=2, batch_tokens=128, buckets=(32,))))
+    summary = training.train(training.TrainRun(
         model_dir=str(tmp_path / "draft"), **kw, init_checkpoint=str(tmp_path / "target"),
         config=training.TrainConfig(steps=1, batch_tokens=128, buckets=(32,),
                                     learning_rate=0.0),
         target_model=model, target_checkpoint=str(tmp_path / "target"), alpha_sentences=3,
-        alpha_gamma=2, prompt_length=8)
+        alpha_gamma=2, prompt_length=8))
     assert [a["temperature"] for a in summary["alpha"]] == [0.0, 1.0]
     for a in summary["alpha"]:
         assert a["sentences"] == 3 and a["gamma"] == 2
@@ -671,13 +673,14 @@ def test_decoder_only_refuses_distillation_and_a_missing_train_split(tiny_code_c
     config = training.TrainConfig(steps=1, buckets=(32,))
     kw = dict(model=_lm_model(), config=config, seed=0, decoder_only=True)
     with pytest.raises(ValueError, match="distill=True.*use distill=False"):
-        training.train(model_dir=str(tmp_path / "a"), data_dir=str(tiny_code_corpus),
-                       distill=True, **kw)
+        training.train(training.TrainRun(model_dir=str(tmp_path / "a"),
+                                          data_dir=str(tiny_code_corpus), distill=True, **kw))
     data = tmp_path / "no_train"
     shutil.copytree(tiny_code_corpus, data)
     (data / "train.jsonl").unlink()
     with pytest.raises(FileNotFoundError, match="build_code_corpus.py.*--train_split_only"):
-        training.train(model_dir=str(tmp_path / "b"), data_dir=str(data), **kw)
+        training.train(training.TrainRun(model_dir=str(tmp_path / "b"), data_dir=str(data),
+                                          **kw))
 
 
 def test_code_models_and_run_file_parse_with_the_papers_proportions():

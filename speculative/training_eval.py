@@ -1,0 +1,116 @@
+"""Decoding-based evaluation of a trained model: its greedy outputs (`greedy_decode`), greedy
+corpus BLEU (`bleu`), its alpha as a draft of a target (`draft_alpha`), and its size and cost
+(`num_params`, `decoder_flops_per_token`).
+
+Cost (`decoder_flops_per_token`): multiply-adds per generated token are `L_dec * (6 E I + 3 E F
++ 2 I (l_self + l_enc)) + E V` (self-attention q/k/v/o and cross-attention q/o projections, gated
+MLP, attention over l_self cached and l_enc encoder positions, output layer); FLOPs are twice
+that. Cross-attention keys/values are projected once per sentence, so they are not counted. A
+decoder-only model has no cross-attention: `L_dec * (4 E I + 3 E F + 2 I l_self) + E V`.
+
+Shape legend: B batch, V vocab, E embed, I = heads * head_dim, F mlp_dim.
+"""
+
+from __future__ import annotations
+
+from typing import List, Optional, Sequence, Tuple
+
+import jax
+import numpy as np
+
+from speculative import decoding
+from speculative import metrics as metrics_lib
+from speculative import sampling as sampling_lib
+from speculative.models import t5
+from speculative.training_data import Tokenizer, pad_rows
+
+Array = jax.Array
+
+EOS_ID = t5.EOS_ID
+
+
+def _decode_batches(inputs: Sequence[np.ndarray], batch_size: int, length: int):
+    """Sorted by length (rows of similar length finish together); yields (indices, [B, length])."""
+    order = np.argsort([len(x) for x in inputs], kind="stable")
+    for s in range(0, len(order), batch_size):
+        idx = order[s:s + batch_size]
+        rows = [inputs[i] for i in idx]
+        # The last batch is filled with copies of its last row (not empty rows, which would
+        # decode to max_decode_len and keep the loop running); callers drop rows >= len(idx).
+        yield idx, pad_rows(rows + [rows[-1]] * (batch_size - len(rows)), length)
+
+
+def greedy_decode(module: t5.Transformer, params, inputs: Sequence[np.ndarray], *,
+                  max_decode_len: int, input_length: int,
+                  batch_size: int = 256, progress: bool = False) -> List[np.ndarray]:
+    """Greedy (temperature 0) outputs for each input, ids up to and including EOS.
+
+    Inputs are padded to `input_length` and batched to `batch_size` rows, so the decode loop
+    compiles once. `progress` shows a tqdm bar over the batches (minutes for tens of
+    thousands of sentences).
+    """
+    from tqdm import tqdm  # pylint: disable=g-import-not-at-top
+
+    model = decoding.EncoderDecoderModel(module, params)
+    outputs: List[Optional[np.ndarray]] = [None] * len(inputs)
+    for idx, batch in tqdm(_decode_batches(inputs, batch_size, input_length),
+                           total=-(-len(inputs) // batch_size), desc="greedy decoding",
+                           unit="batch", disable=not progress):
+        result = decoding.autoregressive_decode(
+            model, batch, rng=jax.random.PRNGKey(0),  # unused: argmax needs no randomness
+            sampling=sampling_lib.SamplingConfig(0.0),
+            max_decode_len=max_decode_len)
+        tokens, lengths = np.asarray(result.tokens), np.asarray(result.lengths)
+        for row, i in enumerate(idx):
+            outputs[i] = tokens[row, :lengths[row]]
+    return outputs
+
+
+def bleu(module, params, pairs, tokenizer: Tokenizer, max_length: int) -> Tuple[float, List[str]]:
+    """Greedy corpus BLEU (`metrics.bleu`: sacrebleu, intl tokenizer) and the hypotheses."""
+    inputs = [x[:max_length - 1] + [EOS_ID] if len(x) > max_length else x
+              for x in tokenizer.encode_inputs([s for s, _ in pairs])]
+    outputs = greedy_decode(module, params, [np.asarray(x, np.int32) for x in inputs],
+                            max_decode_len=max_length, input_length=max_length)
+    hyps = [tokenizer.decode(o) for o in outputs]
+    return metrics_lib.bleu([t for _, t in pairs], hyps)["bleu"], hyps
+
+
+def draft_alpha(target: decoding.DecodeModel, draft: decoding.DecodeModel,
+                inputs: Sequence[np.ndarray], *, rng: Array, gamma: int, max_length: int,
+                temperatures=(0.0, 1.0), batch_size: int = 256) -> List[dict]:
+    """Alpha (mean beta, Leviathan et al. §3.1) of `draft` against `target` at each temperature,
+    from `speculative_decode` stats on `inputs` (padded to `max_length`, also the decode limit);
+    plus generated tokens per target call."""
+    results = []
+    for t, temperature in enumerate(temperatures):
+        stats, rows = [], []
+        for k, (idx, batch) in enumerate(_decode_batches(inputs, batch_size, max_length)):
+            stats.append(decoding.speculative_decode(
+                target, draft, batch, rng=jax.random.fold_in(jax.random.fold_in(rng, t), k),
+                gamma=gamma, sampling=sampling_lib.SamplingConfig(temperature),
+                max_decode_len=max_length).stats)
+            rows.append(len(idx))  # the filler rows (copies) are left out of the counts
+        total = decoding.merge_stats(stats, rows).summary()
+        results.append({"alpha": total["alpha"], "temperature": temperature,
+                        "tokens_per_target_call": total["tokens_per_target_call"],
+                        "gamma": gamma, "sentences": len(inputs)})
+    return results
+
+
+def decoder_flops_per_token(config: t5.T5Config, self_len: int = 16, enc_len: int = 20, *,
+                            decoder_only: bool = False) -> dict:
+    """Decoder FLOPs per generated token (see the module docstring); 2 FLOPs per multiply-add.
+
+    `self_len` and `enc_len` are the cached and encoder positions attended to; a decoder-only
+    model has no cross-attention (`enc_len` unused)."""
+    e, i, f, v = config.emb_dim, config.inner_dim, config.mlp_dim, config.vocab_size
+    mlp = (len(config.mlp_activations) + 1) * e * f
+    cross = 0 if decoder_only else 2 * e * i + 2 * i * enc_len  # query/out projections, scores
+    attention = 4 * e * i + 2 * i * self_len + cross
+    layers = config.num_decoder_layers * (attention + mlp)
+    return {"decoder_layers": 2 * layers, "output_layer": 2 * e * v, "total": 2 * (layers + e * v)}
+
+
+def num_params(params) -> int:
+    return int(sum(np.size(x) for x in jax.tree_util.tree_leaves(params)))
