@@ -22,7 +22,7 @@
 #       [-- TRAIN_ARGS...]
 # --print: print each stage's train.py command (shell-quoted, one per line) instead of running it.
 # OUT_ROOT: default out/large (any directory outside the repository will do). TRAIN_ARGS are
-# appended to every train.py call (e.g. --gin.training.train.data_dir="'/tmp/tiny'" for a
+# appended to every train.py call (e.g. --gin.training.TrainRun.data_dir="'/tmp/tiny'" for a
 # quick check on a small corpus).
 # Environment: PYTHON (default .venv/bin/python), EXPORT_DIR (default
 # speculative/data/mini/models), TARGET_STEPS (4000), DRAFT_STEPS (2000), KD_STEPS (4000),

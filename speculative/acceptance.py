@@ -38,9 +38,10 @@ N max_decode_len, V vocab.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import jax
 import jax.numpy as jnp
@@ -131,6 +132,56 @@ def collect_betas(target, draft, batches, *, sampling: SamplingConfig, num_token
     return sequences
 
 
+@dataclasses.dataclass(frozen=True)
+class RankAcceptance:
+    """Per-rank acceptance of a token tree's children (`rank_acceptance`).
+
+    Attributes:
+      rates: [R] a_j = P(the child of rank j is kept | the ones before it were not).
+      positions: the generated positions measured.
+      kept_at_rank: [R] how often the child of rank j was kept.
+      reached_rank: [R] how often rank j was tested (every rank before it rejected).
+    """
+
+    rates: Tuple[float, ...]
+    positions: int
+    kept_at_rank: Tuple[int, ...]
+    reached_rank: Tuple[int, ...]
+
+    def to_json(self) -> Dict[str, Any]:
+        return {k: list(v) if isinstance(v, tuple) else v
+                for k, v in dataclasses.asdict(self).items()}
+
+
+@dataclasses.dataclass(frozen=True)
+class TreeChoice:
+    """What `choose_tree` measured and predicted: the per-rank rates and the best chain and
+    tree for them (`plan`)."""
+
+    rates: Tuple[float, ...]
+    plan: theory.TreePlan
+
+    @property
+    def tree(self) -> Optional[Tuple[int, ...]]:
+        """The shape to decode with: None (the chain) unless a branching tree is faster."""
+        return None if self.plan.tree == self.plan.chain else self.plan.tree
+
+    def to_json(self) -> Dict[str, Any]:
+        return {"rates": list(self.rates), **self.plan.to_json()}
+
+    def line(self) -> str:
+        """What was decided, and why, in one line."""
+        plan = self.plan
+        rates = ", ".join(f"{a:.2f}" for a in self.rates)
+        line = (f"per-rank acceptance {rates}; best chain gamma {len(plan.chain)} predicted "
+                f"{plan.chain_speedup:.2f}x")
+        if self.tree is None:
+            return line + ("; no token tree is predicted faster (verifying more tokens costs "
+                           "more than the extra ones gain): the chain")
+        return line + (f"; best tree {plan.tree} ({theory.tree_nodes(plan.tree)} nodes) "
+                       f"predicted {plan.tree_speedup:.2f}x: the tree")
+
+
 def rank_acceptance(target, draft, batches: Sequence[np.ndarray], sampling: SamplingConfig, *,
                     max_rank: int, max_decode_len: int, seed: int = 0) -> Dict:
     """Per-rank acceptance of a token tree's children along the target's own output (`batches`
@@ -139,7 +190,7 @@ def rank_acceptance(target, draft, batches: Sequence[np.ndarray], sampling: Samp
     takes. At T = 0 it comes from the rank of the target's argmax in the draft's order; at T > 0
     the exact sibling test (`trees.exact_walk` on a one-level tree) runs `TREE_DRAWS` times per
     position. For a target-aware draft these are first-draft rates (as `forced_betas`).
-    Returns `{"rates", "positions", "kept_at_rank", "reached_rank"}`."""
+    """
     kept = np.zeros(max_rank, np.int64)
     reached = np.zeros(max_rank, np.int64)
     positions = 0
@@ -177,38 +228,22 @@ def rank_acceptance(target, draft, batches: Sequence[np.ndarray], sampling: Samp
                 reached[j] += int(np.sum((rank >= j) & ok[:, j]))
                 kept[j] += int(np.sum(rank == j))
     rates = np.where(reached > 0, kept / np.maximum(reached, 1), 0.0)
-    return {"rates": rates.tolist(), "positions": positions, "kept_at_rank": kept.tolist(),
-            "reached_rank": reached.tolist()}
+    return RankAcceptance(tuple(rates.tolist()), positions, tuple(kept.tolist()),
+                          tuple(reached.tolist()))
 
 
-def choose_tree(target, draft, batches, sampling: SamplingConfig, costs: Dict[str, Any],
+def choose_tree(target, draft, batches, sampling: SamplingConfig, costs: costs_lib.StepCosts,
                 row_costs: Dict[int, float], *, max_decode_len: int, max_nodes: int,
-                seed: int = 0) -> Dict[str, Any]:
+                seed: int = 0) -> TreeChoice:
     """The token tree `theory.best_tree` predicts fastest, against the best chain: per-rank
     acceptance along the target's output for `batches` (`rank_acceptance`, 4 ranks), the
-    verify costs `costs["verify_cost"]` (`costs.measure_costs` at widths up to `max_nodes`) and
-    the draft's cost on m paths `row_costs` (`costs.draft_row_costs`). Returns
-    `{"rates", "chain", "chain_speedup", "tree", "tree_speedup", ...}` (tree = chain when no
-    branching shape is predicted faster)."""
+    verify costs of `costs` (`costs.measure_costs` at widths up to `max_nodes`) and the draft's
+    cost on m paths `row_costs` (`costs.draft_row_costs`)."""
     ranks = rank_acceptance(target, draft, [np.concatenate([np.asarray(b) for b in batches])],
                             sampling, max_rank=4, max_decode_len=max_decode_len, seed=seed)
-    choice = theory.best_tree(
-        ranks["rates"], costs["c"], costs_lib.cost_curve({0: 1.0, **costs["verify_cost"]}),
-        draft_cost=costs_lib.cost_curve(row_costs), max_nodes=max_nodes)
-    return {"rates": ranks["rates"], **choice}
-
-
-def tree_choice_line(choice: Dict[str, Any]) -> str:
-    """What `choose_tree` decided, and why, in one line."""
-    chain, tree = choice["chain"], choice["tree"]
-    rates = ", ".join(f"{a:.2f}" for a in choice["rates"])
-    line = (f"per-rank acceptance {rates}; best chain gamma {len(chain)} predicted "
-            f"{choice['chain_speedup']:.2f}x")
-    if tree == chain:
-        return line + ("; no token tree is predicted faster (verifying more tokens costs more "
-                       "than the extra ones gain): the chain")
-    return line + (f"; best tree {tree} ({theory.tree_nodes(tree)} nodes) predicted "
-                   f"{choice['tree_speedup']:.2f}x: the tree")
+    plan = theory.best_tree(ranks.rates, costs.c, costs.verify_curve(),
+                            draft_cost=costs_lib.cost_curve(row_costs), max_nodes=max_nodes)
+    return TreeChoice(ranks.rates, plan)
 
 
 def beta_statistics(sequences: Sequence[np.ndarray], bins: int = 20) -> Dict[str, Any]:

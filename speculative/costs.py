@@ -24,6 +24,7 @@ decoders it measures.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import time
 from typing import Any, Callable, Dict, Optional, Sequence, Tuple, Union
@@ -108,8 +109,76 @@ def _extend_program(model, inputs: np.ndarray, num_tokens: int, *, cache_len: in
     return lambda: _extend_steps(model, state, tokens, num_steps=num_steps)
 
 
+def _int_keys(d: Dict) -> Dict[int, float]:
+    """JSON object keys (strings) back to the ints they were."""
+    return {int(k): float(v) for k, v in d.items()}
+
+
+@dataclasses.dataclass(frozen=True)
+class StepCosts:
+    """The single-call costs of one batch (`measure_costs`) that Theorem 3.8 prices a round with.
+
+    Attributes:
+      batch_size: rows per call.
+      target_step_s: median seconds of one target extend of 1 token per row.
+      draft_step_s: median seconds of one draft extend of 1 token per row.
+      target_verify_s: {gamma: median seconds of one target extend of gamma + 1 tokens}.
+      min_c: c from the fastest rounds: a check on the medians on a shared machine
+        (contention inflates medians, rarely minima).
+      min_verify_cost: {gamma: the verify cost from the fastest rounds}.
+      step_spread_s: {program: {"min", "q25", "q75", "max"}} seconds per step, programs named
+        "target", "draft" and each gamma.
+    """
+
+    batch_size: int
+    target_step_s: float
+    draft_step_s: float
+    target_verify_s: Dict[int, float]
+    min_c: float
+    min_verify_cost: Dict[int, float]
+    step_spread_s: Dict[str, Dict[str, float]]
+
+    @property
+    def c(self) -> float:
+        """T(draft step) / T(target step)."""
+        return self.draft_step_s / self.target_step_s
+
+    @property
+    def verify_cost(self) -> Dict[int, float]:
+        """{gamma: T(target on gamma + 1 tokens) / T(target step)}."""
+        return {g: t / self.target_step_s for g, t in self.target_verify_s.items()}
+
+    def verify_curve(self) -> Callable[[int], float]:
+        """The verify cost of any number of drafted tokens (`cost_curve`; 0 tokens cost 1)."""
+        return cost_curve({0: 1.0, **self.verify_cost})
+
+    def to_json(self) -> Dict[str, Any]:
+        return {"batch_size": self.batch_size, "target_step_s": self.target_step_s,
+                "draft_step_s": self.draft_step_s, "c": self.c,
+                "target_verify_s": dict(self.target_verify_s), "verify_cost": self.verify_cost,
+                "from_min": {"c": self.min_c, "verify_cost": dict(self.min_verify_cost)},
+                "step_spread_s": self.step_spread_s}
+
+    @classmethod
+    def assumed(cls, c: float, verify_cost: Dict[int, float], batch_size: int = 1) -> "StepCosts":
+        """Costs given as ratios rather than timed (a target step of 1 s): to price a setting
+        with, e.g., the paper's c or a hypothetical verify cost."""
+        verify = {int(g): float(v) for g, v in verify_cost.items()}
+        return cls(batch_size, 1.0, float(c), verify, float(c), verify, {})
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> "StepCosts":
+        """The inverse of `to_json` (a results file's costs, e.g. a resumed run's)."""
+        return cls(batch_size=int(d["batch_size"]), target_step_s=float(d["target_step_s"]),
+                   draft_step_s=float(d["draft_step_s"]),
+                   target_verify_s=_int_keys(d["target_verify_s"]),
+                   min_c=float(d["from_min"]["c"]),
+                   min_verify_cost=_int_keys(d["from_min"]["verify_cost"]),
+                   step_spread_s=d["step_spread_s"])
+
+
 def measure_costs(target, draft, inputs: np.ndarray, gammas: Sequence[int], *,
-                  max_decode_len: int, num_steps: int, repeats: int, seed: int) -> Dict[str, Any]:
+                  max_decode_len: int, num_steps: int, repeats: int, seed: int) -> StepCosts:
     """c and verify_cost(gamma) for one batch (see the module docstring).
 
     The step programs (target on 1 token, draft on 1 token, target on gamma + 1 tokens for each
@@ -129,22 +198,14 @@ def measure_costs(target, draft, inputs: np.ndarray, gammas: Sequence[int], *,
     per_step = {name: np.asarray(t) / num_steps for name, t in times.items()}
     step = {name: float(np.median(t)) for name, t in per_step.items()}
     fastest = {name: float(t.min()) for name, t in per_step.items()}
-    return {
-        "batch_size": int(inputs.shape[0]),
-        "target_step_s": step["target"],
-        "draft_step_s": step["draft"],
-        "c": step["draft"] / step["target"],
-        "target_verify_s": {g: step[g] for g in gammas},
-        "verify_cost": {g: step[g] / step["target"] for g in gammas},
-        # The same ratios from the fastest rounds: a check on the medians when the machine is
-        # shared (contention inflates medians, rarely minima).
-        "from_min": {"c": fastest["draft"] / fastest["target"],
-                     "verify_cost": {g: fastest[g] / fastest["target"] for g in gammas}},
-        "step_spread_s": {str(name): {"min": float(t.min()), "q25": float(np.percentile(t, 25)),
-                                      "q75": float(np.percentile(t, 75)),
-                                      "max": float(t.max())}
-                          for name, t in per_step.items()},
-    }
+    return StepCosts(
+        batch_size=int(inputs.shape[0]), target_step_s=step["target"],
+        draft_step_s=step["draft"], target_verify_s={g: step[g] for g in gammas},
+        min_c=fastest["draft"] / fastest["target"],
+        min_verify_cost={g: fastest[g] / fastest["target"] for g in gammas},
+        step_spread_s={str(name): {"min": float(t.min()), "q25": float(np.percentile(t, 25)),
+                                   "q75": float(np.percentile(t, 75)), "max": float(t.max())}
+                       for name, t in per_step.items()})
 
 
 def draft_row_costs(target, draft, inputs: np.ndarray, rows: Sequence[int], *, c: float,
@@ -171,10 +232,11 @@ def cost_curve(points: Dict[int, float]) -> Callable[[int], float]:
     return lambda n: float(np.interp(n, xs, ys))
 
 
-def best_gamma(alpha: float, costs: Dict[str, Any], gammas: Sequence[int]) -> int:
+def best_gamma(alpha: float, costs: StepCosts, gammas: Sequence[int]) -> int:
     """The gamma in `gammas` that Theorem 3.8 favours, with the measured c and verify cost of
     `costs` (from `measure_costs`, which must cover every gamma)."""
-    return max(gammas, key=lambda g: theory.speedup(alpha, g, costs["c"], costs["verify_cost"][g]))
+    verify = costs.verify_cost
+    return max(gammas, key=lambda g: theory.speedup(alpha, g, costs.c, verify[g]))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -246,66 +308,171 @@ def calibration_programs(target, draft, batches: Sequence[np.ndarray], gammas: S
     return programs
 
 
-def fit_loop_costs(times: Dict[Any, Sequence[float]], outputs: Dict[Any, Any],
-                   gammas: Sequence[int]) -> Dict[str, Any]:
-    """Start-up and per-iteration cost of each decode program, from `calibration_programs`'
-    timings (`interleaved`'s times and first-call outputs).
+@dataclasses.dataclass(frozen=True)
+class ProgramCost:
+    """One decode program's cost, fitted on the calibration sequences (`fit_loop_costs`).
 
-    Returns {"calibration_sequences", "baseline": {start_s, iteration_s, iterations, median_s},
-    "speculative": {gamma: the same}, "round_cost": {gamma: round / baseline step}}.
+    Attributes:
+      start_s: seconds before the loop's first iteration (encoder or prefill, set-up).
+      iteration_s: seconds per loop iteration (a baseline step, or a speculative round).
+      iterations: the loop iterations of each calibration sequence.
+      median_s: the median seconds of each calibration sequence.
     """
+
+    start_s: float
+    iteration_s: float
+    iterations: Tuple[int, ...]
+    median_s: Tuple[float, ...]
+
+    def to_json(self) -> Dict[str, Any]:
+        return {"start_s": self.start_s, "iteration_s": self.iteration_s,
+                "iterations": list(self.iterations), "median_s": list(self.median_s)}
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> "ProgramCost":
+        return cls(float(d["start_s"]), float(d["iteration_s"]), tuple(d["iterations"]),
+                   tuple(d["median_s"]))
+
+
+@dataclasses.dataclass(frozen=True)
+class LoopCosts:
+    """The decode-loop cost model: each program's start-up and per-iteration cost.
+
+    Attributes:
+      calibration_sequences: how many calibration sequences the lines were fitted on.
+      baseline: the autoregressive program's cost.
+      speculative: {gamma: the speculative program's cost}.
+    """
+
+    calibration_sequences: int
+    baseline: ProgramCost
+    speculative: Dict[int, ProgramCost]
+
+    @property
+    def round_cost(self) -> Dict[int, float]:
+        """{gamma: one speculative round's cost in baseline steps}."""
+        return {g: s.iteration_s / self.baseline.iteration_s for g, s in self.speculative.items()}
+
+    def to_json(self) -> Dict[str, Any]:
+        return {"calibration_sequences": self.calibration_sequences,
+                "baseline": self.baseline.to_json(),
+                "speculative": {g: s.to_json() for g, s in self.speculative.items()},
+                "round_cost": self.round_cost}
+
+
+def fit_loop_costs(times: Dict[Any, Sequence[float]], outputs: Dict[Any, Any],
+                   gammas: Sequence[int]) -> LoopCosts:
+    """Start-up and per-iteration cost of each decode program, from `calibration_programs`'
+    timings (`interleaved`'s times and first-call outputs)."""
     num = len({k[2] for k in times if isinstance(k, tuple) and k[0] == "calibration"})
 
-    def fit(kind):
+    def fit(kind) -> ProgramCost:
         iterations = [int(outputs[("calibration", kind, i)].stats.rounds) for i in range(num)]
         medians = [float(np.median(times[("calibration", kind, i)])) for i in range(num)]
         start, per_iteration = fit_line(iterations, medians)
-        return {"start_s": start, "iteration_s": per_iteration, "iterations": iterations,
-                "median_s": medians}
+        return ProgramCost(start, per_iteration, tuple(iterations), tuple(medians))
 
-    base = fit(None)
-    spec = {g: fit(g) for g in gammas}
-    return {"calibration_sequences": num, "baseline": base, "speculative": spec,
-            "round_cost": {g: spec[g]["iteration_s"] / base["iteration_s"] for g in gammas}}
+    return LoopCosts(num, fit(None), {g: fit(g) for g in gammas})
 
 
-def predict_walltime(alpha: float, gamma: int, loop_costs: Dict[str, Any],
+@dataclasses.dataclass(frozen=True)
+class WalltimePrediction:
+    """Both decoders' predicted seconds over a set of batches (`predict_walltime`).
+
+    Attributes:
+      baseline_s: the autoregressive decoder's seconds.
+      speculative_s: the speculative decoder's seconds.
+      speedup_per_token: the long-sequence limit, Eq. 1 / round cost (Theorem 3.8 with the
+        decode programs' own costs).
+    """
+
+    baseline_s: float
+    speculative_s: float
+    speedup_per_token: float
+
+    @property
+    def speedup(self) -> float:
+        return self.baseline_s / self.speculative_s
+
+    def to_json(self) -> Dict[str, float]:
+        return {"baseline_s": self.baseline_s, "speculative_s": self.speculative_s,
+                "speedup": self.speedup, "speedup_per_token": self.speedup_per_token}
+
+
+def predict_walltime(alpha: float, gamma: int, loop_costs: LoopCosts,
                      baseline_iterations: Sequence[int], speculative_lengths: Sequence[int]
-                     ) -> Dict[str, float]:
+                     ) -> WalltimePrediction:
     """Walltime of both decoders over a set of batches, from `fit_loop_costs`.
 
     A batch costs its program's start-up plus one iteration per loop step: the baseline runs
     `baseline_iterations[b]` steps (one per token of the batch's longest row); the speculative
     loop runs `theory.expected_rounds(alpha, gamma, n)` rounds for its longest row of n =
-    `speculative_lengths[b]` tokens (the i.i.d. model). Returns the predicted seconds, their
-    ratio `speedup`, and `speedup_per_token`, the long-sequence limit Eq. 1 / round cost
-    (Theorem 3.8 with the decode programs' own costs).
+    `speculative_lengths[b]` tokens (the i.i.d. model).
     """
-    b, s = loop_costs["baseline"], loop_costs["speculative"][gamma]
-    base = sum(b["start_s"] + n * b["iteration_s"] for n in baseline_iterations)
-    spec = sum(s["start_s"] + theory.expected_rounds(alpha, gamma, n) * s["iteration_s"]
+    b, s = loop_costs.baseline, loop_costs.speculative[gamma]
+    base = sum(b.start_s + n * b.iteration_s for n in baseline_iterations)
+    spec = sum(s.start_s + theory.expected_rounds(alpha, gamma, n) * s.iteration_s
                for n in speculative_lengths)
-    return {"baseline_s": base, "speculative_s": spec, "speedup": base / spec,
-            "speedup_per_token": theory.expected_tokens(alpha, gamma)
-            / loop_costs["round_cost"][gamma]}
+    return WalltimePrediction(base, spec, theory.expected_tokens(alpha, gamma)
+                              / loop_costs.round_cost[gamma])
 
 
 BEAM_PROPOSALS = ((0, 2), (0, 3), (0, 5), ("w", 2), ("w", 3))  # (draft_beam, gamma); "w" = width
 
 
+@dataclasses.dataclass(frozen=True)
+class BeamProposal:
+    """One timed speculative beam-search proposal.
+
+    Attributes:
+      draft_beam: the draft's beam u (0: greedy paths only).
+      gamma: drafted steps per path.
+      seconds: median seconds over the calibration inputs.
+      speedup: the plain search's median seconds over these.
+      replayed_per_round: target beam steps replayed per row-round.
+    """
+
+    draft_beam: int
+    gamma: int
+    seconds: float
+    speedup: float
+    replayed_per_round: float
+
+    def to_json(self) -> Dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class BeamChoice:
+    """What `choose_beam_proposal` timed and picked.
+
+    Attributes:
+      best: the fastest proposal.
+      candidates: every proposal timed.
+      plain_seconds: the plain (jitted) beam search's median seconds.
+    """
+
+    best: BeamProposal
+    candidates: Tuple[BeamProposal, ...]
+    plain_seconds: float
+
+    def to_json(self) -> Dict[str, Any]:
+        return {"draft_beam": self.best.draft_beam, "gamma": self.best.gamma,
+                "speedup": self.best.speedup, "replayed_per_round": self.best.replayed_per_round,
+                "candidates": [c.to_json() for c in self.candidates],
+                "plain_seconds": self.plain_seconds}
+
+
 def choose_beam_proposal(target, draft, batches: Sequence[np.ndarray], *, beam_size: int,
                          max_decode_len: int, length_penalty: float = 0.6,
                          candidates: Sequence[Tuple[Any, int]] = BEAM_PROPOSALS,
-                         repeats: int = 1) -> Dict[str, Any]:
+                         repeats: int = 1) -> BeamChoice:
     """Which speculative beam-search proposal (draft_beam u, gamma g) is fastest here, and by
     how much against the plain search, timed on `batches` (calibration inputs, not the ones
     being reported): each candidate and the plain search, compiled first, then in `repeats`
     interleaved rounds. A round verifies batch * (w + u) paths of g + 1 tokens in one target
     forward; its worth is the steps it replays per unit of that forward's cost, which only a
     measurement on this machine tells.
-
-    Returns {"draft_beam", "gamma", "speedup" (plain / best, medians), "replayed_per_round",
-    "candidates": [{draft_beam, gamma, seconds, speedup, replayed_per_round}], "plain_seconds"}.
     """
     # pylint: disable=g-import-not-at-top
     from speculative.beam_search import beam_search, speculative_beam_search
@@ -325,9 +492,6 @@ def choose_beam_proposal(target, draft, batches: Sequence[np.ndarray], *, beam_s
         seconds = float(np.median(times[(u, g)]))
         results = outputs[(u, g)]
         row_rounds = sum(r.rounds * len(x) for r, x in zip(results, batches))
-        rows.append({"draft_beam": u, "gamma": g, "seconds": seconds, "speedup": plain / seconds,
-                     "replayed_per_round": sum(r.steps for r in results) / max(1, row_rounds)})
-    best = max(rows, key=lambda r: r["speedup"])
-    return {"draft_beam": best["draft_beam"], "gamma": best["gamma"], "speedup": best["speedup"],
-            "replayed_per_round": best["replayed_per_round"], "candidates": rows,
-            "plain_seconds": plain}
+        rows.append(BeamProposal(u, g, seconds, plain / seconds,
+                                 sum(r.steps for r in results) / max(1, row_rounds)))
+    return BeamChoice(max(rows, key=lambda r: r.speedup), tuple(rows), plain)

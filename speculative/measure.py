@@ -59,23 +59,27 @@ class LoopPrediction:
     steps, and the predicted walltimes (`costs.predict_walltime`)."""
 
     calibration_sequences: int
-    baseline: Dict[str, float]
-    speculative: Dict[str, float]
-    round_cost: float
-    walltime: Dict[str, Any]
+    baseline: costs_lib.ProgramCost
+    speculative: costs_lib.ProgramCost
+    walltime: costs_lib.WalltimePrediction
+
+    @property
+    def round_cost(self) -> float:
+        """One round's cost in baseline steps."""
+        return self.speculative.iteration_s / self.baseline.iteration_s
 
     @property
     def speedup(self) -> float:
-        return float(self.walltime["speedup"])
+        return float(self.walltime.speedup)
 
 
 @dataclasses.dataclass(frozen=True)
 class Measurement:
     """Speculative decoding with one gamma against the baseline, on the same batches.
 
-    `stats` is `DecodeStats.summary(per_row=True)` of the speculative runs (all batches
-    merged); `c` and `verify_cost` are the single-call costs Theorem 3.8 uses; `loop` is the
-    decode-loop model's prediction (None without calibration batches; `loop_error` says why
+    `stats` is the `DecodeStats` of the speculative runs (all batches merged); `c` and
+    `verify_cost` are the single-call costs Theorem 3.8 uses; `loop` is the decode-loop model's
+    prediction (None without calibration batches; `loop_error` says why
     it could not be fitted, e.g. no calibration sequence ended before max_decode_len).
     """
 
@@ -86,7 +90,7 @@ class Measurement:
     baseline: Timing
     speculative: Timing
     baseline_tokens: int
-    stats: Dict[str, Any]
+    stats: decoding.DecodeStats
     c: float
     verify_cost: float
     loop: Optional[LoopPrediction] = None
@@ -108,13 +112,13 @@ class Measurement:
     @property
     def alpha(self) -> float:
         """Mean beta over the tested drafts (NaN if none was tested)."""
-        alpha = float(self.stats["alpha"])
+        alpha = float(self.stats.alpha)
         # Float sums may stray from [0, 1] by an ulp.
         return min(max(alpha, 0.0), 1.0) if math.isfinite(alpha) else alpha
 
     @property
     def tokens_per_target_call(self) -> float:
-        return float(self.stats["tokens_per_target_call"])
+        return float(self.stats.tokens_per_target_call)
 
     @property
     def predicted_speedup(self) -> float:
@@ -142,7 +146,8 @@ class Measurement:
     def to_json(self) -> Dict[str, Any]:
         """The benchmark.json `runs` entry (NaN stays NaN here; writers make it null)."""
         ok = math.isfinite(self.alpha)
-        base_tokens, spec_tokens = self.baseline_tokens, self.stats["generated"]
+        stats = self.stats.summary(per_row=True)
+        base_tokens, spec_tokens = self.baseline_tokens, stats["generated"]
         out = {
             "sampling": sampling_dict(self.sampling),
             "batch_size": self.batch_size,
@@ -161,9 +166,9 @@ class Measurement:
             "tokens_per_target_call": self.tokens_per_target_call,
             "expected_tokens_per_call":
                 theory.expected_tokens(self.alpha, self.gamma) if ok else float("nan"),
-            "accepted_per_position": self.stats["accepted_per_position"],
-            "accepted_per_position_rate": self.stats["accepted_per_position_rate"],
-            "stats": self.stats,
+            "accepted_per_position": stats["accepted_per_position"],
+            "accepted_per_position_rate": stats["accepted_per_position_rate"],
+            "stats": stats,
             "c": self.c,
             "verify_cost": self.verify_cost,
             "predicted_speedup": self.predicted_speedup,
@@ -178,10 +183,10 @@ class Measurement:
         elif self.loop is not None:
             out.update(
                 loop_costs={"calibration_sequences": self.loop.calibration_sequences,
-                            "baseline": self.loop.baseline,
-                            "speculative": self.loop.speculative,
+                            "baseline": self.loop.baseline.to_json(),
+                            "speculative": self.loop.speculative.to_json(),
                             "round_cost": self.loop.round_cost},
-                predicted_walltime=self.loop.walltime,
+                predicted_walltime=self.loop.walltime.to_json(),
                 predicted_speedup_loop=self.loop.speedup,
                 measured_over_predicted_loop=self.speedup / self.loop.speedup)
         return out
@@ -189,7 +194,7 @@ class Measurement:
 
 def measure(target, drafts: Sequence[Any], batches: Sequence[np.ndarray], *,
             sampling: SamplingConfig, gammas: Sequence[int], max_decode_len: int,
-            repeats: int, lenience: float, seed: int, costs: Dict[str, Any],
+            repeats: int, lenience: float, seed: int, costs: costs_lib.StepCosts,
             draft_confidence: float = 0.0,
             calibration: Sequence[np.ndarray] = (),
             calibration_lengths: Optional[Sequence[int]] = None,
@@ -238,21 +243,21 @@ def measure(target, drafts: Sequence[Any], batches: Sequence[np.ndarray], *,
     base_rounds = [int(r.stats.rounds) for r in outputs["baseline"]]
     results = []
     for g in gammas:
-        stats = decoding.merge_stats([r.stats for r in outputs[g]]).summary(per_row=True)
+        stats = decoding.merge_stats([r.stats for r in outputs[g]])
         result = Measurement(
             sampling=sampling, batch_size=int(batches[0].shape[0]), gamma=g,
             max_decode_len=max_decode_len, baseline=baseline, speculative=timing(g),
-            baseline_tokens=base_tokens, stats=stats, c=costs["c"],
-            verify_cost=costs["verify_cost"][g] if tree is None else costs_lib.cost_curve(
-                {0: 1.0, **costs["verify_cost"]})(theory.tree_nodes(tree)),
+            baseline_tokens=base_tokens, stats=stats, c=costs.c,
+            verify_cost=costs.verify_cost[g] if tree is None
+            else costs.verify_curve()(theory.tree_nodes(tree)),
             loop_error=loop_error, tree=None if tree is None else tuple(tree))
         if loop_costs is not None and math.isfinite(result.alpha):
             walltime = costs_lib.predict_walltime(
                 result.alpha, g, loop_costs, base_rounds,
                 [int(np.max(r.lengths)) for r in outputs[g]])
             result = dataclasses.replace(result, loop=LoopPrediction(
-                calibration_sequences=loop_costs["calibration_sequences"],
-                baseline=loop_costs["baseline"], speculative=loop_costs["speculative"][g],
-                round_cost=loop_costs["round_cost"][g], walltime=walltime))
+                calibration_sequences=loop_costs.calibration_sequences,
+                baseline=loop_costs.baseline, speculative=loop_costs.speculative[g],
+                walltime=walltime))
         results.append(result)
     return results

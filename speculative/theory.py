@@ -26,7 +26,8 @@ This module is numpy only: no jax, no gin, no plotting (see
 ``scripts/plot_theory.py`` for Figure 3).
 """
 
-from typing import Callable, Union
+import dataclasses
+from typing import Callable, Tuple, Union
 
 import numpy as np
 
@@ -465,12 +466,35 @@ def tree_shapes(max_depth: int, max_nodes: int, max_children: int):
     yield from grow([])
 
 
+@dataclasses.dataclass(frozen=True)
+class TreePlan:
+    """The fastest chain and the fastest token tree `best_tree` found.
+
+    Attributes:
+      chain: the best chain's shape, (1,) * gamma.
+      chain_speedup: its predicted speedup.
+      chain_tokens: its expected tokens per target call.
+      tree: the best shape (the chain when no branching shape is predicted faster).
+      tree_speedup: its predicted speedup.
+      tree_tokens: its expected tokens per target call.
+    """
+
+    chain: Tuple[int, ...]
+    chain_speedup: float
+    chain_tokens: float
+    tree: Tuple[int, ...]
+    tree_speedup: float
+    tree_tokens: float
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+
 def best_tree(rank_accept, c: float, verify_cost: VerifyCost = 1.0, *,
               draft_cost: Union[None, Callable[[int], float]] = None, max_depth: int = 8,
-              max_nodes: int = 16) -> dict:
+              max_nodes: int = 16) -> TreePlan:
     """The tree shape, and the chain, with the highest predicted speed (an exact search over
-    `tree_shapes`). Returns `{"tree", "tree_speedup", "tree_tokens", "chain", "chain_speedup",
-    "chain_tokens"}` (chain = (1,) * gamma)."""
+    `tree_shapes`)."""
     a = _rank_rates(rank_accept)
     best = {}
     for shape in tree_shapes(max_depth, max_nodes, a.size):
@@ -478,13 +502,9 @@ def best_tree(rank_accept, c: float, verify_cost: VerifyCost = 1.0, *,
         s = tree_speedup(shape, a, c, verify_cost, draft_cost)
         if kind not in best or s > best[kind][1]:
             best[kind] = (shape, s)
-    out = {}
-    for kind in ("chain", "tree"):
-        if kind in best:
-            shape, s = best[kind]
-            out.update({kind: shape, f"{kind}_speedup": s,
-                        f"{kind}_tokens": tree_expected_tokens(shape, a)})
-    if "tree" not in out or out["tree_speedup"] < out["chain_speedup"]:
-        out.update(tree=out["chain"], tree_speedup=out["chain_speedup"],
-                   tree_tokens=out["chain_tokens"])  # no branching tree beats the chain
-    return out
+    chain, chain_s = best["chain"]
+    tree, tree_s = best.get("tree", (chain, -1.0))
+    if tree_s < chain_s:  # no branching tree beats the chain
+        tree, tree_s = chain, chain_s
+    return TreePlan(tuple(chain), chain_s, tree_expected_tokens(chain, a), tuple(tree), tree_s,
+                    tree_expected_tokens(tree, a))

@@ -133,7 +133,7 @@ def test_decode_loop_cost_model(temperature):
     sampling = SamplingConfig(temperature=temperature)
     [measured] = measure.measure(
         target, [target] * 2, batches[:2], sampling=sampling, gammas=[3], max_decode_len=N,
-        repeats=3, lenience=1.0, seed=0, costs={"c": 1.0, "verify_cost": {3: 1.0}},
+        repeats=3, lenience=1.0, seed=0, costs=costs.StepCosts.assumed(1.0, {3: 1.0}),
         calibration=batches[2:])
     run = measured.to_json()  # the typed result and its benchmark.json entry agree
     assert measured.loop.round_cost == run["loop_costs"]["round_cost"]
@@ -188,14 +188,16 @@ def test_calibration_limits_per_batch():
 
 
 def test_predict_walltime_known_answer():
-    loop = {"baseline": {"start_s": 2.0, "iteration_s": 1.0},
-            "speculative": {2: {"start_s": 3.0, "iteration_s": 2.5}}, "round_cost": {2: 2.5}}
+    loop = costs.LoopCosts(2, costs.ProgramCost(2.0, 1.0, (), ()),
+                           {2: costs.ProgramCost(3.0, 2.5, (), ())})
+    assert loop.round_cost == {2: 2.5}
     out = costs.predict_walltime(0.5, 2, loop, [10, 4], [10, 5])
-    assert out["baseline_s"] == pytest.approx(2 * 2.0 + 14 * 1.0)
+    assert out.baseline_s == pytest.approx(2 * 2.0 + 14 * 1.0)
     rounds = theory.expected_rounds(0.5, 2, 10) + theory.expected_rounds(0.5, 2, 5)
-    assert out["speculative_s"] == pytest.approx(2 * 3.0 + 2.5 * rounds)
-    assert out["speedup"] == pytest.approx(out["baseline_s"] / out["speculative_s"])
-    assert out["speedup_per_token"] == pytest.approx(theory.expected_tokens(0.5, 2) / 2.5)
+    assert out.speculative_s == pytest.approx(2 * 3.0 + 2.5 * rounds)
+    assert out.speedup == pytest.approx(out.baseline_s / out.speculative_s)
+    assert out.speedup_per_token == pytest.approx(theory.expected_tokens(0.5, 2) / 2.5)
+    assert out.to_json()["speedup"] == out.speedup
 
 
 def test_synthetic_acceptance_gives_requested_alpha(tmp_path):

@@ -12,6 +12,7 @@ import signal
 import pytest
 
 from speculative import acceptance, bundles
+from speculative import costs as costs_lib
 from speculative.experiments import mini_results
 from speculative.runs import mini
 from speculative.sampling import SamplingConfig
@@ -165,7 +166,7 @@ def test_dynamic_gamma_rows_share_one_baseline():
     higher confidence threshold drafts fewer tokens per round (at temperature 0, deterministic)."""
     target, draft = mini.load(mini.TARGET), mini.load("mini_draft_30")
     batches = mini.source_batches(4, 1, bundles.INPUT_LENGTH)
-    costs = {"c": 0.1, "verify_cost": {2: 1.5, mini_results.DYNAMIC_MAX_GAMMA: 2.0}}
+    costs = costs_lib.StepCosts.assumed(0.1, {2: 1.5, mini_results.DYNAMIC_MAX_GAMMA: 2.0})
     rows = mini_results.dynamic_gamma(target, draft, batches, GREEDY, 2, repeats=1, seed=0,
                                       draft_name="mini_draft_30", costs=costs)
     assert [r["confidence"] for r in rows] == list(mini_results.DYNAMIC_CONFIDENCES) + ["+2/-1"]
@@ -191,11 +192,11 @@ def test_demo_picks_a_tree_only_when_it_is_predicted_faster():
     target, draft = mini.load(mini.MINI_TARGET), mini.load("mini_draft_30")
     batches = mini.source_batches(2, 1, bundles.INPUT_LENGTH)
     rows = {m: 0.02 for m in (1, 2, 4, 8, 12)}
-    free = {"c": 0.02, "verify_cost": {n: 1.0 for n in range(1, 13)}}
+    free = costs_lib.StepCosts.assumed(0.02, {n: 1.0 for n in range(1, 13)})
     tree, line = demo._pick_tree(target, draft, batches, GREEDY, free, rows,  # pylint: disable=protected-access
                                  bundles.MAX_DECODE_LEN, 0)
     assert tree is not None and max(tree) > 1 and line.endswith(": the tree"), line
-    costly = {"c": 0.02, "verify_cost": {n: 1.0 + 0.3 * n for n in range(1, 13)}}
+    costly = costs_lib.StepCosts.assumed(0.02, {n: 1.0 + 0.3 * n for n in range(1, 13)})
     tree, line = demo._pick_tree(target, draft, batches, GREEDY, costly, rows,  # pylint: disable=protected-access
                                  bundles.MAX_DECODE_LEN, 0)
     assert tree is None and "per-rank acceptance" in line and line.endswith("the chain"), line

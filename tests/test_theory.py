@@ -400,12 +400,11 @@ def test_tree_tokens_reduce_to_eq1_for_chains_and_count_by_hand():
 def test_best_tree_branches_only_when_verification_is_cheap():
     rates = [0.7, 0.4, 0.2, 0.1]
     costly = theory.best_tree(rates, 0.02, lambda n: 1 + 0.15 * n, max_nodes=16)
-    assert costly["tree"] == costly["chain"]  # every extra node costs more than it gains
+    assert costly.tree == costly.chain  # every extra node costs more than it gains
     free = theory.best_tree(rates, 0.02, 1.0, max_nodes=16)
-    assert max(free["tree"]) > 1 and free["tree_speedup"] > free["chain_speedup"]
-    assert free["tree_tokens"] == pytest.approx(
-        theory.tree_expected_tokens(free["tree"], rates))
+    assert max(free.tree) > 1 and free.tree_speedup > free.chain_speedup
+    assert free.tree_tokens == pytest.approx(theory.tree_expected_tokens(free.tree, rates))
     # The search is exhaustive over its shapes: no listed shape predicts more.
     best = max(theory.tree_speedup(s, rates, 0.02, 1.0)
                for s in theory.tree_shapes(8, 16, len(rates)))
-    assert free["tree_speedup"] == pytest.approx(best)
+    assert free.tree_speedup == pytest.approx(best)

@@ -232,10 +232,10 @@ def test_rank_acceptance_first_rank_is_the_chain_alpha(td_encdec, temperature):
     betas = np.asarray(acceptance.forced_betas(target, draft, jnp.asarray(inputs), out.tokens,
                                           sampling=sampling))
     valid = np.arange(16)[None] < np.asarray(out.lengths)[:, None]
-    kept, reached = np.asarray(ranks["kept_at_rank"]), np.asarray(ranks["reached_rank"])
+    kept, reached = np.asarray(ranks.kept_at_rank), np.asarray(ranks.reached_rank)
     assert np.all(kept <= reached) and np.all(np.diff(reached) <= 0)
     if temperature == 0.0:  # the same decode (greedy) and the same test
-        assert ranks["rates"][0] == pytest.approx(betas[valid].mean())
+        assert ranks.rates[0] == pytest.approx(betas[valid].mean())
     else:
-        assert ranks["positions"] == int(valid.sum())  # the same text
-        assert abs(ranks["rates"][0] - betas[valid].mean()) < 0.08  # ~4.5 Monte Carlo SEs
+        assert ranks.positions == int(valid.sum())  # the same text
+        assert abs(ranks.rates[0] - betas[valid].mean()) < 0.08  # ~4.5 Monte Carlo SEs

@@ -56,9 +56,9 @@ def run(output_dir: str, target_name: str = mini.LARGE_TARGET, draft_name: str =
         kw = dict(beam_size=w, max_decode_len=MAX_LEN, length_penalty=length_penalty)
         # The proposal (draft_beam, gamma) is chosen on validation sentences, then timed here.
         choice = costs_lib.choose_beam_proposal(target, draft, calibration, repeats=2, **kw)
-        u, g = choice["draft_beam"], choice["gamma"]
+        u, g = choice.best.draft_beam, choice.best.gamma
         print(f"beam {w}: chose draft_beam {u}, gamma {g} (calibration speedup "
-              f"{choice['speedup']:.2f}x)", flush=True)
+              f"{choice.best.speedup:.2f}x)", flush=True)
         searches = {
             "host": lambda x: decoding.host_beam_search(target, x, **kw),
             "jitted": lambda x: decoding.beam_search(target, x, **kw),
@@ -69,7 +69,7 @@ def run(output_dir: str, target_name: str = mini.LARGE_TARGET, draft_name: str =
             search(inputs[0])
         programs = {name: (lambda f=f: [f(x) for x in inputs]) for name, f in searches.items()}
         _, times, outputs = costs_lib.interleaved(programs, repeats, progress=f"beam {w}")
-        row = {"beam_size": w, "proposal": choice}
+        row = {"beam_size": w, "proposal": choice.to_json()}
         # What a round's one target forward costs against one plain step (w rows, 1 token).
         one = np.repeat(inputs[0], w, axis=0)
         paths = np.repeat(inputs[0], w + u, axis=0)

@@ -105,8 +105,7 @@ def _pick_tree(target, draft, batches, sampling, costs, row_costs, max_decode_le
     choice = acceptance.choose_tree(target, draft, batches, sampling, costs, row_costs,
                                    max_decode_len=max_decode_len,
                                    max_nodes=acceptance.TREE_MAX_NODES, seed=seed)
-    tree = None if choice["tree"] == choice["chain"] else choice["tree"]
-    return tree, acceptance.tree_choice_line(choice)
+    return choice.tree, choice.line()
 
 
 def run(*, num_sentences: int = 8, gamma: Optional[int] = None,
@@ -160,7 +159,7 @@ def run(*, num_sentences: int = 8, gamma: Optional[int] = None,
                                     max_decode_len=max_decode_len, num_steps=16, repeats=3,
                                     seed=seed)
     row_costs = None if gamma else costs_lib.draft_row_costs(
-        target, draft, batches[0], acceptance.TREE_DRAFT_ROWS, c=costs["c"],
+        target, draft, batches[0], acceptance.TREE_DRAFT_ROWS, c=costs.c,
         max_decode_len=max_decode_len, seed=seed)
 
     weights = host.step_bytes(target.module.config, target.params, batch_size=1, position=0,
@@ -168,7 +167,7 @@ def run(*, num_sentences: int = 8, gamma: Optional[int] = None,
     environment = host.environment()  # the CPU and its caches, read once
     regime = host.cache_regime(weights, environment["cpu"]["cache_bytes"])
     print(f"\nTarget {target_name} | draft {draft_name} | batch 1 | {len(pairs)} test sentences")
-    print(_regime_line(target_name, regime, costs["target_step_s"]) + "\n")
+    print(_regime_line(target_name, regime, costs.target_step_s) + "\n")
     identical = True
     for k, ((source, reference), x) in enumerate(zip(pairs, batches)):
         key = jax.random.fold_in(jax.random.PRNGKey(seed), k)
@@ -201,7 +200,7 @@ def run(*, num_sentences: int = 8, gamma: Optional[int] = None,
         row = {"temperature": float(temperature), **m.row(),
                # The baseline's cost per loop step while the decoders were timed (the
                # decode-loop fit), beside the isolated step measured before them.
-               "baseline_step_s_loop": m.loop.baseline["iteration_s"] if m.loop else None}
+               "baseline_step_s_loop": m.loop.baseline.iteration_s if m.loop else None}
         rows.append(row)
         shape = f"tree {tree}" if tree else f"gamma {g}"
         print(f"T={temperature:g}: speedup {row['speedup']:.2f}x ({shape}, alpha "
@@ -210,16 +209,16 @@ def run(*, num_sentences: int = 8, gamma: Optional[int] = None,
               f"predicted {row['predicted_speedup']:.2f}x by Theorem 3.8, "
               f"{row['predicted_speedup_loop']:.2f}x by the decode-loop model)")
     load_after = os.getloadavg()[0]
-    print(_state_line(costs["target_step_s"], [r["baseline_step_s_loop"] for r in rows]))
-    print(f"c {costs['c']:.3f} | verify cost " + ", ".join(
-        f"gamma {g}: {costs['verify_cost'][g]:.2f}" for g in sorted({r['gamma'] for r in rows}))
+    print(_state_line(costs.target_step_s, [r["baseline_step_s_loop"] for r in rows]))
+    print(f"c {costs.c:.3f} | verify cost " + ", ".join(
+        f"gamma {g}: {costs.verify_cost[g]:.2f}" for g in sorted({r['gamma'] for r in rows}))
         + f" | load average {load_before:.2f} before, {load_after:.2f} after (2 cores: above "
         "~1.2 another process was busy and the speedups are low)")
     summary = {
         "target": target_name, "draft": draft_name, "sentences": len(pairs),
         "repeats": repeats, "input_length": input_length, "identical_to_baseline": identical,
         "rows": rows,
-        "target_step_s": costs["target_step_s"], "draft_step_s": costs["draft_step_s"],
+        "target_step_s": costs.target_step_s, "draft_step_s": costs.draft_step_s,
         "load_average_1m": {"before": load_before, "after": load_after},
         "cache_regime": regime,
         "environment": environment,

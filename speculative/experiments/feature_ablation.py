@@ -105,8 +105,8 @@ def run(output_dir: str, drafts: Sequence[str], num_sentences: int = 16,
                                         max_decode_len=inputs.max_decode_len, num_steps=16,
                                         repeats=5, seed=seed)
         row = {"draft": label, **_description(draft),
-               "params": training.num_params(draft.params), "c": costs["c"],
-               "verify_cost": costs["verify_cost"]}
+               "params": training.num_params(draft.params), "c": costs.c,
+               "verify_cost": costs.verify_cost}
         for temperature in (0.0, 1.0):
             sampling = SamplingConfig(temperature)
             forced = acceptance.bundle_alpha(target, draft, inputs, temperature,

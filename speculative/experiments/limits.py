@@ -134,7 +134,7 @@ def batch_scaling(target, draft, sources: np.ndarray, *, batch_sizes: Sequence[i
                 costs=costs)
             # The baseline loop runs until a batch's longest row ends; the speculative run
             # decodes the same sentences (identical rows at T = 0, the same law at T > 0).
-            lengths = np.asarray(run.stats["per_row"]["generated"])
+            lengths = np.asarray(run.stats.generated)
             steps = int(sum(lengths[i:i + b].max() for i in range(0, len(lengths), b)))
             base_s = run.baseline.median_s
             rows.append({
@@ -146,8 +146,8 @@ def batch_scaling(target, draft, sources: np.ndarray, *, batch_sizes: Sequence[i
                 "speculative_s": run.speculative.median_s,
                 "tokens_per_target_call": run.tokens_per_target_call,
                 "baseline_steps": steps, "baseline_step_s": base_s / max(steps, 1),
-                "target_step_s": costs["target_step_s"],
-                "target_verify_s": costs["target_verify_s"][gamma],
+                "target_step_s": costs.target_step_s,
+                "target_verify_s": costs.target_verify_s[gamma],
                 "mean_position": host.mean_position(lengths),
                 "mean_source_length": float(np.count_nonzero(sources, axis=1).mean()),
             })
@@ -280,12 +280,12 @@ def depth_sweep(depths: Sequence[int], *, target: str = "large_target",
         for t, alpha in alphas.items():
             g = costs_lib.best_gamma(alpha, costs, gammas)
             thm[t] = {"alpha": alpha, "gamma": g, "speedup": float(theory.speedup(
-                alpha, g, costs["c"], costs["verify_cost"][g]))}
+                alpha, g, costs.c, costs.verify_cost[g]))}
         rows.append({"decoder_layers": d, "bytes": nbytes,
                      "regime": host.cache_regime(nbytes["total"], cache),
-                     "target_step_s": costs["target_step_s"],
-                     "step_gb_per_s": nbytes["total"] / costs["target_step_s"] / 1e9,
-                     "c": costs["c"], "verify_cost": costs["verify_cost"], "thm38": thm})
+                     "target_step_s": costs.target_step_s,
+                     "step_gb_per_s": nbytes["total"] / costs.target_step_s / 1e9,
+                     "c": costs.c, "verify_cost": costs.verify_cost, "thm38": thm})
         print(format_depth_table(rows[-1:]), flush=True)
         del model
     return rows

@@ -67,23 +67,22 @@ RESULT_DIRS = {mini.LARGE_TARGET: "results/large", mini.MINI_TARGET: "results/mi
                code_lm.TARGET: "results/code"}
 
 
-def round_breakdown(run: measure.Measurement, costs: Dict) -> Dict[str, float]:
+def round_breakdown(run: measure.Measurement, costs: costs_lib.StepCosts) -> Dict[str, float]:
     """Where one round's time goes (seconds and shares of the round), from a Table 2 run with
     its decode-loop costs and `costs_lib.measure_costs`' single calls: the verify call (target
     on gamma + 1 tokens), the draft calls (gamma single-token steps), and `outside`, what the
     loop spends beyond those calls as a bare loop of calls costs them. The same split of a
     baseline step: the target's single-token call and the rest."""
     gamma = run.gamma
-    verify = costs["target_verify_s"][gamma] if gamma in costs["target_verify_s"] else \
-        costs["target_verify_s"][str(gamma)]
-    draft = gamma * costs["draft_step_s"]
-    round_s = run.loop.speculative["iteration_s"]
-    step_s = run.loop.baseline["iteration_s"]
+    verify = costs.target_verify_s[gamma]
+    draft = gamma * costs.draft_step_s
+    round_s = run.loop.speculative.iteration_s
+    step_s = run.loop.baseline.iteration_s
     return {"round_s": round_s, "verify_s": verify, "draft_s": draft,
             "outside_s": round_s - verify - draft, "verify_share": verify / round_s,
             "draft_share": draft / round_s, "outside_share": 1.0 - (verify + draft) / round_s,
-            "baseline_step_s": step_s, "target_call_s": costs["target_step_s"],
-            "baseline_outside_share": 1.0 - costs["target_step_s"] / step_s}
+            "baseline_step_s": step_s, "target_call_s": costs.target_step_s,
+            "baseline_outside_share": 1.0 - costs.target_step_s / step_s}
 
 
 def _row(run: measure.Measurement, **extra) -> Dict:
@@ -100,7 +99,7 @@ def _row(run: measure.Measurement, **extra) -> Dict:
 
 def dynamic_gamma(target, draft, batches, sampling: SamplingConfig, fixed_gamma: int, *,
                   repeats: int, seed: int, draft_name: str = "draft",
-                  costs: Optional[Dict] = None,
+                  costs: Optional[costs_lib.StepCosts] = None,
                   max_decode_len: int = bundles.MAX_DECODE_LEN) -> List[Dict]:
     """Baseline, speculative decoding with `fixed_gamma`, dynamic gamma (up to
     DYNAMIC_MAX_GAMMA drafts, each of DYNAMIC_CONFIDENCES) and transformers' +2/-1 schedule
@@ -123,9 +122,9 @@ def dynamic_gamma(target, draft, batches, sampling: SamplingConfig, fixed_gamma:
     fixed_speedup, fixed_tokens, _, fixed_alpha = summary("fixed")
     oracle = None
     if costs is not None:  # verify cost of k + 1 tokens: the nearest measured gamma's
-        measured = {int(g): v for g, v in costs["verify_cost"].items()}
+        measured = costs.verify_cost
         oracle = float(theory.oracle_dynamic_gamma_speedup(
-            fixed_alpha, costs["c"],
+            fixed_alpha, costs.c,
             verify_cost=lambda k: measured[min(measured, key=lambda g: abs(g - k))]))
     rows = []
     for c in list(DYNAMIC_CONFIDENCES) + ["+2/-1"]:
@@ -235,10 +234,9 @@ def run(output_dir: Optional[str] = None, num_alpha_tokens: int = 10_000,
         stages.done("costs", {
             name: costs_lib.measure_costs(target, drafts[name], bench_batches[0], cost_gammas,
                                           max_decode_len=max_decode_len, num_steps=32,
-                                          repeats=7, seed=seed)
+                                          repeats=7, seed=seed).to_json()
             for name in timed})
-    costs = {name: {**c, "verify_cost": {int(g): v for g, v in c["verify_cost"].items()}}
-             for name, c in stages["costs"].items()}  # JSON keys are strings
+    costs = {name: costs_lib.StepCosts.from_json(c) for name, c in stages["costs"].items()}
 
     if "table2" not in stages:
         table2 = []
@@ -407,8 +405,8 @@ def _tables(results: Dict) -> Dict[str, str]:
 
 
 def _breakdown(results: Dict, row: Dict) -> Dict[str, float]:
-    """A Table 2 row's round breakdown (recorded, or derived from the run's recorded costs)."""
-    return row.get("breakdown") or round_breakdown(row, results["costs"][row["draft"]])
+    """A Table 2 row's round breakdown, as recorded."""
+    return row["breakdown"]
 
 
 def _range(values: Sequence[float], fmt: str = ".2f") -> str:

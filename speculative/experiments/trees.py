@@ -54,21 +54,21 @@ def run(output_dir: str, target_name: str = mini.LARGE_TARGET, draft_name: str =
     costs = costs_lib.measure_costs(target, draft, timed[0], list(range(1, max_nodes + 1)),
                                     max_decode_len=inputs.max_decode_len, num_steps=16,
                                     repeats=5, seed=seed)
-    costs["draft_cost_rows"] = costs_lib.draft_row_costs(
-        target, draft, timed[0], DRAFT_ROWS, c=costs["c"], max_decode_len=inputs.max_decode_len,
+    draft_cost_rows = costs_lib.draft_row_costs(
+        target, draft, timed[0], DRAFT_ROWS, c=costs.c, max_decode_len=inputs.max_decode_len,
         seed=seed)
-    verify = costs_lib.cost_curve({0: 1.0, **costs["verify_cost"]})
-    draft_cost = costs_lib.cost_curve(costs["draft_cost_rows"])
+    verify = costs.verify_curve()
+    draft_cost = costs_lib.cost_curve(draft_cost_rows)
     rows = []
     for temperature in temperatures:
         sampling = SamplingConfig(temperature)
         ranks = acceptance.rank_acceptance(target, draft, rank_batches, sampling, max_rank=4,
                                           max_decode_len=inputs.max_decode_len, seed=seed)
-        choice = theory.best_tree(ranks["rates"], costs["c"], verify, draft_cost=draft_cost,
+        choice = theory.best_tree(ranks.rates, costs.c, verify, draft_cost=draft_cost,
                                   max_nodes=max_nodes)
-        chain, tree = choice["chain"], choice["tree"]
+        chain, tree = choice.chain, choice.tree
         most = max((s for s in theory.tree_shapes(16, max_nodes, 4) if max(s) > 1),
-                   key=lambda s: theory.tree_expected_tokens(s, ranks["rates"]))
+                   key=lambda s: theory.tree_expected_tokens(s, ranks.rates))
         shapes = {"chain": chain, "tree": tree, "most_tokens": most}
         settings = {"chain": (len(chain), 0.0)}
         for name in ("tree", "most_tokens"):
@@ -80,7 +80,8 @@ def run(output_dir: str, target_name: str = mini.LARGE_TARGET, draft_name: str =
         _, times, outputs = costs_lib.interleaved(programs, repeats,
                                                   progress=f"T={temperature:g}: timing")
         base = float(np.median(times["baseline"]))
-        row = {"temperature": temperature, "rank_acceptance": ranks, "choice": choice}
+        row = {"temperature": temperature, "rank_acceptance": ranks.to_json(),
+               "choice": choice.to_json()}
         for name in settings:
             stats = decoding.merge_stats([r.stats for r in outputs[name]]).summary()
             shape = shapes[name]
@@ -89,9 +90,9 @@ def run(output_dir: str, target_name: str = mini.LARGE_TARGET, draft_name: str =
                 "verify_cost": verify(theory.tree_nodes(shape)),
                 "tokens_per_target_call": stats["tokens_per_target_call"],
                 "predicted_tokens_per_target_call": theory.tree_expected_tokens(
-                    shape, ranks["rates"]),
+                    shape, ranks.rates),
                 "speedup": base / float(np.median(times[name])),
-                "predicted_speedup": theory.tree_speedup(shape, ranks["rates"], costs["c"],
+                "predicted_speedup": theory.tree_speedup(shape, ranks.rates, costs.c,
                                                          verify, draft_cost),
                 "seconds_median": float(np.median(times[name]))}
         row["baseline_seconds_median"] = base
@@ -104,8 +105,8 @@ def run(output_dir: str, target_name: str = mini.LARGE_TARGET, draft_name: str =
         print(_line(row), flush=True)
     result = {"target": target_name, "draft": draft_name, "sentences": num_sentences,
               "rank_sentences": num_rank_sentences, "repeats": repeats, "max_nodes": max_nodes,
-              "c": costs["c"], "verify_cost": costs["verify_cost"],
-              "draft_cost_rows": costs["draft_cost_rows"], "rows": rows,
+              "c": costs.c, "verify_cost": costs.verify_cost,
+              "draft_cost_rows": draft_cost_rows, "rows": rows,
               "seconds": round(time.time() - start, 1),
               "load_average_1m": {"before": load_before, "after": os.getloadavg()[0]},
               "environment": host.environment()}

@@ -403,7 +403,7 @@ def run(
         cost = costs_lib.measure_costs(target, draft, batches[0], gammas,
                                        max_decode_len=max_decode_len, num_steps=cost_steps,
                                        repeats=max(2 * repeats, 5), seed=seed)
-        costs.append(cost)
+        costs.append(cost.to_json())
         for sampling in samplings:
             measured = measure.measure(
                 target, drafts, batches, sampling=sampling, gammas=gammas,

@@ -265,23 +265,22 @@ def choose_beam_search(settings: InferSettings, target, draft, all_batches):
     calibration = [b for b, _ in all_batches[:BEAM_CALIBRATION]]
     kw = dict(beam_size=settings.beam_size, max_decode_len=settings.max_decode_len,
               length_penalty=settings.length_penalty)
-    if settings.draft_beam is not None:  # the user fixed the proposal
-        candidates = [(settings.draft_beam, settings.gamma)]
-    else:
-        candidates = costs_lib.BEAM_PROPOSALS
+    candidates = (costs_lib.BEAM_PROPOSALS if settings.draft_beam is None  # unless fixed
+                  else [(settings.draft_beam, settings.gamma)])
     choice = costs_lib.choose_beam_proposal(target, draft, calibration, candidates=candidates,
                                             repeats=2, **kw)
-    faster = choice["speedup"] >= MIN_BEAM_SPEEDUP
+    best = choice.best
+    faster = best.speedup >= MIN_BEAM_SPEEDUP
     logging.warning(
         "BEAM_SIZE=%d with SPECULATIVE: on %d inputs the speculative search with draft beam %d "
         "and gamma %d ran %.2fx the plain search (%.2f beam steps per round); %s.",
-        settings.beam_size, len(calibration), choice["draft_beam"], choice["gamma"],
-        choice["speedup"], choice["replayed_per_round"],
+        settings.beam_size, len(calibration), best.draft_beam, best.gamma, best.speedup,
+        best.replayed_per_round,
         "running it" if faster else
         f"below {MIN_BEAM_SPEEDUP}x, so decoding.beam_search runs (the same beams; "
         "FORCE_SPECULATIVE_BEAM = True runs the speculative one)")
     return dataclasses.replace(settings, force_speculative_beam=faster,
-                               draft_beam=choice["draft_beam"], gamma=choice["gamma"]), choice
+                               draft_beam=best.draft_beam, gamma=best.gamma), choice
 
 
 
@@ -527,7 +526,7 @@ def run(settings: InferSettings, models: Optional[Tuple[Any, Any]] = None,
         "settings": settings.to_json(),
     }
     if beam_choice is not None:  # how the run chose between the plain and speculative search
-        metrics["beam_choice"] = beam_choice
+        metrics["beam_choice"] = beam_choice.to_json()
     files = {}
     if settings.output_dir and config_lib.is_writer():  # multi-process: process 0 writes
         files = write_outputs(settings.output_dir, records, metrics)

@@ -117,19 +117,23 @@ class RowResult:
     verify_cost: Optional[float] = None
     predicted: Optional[float] = None  # Thm 3.8, verify cost 1
     predicted_measured_verify: Optional[float] = None
-    tree_choice: Optional[Dict[str, Any]] = None  # acceptance.choose_tree: best chain vs best tree
+    tree_choice: Optional[acceptance.TreeChoice] = None  # best chain vs best tree
     tokens_per_target_call: Optional[float] = None
     speculative_tokens_per_second: Optional[float] = None
     baseline_tokens_per_second: Optional[float] = None
     task_metrics: Dict[str, Any] = dataclasses.field(default_factory=dict)
-    costs: Dict[str, float] = dataclasses.field(default_factory=dict)
+    costs: Optional[costs_lib.StepCosts] = None
     settings: Any = None  # infer.InferSettings
     output_dirs: Dict[str, str] = dataclasses.field(default_factory=dict)
 
     def to_json(self) -> Dict[str, Any]:
-        out = {k: v for k, v in dataclasses.asdict(self).items() if k not in ("settings", "info")}
+        typed = ("settings", "info", "costs", "tree_choice")
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+               if f.name not in typed}
         out["info"] = dataclasses.asdict(self.info)
         out["settings"] = self.settings.to_json() if self.settings is not None else None
+        out["costs"] = self.costs.to_json() if self.costs is not None else {}
+        out["tree_choice"] = self.tree_choice.to_json() if self.tree_choice else None
         return out
 
 
@@ -281,7 +285,7 @@ def markdown(results: Sequence[RowResult], c_note: str) -> str:
         "in interleaved rounds in one process (`measure.measure`). α = mean β over "
         "drafted positions (Cor. 3.6).",
         f"c: {c_note}",
-        *[f"Token trees, {r.name}: {acceptance.tree_choice_line(r.tree_choice)} (the row times "
+        *[f"Token trees, {r.name}: {r.tree_choice.line()} (the row times "
           "its own γ chain, as the paper's)." for r in results if r.tree_choice],
         "Thm 3.8: (1 - α^(γ+1)) / ((1 - α)(γc + 1)) with the measured α; 'measured verify' "
         "replaces the 1 (the cost of scoring γ+1 tokens in one target call, assumed equal to one "
@@ -418,12 +422,12 @@ def reproduce(
         if choose_trees:
             row_costs = costs_lib.draft_row_costs(
                 models[0], models[1], np.asarray(batches[0]), acceptance.TREE_DRAFT_ROWS,
-                c=result.costs["c"], max_decode_len=settings.max_decode_len,
+                c=result.costs.c, max_decode_len=settings.max_decode_len,
                 repeats=cost_repeats)
             result.tree_choice = acceptance.choose_tree(
                 models[0], models[1], batches, settings.sampling, result.costs, row_costs,
                 max_decode_len=settings.max_decode_len, max_nodes=acceptance.TREE_MAX_NODES)
-            print(f"row {name}: token trees: {acceptance.tree_choice_line(result.tree_choice)} "
+            print(f"row {name}: token trees: {result.tree_choice.line()} "
                   f"(the row times its own GAMMA={settings.gamma} chain)")
         mesh = getattr(models[0], "mesh", None)
         [timed] = measure.measure(
@@ -434,8 +438,8 @@ def reproduce(
             lenience=settings.lenience, seed=settings.seed, costs=result.costs)
         result.speed, result.speed_spread = timed.speedup, timed.speedup_spread
         if c is None:
-            result.c = result.costs["c"]
-            result.verify_cost = result.costs["verify_cost"][settings.gamma]
+            result.c = result.costs.c
+            result.verify_cost = result.costs.verify_cost[settings.gamma]
             result.c_source = "measured"
         elif c == "paper":
             result.c, result.c_source = info.paper_c, "paper Table 4"
