@@ -11,7 +11,7 @@ import json
 import math
 import os
 import shutil
-from typing import Any, Dict, Optional, Union
+from typing import Any, Dict, Optional, Set, Union
 
 import numpy as np
 
@@ -158,3 +158,26 @@ def check_output_dir(output_dir, name: Optional[str] = None, overwrite: bool = T
                               "another OUTPUT_DIR or pass --gin.OVERWRITE=True to replace it.")
     check_writable(output_dir, "output_dir")
     return output_dir
+
+
+def check_run_dir(output_dir: str, own: Set[str], overwrite: bool, what: str) -> None:
+    """Before any work, for a run that replaces its directory whole (`replace_directory`): refuse
+    a path that is a file, a directory that holds files unless `overwrite`, and, even with
+    `overwrite`, a directory that holds anything but the run's `own` files (replacing the
+    directory would delete them); and make sure the directory can be created and written.
+    `what` names the setting in the errors (e.g. 'INFER_OUTPUT_DIR')."""
+    if os.path.exists(output_dir) and not os.path.isdir(output_dir):
+        raise FileExistsError(f"{what}={output_dir!r} is a file, not a directory; choose a "
+                              "directory path.")
+    held = sorted(os.listdir(output_dir)) if os.path.isdir(output_dir) else []
+    foreign = sorted(set(held) - set(own))
+    if foreign:
+        raise FileExistsError(
+            f"{what}={output_dir!r} holds {foreign[:5]}, which are not this run's files; a run "
+            "replaces its directory whole, so it refuses one holding anything else (even with "
+            "--gin.OVERWRITE=True). Choose a new directory.")
+    if held and not overwrite:
+        raise FileExistsError(
+            f"{what}={output_dir!r} already holds {held[:5]} from an earlier run; choose a new "
+            "directory or pass --gin.OVERWRITE=True to replace that run.")
+    check_writable(os.path.dirname(os.path.abspath(output_dir)), what)

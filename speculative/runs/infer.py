@@ -100,10 +100,27 @@ class Example:
 
 @dataclasses.dataclass
 class InferResult:
+    """What one inference run produced.
+
+    Attributes:
+      settings: the run's settings.
+      metrics: metrics.json's contents.
+      records: predictions.jsonl's lines.
+      output_files: {kind: path} of the files written ({} when nothing was written).
+      task_metrics: the task's metrics of the predictions (e.g. {"bleu": ...}; {} for none).
+      alpha: mean beta over the drafted positions (None without a draft).
+      tokens_per_target_call: generated tokens per target call (None without one).
+      tokens_per_second: generated tokens per decode second, compilation excluded.
+    """
+
     settings: InferSettings
     metrics: Dict[str, Any]
     records: List[Dict[str, Any]]
     output_files: Dict[str, str]
+    task_metrics: Dict[str, float] = dataclasses.field(default_factory=dict)
+    alpha: Optional[float] = None
+    tokens_per_target_call: Optional[float] = None
+    tokens_per_second: Optional[float] = None
 
 
 # ----------------------------------------------------------------------------------------------
@@ -442,7 +459,8 @@ def run(settings: InferSettings, models: Optional[Tuple[Any, Any]] = None,
         task=None, examples: Optional[List[Example]] = None) -> InferResult:
     """Runs the pipeline of the module docstring; `models`/`examples` may be passed preloaded."""
     if settings.output_dir:  # refuse an earlier run or an unwritable place before any work
-        check_output_dir(settings.output_dir, settings.overwrite)
+        files_lib.check_run_dir(settings.output_dir, {PREDICTIONS_FILE, CONFIG_FILE, METRICS_FILE},
+                                settings.overwrite, "INFER_OUTPUT_DIR")
     if examples is None:
         task, examples = load_examples(settings, task)
     elif task is None:
@@ -501,17 +519,18 @@ def run(settings: InferSettings, models: Optional[Tuple[Any, Any]] = None,
         offset += num_real
 
     summary = (_beam_summary if beams else _summary)(batch_stats, [n for _, n in all_batches])
+    task_metrics = _task_metrics(task, records)
+    tokens_per_second = summary["generated_tokens"] / decode_seconds if decode_seconds else None
     metrics = {
         "task": task.name,
         "split": settings.split,
         "mode": settings.mode,
         "num_examples": len(records),
-        "metrics": _task_metrics(task, records),
+        "metrics": task_metrics,
         "timing": {
             "decode_seconds": decode_seconds,
             "compile_seconds": compile_seconds,
-            "tokens_per_second": summary["generated_tokens"] / decode_seconds
-            if decode_seconds else None,
+            "tokens_per_second": tokens_per_second,
             "examples_per_second": len(records) / decode_seconds if decode_seconds else None,
             "num_batches": len(all_batches),
             "note": "decode_seconds excludes compilation: the first batch is decoded once "
@@ -538,31 +557,11 @@ def run(settings: InferSettings, models: Optional[Tuple[Any, Any]] = None,
         calls = (f"alpha {summary.get('alpha')}, "
                  f"{summary.get('tokens_per_target_call') or 0.0:.2f} tokens/target call")
     logging.info("%s: %d examples, %s, %s, %.1f tokens/s", settings.mode, len(records),
-                 metrics["metrics"], calls, metrics["timing"]["tokens_per_second"] or 0.0)
-    return InferResult(settings=settings, metrics=metrics, records=records, output_files=files)
-
-
-def check_output_dir(output_dir: str, overwrite: bool) -> None:
-    """Before any work: refuse a path that is a file, a directory that holds files unless
-    `overwrite`, and, even with `overwrite`, a directory that holds anything but an earlier
-    run's own files (replacing the directory would delete them); and make sure the directory
-    can be created and written (a probe file is written and removed)."""
-    if os.path.exists(output_dir) and not os.path.isdir(output_dir):
-        raise FileExistsError(f"INFER_OUTPUT_DIR={output_dir!r} is a file, not a directory; "
-                              "choose a directory path.")
-    own = {PREDICTIONS_FILE, CONFIG_FILE, METRICS_FILE}
-    foreign = sorted(set(os.listdir(output_dir)) - own) if os.path.isdir(output_dir) else []
-    if foreign:
-        raise FileExistsError(
-            f"INFER_OUTPUT_DIR={output_dir!r} holds {foreign[:5]}, which are not an infer run's "
-            "files; a run replaces its directory whole, so it refuses one holding anything "
-            "else (even with --gin.OVERWRITE=True). Choose a new directory.")
-    if os.path.isdir(output_dir) and os.listdir(output_dir) and not overwrite:
-        raise FileExistsError(
-            f"INFER_OUTPUT_DIR={output_dir!r} already holds {sorted(os.listdir(output_dir))[:5]}"
-            " from an earlier run; choose a new directory or pass --gin.OVERWRITE=True to "
-            "replace that run.")
-    config_lib.check_writable(os.path.dirname(os.path.abspath(output_dir)), "INFER_OUTPUT_DIR")
+                 task_metrics, calls, tokens_per_second or 0.0)
+    return InferResult(settings=settings, metrics=metrics, records=records, output_files=files,
+                       task_metrics=task_metrics, alpha=summary.get("alpha"),
+                       tokens_per_target_call=summary.get("tokens_per_target_call"),
+                       tokens_per_second=tokens_per_second)
 
 
 def write_outputs(output_dir: str, records, metrics) -> Dict[str, str]:

@@ -402,12 +402,11 @@ def reproduce(
         base_settings = _rebind(False, row_out)
         base = infer.run(base_settings, models, task=task, examples=examples)
 
-        result.alpha = spec.metrics["decoding"]["alpha"]
-        result.tokens_per_target_call = spec.metrics["decoding"]["tokens_per_target_call"]
-        result.speculative_tokens_per_second = spec.metrics["timing"]["tokens_per_second"]
-        result.baseline_tokens_per_second = base.metrics["timing"]["tokens_per_second"]
-        result.task_metrics = {"speculative": spec.metrics["metrics"],
-                               "baseline": base.metrics["metrics"]}
+        result.alpha = spec.alpha
+        result.tokens_per_target_call = spec.tokens_per_target_call
+        result.speculative_tokens_per_second = spec.tokens_per_second
+        result.baseline_tokens_per_second = base.tokens_per_second
+        result.task_metrics = {"speculative": spec.task_metrics, "baseline": base.task_metrics}
         result.output_dirs = {"speculative": spec_settings.output_dir,
                               "baseline": base_settings.output_dir}
 
