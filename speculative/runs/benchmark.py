@@ -20,7 +20,7 @@ For a target/draft pair, inputs, sampling settings, gammas and batch sizes, `run
     decode programs themselves, fitted on `calibration_batches` further input batches timed in
     the same interleaved rounds, and the walltimes they predict at the measured alpha.
 
-Results go to `<output_dir>/benchmark.json` (schema below and in docs/benchmark_schema.md) and
+Results go to `<output_dir>/benchmark.json` (below) and
 the resolved gin config to `<output_dir>/config.gin`.
 
 Synthetic acceptance (`synthetic_acceptance=a`). The draft is replaced by `SyntheticDraft`, which
@@ -38,52 +38,10 @@ measured as usual), so this mode times the machinery (draft loop, verification, 
 rewinds) at a known acceptance rate: compare measured and predicted speedup, and tokens per
 target call with Eq. 1; do not expect a speedup > 1.
 
-JSON schema (`benchmark.json`; NaN and infinities are written as null):
-
-    schema        "speculative.benchmark/1"
-    config        target_model / draft_model (T5Config fields, or {"type": <class>} for other
-                  DecodeModels, or null), target_checkpoint, draft_checkpoint (null = random
-                  weights), decoder_only, synthetic_acceptance, lenience, gammas, batch_sizes,
-                  samplings [{temperature, top_k, top_p}], max_decode_len, input_length,
-                  inputs {source: "random"|"task", task, split, num_batches}, repeats,
-                  cost_steps, calibration_batches, seed
-    environment   device, device_kind, platform, device_count, jax_version, jaxlib_version,
-                  python_version, cpu_count, cpu {model, cache_bytes {L1, L2, L3}},
-                  time (UTC, ISO 8601)
-    costs         one per batch size: {batch_size, target_step_s, draft_step_s, c,
-                  target_verify_s {gamma: s}, verify_cost {gamma: ratio},
-                  from_min {c, verify_cost} (the same ratios from the fastest rounds),
-                  step_spread_s {target|draft|gamma: {min, q25, q75, max}} (s per step)}
-    runs          one per (sampling, batch size, gamma):
-      sampling {temperature, top_k, top_p}, batch_size, gamma, max_decode_len
-      timings.baseline / timings.speculative: {median_s, q25_s, q75_s, min_s, max_s, mean_s,
-                  repeats_s [..], first_call_s, compile_s}  (one repeat = all input batches)
-      speedup                baseline median / speculative median
-      speedup_spread         {min, median, max} of baseline_r / speculative_r over repeats r
-      baseline_tokens, speculative_tokens   tokens generated per repeat (they differ at
-                             temperature > 0: both are samples)
-      speedup_per_token      (baseline s/token) / (speculative s/token)
-      alpha                  mean beta over tested drafts (DecodeStats.alpha)
-      tokens_per_target_call generated / target calls (row-rounds)
-      expected_tokens_per_call  Eq. 1 at the measured alpha
-      accepted_per_position  [G] rounds whose i-th draft was accepted (all rows)
-      accepted_per_position_rate  the same / target calls (i.i.d. model: alpha^(i+1))
-      stats                  DecodeStats totals over all rows and batches (rounds, target_calls,
-                             draft_calls, drafted, accepted, generated, tested, ...) and
-                             per_row {target_calls, generated, tested, beta_sum} (batch order)
-      c, verify_cost         from `costs` for this batch size and gamma
-      predicted_speedup      theory.speedup(alpha, gamma, c, verify_cost)
-      predicted_speedup_paper  the same with verify_cost = 1 (Theorem 3.8 as printed)
-      measured_over_predicted  speedup / predicted_speedup
-      (with calibration_batches > 0:)
-      loop_costs             costs.fit_loop_costs for this gamma: calibration_sequences,
-                             baseline / speculative {start_s, iteration_s, iterations,
-                             median_s}, round_cost (round / baseline step); or {error} when no
-                             line could be fitted (then predicted_speedup_loop is null)
-      predicted_walltime     costs.predict_walltime: {baseline_s, speculative_s, speedup,
-                             speedup_per_token}
-      predicted_speedup_loop       predicted_walltime.speedup
-      measured_over_predicted_loop speedup / predicted_speedup_loop
+`benchmark.json` (NaN and infinities written as null; docs/benchmark_schema.md): `config`,
+`environment` (`host.environment()`), `costs` (one `costs.StepCosts.to_json()` per batch size)
+and `runs` (one `measure.Measurement.to_json()` per sampling, batch size and gamma; the
+dataclasses' docstrings name every field).
 
 Shape legend: B batch, L length, K chunk, G gamma, V vocab, N max_decode_len.
 """
