@@ -346,7 +346,17 @@ _JITTED_SEARCH = jax.jit(_jitted_search, static_argnames=("beam_size", "max_deco
 class _SpecBeamState:
     """The jitted speculative search's carry: `_BeamState`'s sets, plus the draft's cache per
     alive beam, per-row step counts (rows replay different numbers of steps per round) and
-    the round count."""
+    the round count.
+
+    Attributes:
+      cache, draft_cache: the target's and the draft's decode states, `B * w` rows (beams of
+        row b in rows b*w .. b*w + w-1).
+      last: `[B, w]` each alive beam's last token, fed next.
+      alive, finished: `[B, w, N]` sequences; alive_scores `[B, w]` log-probabilities,
+        finished_scores `[B, w]` length-penalised (NEG_INF = unused / empty).
+      done: `[B]` rows stopped; row_steps `[B]` beam steps each took; rounds `[]` forwards;
+      nonfinite: `[B]` rows whose log-probabilities went NaN/inf (stopped; the caller raises).
+    """
 
     cache: Any
     draft_cache: Any

@@ -147,6 +147,14 @@ def make_optimizer(config: TrainConfig) -> optax.GradientTransformation:
 
 @struct.dataclass
 class TrainState:
+    """The trainer's state, donated to each jitted step.
+
+    Attributes:
+      step: `[]` int32 optimizer steps taken.
+      params: the model's parameter tree (T5X names).
+      opt_state: the optax optimizer's state.
+    """
+
     step: Array
     params: Any
     opt_state: Any
