@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 import seqio
 
-from speculative import decoding, tasks, theory
+from speculative import acceptance, decoding, tasks, theory
 from speculative.runs import config as config_lib
 from speculative.runs import infer, table2
 
@@ -284,7 +284,16 @@ def test_reproduce_table2_script_runs_a_bundled_row(tmp_path):
 
 @pytest.mark.parametrize("choose_trees", [
     False, pytest.param(True, marks=pytest.mark.slow)])  # the tree choice adds ~20 s
-def test_reproduce_table2_on_a_tiny_row(tiny_gin, tmp_path, choose_trees):
+def test_reproduce_table2_on_a_tiny_row(tiny_gin, tmp_path, choose_trees, monkeypatch):
+    if choose_trees:  # the chooser picks a branching tree: the row times it beside its chain
+        choose = acceptance.choose_tree
+
+        def choose_a_tree(*args, **kwargs):
+            choice = choose(*args, **kwargs)
+            plan = dataclasses.replace(choice.plan, tree=(2, 1))
+            return dataclasses.replace(choice, plan=plan)
+
+        monkeypatch.setattr(acceptance, "choose_tree", choose_a_tree)
     rows_dir = tmp_path / "rows"
     rows_dir.mkdir()
     (rows_dir / "tiny_t0.gin").write_text(
@@ -315,8 +324,10 @@ def test_reproduce_table2_on_a_tiny_row(tiny_gin, tmp_path, choose_trees):
     if choose_trees:
         assert len(choice["rates"]) == 4 and choice["chain_speedup"] > 0
         assert "Token trees, tiny_t0: per-rank acceptance" in table
+        assert choice["tree"] == [2, 1] and r.tree_speed > 0 and r.tree_tokens_per_target_call >= 1
+        assert f"the tree ran at {r.tree_speed:.2f}X" in table
     else:
-        assert choice is None and "Token trees" not in table
+        assert choice is None and "Token trees" not in table and r.tree_speed is None
     for run in ("speculative", "baseline"):
         run_dir = tmp_path / "out" / "tiny_t0" / run
         assert len(_read_jsonl(run_dir / "predictions.jsonl")) == 2

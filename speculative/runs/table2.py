@@ -118,6 +118,8 @@ class RowResult:
     predicted: Optional[float] = None  # Thm 3.8, verify cost 1
     predicted_measured_verify: Optional[float] = None
     tree_choice: Optional[acceptance.TreeChoice] = None  # best chain vs best tree
+    tree_speed: Optional[float] = None  # the chosen tree's Speed, when it is not the chain
+    tree_tokens_per_target_call: Optional[float] = None
     tokens_per_target_call: Optional[float] = None
     speculative_tokens_per_second: Optional[float] = None
     baseline_tokens_per_second: Optional[float] = None
@@ -285,8 +287,11 @@ def markdown(results: Sequence[RowResult], c_note: str) -> str:
         "in interleaved rounds in one process (`measure.measure`). α = mean β over "
         "drafted positions (Cor. 3.6).",
         f"c: {c_note}",
-        *[f"Token trees, {r.name}: {r.tree_choice.line()} (the row times "
-          "its own γ chain, as the paper's)." for r in results if r.tree_choice],
+        *[f"Token trees, {r.name}: {r.tree_choice.line()} (Speed times the row's own γ chain, "
+          "as the paper's" + (f"; the tree ran at {r.tree_speed:.2f}X, "
+                              f"{r.tree_tokens_per_target_call:.2f} tokens per target call)."
+                              if r.tree_speed is not None else ").")
+          for r in results if r.tree_choice],
         "Thm 3.8: (1 - α^(γ+1)) / ((1 - α)(γc + 1)) with the measured α; 'measured verify' "
         "replaces the 1 (the cost of scoring γ+1 tokens in one target call, assumed equal to one "
         "step) by the measured ratio. Paper columns: Table 2 (α, Speed) and Table 4 (Exp, c).",
@@ -427,15 +432,23 @@ def reproduce(
                 models[0], models[1], batches, settings.sampling, result.costs, row_costs,
                 max_decode_len=settings.max_decode_len, max_nodes=acceptance.TREE_MAX_NODES)
             print(f"row {name}: token trees: {result.tree_choice.line()} "
-                  f"(the row times its own GAMMA={settings.gamma} chain)")
+                  f"(the row times its own GAMMA={settings.gamma} chain"
+                  + (", and the tree)" if result.tree_choice.tree else ")"))
         mesh = getattr(models[0], "mesh", None)
-        [timed] = measure.measure(
-            models[0], [models[1]] * len(batches),
-            [partitioning.shard_batch(b, mesh) if mesh is not None else b for b in batches],
-            sampling=settings.sampling, gammas=[settings.gamma],
-            max_decode_len=settings.max_decode_len, repeats=speed_repeats,
-            lenience=settings.lenience, seed=settings.seed, costs=result.costs)
-        result.speed, result.speed_spread = timed.speedup, timed.speedup_spread
+        timed_batches = [partitioning.shard_batch(b, mesh) if mesh is not None else b
+                         for b in batches]
+        tree = result.tree_choice.tree if result.tree_choice else None
+        for shape in (None, tree) if tree else (None,):  # the row's chain, then the tree
+            [timed] = measure.measure(
+                models[0], [models[1]] * len(batches), timed_batches,
+                sampling=settings.sampling, gammas=[len(shape) if shape else settings.gamma],
+                max_decode_len=settings.max_decode_len, repeats=speed_repeats,
+                lenience=settings.lenience, seed=settings.seed, costs=result.costs, tree=shape)
+            if shape is None:
+                result.speed, result.speed_spread = timed.speedup, timed.speedup_spread
+            else:
+                result.tree_speed = timed.speedup
+                result.tree_tokens_per_target_call = timed.tokens_per_target_call
         if c is None:
             result.c = result.costs.c
             result.verify_cost = result.costs.verify_cost[settings.gamma]
