@@ -55,7 +55,6 @@ from speculative import (
     validation,
 )
 from speculative import costs as costs_lib
-from speculative.runs import code_lm, mini
 from speculative.sampling import SamplingConfig
 
 TEMPERATURES = (0.0, 1.0)
@@ -63,8 +62,8 @@ NUM_CALIBRATION = 12  # validation sentences on which the decode-loop cost model
 DYNAMIC_MAX_GAMMA = 6  # dynamic gamma: draft up to this many tokens ...
 DYNAMIC_CONFIDENCES = (0.3, 0.5, 0.7)  # ... while the draft's top probability is at least this
 HEURISTIC_START = 5  # the +2/-1 ('heuristic') schedule from 5 drafts: transformers 4.x's default
-RESULT_DIRS = {mini.LARGE_TARGET: "results/large", mini.MINI_TARGET: "results/mini",
-               code_lm.TARGET: "results/code"}
+RESULT_DIRS = {bundles.LARGE_TARGET: "results/large", bundles.MINI_TARGET: "results/mini",
+               bundles.CODE_TARGET: "results/code"}
 
 
 def round_breakdown(run: measure.Measurement, costs: costs_lib.StepCosts) -> Dict[str, float]:
@@ -180,8 +179,9 @@ class _Stages:
 
 def run(output_dir: Optional[str] = None, num_alpha_tokens: int = 10_000,
         num_sentences: int = 24, repeats: int = 15, gammas: Sequence[int] = tuple(range(1, 9)),
-        seed: int = 0, num_calibration: int = NUM_CALIBRATION, target_name: str = mini.TARGET,
-        dynamic: bool = True, overwrite: bool = False, resume: bool = False) -> Dict:
+        seed: int = 0, num_calibration: int = NUM_CALIBRATION,
+        target_name: str = bundles.MINI_TARGET, dynamic: bool = True, overwrite: bool = False,
+        resume: bool = False) -> Dict:
     """Measures everything for one bundled target and its drafts and writes the tables (see the
     module docstring) into `output_dir` (default: `RESULT_DIRS[target_name]`).
 
@@ -299,7 +299,7 @@ def run(output_dir: Optional[str] = None, num_alpha_tokens: int = 10_000,
 
 
 def _task(target_name: str) -> str:
-    if target_name == code_lm.TARGET:
+    if target_name == bundles.CODE_TARGET:
         return "Code (GPT-like)"
     return "EnDe " + target_name.split("_")[0]
 
@@ -334,7 +334,7 @@ def _quality_heading(target_entry: Dict) -> str:
 
 def _tables(results: Dict) -> Dict[str, str]:
     """{file name: markdown} of every table written from `results`."""
-    target = results["settings"].get("target", mini.MINI_TARGET)
+    target = results["settings"].get("target", bundles.MINI_TARGET)
     models = bundles.bundle(target)
     card = models.model_card()["models"]
     t3 = _markdown(
@@ -363,7 +363,7 @@ def _tables(results: Dict) -> Dict[str, str]:
           _quality(card.get(n, {}))]
          for n in [target] + list(results["table3"])])
     tables = {"table2.md": t2, "table3.md": t3, "table4.md": t4, "models.md": sizes}
-    rows = [{**r, "breakdown": _breakdown(results, r)} for r in results["table2"]]
+    rows = results["table2"]  # each row records its round breakdown
     if rows:
         tables["round_time.md"] = _markdown(
             ["M_q", "Temp", "γ", "round (ms)", "verify call", "draft calls", "outside",
@@ -402,11 +402,6 @@ def _tables(results: Dict) -> Dict[str, str]:
               f"{r['oracle_bound']:.2f}X" if r.get("oracle_bound") else "-"]
              for r in results["dynamic"]])
     return tables
-
-
-def _breakdown(results: Dict, row: Dict) -> Dict[str, float]:
-    """A Table 2 row's round breakdown, as recorded."""
-    return row["breakdown"]
 
 
 def _range(values: Sequence[float], fmt: str = ".2f") -> str:
