@@ -442,7 +442,7 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 '''
 
 
-@pytest.mark.slow  # ~20 s; CI: the SIGTERM test below (the same unwinding)
+@pytest.mark.slow  # ~20 s; CI: the converter's and mini_results' SIGTERM tests (same harness)
 def test_sigint_during_the_write_of_a_real_process_leaves_the_earlier_run(tiny_gin, tmp_path):
     """scripts/infer.py in its own process, interrupted by a real SIGINT while it writes over
     an earlier run (OVERWRITE=True): the earlier complete run is left, nothing else."""
@@ -459,6 +459,7 @@ def test_sigint_during_the_write_of_a_real_process_leaves_the_earlier_run(tiny_g
     assert os.listdir(tmp_path) == ["run"]  # the staging directory was removed
 
 
+@pytest.mark.slow  # ~20 s; CI: the converter's and mini_results' SIGTERM tests (same harness)
 @pytest.mark.parametrize("signum", [signal.SIGTERM])  # SIGINT: the test above
 def test_a_signal_before_the_swap_leaves_the_earlier_run_and_no_staging(tiny_gin, tmp_path,
                                                                         signum):
@@ -501,12 +502,12 @@ def test_infer_beam_search_speculative_equals_the_targets_own(tiny_gin, tmp_path
             [x["score"] for x in b["beams"]], rel=1e-5)
     # Not forced, the run times both searches on its first inputs and runs the faster one.
     gin.clear_config()
-    config_lib.parse_gin([INFER_GIN, tiny_gin], _bindings(  # DRAFT_BEAM fixed: one candidate
-        tmp_path / "auto", BEAM_SIZE="2", DRAFT_BEAM="0", NUM_EXAMPLES="2")
+    config_lib.parse_gin([INFER_GIN, tiny_gin], _bindings(  # DRAFT_BEAM fixed: one candidate,
+        tmp_path / "auto", BEAM_SIZE="2", DRAFT_BEAM="3", NUM_EXAMPLES="2")  # compiled above
         + ["infer.infer.progress = False"])
     auto = infer.infer()
     choice = auto.metrics["beam_choice"]
-    assert [(c["draft_beam"], c["gamma"]) for c in choice["candidates"]] == [(0, 3)]
+    assert [(c["draft_beam"], c["gamma"]) for c in choice["candidates"]] == [(3, 3)]
     assert choice["speedup"] > 0 and choice["replayed_per_round"] >= 1
     assert auto.metrics["mode"] == ("speculative_beam_search"
                                     if choice["speedup"] >= infer.MIN_BEAM_SPEEDUP
