@@ -394,11 +394,14 @@ def oracle_gain_over_fixed(
 
 
 def _rank_rates(rank_accept) -> np.ndarray:
-    a = np.asarray(rank_accept, dtype=np.float64).reshape(-1)
-    if a.size == 0 or np.any(~np.isfinite(a)) or np.any((a < 0) | (a > 1)):
-        raise ValueError(f"rank_accept={rank_accept!r} must be a non-empty sequence of "
-                         "probabilities in [0, 1]: a_j = P(the rank-j child is kept | the "
-                         "children before it were rejected).")
+    """Per-rank rates as `[D, R]`: a `[R]` sequence (the same at every depth) is one row; with
+    `[D, R]`, depth i (1-based) uses row min(i, D) - 1, so the last row serves deeper levels."""
+    a = np.asarray(rank_accept, dtype=np.float64)
+    a = a.reshape(1, -1) if a.ndim <= 1 else a
+    if (a.ndim != 2 or a.size == 0 or np.any(~np.isfinite(a)) or np.any((a < 0) | (a > 1))):
+        raise ValueError(f"rank_accept={rank_accept!r} must be probabilities in [0, 1], per rank "
+                         "([R]: a_j = P(the rank-j child is kept | the children before it were "
+                         "rejected)) or per depth and rank ([D, R]).")
     return a
 
 
@@ -418,19 +421,23 @@ def tree_expected_tokens(branching, rank_accept) -> float:
     """Expected tokens per target call of a token tree under the i.i.d. model.
 
     At every depth the walk tries a node's children in their drawn order; the child of rank j is
-    kept with probability a_j given that the ones before it were rejected, whatever the depth.
-    A depth with b children is passed with P(b) = 1 - prod_{j <= b} (1 - a_j), so
+    kept with probability a_j given that the ones before it were rejected. A depth with b
+    children is passed with P(b) = 1 - prod_{j <= b} (1 - a_j), so
 
-      E[tokens] = 1 + sum_{i=1}^{d} prod_{k=1}^{i} P(b_k).
+      E[tokens] = 1 + sum_{i=1}^{d} prod_{k=1}^{i} P_k(b_k).
 
-    A chain (all b_k = 1) gives Eq. (1) with alpha = a_1.
+    `rank_accept` is `[R]` (the same rates at every depth) or `[D, R]` (per depth: depth k uses
+    row min(k, D), so a draft whose later guesses read its own states rather than the target's,
+    as a target-aware one, can say so). A chain (all b_k = 1) with `[R]` rates gives Eq. (1)
+    with alpha = a_1.
     """
     b, a = _branching(branching), _rank_rates(rank_accept)
-    if max(b) > a.size:
+    if max(b) > a.shape[1]:
         raise ValueError(f"branching={b} has {max(b)} children at a depth but rank_accept "
-                         f"gives rates for {a.size} ranks; measure more ranks.")
-    passed = 1.0 - np.cumprod(1.0 - a)  # P(b) for b = 1..R
-    return float(1.0 + np.sum(np.cumprod([passed[k - 1] for k in b])))
+                         f"gives rates for {a.shape[1]} ranks; measure more ranks.")
+    passed = 1.0 - np.cumprod(1.0 - a, axis=1)  # [D, R]: P(b) for b = 1..R at each depth
+    rows = np.minimum(np.arange(len(b)), a.shape[0] - 1)
+    return float(1.0 + np.sum(np.cumprod([passed[r, k - 1] for r, k in zip(rows, b)])))
 
 
 def tree_speedup(branching, rank_accept, c: float, verify_cost: VerifyCost = 1.0,
@@ -497,7 +504,7 @@ def best_tree(rank_accept, c: float, verify_cost: VerifyCost = 1.0, *,
     `tree_shapes`)."""
     a = _rank_rates(rank_accept)
     best = {}
-    for shape in tree_shapes(max_depth, max_nodes, a.size):
+    for shape in tree_shapes(max_depth, max_nodes, a.shape[1]):
         kind = "chain" if max(shape) == 1 else "tree"
         s = tree_speedup(shape, a, c, verify_cost, draft_cost)
         if kind not in best or s > best[kind][1]:

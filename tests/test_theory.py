@@ -397,6 +397,27 @@ def test_tree_tokens_reduce_to_eq1_for_chains_and_count_by_hand():
         theory.tree_expected_tokens((3,), [0.5, 0.1])
 
 
+def test_tree_rates_per_depth():
+    """`[D, R]` rates: depth k uses row min(k, D); equal rows are the `[R]` rates; a draft whose
+    later guesses are weaker gets shorter chains."""
+    same = [[0.7, 0.4], [0.7, 0.4]]
+    for shape in [(1, 1, 1), (2, 1), (2, 2, 1)]:
+        assert theory.tree_expected_tokens(shape, same) == pytest.approx(
+            theory.tree_expected_tokens(shape, [0.7, 0.4]))
+    falling = [[0.9], [0.5]]  # depth 1: 0.9; depth 2 and deeper: 0.5
+    assert theory.tree_expected_tokens((1, 1), falling) == pytest.approx(1 + 0.9 + 0.9 * 0.5)
+    assert theory.tree_expected_tokens((1, 1, 1), falling) == pytest.approx(
+        1 + 0.9 + 0.45 + 0.225)
+    two = [[0.9, 0.5], [0.5, 0.4]]  # a second child at depth 2: P = 1 - 0.5 * 0.6
+    assert theory.tree_expected_tokens((1, 2), two) == pytest.approx(1 + 0.9 + 0.9 * 0.7)
+    steady = theory.best_tree([0.9], 0.02, 1.2, max_nodes=8)
+    weaker = theory.best_tree([[0.9], [0.5]], 0.02, 1.2, max_nodes=8)
+    assert len(weaker.chain) < len(steady.chain)
+    for bad in ([[[0.5]]], [[0.5], [1.5]]):
+        with pytest.raises(ValueError, match="per depth and rank"):
+            theory.tree_expected_tokens((1,), bad)
+
+
 def test_best_tree_branches_only_when_verification_is_cheap():
     rates = [0.7, 0.4, 0.2, 0.1]
     costly = theory.best_tree(rates, 0.02, lambda n: 1 + 0.15 * n, max_nodes=16)
