@@ -5,7 +5,7 @@ separate small T5); + the target's encoder output only (no features); + the targ
 features (depth 1, no training-time test); + training-time test (3 unrolled steps). Columns:
 
     params, c                 the draft's parameters and its step cost / the target's step
-    alpha T=0, T=1 (forced)   Table 3's method (runs/alpha.py) along 5,000 target-generated
+    alpha T=0, T=1 (forced)   Table 3's method (`acceptance`) along 5,000 target-generated
                               test tokens; for a target-aware draft this is the acceptance of
                               the first draft of a round (its later drafts read its own states)
     alpha (loop)              DecodeStats.alpha of the timed decodes: along its chains

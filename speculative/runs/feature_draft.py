@@ -121,7 +121,7 @@ def train_feature_draft(*, model_dir: str, cache_dir: str, draft: fd_model.Featu
 
 
 def valid_subset(target, draft, num: int = 64, length: int = 48) -> dict:
-    """Forced alpha (Table 3's method, runs/alpha.py) of `draft` along the target's greedy
+    """Forced alpha (Table 3's method, `acceptance`) of `draft` along the target's greedy
     outputs of the first `num` valid sentences, at T = 0 and 1: what the card records for the
     stored (bfloat16) draft, and what a test recomputes from the bundle alone."""
     inputs = training.pad_rows(valid_inputs(num, length), length)
