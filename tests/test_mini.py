@@ -227,7 +227,10 @@ def test_demo_runs_on_the_bundled_mini_pair(tmp_path, capsys):
     assert f"A step took {step_ms:.1f} ms" in printed
     assert f"target step: {step_ms:.2f} ms before the timings" in printed
     loop_ms = 1e3 * row["baseline_step_s_loop"]
-    assert f"{loop_ms:.2f} ms per baseline loop step during them" in printed
+    if loop_ms > 0:  # a fit on a busy host can come out non-positive: the line leaves it out
+        assert f"{loop_ms:.2f} ms per baseline loop step during them" in printed
+    else:
+        assert "(no decode-loop fit to compare with)" in printed
     # A host that changed state between the cost timing and the decode timings is named.
     state_line = demo._state_line  # pylint: disable=protected-access
     assert "changed state" in state_line(0.004, [0.007]) and "Rerun" in state_line(0.004, [0.007])
