@@ -392,7 +392,7 @@ def _cards():
     """(bundle, {name: card entry}) of each bundle present (EN->DE, code)."""
     for b in BUNDLES:
         if os.path.exists(os.path.join(b.models_dir, CARD_FILE)):
-            yield b, bundle_card(b.models_dir, "").get("models", {})
+            yield b, b.model_card().get("models", {})
 
 
 def bundled(name: str) -> Optional[Bundled]:
