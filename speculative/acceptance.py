@@ -58,6 +58,8 @@ TREE_MAX_NODES = 12  # the largest token tree (drafted nodes) the demo and Table
 # them are interpolated (`costs.cost_curve`).
 TREE_VERIFY_WIDTHS = (1, 2, 4, 6, 8, 12)
 TREE_DRAFT_ROWS = (1, 2, 4, 8, 12)
+# Depths at which the chooser measures a target-aware draft's rates (deeper levels use the last).
+TREE_RATE_DEPTHS = 4
 
 
 def _forced_logits(model, inputs, generated):
@@ -88,6 +90,26 @@ def _forced_pair_logits(target, draft, inputs, generated):
         (p_logits, _), feats = target.extend(target.params, tstate, fed), None
     dstate = draft.init(draft.params, inputs, cache_len, context=target.context(tstate))
     q_logits, _ = draft.extend(draft.params, dstate, fed, feats)
+    return jnp.asarray(p_logits, jnp.float32), jnp.asarray(q_logits, jnp.float32)
+
+
+def _forced_depth_logits(target, draft, inputs, generated, depth: int):
+    """Target logits `[B, L, V]` and draft logits `[depth, B, L, V]` teacher-forced along
+    `generated`. Row d - 1 is the d-th draft of a round: for a target-aware draft that offers
+    `unrolled_logits` it reads the target's features up to the round's start and its own
+    states after that; any other draft sees the same prefix at every depth, so its rows are
+    one forward repeated."""
+    if depth == 1 or not hasattr(draft, "unrolled_logits"):
+        p_logits, q_logits = _forced_pair_logits(target, draft, inputs, generated)
+        return p_logits, jnp.broadcast_to(q_logits[None], (depth,) + q_logits.shape)
+    tstate = target.init(target.params, inputs, generated.shape[1] + 1, keep_encoded=True)
+    fed = jnp.concatenate([tstate.pending[:, None], generated[:, :-1]], axis=1)
+    layers = tuple(draft.feature_layers)
+    if layers:
+        p_logits, feats, _ = target.extend_with_features(target.params, tstate, fed, layers)
+    else:
+        (p_logits, _), feats = target.extend(target.params, tstate, fed), None
+    q_logits = draft.unrolled_logits(draft.params, target.context(tstate), fed, feats, depth)
     return jnp.asarray(p_logits, jnp.float32), jnp.asarray(q_logits, jnp.float32)
 
 
@@ -141,16 +163,27 @@ class RankAcceptance:
       positions: the generated positions measured.
       kept_at_rank: [R] how often the child of rank j was kept.
       reached_rank: [R] how often rank j was tested (every rank before it rejected).
+      depth_rates: [D, R] the same rates for the d-th draft of a round (row 0 = `rates`), when
+        measured with `max_depth` > 1; what `theory.best_tree` takes for a target-aware draft,
+        whose deeper drafts read its own states instead of the target's.
+      depth_positions: [D] the positions measured at each depth (depth d needs j >= d - 1).
     """
 
     rates: Tuple[float, ...]
     positions: int
     kept_at_rank: Tuple[int, ...]
     reached_rank: Tuple[int, ...]
+    depth_rates: Tuple[Tuple[float, ...], ...] = ()
+    depth_positions: Tuple[int, ...] = ()
+
+    @property
+    def theory_rates(self):
+        """What `theory` takes: `[D, R]` when measured per depth, else `[R]`."""
+        return self.depth_rates if len(self.depth_rates) > 1 else self.rates
 
     def to_json(self) -> Dict[str, Any]:
-        return {k: list(v) if isinstance(v, tuple) else v
-                for k, v in dataclasses.asdict(self).items()}
+        return {k: [list(r) if isinstance(r, tuple) else r for r in v] if isinstance(v, tuple)
+                else v for k, v in dataclasses.asdict(self).items()}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -160,6 +193,7 @@ class TreeChoice:
 
     rates: Tuple[float, ...]
     plan: theory.TreePlan
+    depth_rates: Tuple[Tuple[float, ...], ...] = ()  # [D, R] when measured per depth
 
     @property
     def tree(self) -> Optional[Tuple[int, ...]]:
@@ -167,12 +201,19 @@ class TreeChoice:
         return None if self.plan.tree == self.plan.chain else self.plan.tree
 
     def to_json(self) -> Dict[str, Any]:
-        return {"rates": list(self.rates), **self.plan.to_json()}
+        out = {"rates": list(self.rates), **self.plan.to_json()}
+        if self.depth_rates:
+            out["depth_rates"] = [list(r) for r in self.depth_rates]
+        return out
 
     def line(self) -> str:
         """What was decided, and why, in one line."""
         plan = self.plan
         rates = ", ".join(f"{a:.2f}" for a in self.rates)
+        if len(self.depth_rates) > 1:
+            rates += (" at depth 1, "
+                      + ", ".join(f"{r[0]:.2f}" for r in self.depth_rates[1:])
+                      + f" for the top rank at depths 2-{len(self.depth_rates)}")
         line = (f"per-rank acceptance {rates}; best chain gamma {len(plan.chain)} predicted "
                 f"{plan.chain_speedup:.2f}x")
         if self.tree is None:
@@ -183,67 +224,86 @@ class TreeChoice:
 
 
 def rank_acceptance(target, draft, batches: Sequence[np.ndarray], sampling: SamplingConfig, *,
-                    max_rank: int, max_decode_len: int, seed: int = 0) -> Dict:
+                    max_rank: int, max_decode_len: int, max_depth: int = 1,
+                    seed: int = 0) -> RankAcceptance:
     """Per-rank acceptance of a token tree's children along the target's own output (`batches`
     decoded by the target under `sampling`, both models teacher-forced along it): a_j = P(the
     child of rank j is kept | the ones before it were not), what `theory.tree_expected_tokens`
     takes. At T = 0 it comes from the rank of the target's argmax in the draft's order; at T > 0
     the exact sibling test (`trees.exact_walk` on a one-level tree) runs `TREE_DRAWS` times per
-    position. For a target-aware draft these are first-draft rates (as `forced_betas`).
+    position.
+
+    With `max_depth` D > 1 the rates are also measured for the d-th draft of a round, d <= D
+    (`depth_rates`): a target-aware draft's d-th draft reads the target's features up to the
+    round's start and its own states after it (`unrolled_logits`), so its rates can fall with
+    depth; a separate draft sees the same prefix at every depth. The text is the target's, so
+    depth d's rates are conditioned on the d - 1 drafts before it being the target's tokens,
+    the path a tree's depth-d node continues. Rows share one decode and one Monte Carlo draw.
     """
-    kept = np.zeros(max_rank, np.int64)
-    reached = np.zeros(max_rank, np.int64)
-    positions = 0
+    if isinstance(max_depth, bool) or not isinstance(max_depth, int) or max_depth < 1:
+        raise ValueError(f"max_depth={max_depth!r} must be an int >= 1 (1 = first drafts only).")
+    kept = np.zeros((max_depth, max_rank), np.int64)
+    reached = np.zeros((max_depth, max_rank), np.int64)
+    positions = np.zeros(max_depth, np.int64)
+    tree = trees.Tree((max_rank,))
     rng = jax.random.PRNGKey(seed)
-    for i, x in enumerate(batches):
+    for x in batches:
         rng, decode_key, mc_key = jax.random.split(rng, 3)
         out = decoding.autoregressive_decode(target, x, rng=decode_key, sampling=sampling,
                                              max_decode_len=max_decode_len)
         tokens = np.asarray(out.tokens)
         valid = np.arange(tokens.shape[1])[None] < np.asarray(out.lengths)[:, None]
-        p_logits, q_logits = _forced_pair_logits(target, draft, jnp.asarray(x, jnp.int32),
-                                                 jnp.asarray(tokens))
-        p_logits, q_logits = p_logits[valid], q_logits[valid]  # [P, V]
-        positions += int(valid.sum())
-        if sampling.greedy:
-            best = jnp.argmax(p_logits, -1)
-            own = jnp.take_along_axis(q_logits, best[:, None], 1)
-            rank = np.asarray(jnp.sum(q_logits > own, -1))  # 0 = the draft's top token
-            for j in range(max_rank):
-                reached[j] += int(np.sum(rank >= j))
-                kept[j] += int(np.sum(rank == j))
-            continue
-        tree = trees.Tree((max_rank,))
-        p = sampling_lib.adjusted_probs(p_logits, sampling)
-        q = sampling_lib.adjusted_probs(q_logits, sampling)
-        for key in jax.random.split(mc_key, TREE_DRAWS):
-            child_key, walk_key = jax.random.split(key)
-            children, ok = trees.sampled_children(q, max_rank, child_key)
-            nodes = jnp.broadcast_to(p[:, None], (p.shape[0], tree.num_nodes, p.shape[-1]))
-            walk = trees.exact_walk(tree, nodes, q[:, None], children, ok, walk_key)
-            rank = np.where(np.asarray(walk.accepted) > 0, np.asarray(walk.path[:, 0]) - 1,
-                            max_rank)
-            ok = np.asarray(ok)
-            for j in range(max_rank):
-                reached[j] += int(np.sum((rank >= j) & ok[:, j]))
-                kept[j] += int(np.sum(rank == j))
+        p_all, q_all = _forced_depth_logits(target, draft, jnp.asarray(x, jnp.int32),
+                                            jnp.asarray(tokens), max_depth)
+        draw_keys = jax.random.split(mc_key, TREE_DRAWS)
+        for d in range(max_depth):
+            at_depth = valid & (np.arange(tokens.shape[1])[None] >= d)  # a round began at j - d
+            p_logits, q_logits = p_all[at_depth], q_all[d][at_depth]  # [P, V]
+            positions[d] += int(at_depth.sum())
+            if sampling.greedy:
+                best = jnp.argmax(p_logits, -1)
+                own = jnp.take_along_axis(q_logits, best[:, None], 1)
+                rank = np.asarray(jnp.sum(q_logits > own, -1))  # 0 = the draft's top token
+                for j in range(max_rank):
+                    reached[d, j] += int(np.sum(rank >= j))
+                    kept[d, j] += int(np.sum(rank == j))
+                continue
+            p = sampling_lib.adjusted_probs(p_logits, sampling)
+            q = sampling_lib.adjusted_probs(q_logits, sampling)
+            for key in draw_keys:
+                child_key, walk_key = jax.random.split(key)
+                children, ok = trees.sampled_children(q, max_rank, child_key)
+                nodes = jnp.broadcast_to(p[:, None], (p.shape[0], tree.num_nodes, p.shape[-1]))
+                walk = trees.exact_walk(tree, nodes, q[:, None], children, ok, walk_key)
+                rank = np.where(np.asarray(walk.accepted) > 0,
+                                np.asarray(walk.path[:, 0]) - 1, max_rank)
+                ok = np.asarray(ok)
+                for j in range(max_rank):
+                    reached[d, j] += int(np.sum((rank >= j) & ok[:, j]))
+                    kept[d, j] += int(np.sum(rank == j))
     rates = np.where(reached > 0, kept / np.maximum(reached, 1), 0.0)
-    return RankAcceptance(tuple(rates.tolist()), positions, tuple(kept.tolist()),
-                          tuple(reached.tolist()))
+    by_depth = tuple(tuple(r) for r in rates.tolist()) if max_depth > 1 else ()
+    return RankAcceptance(tuple(rates[0].tolist()), int(positions[0]),
+                          tuple(kept[0].tolist()), tuple(reached[0].tolist()),
+                          depth_rates=by_depth,
+                          depth_positions=tuple(positions.tolist()) if max_depth > 1 else ())
 
 
 def choose_tree(target, draft, batches, sampling: SamplingConfig, costs: costs_lib.StepCosts,
                 row_costs: Dict[int, float], *, max_decode_len: int, max_nodes: int,
                 seed: int = 0) -> TreeChoice:
     """The token tree `theory.best_tree` predicts fastest, against the best chain: per-rank
-    acceptance along the target's output for `batches` (`rank_acceptance`, 4 ranks), the
-    verify costs of `costs` (`costs.measure_costs` at widths up to `max_nodes`) and the draft's
-    cost on m paths `row_costs` (`costs.draft_row_costs`)."""
+    acceptance along the target's output for `batches` (`rank_acceptance`, 4 ranks; per depth
+    up to `TREE_RATE_DEPTHS` for a draft whose deeper drafts differ, i.e. one that offers
+    `unrolled_logits`), the verify costs of `costs` (`costs.measure_costs` at widths up to
+    `max_nodes`) and the draft's cost on m paths `row_costs` (`costs.draft_row_costs`)."""
+    depths = TREE_RATE_DEPTHS if hasattr(draft, "unrolled_logits") else 1
     ranks = rank_acceptance(target, draft, [np.concatenate([np.asarray(b) for b in batches])],
-                            sampling, max_rank=4, max_decode_len=max_decode_len, seed=seed)
-    plan = theory.best_tree(ranks.rates, costs.c, costs.verify_curve(),
+                            sampling, max_rank=4, max_decode_len=max_decode_len,
+                            max_depth=depths, seed=seed)
+    plan = theory.best_tree(ranks.theory_rates, costs.c, costs.verify_curve(),
                             draft_cost=costs_lib.cost_curve(row_costs), max_nodes=max_nodes)
-    return TreeChoice(ranks.rates, plan)
+    return TreeChoice(ranks.rates, plan, depth_rates=ranks.depth_rates)
 
 
 def beta_statistics(sequences: Sequence[np.ndarray], bins: int = 20) -> Dict[str, Any]:

@@ -62,13 +62,16 @@ def run(output_dir: str, target_name: str = mini.LARGE_TARGET, draft_name: str =
     rows = []
     for temperature in temperatures:
         sampling = SamplingConfig(temperature)
-        ranks = acceptance.rank_acceptance(target, draft, rank_batches, sampling, max_rank=4,
-                                          max_decode_len=inputs.max_decode_len, seed=seed)
-        choice = theory.best_tree(ranks.rates, costs.c, verify, draft_cost=draft_cost,
+        ranks = acceptance.rank_acceptance(
+            target, draft, rank_batches, sampling, max_rank=4,
+            max_decode_len=inputs.max_decode_len, seed=seed,
+            max_depth=acceptance.TREE_RATE_DEPTHS if hasattr(draft, "unrolled_logits") else 1)
+        rates = ranks.theory_rates  # [D, R] for a target-aware draft, else [R]
+        choice = theory.best_tree(rates, costs.c, verify, draft_cost=draft_cost,
                                   max_nodes=max_nodes)
         chain, tree = choice.chain, choice.tree
         most = max((s for s in theory.tree_shapes(16, max_nodes, 4) if max(s) > 1),
-                   key=lambda s: theory.tree_expected_tokens(s, ranks.rates))
+                   key=lambda s: theory.tree_expected_tokens(s, rates))
         shapes = {"chain": chain, "tree": tree, "most_tokens": most}
         settings = {"chain": (len(chain), 0.0)}
         for name in ("tree", "most_tokens"):
@@ -90,9 +93,9 @@ def run(output_dir: str, target_name: str = mini.LARGE_TARGET, draft_name: str =
                 "verify_cost": verify(theory.tree_nodes(shape)),
                 "tokens_per_target_call": stats["tokens_per_target_call"],
                 "predicted_tokens_per_target_call": theory.tree_expected_tokens(
-                    shape, ranks.rates),
+                    shape, rates),
                 "speedup": base / float(np.median(times[name])),
-                "predicted_speedup": theory.tree_speedup(shape, ranks.rates, costs.c,
+                "predicted_speedup": theory.tree_speedup(shape, rates, costs.c,
                                                          verify, draft_cost),
                 "seconds_median": float(np.median(times[name]))}
         row["baseline_seconds_median"] = base

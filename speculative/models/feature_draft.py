@@ -293,3 +293,12 @@ class FeatureDraftModel:
 
     def rewind(self, state, lengths):
         return state.replace(lengths=jnp.asarray(lengths, jnp.int32))
+
+    def unrolled_logits(self, params, context, tokens, features, depth: int):
+        """Logits `[depth, B, L, V]` teacher-forced along `tokens [B, L]` (BOS first), with the
+        target's `features [B, L, F]` after reading each token: at depth d, position j is the
+        d-th draft of a round that began at j - d + 1 (`FeatureDraft.__call__`). Positions
+        j < d - 1 have no such round. What `acceptance.rank_acceptance` measures per depth."""
+        encoded, mask = context
+        return self.module.apply({"params": params}, encoded, mask, tokens, features,
+                                 depth=depth)
