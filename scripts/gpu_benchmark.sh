@@ -17,6 +17,13 @@
 #   trees                    scripts/tree_benchmark.py on each bundled pair: per-rank acceptance,
 #                            verify cost at every width up to 32 drafted nodes, the best chain
 #                            and the best tree (theory.best_tree), timed at T = 0 and T = 1
+#   feature                  the target-aware draft's recipe (configs/runs/feature_draft.gin,
+#                            the model card's CPU recipe, unchanged): the feature cache of
+#                            large_target (FEATURE_CACHE, default /tmp/feature_cache: 5 GB, kept
+#                            out of OUT_DIR), then the two-layer draft with training-time test
+#                            (FEATURE_STEPS, default 6000) into OUT_DIR/feature/ttt2l, exported
+#                            in bfloat16 to OUT_DIR/feature/models with its card entry; then
+#                            scripts/feature_ablation.py against large_draft_kdtv
 # summary.md: one markdown line per benchmark.py run in OUT_DIR (benchmark.summary_markdown).
 # A failed step is reported and the next one runs; OUT_DIR/steps.tsv lists each step's exit
 # code and seconds, and the script exits 1 if any failed. Results already in OUT_DIR are kept
@@ -24,7 +31,7 @@
 #
 # Command:
 #   bash scripts/gpu_benchmark.sh [--dry-run | --no-install]
-#       [--steps=synthetic,limits,pairs,trees]
+#       [--steps=synthetic,limits,pairs,trees,feature]
 #       [OUT_DIR]
 # OUT_DIR: default $OUT (the device machine's result folder), else /tmp/gpu_benchmark.
 # Expected: a few minutes to install (tensorflow comes with seqio, the CUDA wheels with jax),
@@ -34,8 +41,9 @@
 # compilation cache $JAX_COMPILATION_CACHE_DIR (default /tmp/speculative_jax_cache) serves
 # programs compiled before.
 # --dry-run: the same steps on CPU with tiny settings (t5_1_1_tiny as the synthetic target,
-# mini_target as the bundled pair, 2 sentences, 1 repeat, 8 tokens), no install: about 30 s
-# with a warm compilation cache, a minute cold, on 2 cores.
+# mini_target as the bundled pair, 2 sentences, 1 repeat, 8 tokens; the feature step caches 32
+# sentences of mini_target and trains 2 steps, without the ablation), no install: a minute or two
+# on 2 cores.
 # --no-install: no install step, for machines without a package registry whose Python already
 # has JAX for the GPU (e.g. a lent H200's image): PYTHON (default python3) must import jax, flax,
 # optax, orbax, tensorstore, sentencepiece and gin (gin-config can be carried as a wheel and
@@ -51,7 +59,7 @@ usage() { sed -n '2,/^$/s/^# \{0,1\}//p' "$0"; }
 DRY_RUN=0
 NO_INSTALL=0
 OUT_DIR=""
-STEPS_WANTED="synthetic,limits,pairs,trees"
+STEPS_WANTED="synthetic,limits,pairs,trees,feature"
 for arg in "$@"; do
   case "$arg" in
     --dry-run) DRY_RUN=1 ;;
@@ -70,8 +78,8 @@ if (( DRY_RUN && NO_INSTALL )); then
   exit 2
 fi
 for s in ${STEPS_WANTED//,/ }; do
-  if [[ ! "$s" =~ ^(synthetic|limits|pairs|trees)$ ]]; then
-    echo "gpu_benchmark.sh: --steps=$STEPS_WANTED names '$s'; choose from synthetic,limits,pairs,trees." >&2
+  if [[ ! "$s" =~ ^(synthetic|limits|pairs|trees|feature)$ ]]; then
+    echo "gpu_benchmark.sh: --steps=$STEPS_WANTED names '$s'; choose from synthetic,limits,pairs,trees,feature." >&2
     exit 2
   fi
 done
@@ -132,6 +140,13 @@ if (( DRY_RUN )); then
   LIMITS=(--batch_sizes=1 --num_sentences=2 --gammas=2 --repeats=1 --max_decode_len=8
           --bandwidth_mb=16)
   TREES=(--num_sentences=2 --num_rank_sentences=4 --repeats=1 --max_nodes=4 --temperatures=0)
+  FEATURE_TARGET=mini_target FEATURE_NAME=mini_draft_feature
+  FEATURE=(--gin.FEATURE_LAYERS="(1,2,3)" --gin.feature_cache.feature_layers="(1,2,3)"
+           --gin.feature_draft.FeatureDraftConfig.target_emb_dim=192
+           --gin.feature_cache.max_shards=1 --gin.feature_cache.shard_size=32)
+  FEATURE_TRAIN=(--gin.TRAIN_STEPS=2 --gin.feature_draft.FeatureTrainConfig.batch_tokens=128
+                 --gin.train_feature_draft.alpha_sentences=2)
+  FEATURE_ABLATION=()
 else
   PY="${PYTHON:-$( (( NO_INSTALL )) && echo python3 || echo .venv/bin/python)}"
   SIZES=(t5_1_1_base t5_1_1_large)
@@ -140,6 +155,10 @@ else
   PAIR=(--gin.NUM_BATCHES=16 --gin.GAMMAS=[2,4,6] --gin.CALIBRATION_BATCHES=8)
   LIMITS=(--batch_sizes=1,4,16,64 --num_sentences=64 --gammas=2,4,6)
   TREES=(--num_sentences=16 --num_rank_sentences=64 --repeats=3 --max_nodes=32)
+  FEATURE_TARGET=large_target FEATURE_NAME=large_draft_feature
+  FEATURE=()
+  FEATURE_TRAIN=(--gin.TRAIN_STEPS="${FEATURE_STEPS:-6000}")
+  FEATURE_ABLATION=(--num_sentences=16 --repeats=3)
   if (( NO_INSTALL )); then
     step check_gpu "$PY" -c "$GPU_CHECK"
   else
@@ -195,6 +214,22 @@ for target in "${PAIRS[@]}"; do
   step "${target}_trees" "$PY" scripts/tree_benchmark.py --target="$target" \
     --output_dir="$OUT_DIR/${target}_trees" "${TREES[@]}" "${OVERWRITE_FLAG[@]}"
 done
+
+if wanted feature; then
+  FCACHE="${FEATURE_CACHE:-/tmp/feature_cache}/$FEATURE_TARGET"
+  FGIN=(--gin_file=configs/runs/feature_draft.gin --gin.FEATURE_CACHE="'$FCACHE'"
+        --gin.feature_cache.target="'$FEATURE_TARGET'"
+        --gin.train_feature_draft.target="'$FEATURE_TARGET'" "${FEATURE[@]}")
+  step feature_cache "$PY" scripts/train.py --run=feature_cache "${FGIN[@]}"
+  step feature_train "$PY" scripts/train.py --run=feature_draft "${FGIN[@]}" "${FEATURE_TRAIN[@]}" \
+    --gin.MODEL_DIR="'$OUT_DIR/feature/ttt2l'" --gin.feature_draft.FeatureDraftConfig.num_layers=2 \
+    --gin.EXPORT_DIR="'$OUT_DIR/feature/models'" --gin.NAME="'$FEATURE_NAME'"
+  if (( ${#FEATURE_ABLATION[@]} )); then
+    step feature_ablation "$PY" scripts/feature_ablation.py \
+      --drafts="large_draft_kdtv,ttt2l=$OUT_DIR/feature/ttt2l" \
+      --output_dir="$OUT_DIR/feature/ablation" "${FEATURE_ABLATION[@]}" "${OVERWRITE_FLAG[@]}"
+  fi
+fi
 
 JSONS=("$OUT_DIR"/*/benchmark.json)  # this call's and earlier calls' runs in OUT_DIR
 if [[ -e "${JSONS[0]}" ]]; then

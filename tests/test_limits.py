@@ -256,8 +256,8 @@ def test_depth_sweep_of_a_one_layer_copy(tmp_path):
         limits.run_depth_sweep(str(tmp_path), [1])
 
 
-def _gpu_script(*args, timeout=30):
-    env = dict(os.environ, PYTHON=sys.executable, TF_CPP_MIN_LOG_LEVEL="3")
+def _gpu_script(*args, timeout=30, env=None):
+    env = dict(os.environ, PYTHON=sys.executable, TF_CPP_MIN_LOG_LEVEL="3", **(env or {}))
     return subprocess.run(["bash", os.path.join(REPO, "scripts", "gpu_benchmark.sh"), *args],
                           capture_output=True, text=True, env=env, timeout=timeout,
                           check=False)
@@ -288,15 +288,21 @@ def test_gpu_script_no_install_stops_without_a_gpu(tmp_path):
 
 
 @needs_bundle
-@pytest.mark.slow  # ~55 s: every step of the GPU script end to end on CPU
+@pytest.mark.slow  # ~3 minutes: every step of the GPU script end to end on CPU
 def test_gpu_script_dry_run(tmp_path):
     """Every step of scripts/gpu_benchmark.sh on CPU with tiny settings: each writes its JSON."""
-    result = _gpu_script("--dry-run", str(tmp_path), timeout=300)
+    env = {"FEATURE_CACHE": str(tmp_path / "feature_cache")}
+    result = _gpu_script("--dry-run", str(tmp_path), timeout=900, env=env)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     steps = (tmp_path / "steps.tsv").read_text().split("\n")[1:-1]
     assert [s.split("\t")[:2] for s in steps] == [
         ["t5_1_1_tiny_synthetic", "0"], ["limits", "0"], ["mini_target_pair", "0"],
-        ["mini_target_trees", "0"]]
+        ["mini_target_trees", "0"], ["feature_cache", "0"], ["feature_train", "0"]]
+    # The feature step's draft is exported in bfloat16 with its card entry, as a bundle's is.
+    card = json.loads((tmp_path / "feature" / "models" / "model_card.json").read_text())
+    entry = card["models"]["mini_draft_feature"]
+    assert entry["kind"] == "feature_draft" and entry["steps"] == 2
+    assert (tmp_path / "feature" / "models" / entry["checkpoint"]).exists()
     trees = json.loads((tmp_path / "mini_target_trees" / "trees.json").read_text())
     [row] = trees["rows"]
     assert row["chain"]["tokens_per_target_call"] >= 1 and len(row["rank_acceptance"]["rates"]) == 4

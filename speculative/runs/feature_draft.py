@@ -28,6 +28,7 @@ from speculative import (
     feature_training,
     files,
     training,
+    validation,
 )
 from speculative.models import feature_draft as fd_model
 from speculative.runs import mini
@@ -79,10 +80,14 @@ def train_feature_draft(*, model_dir: str, cache_dir: str, draft: fd_model.Featu
                         config: feature_training.FeatureTrainConfig,
                         target: str = mini.LARGE_TARGET, name: Optional[str] = None,
                         export_dir: Optional[str] = None, alpha_gamma: int = 4,
+                        alpha_sentences: int = 256,
                         gin_config: Optional[str] = None) -> dict:
     """Trains a target-aware draft of bundled `target` on `cache_dir` (resumable), measures its
-    alpha as the card does (in-loop `DecodeStats.alpha`, gamma 4, first 256 valid sentences,
-    T = 0 and 1), and with `export_dir` stores it in bfloat16 with its card entry."""
+    alpha as the card does (in-loop `DecodeStats.alpha`, gamma 4, the first `alpha_sentences`
+    valid sentences, T = 0 and 1), and with `export_dir` stores it in bfloat16 with its card
+    entry."""
+    validation.positive_ints(alpha_sentences, "alpha_sentences",
+                             "valid sentences the in-loop alpha is measured on")
     os.makedirs(model_dir, exist_ok=True)
     if gin_config:
         files.write_atomic(os.path.join(model_dir, "config.gin"), gin_config)
@@ -107,9 +112,10 @@ def train_feature_draft(*, model_dir: str, cache_dir: str, draft: fd_model.Featu
         stored = checkpoints.load_params(path, dtype="float32")
         summary["checkpoint"] = os.path.relpath(path, export_dir)
     summary["valid_subset"] = valid_subset(target_model,
-                                           fd_model.FeatureDraftModel(module, stored))
+                                           fd_model.FeatureDraftModel(module, stored),
+                                           num=min(64, alpha_sentences))
     summary["alpha"] = training.draft_alpha(
-        target_model, fd_model.FeatureDraftModel(module, stored), valid_inputs(),
+        target_model, fd_model.FeatureDraftModel(module, stored), valid_inputs(alpha_sentences),
         rng=jax.random.PRNGKey(0), gamma=alpha_gamma, max_length=48)
     summary["total_wall_s"] = round(time.time() - start + result["seconds"], 1)
     print(json.dumps(summary["alpha"]), flush=True)
