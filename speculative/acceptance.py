@@ -93,6 +93,7 @@ def _forced_pair_logits(target, draft, inputs, generated):
     return jnp.asarray(p_logits, jnp.float32), jnp.asarray(q_logits, jnp.float32)
 
 
+@functools.partial(jax.jit, static_argnames=("depth",))
 def _forced_depth_logits(target, draft, inputs, generated, depth: int):
     """Target logits `[B, L, V]` and draft logits `[depth, B, L, V]` teacher-forced along
     `generated`. Row d - 1 is the d-th draft of a round: for a target-aware draft that offers

@@ -212,46 +212,48 @@ def test_per_depth_rates_of_a_target_aware_draft_follow_its_decode_rounds():
 
     _, target, draft = _aware_pair()
     inputs = td._prompts([7, 3, 5, 1], 7, seed=2)
-    sampling, n = SamplingConfig(0.0), 10
+    sampling, n = SamplingConfig(0.0), 8
     ranks = acceptance.rank_acceptance(target, draft, [inputs], sampling, max_rank=3,
-                                       max_decode_len=n, max_depth=3)
+                                       max_decode_len=n, max_depth=2)
     first = acceptance.rank_acceptance(target, draft, [inputs], sampling, max_rank=3,
                                        max_decode_len=n)
     assert ranks.rates == first.rates and ranks.depth_rates[0] == first.rates
     assert first.depth_rates == () and first.theory_rates == first.rates
-    assert np.asarray(ranks.theory_rates).shape == (3, 3)
+    assert np.asarray(ranks.theory_rates).shape == (2, 3)
     out = decoding.autoregressive_decode(target, inputs, rng=jax.random.split(
         jax.random.PRNGKey(0), 3)[1], sampling=sampling, max_decode_len=n)
     lengths = np.asarray(out.lengths)
     assert ranks.depth_positions == tuple(int(np.sum(np.maximum(lengths - d, 0)))
-                                          for d in range(3))
-    # Depth 2 by hand: for each position j >= 1, feed the text up to j - 1 with the target's
-    # features, then the target's token at j - 1 on the draft's own state; rank the target's
-    # argmax at j in the draft's logits.
-    x = jnp.asarray(inputs)
-    tstate = target.init(target.params, x, n + 1, keep_encoded=True)
-    fed = jnp.concatenate([tstate.pending[:, None], out.tokens[:, :-1]], axis=1)
-    p_logits, feats, _ = target.extend_with_features(target.params, tstate, fed,
-                                                     draft.feature_layers)
-    prev = jnp.pad(feats[:, :-1], ((0, 0), (1, 0), (0, 0)))
-    dstate = draft.init(draft.params, x, n + 1, context=target.context(tstate))
-    _, full = draft.extend(draft.params, dstate, fed, prev)  # causal: rewinding to j is exact
+                                          for d in range(2))
 
+    # Depth 2 by hand: for each position j >= 1, the text up to j - 1 with the target's
+    # features (one causal extend, rewound to j), then the target's token at j - 1 on the
+    # draft's own state; rank the target's argmax at j in the draft's logits.
     @jax.jit
-    def depth2(j):  # the round began at j - 1; its second draft reads the draft's own state
-        token = jax.lax.dynamic_slice_in_dim(fed, j, 1, axis=1)
-        q, _ = draft.extend(draft.params, draft.rewind(full, jnp.full((4,), j)), token)
-        return q[:, 0]
+    def by_hand(x, generated):
+        tstate = target.init(target.params, x, n + 1, keep_encoded=True)
+        fed = jnp.concatenate([tstate.pending[:, None], generated[:, :-1]], axis=1)
+        p_logits, feats, _ = target.extend_with_features(target.params, tstate, fed,
+                                                         draft.feature_layers)
+        prev = jnp.pad(feats[:, :-1], ((0, 0), (1, 0), (0, 0)))
+        dstate = draft.init(draft.params, x, n + 1, context=target.context(tstate))
+        _, full = draft.extend(draft.params, dstate, fed, prev)
 
+        def second(j):
+            token = jax.lax.dynamic_slice_in_dim(fed, j, 1, axis=1)
+            q, _ = draft.extend(draft.params, draft.rewind(full, jnp.full((4,), j)), token)
+            best = jnp.argmax(p_logits[:, j], -1)
+            return jnp.sum(q[:, 0] > jnp.take_along_axis(q[:, 0], best[:, None], 1), -1)
+
+        return jax.lax.map(second, jnp.arange(1, n))  # [n - 1, B]
+
+    rank = np.asarray(by_hand(jnp.asarray(inputs), out.tokens))
     reached, kept = np.zeros(3, int), np.zeros(3, int)
     for j in range(1, n):
-        q = depth2(j)[:, None]
-        best = jnp.argmax(p_logits[:, j], -1)
-        rank = np.asarray(jnp.sum(q[:, 0] > jnp.take_along_axis(q[:, 0], best[:, None], 1), -1))
         for b in np.flatnonzero(lengths > j):
-            reached[:min(rank[b], 2) + 1] += 1
-            if rank[b] < 3:
-                kept[rank[b]] += 1
+            reached[:min(rank[j - 1, b], 2) + 1] += 1
+            if rank[j - 1, b] < 3:
+                kept[rank[j - 1, b]] += 1
     rates = np.where(reached > 0, kept / np.maximum(reached, 1), 0.0)
     np.testing.assert_allclose(ranks.depth_rates[1], rates, atol=1e-12)
     with pytest.raises(ValueError, match="max_depth=0"):
