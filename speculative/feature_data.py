@@ -207,8 +207,10 @@ def read_manifest(cache_dir: str) -> dict:
         return json.load(f)
 
 
-def load_shards(cache_dir: str, max_shards: Optional[int] = None) -> List[Dict[str, np.ndarray]]:
-    """The complete shards of a cache, in order (a missing shard ends the list)."""
+def load_shards(cache_dir: str, max_shards: Optional[int] = None,
+                keys: Optional[Sequence[str]] = None) -> List[Dict[str, np.ndarray]]:
+    """The complete shards of a cache, in order (a missing shard ends the list); `keys` reads
+    only those arrays of each (an .npz is read lazily, array by array)."""
     read_manifest(cache_dir)
     shards = []
     k = 0
@@ -217,8 +219,36 @@ def load_shards(cache_dir: str, max_shards: Optional[int] = None) -> List[Dict[s
         if not os.path.exists(path):
             break
         with np.load(path) as data:
-            shards.append({name: data[name] for name in data.files})
+            shards.append({name: data[name] for name in (keys or data.files)})
         k += 1
     if not shards:
         raise FileNotFoundError(f"{cache_dir} has no complete shard yet.")
     return shards
+
+
+def hot_vocabulary(cache_dir: str, size: int, vocab: int,
+                   max_shards: Optional[int] = None) -> Tuple[int, ...]:
+    """The `size` ids of the target's `vocab` it emits most often in the cache's outputs (ties
+    by id), ascending: a draft's `FeatureDraftConfig.hot_ids`. `hot_coverage` says how much of
+    the target's output they cover."""
+    if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or not 1 <= size <= vocab:
+        raise ValueError(f"size={size!r} must be an int in [1, {vocab}] (the target's "
+                         "vocabulary).")
+    counts = _output_counts(cache_dir, vocab, max_shards)
+    order = np.lexsort((np.arange(vocab), -counts))  # most frequent first, then lower id
+    return tuple(int(i) for i in np.sort(order[:size]))
+
+
+def hot_coverage(cache_dir: str, hot_ids: Sequence[int], vocab: int,
+                 max_shards: Optional[int] = None) -> float:
+    """The share of the cache's output tokens that lie in `hot_ids`."""
+    counts = _output_counts(cache_dir, vocab, max_shards)
+    return float(counts[np.asarray(hot_ids, np.int64)].sum() / max(counts.sum(), 1))
+
+
+def _output_counts(cache_dir: str, vocab: int, max_shards: Optional[int]) -> np.ndarray:
+    counts = np.zeros(vocab, np.int64)
+    for shard in load_shards(cache_dir, max_shards, keys=("out", "out_len")):
+        keep = np.arange(shard["out"].shape[1])[None] < shard["out_len"][:, None]
+        counts += np.bincount(shard["out"][keep].astype(np.int64), minlength=vocab)[:vocab]
+    return counts

@@ -170,11 +170,17 @@ class Corpus:
 # ------------------------------------------------------------------------------------ objectives
 
 def losses(logits: Array, top_ids: Array, top_probs: Array, weights: Array,
-           objective: str) -> Tuple[Array, Dict[str, Array]]:
+           objective: str, hot_ids: Tuple[int, ...] = ()) -> Tuple[Array, Dict[str, Array]]:
     """Mean loss over depths and weighted positions; `logits [D, B, L, V]`, teacher `[B, L, k]`.
 
-    Position j at depth d counts only when j >= d - 1 (a round can draft it at that depth)."""
-    depth, _, length, _ = logits.shape
+    Position j at depth d counts only when j >= d - 1 (a round can draft it at that depth).
+    With a hot vocabulary (`hot_ids`: q is zero elsewhere) the teacher is its top-k restricted
+    to the hot set and renormalised there (KL to a distribution q cannot reach is infinite)."""
+    depth, _, length, vocab = logits.shape
+    if hot_ids:
+        allowed = np.zeros(vocab, bool)
+        allowed[np.asarray(hot_ids)] = True
+        top_probs = top_probs * jnp.asarray(allowed)[top_ids]
     p = top_probs / jnp.maximum(jnp.sum(top_probs, -1, keepdims=True), 1e-9)
     logq = jax.nn.log_softmax(logits, axis=-1)
     logq_top = jnp.take_along_axis(logq, jnp.broadcast_to(top_ids, logq.shape[:-1] + (
@@ -215,7 +221,7 @@ def _step_fns(module: fd.FeatureDraft, optimizer, config: FeatureTrainConfig):
         logits = module.apply({"params": params}, batch["encoded"], batch["encoder_mask"],
                               batch["tokens"], batch["features"], config.depth)
         return losses(logits, batch["top_ids"], batch["top_probs"], batch["weights"],
-                      config.objective)
+                      config.objective, module.config.hot_ids)
 
     @jax.jit
     def train_step(params, opt_state, batch):

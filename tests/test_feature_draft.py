@@ -1,5 +1,7 @@
 """The target-aware draft: its unrolled training forward is its decode mode, round by round."""
 
+import dataclasses
+import functools
 from typing import Any
 
 import jax
@@ -85,6 +87,7 @@ def test_config_refuses_bad_values():
 # ----------------------------------------------------------------------------------------------
 # Exactness inside speculative_decode, on tiny random target-aware pairs.
 
+@functools.lru_cache(maxsize=None)  # building the models takes seconds; they are immutable
 def _aware_pair(vocab=16, feature_layers=(1, 2), seed=0):
     module = t5.Transformer(tiny_config(vocab_size=vocab))
     target = decoding.EncoderDecoderModel(module, random_params(module, seed))
@@ -279,3 +282,90 @@ def test_negative_control_wrong_residual_fails(joint_aware, monkeypatch):
         monkeypatch.undo()
         jax.clear_caches()
     assert _pvalue(samples, probs) < 1e-6
+
+
+# ----------------------------------------------------------------------------------------------
+# A reduced ("hot") output vocabulary: q is zero outside it, and the decode stays exact.
+
+def _hot(draft, hot_ids):
+    config, params = fd.with_hot_vocab(draft.module.config, draft.params, hot_ids)
+    return fd.FeatureDraftModel(fd.FeatureDraft(config), params)
+
+
+def test_hot_vocab_keeps_the_hot_logits_and_gives_exactly_zero_elsewhere():
+    _, target, draft = _aware_pair()
+    hot = (1, 2, 3, 5, 8, 13)
+    small = _hot(draft, hot)
+    x = jnp.asarray([[3, 5, 2, 7, 1]], jnp.int32)
+    fed = jnp.asarray([[0, 4, 9, 2]], jnp.int32)
+
+    @jax.jit
+    def both(draft, small):  # (op by op, flax is slower than one compile)
+        tstate = target.init(target.params, x, 6, keep_encoded=True)
+        _, feats, _ = target.extend_with_features(target.params, tstate, fed,
+                                                  draft.feature_layers)
+        return tuple(m.unrolled_logits(m.params, target.context(tstate), fed, feats, 2)
+                     for m in (draft, small))
+
+    full, got = both(draft, small)
+    np.testing.assert_allclose(got[..., list(hot)], full[..., list(hot)], rtol=1e-6)
+    outside = np.setdiff1d(np.arange(16), hot)
+    assert np.all(np.asarray(got[..., outside]) == fd.HOT_MASK_LOGIT)
+    for temperature in (1.0, 0.3):
+        q = np.asarray(jax.nn.softmax(got / temperature, -1))
+        assert np.all(q[..., outside] == 0.0) and np.allclose(q.sum(-1), 1.0, atol=1e-6)
+    # The stored form: a separate output table of the hot size, the input table whole.
+    assert small.params["hot_output"]["embedding"].shape == (len(hot), 8)
+    assert small.params["token_embedder"]["embedding"].shape == (16, 8)
+    with pytest.raises(ValueError, match="already has a hot vocabulary"):
+        fd.with_hot_vocab(small.module.config, small.params, hot)
+    for bad in [(3, 2), (1, 1), (-1, 2), (2, 16)]:
+        with pytest.raises(ValueError, match="hot_ids"):
+            dataclasses.replace(draft.module.config, hot_ids=bad)
+
+
+@pytest.mark.parametrize("gamma,tree", [(3, None), pytest.param(2, (2, 2), marks=pytest.mark.slow)])
+def test_hot_vocab_greedy_identity(gamma, tree):
+    """The target's argmax is often outside the draft's hot set: those drafts are rejected and
+    the output is still the target's own."""
+    _, target, draft = _aware_pair()
+    small = _hot(draft, (1, 2, 3, 5, 8, 13))
+    inputs = np.zeros((4, 7), np.int32)
+    rng = np.random.default_rng(0)
+    for b, n in enumerate([7, 2, 5, 1]):
+        inputs[b, :n] = rng.integers(2, 16, n)
+    kw = dict(rng=jax.random.PRNGKey(0), sampling=SamplingConfig(0.0), max_decode_len=20)
+    ar = decoding.autoregressive_decode(target, inputs, **kw)
+    sp = decoding.speculative_decode(target, small, inputs, gamma=gamma, tree=tree, **kw)
+    np.testing.assert_array_equal(sp.tokens, ar.tokens)
+    np.testing.assert_array_equal(sp.lengths, ar.lengths)
+
+
+@pytest.mark.slow  # ~15 s; CI: the full-vocabulary draft's chi-square and its negative control
+def test_hot_vocab_joint_law_of_three_tokens_matches_target(joint_aware):
+    """q is zero on a third of the vocabulary: tokens there come only from the residual."""
+    module, target, draft, enc = joint_aware
+    cfg = SamplingConfig(1.0)
+    probs = _joint(module, target.params, enc, cfg)
+    samples, stats = _sample(target, _hot(draft, (1, 2, 4, 5, 7)), enc, cfg, seed=2)
+    assert 0.05 < float(stats.alpha) < 0.95
+    outside = np.isin(samples, [0, 3, 6]).mean()
+    assert outside > 0.05  # the residual does produce them
+    assert _pvalue(samples, probs) > 1e-6
+
+
+def test_hot_vocab_loss_uses_the_teacher_restricted_to_the_hot_set():
+    from speculative import feature_training  # pylint: disable=g-import-not-at-top
+
+    hot = (1, 2, 3)
+    logits = jnp.full((1, 1, 1, 6), fd.HOT_MASK_LOGIT).at[..., 1:4].set(
+        jnp.log(jnp.asarray([0.5, 0.25, 0.25])))
+    top_ids = jnp.asarray([[[1, 4, 2, 3]]], jnp.int32)  # id 4 lies outside the hot set
+    top_probs = jnp.asarray([[[0.4, 0.2, 0.2, 0.2]]], jnp.float32)
+    weights = jnp.ones((1, 1), jnp.float32)
+    total, m = feature_training.losses(logits, top_ids, top_probs, weights, "kl+tv", hot)
+    p = np.asarray([0.5, 0.25, 0.25])  # the teacher renormalised on the hot set: = q here
+    assert np.isfinite(float(total)) and float(m["kl"]) == pytest.approx(0.0, abs=1e-6)
+    assert float(m["tv"]) == pytest.approx(1.0 - np.minimum(p, p).sum(), abs=1e-6)
+    full, _ = feature_training.losses(logits, top_ids, top_probs, weights, "kl")
+    assert float(full) > 1e20  # without the restriction: q = 0 where p > 0, KL blows up

@@ -34,6 +34,7 @@ from speculative import (
     acceptance,
     bundles,
     decoding,
+    feature_data,
     feature_training,
     files,
     host,
@@ -50,10 +51,19 @@ GAMMAS = tuple(range(1, 9))
 
 
 def load_draft(spec: str):
-    """`name` (bundled) or `label=path` (a feature-draft training directory) -> (label, model)."""
+    """`name` (bundled) or `label=path` (a feature-draft training directory) -> (label, model).
+    `label=path@N` restricts that draft's output to the N ids its target emits most often in
+    its training cache (`fd.with_hot_vocab`, no retraining): the hot-vocabulary row."""
     if "=" not in spec:
         return spec, mini.load(spec)
     label, path = spec.split("=", 1)
+    hot = None
+    if "@" in path:
+        path, hot = path.rsplit("@", 1)
+        if not hot.isdigit() or int(hot) < 1:
+            raise ValueError(f"--drafts {spec!r}: after '@' give the hot vocabulary's size, an "
+                             "int >= 1 (e.g. ttt_hot=out/feature/ttt@2500).")
+        hot = int(hot)
     if not os.path.exists(os.path.join(path, "params.msgpack")):
         try:
             return label, mini.load(path)
@@ -64,8 +74,15 @@ def load_draft(spec: str):
         settings = json.load(f)
     config = fd.FeatureDraftConfig(**settings["draft"])
     params = feature_training.load_params(path, config)
+    train = dict(settings["train"])
+    if hot:
+        ids = feature_data.hot_vocabulary(settings["cache_dir"], hot, config.vocab_size)
+        config, params = fd.with_hot_vocab(config, params, ids)
+        train["hot_vocab"] = hot
+        train["hot_coverage"] = feature_data.hot_coverage(settings["cache_dir"], ids,
+                                                          config.vocab_size)
     model = fd.FeatureDraftModel(fd.FeatureDraft(config), params)
-    _TRAINING[id(model)] = settings["train"]
+    _TRAINING[id(model)] = train
     return label, model
 
 
@@ -77,9 +94,15 @@ def _description(model) -> Dict:
         cfg = model.module.config
         what = ("encoder output only" if not cfg.feature_layers else
                 f"encoder output + features of layers {list(cfg.feature_layers)}")
+        if cfg.num_layers > 1:
+            what += f"; {cfg.num_layers} layers"
         train = _TRAINING.get(id(model))
         if train:
             what += f"; trained {train['steps']} steps, {train['depth']} unrolled"
+        if cfg.hot_ids:
+            what += f"; hot vocabulary of {len(cfg.hot_ids)}"
+            if train and "hot_coverage" in train:
+                what += f" ({train['hot_coverage']:.1%} of the cache's tokens)"
         return {"kind": "target-aware", "reads": what, "training": train}
     return {"kind": "separate T5"}
 

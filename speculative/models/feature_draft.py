@@ -12,8 +12,13 @@ At each position j the draft reads the token z_j and a feature f_{j-1} of the pr
           cache, cross-attention to the TARGET's encoder output, MLP)  ->  g_j  ->  logits q_j
 
 Its cross-attention keys and values are projected once per sentence from the target's encoder
-output (`init(..., context=(encoded, mask))`). The output layer is its own (tied to its
-embedding, T5 1.0 style), over the target's whole vocabulary: q is a full distribution.
+output (`init(..., context=(encoded, mask))`). The output layer is its own: tied to its
+embedding (T5 1.0 style) over the target's whole vocabulary, or, with `hot_ids`, a separate
+table over a reduced "hot" vocabulary (EAGLE-3's draft vocabulary), whose logits are placed at
+those ids and `HOT_MASK_LOGIT` elsewhere, so q is still a full distribution over the target's
+vocabulary, exactly zero outside the hot set (`exp(HOT_MASK_LOGIT / T - max)` underflows to 0
+in float32): the verifiers handle q = 0 as for any other draft.
+`with_hot_vocab` makes one from a trained full-vocabulary draft (the hot rows of its tied table).
 
 Decode contract (`speculative.decoding`): `init(params, inputs, max_len, context)`,
 `extend(params, state, tokens [B, K], features [B, K, F] | None)` and `rewind`; with
@@ -41,6 +46,7 @@ from flax import struct
 from speculative.models import layers, t5
 
 Array = jax.Array
+HOT_MASK_LOGIT = -1e30  # logit of a token outside the hot vocabulary (finite: never "non-finite")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,6 +59,8 @@ class FeatureDraftConfig:
       feature_layers: the target decoder layers whose outputs it reads (1-based; empty = the
         encoder output only, the ablation without features).
       emb_dim, num_heads, head_dim, mlp_dim, num_layers: the draft's own decoder.
+      hot_ids: the ids its output layer covers (ascending, unique; empty = all `vocab_size`);
+        q is zero at every other id. The input embedding still covers the whole vocabulary.
     """
 
     vocab_size: int
@@ -67,9 +75,11 @@ class FeatureDraftConfig:
     relative_attention_num_buckets: int = 32
     relative_attention_max_distance: int = 128
     dtype: str = "float32"
+    hot_ids: Tuple[int, ...] = ()
 
     def __post_init__(self):
         object.__setattr__(self, "feature_layers", tuple(int(i) for i in self.feature_layers))
+        object.__setattr__(self, "hot_ids", tuple(int(i) for i in self.hot_ids))
         object.__setattr__(self, "mlp_activations", tuple(self.mlp_activations))
         for name in ("vocab_size", "target_emb_dim", "emb_dim", "num_heads", "head_dim",
                      "mlp_dim", "num_layers"):
@@ -79,6 +89,12 @@ class FeatureDraftConfig:
         if any(i < 1 for i in self.feature_layers):
             raise ValueError(f"FeatureDraftConfig.feature_layers={self.feature_layers} are "
                              "1-based target decoder layers.")
+        hot = np.asarray(self.hot_ids, np.int64)
+        if hot.size and (np.any(np.diff(hot) <= 0) or hot[0] < 0 or hot[-1] >= self.vocab_size):
+            bad = hot[(hot < 0) | (hot >= self.vocab_size)][:5].tolist() or "not ascending"
+            raise ValueError(f"FeatureDraftConfig.hot_ids must be ascending unique ids in "
+                             f"[0, {self.vocab_size}) ({len(hot)} given; {bad}); build them "
+                             "with feature_data.hot_vocabulary.")
 
     @property
     def feature_dim(self) -> int:
@@ -136,6 +152,8 @@ class FeatureDraft(nn.Module):
             cfg.num_heads, dtype=dtype)
         self.layers = [t5.DecoderLayer(lcfg) for _ in range(cfg.num_layers)]
         self.decoder_norm = layers.RMSNorm(dtype=dtype)
+        if cfg.hot_ids:
+            self.hot_output = layers.Embed(len(cfg.hot_ids), cfg.emb_dim, dtype=dtype)
 
     # -- pieces ---------------------------------------------------------------------------------
 
@@ -153,7 +171,12 @@ class FeatureDraft(nn.Module):
 
     def logits(self, hidden: Array) -> Array:
         y = self.decoder_norm(hidden)
-        return self.token_embedder.attend(y) / np.sqrt(y.shape[-1]).astype(np.float32)
+        scale = np.sqrt(y.shape[-1]).astype(np.float32)
+        if not self.config.hot_ids:
+            return self.token_embedder.attend(y) / scale
+        hot = self.hot_output.attend(y) / scale  # [..., H]
+        full = jnp.full(hot.shape[:-1] + (self.config.vocab_size,), HOT_MASK_LOGIT, hot.dtype)
+        return full.at[..., np.asarray(self.config.hot_ids)].set(hot)
 
     def project_cross_kv(self, encoded: Array):
         return tuple(layer.project_cross_kv(encoded) for layer in self.layers)
@@ -251,6 +274,18 @@ def init_params(module: FeatureDraft, rng: Array) -> Any:
     boxed = module.init(rng, jnp.zeros((1, 4, cfg.target_emb_dim)), jnp.ones((1, 4), bool),
                         jnp.ones((1, 4), jnp.int32), jnp.zeros((1, 4, cfg.feature_dim)), 1)
     return nn.meta.unbox(boxed["params"])
+
+
+def with_hot_vocab(config: FeatureDraftConfig, params: Any,
+                   hot_ids) -> Tuple[FeatureDraftConfig, Any]:
+    """A full-vocabulary draft restricted to `hot_ids`: its output table is the hot rows of
+    its tied embedding, so on the hot set its logits are unchanged and q is renormalised there
+    (zero elsewhere). No retraining; the argmax changes only where it was outside the set."""
+    if config.hot_ids:
+        raise ValueError(f"This draft already has a hot vocabulary ({len(config.hot_ids)} ids).")
+    new = dataclasses.replace(config, hot_ids=tuple(int(i) for i in hot_ids))
+    table = jnp.asarray(params["token_embedder"]["embedding"])[np.asarray(new.hot_ids)]
+    return new, {**params, "hot_output": {"embedding": table}}
 
 
 @struct.dataclass
