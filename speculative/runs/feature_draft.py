@@ -80,14 +80,22 @@ def train_feature_draft(*, model_dir: str, cache_dir: str, draft: fd_model.Featu
                         config: feature_training.FeatureTrainConfig,
                         target: str = mini.LARGE_TARGET, name: Optional[str] = None,
                         export_dir: Optional[str] = None, alpha_gamma: int = 4,
-                        alpha_sentences: int = 256,
+                        alpha_sentences: int = 256, hot_vocab: Optional[int] = None,
                         gin_config: Optional[str] = None) -> dict:
     """Trains a target-aware draft of bundled `target` on `cache_dir` (resumable), measures its
     alpha as the card does (in-loop `DecodeStats.alpha`, gamma 4, the first `alpha_sentences`
     valid sentences, T = 0 and 1), and with `export_dir` stores it in bfloat16 with its card
-    entry."""
+    entry. `hot_vocab` N restricts the trained draft's output to the N ids the target emits
+    most often in the cache (`fd.with_hot_vocab`, no retraining) before it is measured and
+    stored; its summary goes to `summary_hot<N>.json` beside the full draft's `summary.json`
+    (run again on a finished `model_dir` to add it: training resumes at its end)."""
     validation.positive_ints(alpha_sentences, "alpha_sentences",
                              "valid sentences the in-loop alpha is measured on")
+    if hot_vocab is not None:
+        validation.positive_ints(hot_vocab, "hot_vocab", "ids of the hot output vocabulary")
+        if hot_vocab > draft.vocab_size:
+            raise ValueError(f"hot_vocab={hot_vocab} exceeds the vocabulary "
+                             f"({draft.vocab_size}); give fewer ids or None.")
     os.makedirs(model_dir, exist_ok=True)
     if gin_config:
         files.write_atomic(os.path.join(model_dir, "config.gin"), gin_config)
@@ -95,15 +103,24 @@ def train_feature_draft(*, model_dir: str, cache_dir: str, draft: fd_model.Featu
     result = feature_training.train(draft_config=draft, config=config, cache_dir=cache_dir,
                                     model_dir=model_dir)
     params = feature_training.load_params(model_dir, draft)
+    hot = None
+    if hot_vocab:
+        ids = feature_data.hot_vocabulary(cache_dir, hot_vocab, draft.vocab_size)
+        draft, params = fd_model.with_hot_vocab(draft, params, ids)
+        hot = {"size": hot_vocab,
+               "coverage": feature_data.hot_coverage(cache_dir, ids, draft.vocab_size)}
     module = fd_model.FeatureDraft(draft)
     target_model = mini.load(target)
+    valid = result["valid"] or _last_valid(model_dir)  # a finished run's last evaluation
     summary = {
         "kind": mini.FEATURE_DRAFT, "name": name or os.path.basename(model_dir.rstrip("/")),
         "config": dataclasses.asdict(draft), "train_config": dataclasses.asdict(config),
         "params": training.num_params(params), "target": target, "steps": config.steps,
         "train_wall_s": round(result["seconds"], 1), "trained_on": _machine(),
-        "final_valid": result["valid"], "feature_cache": feature_data.read_manifest(cache_dir),
+        "final_valid": valid, "feature_cache": feature_data.read_manifest(cache_dir),
     }
+    if hot:
+        summary["hot_vocab"] = hot
     stored = params
     if export_dir:
         exported = jax.tree_util.tree_map(lambda x: np.asarray(x, "bfloat16"), params)
@@ -119,11 +136,21 @@ def train_feature_draft(*, model_dir: str, cache_dir: str, draft: fd_model.Featu
         rng=jax.random.PRNGKey(0), gamma=alpha_gamma, max_length=48)
     summary["total_wall_s"] = round(time.time() - start + result["seconds"], 1)
     print(json.dumps(summary["alpha"]), flush=True)
-    files.write_atomic(os.path.join(model_dir, "summary.json"),
+    files.write_atomic(os.path.join(model_dir, f"summary_hot{hot_vocab}.json" if hot
+                                    else "summary.json"),
                        json.dumps(files.json_ready(summary), indent=1, sort_keys=True))
     if export_dir:
         training.update_card(export_dir, summary["name"], summary)
     return summary
+
+
+def _last_valid(model_dir: str) -> Optional[dict]:
+    path = os.path.join(model_dir, "metrics.jsonl")
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        rows = [json.loads(line) for line in f if line.strip()]
+    return rows[-1]["valid"] if rows else None
 
 
 def valid_subset(target, draft, num: int = 64, length: int = 48) -> dict:
