@@ -73,3 +73,23 @@ def test_accelerator_extras_pin_the_jax_ci_tests():
     assert f'JAX_VERSION = "{pins["jax"]}"' in setup and pins["jaxlib"] == pins["jax"]
     for extra, spec in (("tpu", "jax[tpu]"), ("cuda", "jax[cuda12]"), ("cuda13", "jax[cuda13]")):
         assert f'"{extra}": [f"{spec}=={{JAX_VERSION}}"]' in setup, extra
+
+
+ABLATION_2L = os.path.join(REPO, "results", "large", "feature_ablation_2l", "ablation.json")
+
+
+@pytest.mark.skipif(not os.path.exists(ABLATION_2L), reason="no two-layer ablation written")
+def test_two_layer_ablation_table_is_the_results_file():
+    """results/README.md's hand-kept table of the two-layer target-aware draft: each row's c,
+    alphas, tokens per call and speedups are those of ablation.json."""
+    readme = open(RESULTS_README, encoding="utf-8").read()
+    with open(ABLATION_2L) as f:
+        rows = json.load(f)["rows"]
+    assert [r["draft"] for r in rows] == ["large_draft_kdtv", "ttt2l", "ttt2l_hot2500"]
+    for row in rows:
+        t0, t1 = row["t0"], row["t1"]
+        cells = (f"| {row['c']:.3f} | {t0['alpha_forced']['alpha']:.3f} / {t0['alpha']:.3f} | "
+                 f"{t1['alpha_forced']['alpha']:.3f} / {t1['alpha']:.3f} | "
+                 f"{t0['tokens_per_target_call']:.2f} / {t1['tokens_per_target_call']:.2f} | "
+                 f"{t0['speedup']:.2f}x / {t1['speedup']:.2f}x |")
+        assert cells in readme, f"results/README.md's two-layer table lacks {cells}"
