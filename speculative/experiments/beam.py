@@ -74,9 +74,9 @@ def run(output_dir: str, target_name: str = mini.LARGE_TARGET, draft_name: str =
         one = np.repeat(inputs[0], w, axis=0)
         paths = np.repeat(inputs[0], w + u, axis=0)
         step = costs_lib.measure_costs(target, draft, one, [g], max_decode_len=MAX_LEN,
-                                       num_steps=8, repeats=5, seed=0)["target_step_s"]
+                                       num_steps=8, repeats=5, seed=0).target_step_s
         verify = costs_lib.measure_costs(target, draft, paths, [g], max_decode_len=MAX_LEN,
-                                         num_steps=8, repeats=5, seed=0)["target_verify_s"][g]
+                                         num_steps=8, repeats=5, seed=0).target_verify_s[g]
         row["round_verify_cost"] = verify / step
         best = {}
         for name, results in outputs.items():
