@@ -71,6 +71,20 @@ def _forced_logits(model, inputs, generated):
     return jnp.asarray(logits, jnp.float32)
 
 
+def _forced_target(target, draft, inputs, generated):
+    """The target teacher-forced along `generated` for a target-aware `draft`: its state
+    (encoder output kept), the fed tokens [pending] + generated[:-1], its logits, and the
+    features of the draft's layers after each fed token (None for a draft that reads none)."""
+    tstate = target.init(target.params, inputs, generated.shape[1] + 1, keep_encoded=True)
+    fed = jnp.concatenate([tstate.pending[:, None], generated[:, :-1]], axis=1)
+    layers = tuple(draft.feature_layers)
+    if layers:
+        p_logits, feats, _ = target.extend_with_features(target.params, tstate, fed, layers)
+    else:
+        (p_logits, _), feats = target.extend(target.params, tstate, fed), None
+    return tstate, fed, jnp.asarray(p_logits, jnp.float32), feats
+
+
 def _forced_pair_logits(target, draft, inputs, generated):
     """Target and draft logits teacher-forced along `generated`. A target-aware draft reads
     the target's encoder output and, at every position, the target's features of the position
@@ -79,18 +93,12 @@ def _forced_pair_logits(target, draft, inputs, generated):
     `DecodeStats.alpha` is the one along its chains)."""
     if not decoding.reads_target(draft):
         return _forced_logits(target, inputs, generated), _forced_logits(draft, inputs, generated)
-    cache_len = generated.shape[1] + 1
-    tstate = target.init(target.params, inputs, cache_len, keep_encoded=True)
-    fed = jnp.concatenate([tstate.pending[:, None], generated[:, :-1]], axis=1)
-    layers = tuple(draft.feature_layers)
-    if layers:
-        p_logits, feats, _ = target.extend_with_features(target.params, tstate, fed, layers)
+    tstate, fed, p_logits, feats = _forced_target(target, draft, inputs, generated)
+    if feats is not None:
         feats = jnp.pad(feats[:, :-1], ((0, 0), (1, 0), (0, 0)))  # the previous position's
-    else:
-        (p_logits, _), feats = target.extend(target.params, tstate, fed), None
-    dstate = draft.init(draft.params, inputs, cache_len, context=target.context(tstate))
+    dstate = draft.init(draft.params, inputs, fed.shape[1] + 1, context=target.context(tstate))
     q_logits, _ = draft.extend(draft.params, dstate, fed, feats)
-    return jnp.asarray(p_logits, jnp.float32), jnp.asarray(q_logits, jnp.float32)
+    return p_logits, jnp.asarray(q_logits, jnp.float32)
 
 
 @functools.partial(jax.jit, static_argnames=("depth",))
@@ -103,15 +111,9 @@ def _forced_depth_logits(target, draft, inputs, generated, depth: int):
     if depth == 1 or not hasattr(draft, "unrolled_logits"):
         p_logits, q_logits = _forced_pair_logits(target, draft, inputs, generated)
         return p_logits, jnp.broadcast_to(q_logits[None], (depth,) + q_logits.shape)
-    tstate = target.init(target.params, inputs, generated.shape[1] + 1, keep_encoded=True)
-    fed = jnp.concatenate([tstate.pending[:, None], generated[:, :-1]], axis=1)
-    layers = tuple(draft.feature_layers)
-    if layers:
-        p_logits, feats, _ = target.extend_with_features(target.params, tstate, fed, layers)
-    else:
-        (p_logits, _), feats = target.extend(target.params, tstate, fed), None
+    tstate, fed, p_logits, feats = _forced_target(target, draft, inputs, generated)
     q_logits = draft.unrolled_logits(draft.params, target.context(tstate), fed, feats, depth)
-    return jnp.asarray(p_logits, jnp.float32), jnp.asarray(q_logits, jnp.float32)
+    return p_logits, jnp.asarray(q_logits, jnp.float32)
 
 
 @functools.partial(jax.jit, static_argnames=("sampling", "lenience"))

@@ -227,23 +227,17 @@ def load_shards(cache_dir: str, max_shards: Optional[int] = None,
 
 
 def hot_vocabulary(cache_dir: str, size: int, vocab: int,
-                   max_shards: Optional[int] = None) -> Tuple[int, ...]:
+                   max_shards: Optional[int] = None) -> Tuple[Tuple[int, ...], float]:
     """The `size` ids of the target's `vocab` it emits most often in the cache's outputs (ties
-    by id), ascending: a draft's `FeatureDraftConfig.hot_ids`. `hot_coverage` says how much of
-    the target's output they cover."""
+    by id), ascending: a draft's `FeatureDraftConfig.hot_ids`; and the share of those outputs'
+    tokens they cover."""
     if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or not 1 <= size <= vocab:
         raise ValueError(f"size={size!r} must be an int in [1, {vocab}] (the target's "
                          "vocabulary).")
     counts = _output_counts(cache_dir, vocab, max_shards)
     order = np.lexsort((np.arange(vocab), -counts))  # most frequent first, then lower id
-    return tuple(int(i) for i in np.sort(order[:size]))
-
-
-def hot_coverage(cache_dir: str, hot_ids: Sequence[int], vocab: int,
-                 max_shards: Optional[int] = None) -> float:
-    """The share of the cache's output tokens that lie in `hot_ids`."""
-    counts = _output_counts(cache_dir, vocab, max_shards)
-    return float(counts[np.asarray(hot_ids, np.int64)].sum() / max(counts.sum(), 1))
+    ids = np.sort(order[:size])
+    return tuple(int(i) for i in ids), float(counts[ids].sum() / max(counts.sum(), 1))
 
 
 def _output_counts(cache_dir: str, vocab: int, max_shards: Optional[int]) -> np.ndarray:

@@ -260,14 +260,10 @@ def train(*, draft_config: fd.FeatureDraftConfig, config: FeatureTrainConfig, ca
         with open(settings_path) as f:
             old = json.load(f)
         # A field added since that run, at its default, is the same setting.
-        defaults = json.loads(json.dumps(dataclasses.asdict(FeatureTrainConfig())))
-        old["train"] = {**{k: v for k, v in defaults.items() if k not in old.get("train", {})},
-                        **old.get("train", {})}
-        draft_defaults = json.loads(json.dumps({
-            f.name: f.default for f in dataclasses.fields(fd.FeatureDraftConfig)
-            if f.default is not dataclasses.MISSING}))
-        old["draft"] = {**{k: v for k, v in draft_defaults.items()
-                           if k not in old.get("draft", {})}, **old.get("draft", {})}
+        for key, cls in (("train", FeatureTrainConfig), ("draft", fd.FeatureDraftConfig)):
+            defaults = json.loads(json.dumps({f.name: f.default for f in dataclasses.fields(cls)
+                                              if f.default is not dataclasses.MISSING}))
+            old[key] = {**defaults, **old.get(key, {})}
         if old != settings:
             diff = {k: (old.get(k), v) for k, v in settings.items() if old.get(k) != v}
             raise ValueError(f"{model_dir} holds a run with other settings; pass another "

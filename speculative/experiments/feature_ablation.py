@@ -76,11 +76,10 @@ def load_draft(spec: str):
     params = feature_training.load_params(path, config)
     train = dict(settings["train"])
     if hot:
-        ids = feature_data.hot_vocabulary(settings["cache_dir"], hot, config.vocab_size)
+        ids, coverage = feature_data.hot_vocabulary(settings["cache_dir"], hot,
+                                                    config.vocab_size)
         config, params = fd.with_hot_vocab(config, params, ids)
-        train["hot_vocab"] = hot
-        train["hot_coverage"] = feature_data.hot_coverage(settings["cache_dir"], ids,
-                                                          config.vocab_size)
+        train["hot_vocab"], train["hot_coverage"] = hot, coverage
     model = fd.FeatureDraftModel(fd.FeatureDraft(config), params)
     _TRAINING[id(model)] = train
     return label, model

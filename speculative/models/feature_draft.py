@@ -283,7 +283,7 @@ def with_hot_vocab(config: FeatureDraftConfig, params: Any,
     (zero elsewhere). No retraining; the argmax changes only where it was outside the set."""
     if config.hot_ids:
         raise ValueError(f"This draft already has a hot vocabulary ({len(config.hot_ids)} ids).")
-    new = dataclasses.replace(config, hot_ids=tuple(int(i) for i in hot_ids))
+    new = dataclasses.replace(config, hot_ids=hot_ids)  # __post_init__ checks them
     table = jnp.asarray(params["token_embedder"]["embedding"])[np.asarray(new.hot_ids)]
     return new, {**params, "hot_output": {"embedding": table}}
 

@@ -89,10 +89,10 @@ def train_feature_draft(*, model_dir: str, cache_dir: str, draft: fd_model.Featu
     most often in the cache (`fd.with_hot_vocab`, no retraining) before it is measured and
     stored; its summary goes to `summary_hot<N>.json` beside the full draft's `summary.json`
     (run again on a finished `model_dir` to add it: training resumes at its end)."""
-    validation.positive_ints(alpha_sentences, "alpha_sentences",
-                             "valid sentences the in-loop alpha is measured on")
+    validation.positive_int(alpha_sentences, "alpha_sentences",
+                            "valid sentences the in-loop alpha is measured on")
     if hot_vocab is not None:
-        validation.positive_ints(hot_vocab, "hot_vocab", "ids of the hot output vocabulary")
+        validation.positive_int(hot_vocab, "hot_vocab", "ids of the hot output vocabulary")
         if hot_vocab > draft.vocab_size:
             raise ValueError(f"hot_vocab={hot_vocab} exceeds the vocabulary "
                              f"({draft.vocab_size}); give fewer ids or None.")
@@ -105,10 +105,9 @@ def train_feature_draft(*, model_dir: str, cache_dir: str, draft: fd_model.Featu
     params = feature_training.load_params(model_dir, draft)
     hot = None
     if hot_vocab:
-        ids = feature_data.hot_vocabulary(cache_dir, hot_vocab, draft.vocab_size)
+        ids, coverage = feature_data.hot_vocabulary(cache_dir, hot_vocab, draft.vocab_size)
         draft, params = fd_model.with_hot_vocab(draft, params, ids)
-        hot = {"size": hot_vocab,
-               "coverage": feature_data.hot_coverage(cache_dir, ids, draft.vocab_size)}
+        hot = {"size": hot_vocab, "coverage": coverage}
     module = fd_model.FeatureDraft(draft)
     target_model = mini.load(target)
     valid = result["valid"] or _last_valid(model_dir)  # a finished run's last evaluation
