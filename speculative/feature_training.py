@@ -50,6 +50,9 @@ class FeatureTrainConfig:
       learning_rate, warmup_steps: the peak rate and its linear warmup; cosine decay to 10%.
       checkpoint_every: steps between saved training states.
       max_shards: use the first shards of the cache only (None = all).
+      extra_caches: more feature caches of the same target and layers (e.g. its sampled
+        translations of the same sources, `feature_cache.temperature=1.0`) whose sentences
+        join the training rows; the held-out rows stay the main cache's last ones.
       seed: parameter initialisation and batch order.
       init_from: a finished run's directory whose parameters start this one (a second stage,
         with its own schedule and batch order), instead of a random initialisation.
@@ -65,11 +68,16 @@ class FeatureTrainConfig:
     warmup_steps: int = 100
     checkpoint_every: int = 250
     max_shards: Optional[int] = None
+    extra_caches: Tuple[str, ...] = ()
     seed: int = 0
     init_from: Optional[str] = None
 
     def __post_init__(self):
         object.__setattr__(self, "buckets", tuple(int(b) for b in self.buckets))
+        if isinstance(self.extra_caches, str):
+            raise ValueError(f"FeatureTrainConfig.extra_caches={self.extra_caches!r} is a "
+                             "sequence of cache directories: write (\"dir\",).")
+        object.__setattr__(self, "extra_caches", tuple(str(d) for d in self.extra_caches))
         for name in ("steps", "batch_tokens", "depth", "checkpoint_every"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
@@ -95,6 +103,7 @@ class Corpus:
     feat: np.ndarray  # [sum out_len, F] uint16
     top_ids: np.ndarray  # [sum out_len, k] int16
     top_probs: np.ndarray  # [sum out_len, k] float16
+    num_extra: int = 0  # leading sentences from extra caches (never held out)
     enc_start: np.ndarray = None
     out_start: np.ndarray = None
 
@@ -107,16 +116,28 @@ class Corpus:
 
     @classmethod
     def load(cls, cache_dir: str, max_shards: Optional[int] = None,
-             skip_shards: int = 0) -> "Corpus":
-        shards = feature_data.load_shards(cache_dir, max_shards)[skip_shards:]
-        if not shards:
-            raise ValueError(f"No shards of {cache_dir} left after skipping {skip_shards}.")
+             extra_caches: Sequence[str] = ()) -> "Corpus":
+        """The shards of `extra_caches` (all of each), then the first `max_shards` of
+        `cache_dir`: its sentences come last, so the held-out tail is always its own."""
+        shards = [s for d in extra_caches for s in feature_data.load_shards(d)]
+        num_extra = sum(len(s["out_len"]) for s in shards)
+        shards += feature_data.load_shards(cache_dir, max_shards)
         cat = {k: np.concatenate([s[k] for s in shards]) for k in
-               ("src", "out", "out_len", "enc", "feat", "top_ids", "top_probs")}
+               ("out_len", "enc", "feat", "top_ids", "top_probs")}
+        for k in ("src", "out"):  # caches built with other length limits: pad to the widest
+            width = max(s[k].shape[1] for s in shards)
+            cat[k] = np.concatenate([np.pad(s[k], ((0, 0), (0, width - s[k].shape[1])))
+                                     for s in shards])
         src_len = np.sum(cat["src"] > 0, axis=1)
         return cls(src=cat["src"], out=cat["out"], src_len=src_len, out_len=cat["out_len"],
                    enc=cat["enc"], feat=cat["feat"], top_ids=cat["top_ids"],
-                   top_probs=cat["top_probs"])
+                   top_probs=cat["top_probs"], num_extra=num_extra)
+
+    def split(self, valid_fraction: float) -> Tuple[np.ndarray, np.ndarray]:
+        """(training rows, held-out rows): the held-out rows are the last `valid_fraction`
+        (at least one) of the main cache's sentences, whatever extra caches add."""
+        num_valid = max(1, int((len(self) - self.num_extra) * valid_fraction))
+        return np.arange(len(self) - num_valid), np.arange(len(self) - num_valid, len(self))
 
     def batch(self, rows: Sequence[int], length: int, num_rows: int) -> Dict[str, np.ndarray]:
         """Padded arrays of `rows` (filler rows all padding, zero weight)."""
@@ -245,6 +266,15 @@ def train(*, draft_config: fd.FeatureDraftConfig, config: FeatureTrainConfig, ca
     (the last ones) is scored every checkpoint. `stop_at` ends this call after that step (a
     piece of the run; call again to go on). Returns the final metrics."""
     manifest = feature_data.read_manifest(cache_dir)
+    for extra in config.extra_caches:
+        other = feature_data.read_manifest(extra)
+        diff = {k: (manifest.get(k), other.get(k)) for k in
+                ("format", "target", "feature_layers", "emb_dim", "top_k")
+                if manifest.get(k) != other.get(k)}
+        if diff:
+            raise ValueError(f"extra_caches: {extra} was written with other settings than "
+                             f"{cache_dir} (main, extra: {diff}); build it with the same "
+                             "target, feature layers and top_k.")
     if not set(draft_config.feature_layers) <= set(manifest["feature_layers"]):
         raise ValueError(f"The draft reads target layers {draft_config.feature_layers}; the "
                          f"cache in {cache_dir} holds {manifest['feature_layers']}.")
@@ -271,7 +301,7 @@ def train(*, draft_config: fd.FeatureDraftConfig, config: FeatureTrainConfig, ca
     else:
         files.write_atomic(settings_path, json.dumps(settings, indent=1).encode())
 
-    corpus = Corpus.load(cache_dir, config.max_shards)
+    corpus = Corpus.load(cache_dir, config.max_shards, config.extra_caches)
     selected = _select_layers(manifest, draft_config.feature_layers)
     if selected is not None:  # no layers (the encoder-output-only draft): no feature columns
         corpus.feat = (np.concatenate([corpus.feat[:, s] for s in selected], axis=1)
@@ -280,10 +310,9 @@ def train(*, draft_config: fd.FeatureDraftConfig, config: FeatureTrainConfig, ca
     if longest > config.buckets[-1]:
         raise ValueError(f"The cache holds sentences of {longest} tokens, more than the largest "
                          f"bucket {config.buckets[-1]}; add a bucket of at least {longest}.")
-    num_valid = max(1, int(len(corpus) * valid_fraction))
-    train_rows = np.arange(len(corpus) - num_valid)
-    valid_rows = np.arange(len(corpus) - num_valid, len(corpus))
-    logging.info("feature training: %d train / %d valid sentences", len(train_rows), num_valid)
+    train_rows, valid_rows = corpus.split(valid_fraction)
+    logging.info("feature training: %d train / %d valid sentences", len(train_rows),
+                 len(valid_rows))
 
     module = fd.FeatureDraft(draft_config)
     optimizer = _optimizer(config)

@@ -43,8 +43,8 @@ def _sources(n=12, width=6, seed=0):
 
 
 def _build(path, module, params, **kw):
-    kw = dict(target_name="tiny", feature_layers=(1, 2), top_k=4, max_len=30, shard_size=5,
-              **kw)
+    kw = {**dict(target_name="tiny", feature_layers=(1, 2), top_k=4, max_len=30,
+                 shard_size=5), **kw}
     return feature_data.build(str(path), module, params, _sources(), **kw)
 
 
@@ -132,3 +132,47 @@ def test_config_refuses_bad_values():
         feature_training.FeatureTrainConfig(depth=0)
     with pytest.raises(ValueError, match="objective"):
         feature_training.FeatureTrainConfig(objective="ce")
+
+
+@pytest.mark.slow  # ~20 s with its fixture
+def test_extra_caches_join_the_training_rows_only(tmp_path, tiny_target):
+    module, params = tiny_target
+    _build(tmp_path / "greedy", module, params)
+    _build(tmp_path / "sampled", module, params, temperature=1.0)
+    main = feature_training.Corpus.load(str(tmp_path / "greedy"))
+    sampled = feature_training.Corpus.load(str(tmp_path / "sampled"))
+    both = feature_training.Corpus.load(str(tmp_path / "greedy"),
+                                        extra_caches=[str(tmp_path / "sampled")])
+    assert both.num_extra == len(sampled) and len(both) == len(sampled) + len(main)
+    n = len(sampled)  # the main cache's sentences come last, arrays and offsets intact
+    for i in (0, len(main) - 1):
+        a, b = main.batch([i], 32, 1), both.batch([n + i], 32, 1)
+        for k in a:
+            np.testing.assert_array_equal(a[k], b[k])
+    np.testing.assert_array_equal(both.batch([0], 32, 1)["tokens"],
+                                  sampled.batch([0], 32, 1)["tokens"])
+    # The held-out rows are the main cache's last 20% whatever the extra cache adds.
+    train_rows, valid_rows = both.split(0.2)
+    np.testing.assert_array_equal(valid_rows - n, main.split(0.2)[1])
+    np.testing.assert_array_equal(train_rows, np.arange(n + main.split(0.2)[0].size))
+    draft = fd.FeatureDraftConfig(vocab_size=16, target_emb_dim=16, feature_layers=(2,),
+                                  emb_dim=8, num_heads=2, head_dim=4, mlp_dim=16,
+                                  relative_attention_num_buckets=8,
+                                  relative_attention_max_distance=16)
+    kw = dict(steps=2, batch_tokens=48, buckets=(32,), depth=1, checkpoint_every=2)
+    config = feature_training.FeatureTrainConfig(
+        extra_caches=(str(tmp_path / "sampled"),), **kw)
+    run = dict(draft_config=draft, cache_dir=str(tmp_path / "greedy"), valid_fraction=0.2)
+    with_extra = feature_training.train(config=config, model_dir=str(tmp_path / "a"), **run)
+    alone = feature_training.train(config=feature_training.FeatureTrainConfig(**kw),
+                                   model_dir=str(tmp_path / "b"), **run)
+    assert with_extra["done"] and alone["done"]
+    settings = json.load(open(tmp_path / "a" / "train_config.json"))
+    assert settings["train"]["extra_caches"] == [str(tmp_path / "sampled")]
+    _build(tmp_path / "other", module, params, feature_layers=(1,))
+    with pytest.raises(ValueError, match="extra_caches.*other settings"):
+        feature_training.train(config=feature_training.FeatureTrainConfig(
+            extra_caches=(str(tmp_path / "other"),), **kw), model_dir=str(tmp_path / "c"),
+            **run)
+    with pytest.raises(ValueError, match="sequence of cache directories"):
+        feature_training.FeatureTrainConfig(extra_caches="dir")
