@@ -21,18 +21,25 @@ same search with fewer target calls. A round:
      round makes between 1 and g + 1 steps.
 
 A step replayed from the round's forward is the step the target alone would take: the scores
-are the same numbers. Both searches compute log-probabilities with a fixed-shape
-teacher-forcing forward (`rows` sequences of `max_decode_len` tokens, causal), whose value at a
-position does not depend on the tokens after it or on the other rows: with the same `rows`
-(`beam_search(..., rows=batch * (beam_size + draft_beam))`) the scores match bit for bit; with
-the plain search's own smaller forward, matrix products of another shape change the scores'
-last float32 bits (relative 1e-6), and the sequences are the same unless two beams tie to
-that precision. `target_calls` counts the target forwards: the steps of
-the plain search, the rounds of the speculative one.
+are the same numbers (to float32 round-off: the cached forward scores a path's g + 1 tokens in
+one call instead of one by one).
 
-Beam search is host-driven here (a Python loop over steps or rounds around jitted forwards); it
-recomputes each sequence's prefix in every forward, which is simple and exact but does not make
-it fast in walltime: the measure of the method is target calls saved.
+Two implementations of each search:
+
+* `beam_search` and `speculative_beam_search` run in one jitted `lax.while_loop`, with the
+  target's (and the draft's) KV cache reordered by beam after every step or round (a gather
+  over the row axis, T5X's `cache_gather_beams`); the encoder and its cross-attention keys
+  and values are computed once per input (each beam's row holds a copy, which the reorder
+  leaves in place). These are what users run.
+* `host_beam_search` and `host_speculative_beam_search` are Python loops around a fixed-shape
+  teacher-forcing forward that recomputes every prefix: slow, simple, and the references the
+  jitted searches are tested against. With the same `rows` (`beam_search(...,
+  rows=batch * (beam_size + draft_beam))`) the two host searches' scores match bit for bit.
+
+`target_calls` counts target forwards: the steps of the plain search, the rounds of the
+speculative one. Whether a round saves walltime depends on what its forward costs against a
+step (`costs.choose_beam_proposal` measures it; `infer.py` runs the plain search where the
+measured speedup is below 1.1x).
 """
 
 from __future__ import annotations
