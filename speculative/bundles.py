@@ -278,7 +278,8 @@ class Bundle:
 
     def best_draft(self, target: Optional[str] = None) -> str:
         """The draft the card names as best for `target` (`best_draft`: {target: name}, or a
-        name meaning the default target's), else its T5 draft with the highest alpha at T=0."""
+        name meaning the default target's; the main job's default, which may be a
+        target-aware draft), else `best_t5_draft`."""
         target = target or self.default_target
         self._check_target(target)
         best = self.model_card().get("best_draft")
@@ -286,6 +287,20 @@ class Bundle:
             return best[target]
         if isinstance(best, str) and target == self.default_target:
             return best
+        return self.best_t5_draft(target)
+
+    def best_t5_draft(self, target: Optional[str] = None) -> str:
+        """The best separate T5 draft of `target`: `best_draft` where that is one, else the T5
+        draft with the highest card alpha at T=0. For what needs a draft of its own model
+        (transformers' assisted generation, beam search, the limits' depth sweep, which
+        changes the target under the draft)."""
+        target = target or self.default_target
+        self._check_target(target)
+        best = self.model_card().get("best_draft")
+        named = best.get(target) if isinstance(best, dict) else (
+            best if target == self.default_target else None)
+        if named and self.is_t5(named):
+            return named
 
         def alpha_t0(name):
             alphas = self.entry(name).get("alpha") or [{"alpha": -1.0}]

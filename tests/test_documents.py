@@ -75,21 +75,25 @@ def test_accelerator_extras_pin_the_jax_ci_tests():
         assert f'"{extra}": [f"{spec}=={{JAX_VERSION}}"]' in setup, extra
 
 
-ABLATION_2L = os.path.join(REPO, "results", "large", "feature_ablation_2l", "ablation.json")
+ABLATIONS = {  # results/README.md's hand-kept tables of the target-aware drafts
+    "feature_ablation_2l": ["large_draft_kdtv", "ttt2l", "ttt2l_hot2500"],
+    "feature_ablation_1l": ["large_draft_kdtv", "ttt1s", "ttt1s_hot2500"],
+}
 
 
-@pytest.mark.skipif(not os.path.exists(ABLATION_2L), reason="no two-layer ablation written")
-def test_two_layer_ablation_table_is_the_results_file():
-    """results/README.md's hand-kept table of the two-layer target-aware draft: each row's c,
-    alphas, tokens per call and speedups are those of ablation.json."""
+@pytest.mark.parametrize("name", sorted(ABLATIONS))
+def test_target_aware_ablation_tables_are_the_results_files(name):
+    """Each row's c, alphas, tokens per call and speedups in results/README.md are those of
+    the ablation's ablation.json."""
     readme = open(RESULTS_README, encoding="utf-8").read()
-    with open(ABLATION_2L) as f:
+    with open(os.path.join(REPO, "results", "large", name, "ablation.json")) as f:
         rows = json.load(f)["rows"]
-    assert [r["draft"] for r in rows] == ["large_draft_kdtv", "ttt2l", "ttt2l_hot2500"]
+    assert [r["draft"] for r in rows] == ABLATIONS[name]
     for row in rows:
         t0, t1 = row["t0"], row["t1"]
         cells = (f"| {row['c']:.3f} | {t0['alpha_forced']['alpha']:.3f} / {t0['alpha']:.3f} | "
-                 f"{t1['alpha_forced']['alpha']:.3f} / {t1['alpha']:.3f} | "
-                 f"{t0['tokens_per_target_call']:.2f} / {t1['tokens_per_target_call']:.2f} | "
-                 f"{t0['speedup']:.2f}x / {t1['speedup']:.2f}x |")
-        assert cells in readme, f"results/README.md's two-layer table lacks {cells}"
+                 f"{t1['alpha_forced']['alpha']:.3f} / {t1['alpha']:.3f} | ")
+        tail = (f"{t0['tokens_per_target_call']:.2f} / {t1['tokens_per_target_call']:.2f} | "
+                f"{t0['speedup']:.2f}x / {t1['speedup']:.2f}x |")
+        assert cells in readme and tail in readme.split(cells, 1)[1].splitlines()[0], \
+            f"results/README.md's {name} table lacks {cells}...{tail}"

@@ -245,7 +245,7 @@ def test_depth_sweep_of_a_one_layer_copy(tmp_path):
     assert row["bytes"]["total"] == 121_478_144 - 5 * 4 * 4_720_128
     assert row["target_step_s"] > 0 and row["c"] > 0 and set(row["verify_cost"]) == {1, 3}
     for t, entry in row["thm38"].items():
-        assert entry["alpha"] == limits.prior_alpha(mini.best_draft("large_target"), t)
+        assert entry["alpha"] == limits.prior_alpha(mini.best_t5_draft("large_target"), t)
         best = max(theory.speedup(entry["alpha"], g, row["c"], row["verify_cost"][g])
                    for g in (1, 3))
         assert entry["speedup"] == pytest.approx(best)
@@ -317,7 +317,7 @@ def test_gpu_script_dry_run(tmp_path):
     data = json.loads((tmp_path / "limits" / "limits.json").read_text())
     assert data["schema"] == limits.SCHEMA and data["bandwidth"]["gb_per_s"] > 0
     [row] = data["rows"]
-    assert row["target"] == "mini_target" and row["draft"] == mini.best_draft("mini_target")
+    assert row["target"] == "mini_target" and row["draft"] == mini.best_t5_draft("mini_target")
     assert row["speedup"] > 0 and row["step_over_bound"] > 0
     [bound] = data["benchmark_bounds"]
     assert bound["benchmark_json"].endswith("t5_1_1_tiny_synthetic/benchmark.json")

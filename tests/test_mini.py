@@ -46,6 +46,28 @@ def test_greedy_identity_whole_test_split(target_name):
     _check(None, target_name)
 
 
+FEATURE_DRAFTS = sorted(n for n, e in (mini.model_card()["models"].items()
+                                        if mini.available() else ())
+                        if e.get("kind") == mini.FEATURE_DRAFT)
+
+
+@pytest.mark.parametrize("draft_name", FEATURE_DRAFTS)  # every bundled target-aware draft
+def test_greedy_identity_target_aware_draft_first_test_sentences(draft_name):
+    target = mini.target_of(draft_name)
+    check_greedy_identity(mini.load(target), mini.load(draft_name),
+                          mini.source_batches(64, 64, bundles.INPUT_LENGTH),
+                          bundles.MAX_DECODE_LEN, gamma=5, what=draft_name)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("draft_name", FEATURE_DRAFTS)
+def test_greedy_identity_target_aware_draft_whole_test_split(draft_name):
+    target = mini.target_of(draft_name)
+    check_greedy_identity(mini.load(target), mini.load(draft_name),
+                          mini.source_batches(None, 64, bundles.INPUT_LENGTH),
+                          bundles.MAX_DECODE_LEN, gamma=5, what=draft_name)
+
+
 TREE = (3, 2, 1)  # branching at the first two depths, a chain below
 
 

@@ -41,7 +41,7 @@ def run(output_dir: str, target_name: str = mini.LARGE_TARGET, draft_name: str =
     for w in beam_sizes:
         validation.positive_int(w, "beam_sizes", "beams kept per input")
     files.check_report(output_dir, "beam", overwrite)
-    draft_name = draft_name or mini.best_draft(target_name)
+    draft_name = draft_name or mini.best_t5_draft(target_name)
     target, draft = mini.load(target_name), mini.load(draft_name)
     vocab = mini.Vocabulary()
     pairs = mini.test_pairs(num_sentences)

@@ -3,7 +3,7 @@
 Speculation pays when a target step is memory-bound: the step streams every decoder weight
 from memory whatever the number of tokens it scores, so verifying gamma + 1 tokens costs
 little more than one step. Two measurements show where that ends, for each bundled pair (the
-target and its `mini.best_draft`: `large_target`, memory-bound on a CPU, and `mini_target`,
+target and its `mini.best_t5_draft`: `large_target`, memory-bound on a CPU, and `mini_target`,
 compute-bound; test-split sentences):
 
 * Batch scaling (`batch_scaling`). The same `num_sentences` sentences are decoded at batch 1,
@@ -242,7 +242,7 @@ def _check_depth_settings(depths, target, gammas, num_steps, repeats):
     validation.fits_memory(nbytes, f"depths={max(depths)}: a copy of {target} with "
                            f"{max(depths)} decoder layers (float32, built once)",
                            "give fewer decoder layers in --depths")
-    alphas = {t: prior_alpha(mini.best_draft(target), t) for t in (0.0, 1.0)}
+    alphas = {t: prior_alpha(mini.best_t5_draft(target), t) for t in (0.0, 1.0)}
     return depths, gammas, alphas
 
 
@@ -265,7 +265,7 @@ def depth_sweep(depths: Sequence[int], *, target: str = "large_target",
     depths, gammas, alphas = _check_depth_settings(list(depths), target, list(gammas),
                                                    num_steps, repeats)
     base = mini.config(target)  # the shape only: the copies get random weights
-    draft = mini.load(mini.best_draft(target))
+    draft = mini.load(mini.best_t5_draft(target))
     cache = host.cpu_facts()["cache_bytes"]
     inputs = mini.source_batches(1, 1, bundles.INPUT_LENGTH)[0]
     rows = []
@@ -371,7 +371,7 @@ def check_settings(*, targets: Sequence[str], batch_sizes, temperatures, gammas,
     if len(gammas) > 1:  # gamma by Theorem 3.8 needs the card's alpha
         for target in targets:
             for s in samplings:
-                prior_alpha(mini.best_draft(target), s.temperature)
+                prior_alpha(mini.best_t5_draft(target), s.temperature)
     return {"batch_sizes": batch_sizes, "gammas": gammas, "samplings": samplings}
 
 
@@ -406,7 +406,7 @@ def run(output_dir: str = DEFAULT_DIR, *, targets: Optional[Sequence[str]] = Non
     sources = mini.source_batches(num_sentences, num_sentences, input_length)[0]
     rows, crossovers = [], []
     for name in targets:
-        target, draft_name = mini.load(name), mini.best_draft(name)
+        target, draft_name = mini.load(name), mini.best_t5_draft(name)
         draft = mini.load(draft_name)
         alphas = {s.temperature: prior_alpha(draft_name, s.temperature)
                   for s in checked["samplings"]} if len(checked["gammas"]) > 1 else {}

@@ -159,7 +159,7 @@ def _load(spec: Spec) -> Tuple[str, decoding.DecodeModel]:
 def default_pairs() -> List[Tuple[str, str]]:
     """Each bundled target with its best draft: the compute-bound mini pair, then the
     memory-bound large pair."""
-    return [(t, mini.best_draft(t)) for t in (mini.MINI_TARGET, mini.LARGE_TARGET)
+    return [(t, mini.best_t5_draft(t)) for t in (mini.MINI_TARGET, mini.LARGE_TARGET)
             if t in mini.targets()]
 
 

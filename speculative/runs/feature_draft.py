@@ -118,6 +118,9 @@ def train_feature_draft(*, model_dir: str, cache_dir: str, draft: fd_model.Featu
         "train_wall_s": round(result["seconds"], 1), "trained_on": _machine(),
         "final_valid": valid, "feature_cache": feature_data.read_manifest(cache_dir),
     }
+    if config.extra_caches:
+        summary["extra_feature_caches"] = [feature_data.read_manifest(d)
+                                           for d in config.extra_caches]
     if hot:
         summary["hot_vocab"] = hot
     stored = params

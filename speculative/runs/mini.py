@@ -25,3 +25,4 @@ target_of = bundles.ENDE.target_of
 drafts = bundles.ENDE.drafts
 t5_drafts = bundles.ENDE.t5_drafts
 best_draft = bundles.ENDE.best_draft
+best_t5_draft = bundles.ENDE.best_t5_draft
