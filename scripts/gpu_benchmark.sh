@@ -17,13 +17,15 @@
 #   trees                    scripts/tree_benchmark.py on each bundled pair: per-rank acceptance,
 #                            verify cost at every width up to 32 drafted nodes, the best chain
 #                            and the best tree (theory.best_tree), timed at T = 0 and T = 1
-#   feature                  the target-aware draft's recipe (configs/runs/feature_draft.gin,
-#                            the model card's CPU recipe, unchanged): the feature cache of
-#                            large_target (FEATURE_CACHE, default /tmp/feature_cache: 5 GB, kept
-#                            out of OUT_DIR), then the two-layer draft with training-time test
-#                            (FEATURE_STEPS, default 6000) into OUT_DIR/feature/ttt2l, exported
-#                            in bfloat16 to OUT_DIR/feature/models with its card entry; then
-#                            scripts/feature_ablation.py against large_draft_kdtv
+#   feature                  large_feature_draft's recipe (configs/runs/feature_draft.gin,
+#                            the model card's CPU recipe, unchanged): the greedy feature cache
+#                            of large_target and its sampled one (12 shards; FEATURE_CACHE,
+#                            default /tmp/feature_cache: 6 GB, kept out of OUT_DIR), then the
+#                            one-layer draft with training-time test on both (FEATURE_STEPS,
+#                            default 5000) into OUT_DIR/feature/ttt1s, restricted to its 2500
+#                            hottest ids and exported in bfloat16 to OUT_DIR/feature/models with
+#                            its card entry; then scripts/feature_ablation.py against
+#                            large_draft_kdtv and the bundled large_feature_draft
 # summary.md: one markdown line per benchmark.py run in OUT_DIR (benchmark.summary_markdown).
 # A failed step is reported and the next one runs; OUT_DIR/steps.tsv lists each step's exit
 # code and seconds, and the script exits 1 if any failed. Results already in OUT_DIR are kept
@@ -143,9 +145,10 @@ if (( DRY_RUN )); then
   FEATURE_TARGET=mini_target FEATURE_NAME=mini_draft_feature
   FEATURE=(--gin.FEATURE_LAYERS="(1,2,3)" --gin.feature_cache.feature_layers="(1,2,3)"
            --gin.feature_draft.FeatureDraftConfig.target_emb_dim=192
-           --gin.feature_cache.max_shards=1 --gin.feature_cache.shard_size=32)
+           --gin.feature_cache.shard_size=32)
+  FEATURE_SHARDS=(1 1)  # greedy, sampled
   FEATURE_TRAIN=(--gin.TRAIN_STEPS=2 --gin.feature_draft.FeatureTrainConfig.batch_tokens=128
-                 --gin.train_feature_draft.alpha_sentences=2)
+                 --gin.train_feature_draft.alpha_sentences=2 --gin.train_feature_draft.hot_vocab=50)
   FEATURE_ABLATION=()
 else
   PY="${PYTHON:-$( (( NO_INSTALL )) && echo python3 || echo .venv/bin/python)}"
@@ -157,7 +160,8 @@ else
   TREES=(--num_sentences=16 --num_rank_sentences=64 --repeats=3 --max_nodes=32)
   FEATURE_TARGET=large_target FEATURE_NAME=large_draft_feature
   FEATURE=()
-  FEATURE_TRAIN=(--gin.TRAIN_STEPS="${FEATURE_STEPS:-6000}")
+  FEATURE_SHARDS=(None 12)
+  FEATURE_TRAIN=(--gin.TRAIN_STEPS="${FEATURE_STEPS:-5000}" --gin.train_feature_draft.hot_vocab=2500)
   FEATURE_ABLATION=(--num_sentences=16 --repeats=3)
   if (( NO_INSTALL )); then
     step check_gpu "$PY" -c "$GPU_CHECK"
@@ -220,13 +224,18 @@ if wanted feature; then
   FGIN=(--gin_file=configs/runs/feature_draft.gin --gin.FEATURE_CACHE="'$FCACHE'"
         --gin.feature_cache.target="'$FEATURE_TARGET'"
         --gin.train_feature_draft.target="'$FEATURE_TARGET'" "${FEATURE[@]}")
-  step feature_cache "$PY" scripts/train.py --run=feature_cache "${FGIN[@]}"
+  step feature_cache "$PY" scripts/train.py --run=feature_cache "${FGIN[@]}" \
+    --gin.feature_cache.max_shards="${FEATURE_SHARDS[0]}"
+  step feature_cache_sampled "$PY" scripts/train.py --run=feature_cache "${FGIN[@]}" \
+    --gin.FEATURE_CACHE="'$FCACHE.sampled'" --gin.feature_cache.temperature=1.0 \
+    --gin.feature_cache.max_shards="${FEATURE_SHARDS[1]}"
   step feature_train "$PY" scripts/train.py --run=feature_draft "${FGIN[@]}" "${FEATURE_TRAIN[@]}" \
-    --gin.MODEL_DIR="'$OUT_DIR/feature/ttt2l'" --gin.feature_draft.FeatureDraftConfig.num_layers=2 \
+    "--gin.feature_draft.FeatureTrainConfig.extra_caches=(\"$FCACHE.sampled\",)" \
+    --gin.MODEL_DIR="'$OUT_DIR/feature/ttt1s'" \
     --gin.EXPORT_DIR="'$OUT_DIR/feature/models'" --gin.NAME="'$FEATURE_NAME'"
   if (( ${#FEATURE_ABLATION[@]} )); then
     step feature_ablation "$PY" scripts/feature_ablation.py \
-      --drafts="large_draft_kdtv,ttt2l=$OUT_DIR/feature/ttt2l" \
+      --drafts="large_draft_kdtv,large_feature_draft,ttt1s_hot2500=$OUT_DIR/feature/ttt1s@2500" \
       --output_dir="$OUT_DIR/feature/ablation" "${FEATURE_ABLATION[@]}" "${OVERWRITE_FLAG[@]}"
   fi
 fi

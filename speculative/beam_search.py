@@ -24,22 +24,15 @@ A step replayed from the round's forward is the step the target alone would take
 are the same numbers (to float32 round-off: the cached forward scores a path's g + 1 tokens in
 one call instead of one by one).
 
-Two implementations of each search:
-
-* `beam_search` and `speculative_beam_search` run in one jitted `lax.while_loop`, with the
-  target's (and the draft's) KV cache reordered by beam after every step or round (a gather
-  over the row axis, T5X's `cache_gather_beams`); the encoder and its cross-attention keys
-  and values are computed once per input (each beam's row holds a copy, which the reorder
-  leaves in place). These are what users run.
-* `host_beam_search` and `host_speculative_beam_search` are Python loops around a fixed-shape
-  teacher-forcing forward that recomputes every prefix: slow, simple, and the references the
-  jitted searches are tested against. With the same `rows` (`beam_search(...,
-  rows=batch * (beam_size + draft_beam))`) the two host searches' scores match bit for bit.
-
-`target_calls` counts target forwards: the steps of the plain search, the rounds of the
-speculative one. Whether a round saves walltime depends on what its forward costs against a
-step (`costs.choose_beam_proposal` measures it; `infer.py` runs the plain search where the
-measured speedup is below 1.1x).
+Each search exists twice. `beam_search` and `speculative_beam_search`, what users run, are one
+jitted `lax.while_loop` each, with the KV caches reordered by beam (T5X's `cache_gather_beams`;
+the encoder and its cross-attention keys and values are computed once per input).
+`host_beam_search` and `host_speculative_beam_search` are Python loops around a teacher-forcing
+forward that recomputes every prefix: the references the jitted ones are tested against (with
+the same `rows`, `beam_search(..., rows=...)`, the two host searches match bit for bit).
+`target_calls` counts target forwards (steps, or rounds); whether a round saves walltime
+depends on its forward's cost (`costs.choose_beam_proposal`; `infer.py` runs the plain search
+below a measured 1.1x).
 """
 
 from __future__ import annotations
