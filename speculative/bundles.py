@@ -276,29 +276,28 @@ class Bundle:
         """The drafts the reports time for `target` (Table 2 rows)."""
         return self.drafts(target) if self.time_all_drafts else self.t5_drafts(target)
 
-    def best_draft(self, target: Optional[str] = None) -> str:
-        """The draft the card names as best for `target` (`best_draft`: {target: name}, or a
-        name meaning the default target's; the main job's default, which may be a
-        target-aware draft), else `best_t5_draft`."""
-        target = target or self.default_target
+    def _card_best(self, target: str) -> Optional[str]:
+        """The card's `best_draft` for `target` ({target: name}, or a name meaning the default
+        target's), or None."""
         self._check_target(target)
         best = self.model_card().get("best_draft")
-        if isinstance(best, dict) and best.get(target):
-            return best[target]
-        if isinstance(best, str) and target == self.default_target:
-            return best
-        return self.best_t5_draft(target)
+        if isinstance(best, dict):
+            return best.get(target)
+        return best if isinstance(best, str) and target == self.default_target else None
+
+    def best_draft(self, target: Optional[str] = None) -> str:
+        """The draft the card names as best for `target` (the main job's default, which may be
+        a target-aware draft), else `best_t5_draft`."""
+        target = target or self.default_target
+        return self._card_best(target) or self.best_t5_draft(target)
 
     def best_t5_draft(self, target: Optional[str] = None) -> str:
-        """The best separate T5 draft of `target`: `best_draft` where that is one, else the T5
-        draft with the highest card alpha at T=0. For what needs a draft of its own model
+        """The best separate T5 draft of `target`: the card's best where that is one, else the
+        T5 draft with the highest card alpha at T=0. For what needs a draft of its own model
         (transformers' assisted generation, beam search, the limits' depth sweep, which
         changes the target under the draft)."""
         target = target or self.default_target
-        self._check_target(target)
-        best = self.model_card().get("best_draft")
-        named = best.get(target) if isinstance(best, dict) else (
-            best if target == self.default_target else None)
+        named = self._card_best(target)
         if named and self.is_t5(named):
             return named
 

@@ -163,10 +163,7 @@ def test_extra_caches_join_the_training_rows_only(tmp_path, tiny_target):
     config = feature_training.FeatureTrainConfig(
         extra_caches=(str(tmp_path / "sampled"),), **kw)
     run = dict(draft_config=draft, cache_dir=str(tmp_path / "greedy"), valid_fraction=0.2)
-    with_extra = feature_training.train(config=config, model_dir=str(tmp_path / "a"), **run)
-    alone = feature_training.train(config=feature_training.FeatureTrainConfig(**kw),
-                                   model_dir=str(tmp_path / "b"), **run)
-    assert with_extra["done"] and alone["done"]
+    assert feature_training.train(config=config, model_dir=str(tmp_path / "a"), **run)["done"]
     settings = json.load(open(tmp_path / "a" / "train_config.json"))
     assert settings["train"]["extra_caches"] == [str(tmp_path / "sampled")]
     _build(tmp_path / "other", module, params, feature_layers=(1,))

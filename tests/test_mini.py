@@ -270,3 +270,17 @@ def test_demo_runs_on_the_bundled_mini_pair(tmp_path, capsys):
     assert "more than the weights" in line and "(25 GB/s of weights)" in line
     line = regime_line("t", dict(regime, memory_bound=None), 0.01)
     assert "unknown" in line and "(10 GB/s of weights)" in line
+
+
+def test_best_draft_is_the_cards_and_best_t5_draft_a_separate_t5():
+    """`best_draft` is the main job's default (the card's, here a target-aware draft for the
+    large target); `best_t5_draft` is a separate T5 draft of the same target, the card's best
+    where that is one."""
+    card = mini.model_card()["best_draft"]
+    for target in TARGETS:
+        assert mini.best_draft(target) == card[target]
+        t5_best = mini.best_t5_draft(target)
+        assert mini.is_t5(t5_best) and mini.target_of(t5_best) == target
+        if mini.is_t5(card[target]):
+            assert t5_best == card[target]
+    assert not mini.is_t5(mini.best_draft(mini.LARGE_TARGET))
