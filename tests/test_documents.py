@@ -78,6 +78,7 @@ def test_accelerator_extras_pin_the_jax_ci_tests():
 ABLATIONS = {  # results/README.md's hand-kept tables of the target-aware drafts
     "feature_ablation_2l": ["large_draft_kdtv", "ttt2l", "ttt2l_hot2500"],
     "feature_ablation_1l": ["large_draft_kdtv", "ttt1s", "ttt1s_hot2500"],
+    "feature_ablation_48": ["large_draft_kdtv", "large_feature_draft"],
 }
 
 
