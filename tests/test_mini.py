@@ -26,11 +26,14 @@ GREEDY = SamplingConfig(0.0)
 TARGETS = mini.targets() if mini.available() else []
 
 
-def _check(num_sentences, target_name, tree=None):
-    draft = mini.best_draft(target_name)
+def _check(num_sentences, target_name, tree=None, draft=None, gamma=4):
+    """Greedy identity of `target_name` with `draft` (default: its best) on the first
+    `num_sentences` test sentences (None = all)."""
+    draft = draft or mini.best_draft(target_name)
     check_greedy_identity(mini.load(target_name), mini.load(draft),
                           mini.source_batches(num_sentences, 64, bundles.INPUT_LENGTH),
-                          bundles.MAX_DECODE_LEN, what=f"{draft}, tree {tree}", tree=tree)
+                          bundles.MAX_DECODE_LEN, gamma=gamma, what=f"{draft}, tree {tree}",
+                          tree=tree)
 
 
 @pytest.mark.parametrize("target_name", [  # CI: mini_target (the notebook and the README's
@@ -53,19 +56,13 @@ FEATURE_DRAFTS = sorted(n for n, e in (mini.model_card()["models"].items()
 
 @pytest.mark.parametrize("draft_name", FEATURE_DRAFTS)  # every bundled target-aware draft
 def test_greedy_identity_target_aware_draft_first_test_sentences(draft_name):
-    target = mini.target_of(draft_name)
-    check_greedy_identity(mini.load(target), mini.load(draft_name),
-                          mini.source_batches(64, 64, bundles.INPUT_LENGTH),
-                          bundles.MAX_DECODE_LEN, gamma=5, what=draft_name)
+    _check(64, mini.target_of(draft_name), draft=draft_name, gamma=5)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("draft_name", FEATURE_DRAFTS)
 def test_greedy_identity_target_aware_draft_whole_test_split(draft_name):
-    target = mini.target_of(draft_name)
-    check_greedy_identity(mini.load(target), mini.load(draft_name),
-                          mini.source_batches(None, 64, bundles.INPUT_LENGTH),
-                          bundles.MAX_DECODE_LEN, gamma=5, what=draft_name)
+    _check(None, mini.target_of(draft_name), draft=draft_name, gamma=5)
 
 
 TREE = (3, 2, 1)  # branching at the first two depths, a chain below
