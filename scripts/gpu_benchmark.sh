@@ -17,6 +17,10 @@
 #   trees                    scripts/tree_benchmark.py on each bundled pair: per-rank acceptance,
 #                            verify cost at every width up to 32 drafted nodes, the best chain
 #                            and the best tree (theory.best_tree), timed at T = 0 and T = 1
+#   beam                     scripts/beam_benchmark.py on each bundled pair: 16 test sentences,
+#                            batch 1, beam 1, 2 and 4, length penalty 0.6: the host-driven, the
+#                            jitted and the speculative beam search (its proposal chosen by
+#                            measured verify cost), interleaved 3 times, target forwards, BLEU
 #   feature                  large_feature_draft's recipe (configs/runs/feature_draft.gin,
 #                            the model card's CPU recipe, unchanged): the greedy feature cache
 #                            of large_target and its sampled one (12 shards; FEATURE_CACHE,
@@ -33,7 +37,7 @@
 #
 # Command:
 #   bash scripts/gpu_benchmark.sh [--dry-run | --no-install]
-#       [--steps=synthetic,limits,pairs,trees,feature]
+#       [--steps=synthetic,limits,pairs,trees,beam,feature]
 #       [OUT_DIR]
 # OUT_DIR: default $OUT (the device machine's result folder), else /tmp/gpu_benchmark.
 # Expected: a few minutes to install (tensorflow comes with seqio, the CUDA wheels with jax),
@@ -61,7 +65,7 @@ usage() { sed -n '2,/^$/s/^# \{0,1\}//p' "$0"; }
 DRY_RUN=0
 NO_INSTALL=0
 OUT_DIR=""
-STEPS_WANTED="synthetic,limits,pairs,trees,feature"
+STEPS_WANTED="synthetic,limits,pairs,trees,beam,feature"
 for arg in "$@"; do
   case "$arg" in
     --dry-run) DRY_RUN=1 ;;
@@ -80,8 +84,8 @@ if (( DRY_RUN && NO_INSTALL )); then
   exit 2
 fi
 for s in ${STEPS_WANTED//,/ }; do
-  if [[ ! "$s" =~ ^(synthetic|limits|pairs|trees|feature)$ ]]; then
-    echo "gpu_benchmark.sh: --steps=$STEPS_WANTED names '$s'; choose from synthetic,limits,pairs,trees,feature." >&2
+  if [[ ! "$s" =~ ^(synthetic|limits|pairs|trees|beam|feature)$ ]]; then
+    echo "gpu_benchmark.sh: --steps=$STEPS_WANTED names '$s'; choose from synthetic,limits,pairs,trees,beam,feature." >&2
     exit 2
   fi
 done
@@ -142,6 +146,7 @@ if (( DRY_RUN )); then
   LIMITS=(--batch_sizes=1 --num_sentences=2 --gammas=2 --repeats=1 --max_decode_len=8
           --bandwidth_mb=16)
   TREES=(--num_sentences=2 --num_rank_sentences=4 --repeats=1 --max_nodes=4 --temperatures=0)
+  BEAM=(--num_sentences=2 --beam_sizes=1,2 --repeats=1)
   FEATURE_TARGET=mini_target FEATURE_NAME=mini_draft_feature
   FEATURE=(--gin.FEATURE_LAYERS="(1,2,3)" --gin.feature_cache.feature_layers="(1,2,3)"
            --gin.feature_draft.FeatureDraftConfig.target_emb_dim=192
@@ -158,6 +163,7 @@ else
   PAIR=(--gin.NUM_BATCHES=16 --gin.GAMMAS=[2,4,6] --gin.CALIBRATION_BATCHES=8)
   LIMITS=(--batch_sizes=1,4,16,64 --num_sentences=64 --gammas=2,4,6)
   TREES=(--num_sentences=16 --num_rank_sentences=64 --repeats=3 --max_nodes=32)
+  BEAM=(--num_sentences=16 --beam_sizes=1,2,4 --repeats=3)
   FEATURE_TARGET=large_target FEATURE_NAME=large_draft_feature
   FEATURE=()
   FEATURE_SHARDS=(None 12)
@@ -217,6 +223,12 @@ for target in "${PAIRS[@]}"; do
   wanted trees || break
   step "${target}_trees" "$PY" scripts/tree_benchmark.py --target="$target" \
     --output_dir="$OUT_DIR/${target}_trees" "${TREES[@]}" "${OVERWRITE_FLAG[@]}"
+done
+
+for target in "${PAIRS[@]}"; do
+  wanted beam || break
+  step "${target}_beam" "$PY" scripts/beam_benchmark.py --target="$target" \
+    --output_dir="$OUT_DIR/${target}_beam" "${BEAM[@]}" "${OVERWRITE_FLAG[@]}"
 done
 
 if wanted feature; then

@@ -273,8 +273,12 @@ class Bundle:
         return [n for n in self.drafts(target) if self.is_t5(n)]
 
     def timed_drafts(self, target: str) -> List[str]:
-        """The drafts the reports time for `target` (Table 2 rows)."""
-        return self.drafts(target) if self.time_all_drafts else self.t5_drafts(target)
+        """The drafts the reports time for `target` (Table 2 rows): every draft with
+        `time_all_drafts`, else the T5 and target-aware ones (n-gram tables get alpha only)."""
+        if self.time_all_drafts:
+            return self.drafts(target)
+        return [n for n in self.drafts(target) if n not in self.built_in and (
+            self.is_t5(n) or self.entry(n).get("kind") == FEATURE_DRAFT)]
 
     def _card_best(self, target: str) -> Optional[str]:
         """The card's `best_draft` for `target` ({target: name}, or a name meaning the default

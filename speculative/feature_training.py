@@ -122,7 +122,8 @@ class Corpus:
         shards = [s for d in extra_caches for s in feature_data.load_shards(d)]
         num_extra = sum(len(s["out_len"]) for s in shards)
         shards += feature_data.load_shards(cache_dir, max_shards)
-        cat = {k: np.concatenate([s[k] for s in shards]) for k in
+        # Each key's shard arrays are dropped once joined: the peak is the corpus plus one key.
+        cat = {k: np.concatenate([s.pop(k) for s in shards]) for k in
                ("out_len", "enc", "feat", "top_ids", "top_probs")}
         for k in ("src", "out"):  # caches built with other length limits: pad to the widest
             width = max(s[k].shape[1] for s in shards)

@@ -297,14 +297,16 @@ def test_gpu_script_dry_run(tmp_path):
     steps = (tmp_path / "steps.tsv").read_text().split("\n")[1:-1]
     assert [s.split("\t")[:2] for s in steps] == [
         ["t5_1_1_tiny_synthetic", "0"], ["limits", "0"], ["mini_target_pair", "0"],
-        ["mini_target_trees", "0"], ["feature_cache", "0"], ["feature_cache_sampled", "0"],
-        ["feature_train", "0"]]
+        ["mini_target_trees", "0"], ["mini_target_beam", "0"], ["feature_cache", "0"],
+        ["feature_cache_sampled", "0"], ["feature_train", "0"]]
     # The feature step's draft is exported in bfloat16 with its card entry, as a bundle's is.
     card = json.loads((tmp_path / "feature" / "models" / "model_card.json").read_text())
     entry = card["models"]["mini_draft_feature"]
     assert entry["kind"] == "feature_draft" and entry["steps"] == 2
     assert len(entry["config"]["hot_ids"]) == 50 and len(entry["extra_feature_caches"]) == 1
     assert (tmp_path / "feature" / "models" / entry["checkpoint"]).exists()
+    beam = json.loads((tmp_path / "mini_target_beam" / "beam.json").read_text())
+    assert [r["beam_size"] for r in beam["rows"]] == [1, 2]
     trees = json.loads((tmp_path / "mini_target_trees" / "trees.json").read_text())
     [row] = trees["rows"]
     assert row["chain"]["tokens_per_target_call"] >= 1 and len(row["rank_acceptance"]["rates"]) == 4

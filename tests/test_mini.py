@@ -281,3 +281,16 @@ def test_best_draft_is_the_cards_and_best_t5_draft_a_separate_t5():
         if mini.is_t5(card[target]):
             assert t5_best == card[target]
     assert not mini.is_t5(mini.best_draft(mini.LARGE_TARGET))
+
+
+def test_timed_drafts_are_the_t5_and_target_aware_drafts():
+    """The reports time (Table 2) every T5 and target-aware draft of a target; the n-gram
+    tables get alpha (Table 3) only."""
+    for target in TARGETS:
+        timed = bundles.ENDE.timed_drafts(target)
+        expected = [n for n in bundles.ENDE.drafts(target) if mini.target_of(n) == target]
+        assert timed == expected and all(
+            mini.is_t5(n) or bundles.ENDE.entry(n)["kind"] == bundles.FEATURE_DRAFT for n in timed)
+    assert "large_feature_draft" in bundles.ENDE.timed_drafts(mini.LARGE_TARGET)
+    assert not any(n.startswith("mini_") and "gram" in n
+                   for n in bundles.ENDE.timed_drafts(mini.LARGE_TARGET))
