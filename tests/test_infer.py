@@ -265,7 +265,7 @@ def test_bundled_table2_rows_resolve_to_the_bundled_models():
         assert f"--gin_file=configs/experiments/table2_bundled/{name}.gin" in open(path).read()
     # --gin_file=<row>.gin: rows given as paths are named by their file.
     [r] = table2.reproduce([table2.row_file("large_kdtv_t1", BUNDLED_ROWS)], dry_run=True)
-    assert (r.name, r.gamma, r.temperature, r.info.target) == ("large_kdtv_t1", 7, 1.0,
+    assert (r.name, r.gamma, r.temperature, r.info.target) == ("large_kdtv_t1", 5, 1.0,
                                                                "large_target")
 
 
