@@ -136,9 +136,14 @@ class Corpus:
 
     def split(self, valid_fraction: float) -> Tuple[np.ndarray, np.ndarray]:
         """(training rows, held-out rows): the held-out rows are the last `valid_fraction`
-        (at least one) of the main cache's sentences, whatever extra caches add."""
+        (at least one) of the main cache's sentences, whatever extra caches add, and no
+        training row has a held-out row's source (an extra cache of the same sources, e.g. the
+        target's sampled translations, would otherwise train on the held-out sentences)."""
         num_valid = max(1, int((len(self) - self.num_extra) * valid_fraction))
-        return np.arange(len(self) - num_valid), np.arange(len(self) - num_valid, len(self))
+        valid = np.arange(len(self) - num_valid, len(self))
+        held = {self.src[i].tobytes() for i in valid}
+        train = [i for i in range(len(self) - num_valid) if self.src[i].tobytes() not in held]
+        return np.asarray(train, np.int64), valid
 
     def batch(self, rows: Sequence[int], length: int, num_rows: int) -> Dict[str, np.ndarray]:
         """Padded arrays of `rows` (filler rows all padding, zero weight)."""
