@@ -274,11 +274,11 @@ class Bundle:
 
     def timed_drafts(self, target: str) -> List[str]:
         """The drafts the reports time for `target` (Table 2 rows): every draft with
-        `time_all_drafts`, else the T5 and target-aware ones (n-gram tables get alpha only)."""
+        `time_all_drafts`, else those trained for it, T5 and target-aware (`target_of`; the
+        n-gram tables get alpha only)."""
         if self.time_all_drafts:
             return self.drafts(target)
-        return [n for n in self.drafts(target) if n not in self.built_in and (
-            self.is_t5(n) or self.entry(n).get("kind") == FEATURE_DRAFT)]
+        return [n for n in self.drafts(target) if self.target_of(n) == target]
 
     def _card_best(self, target: str) -> Optional[str]:
         """The card's `best_draft` for `target` ({target: name}, or a name meaning the default
