@@ -27,9 +27,10 @@ one call instead of one by one).
 Each search exists twice. `beam_search` and `speculative_beam_search`, what users run, are one
 jitted `lax.while_loop` each, with the KV caches reordered by beam (T5X's `cache_gather_beams`;
 the encoder and its cross-attention keys and values are computed once per input).
-`host_beam_search` and `host_speculative_beam_search` are Python loops around a teacher-forcing
-forward that recomputes every prefix: the references the jitted ones are tested against (with
-the same `rows`, `beam_search(..., rows=...)`, the two host searches match bit for bit).
+`beam_reference.host_beam_search` and `host_speculative_beam_search` are Python loops around
+a teacher-forcing forward that recomputes every prefix: the references the jitted ones are
+tested against (with the same `rows`, `beam_search(..., rows=...)`, the two host searches
+match bit for bit).
 `target_calls` counts target forwards (steps, or rounds); whether a round saves walltime
 depends on its forward's cost (`costs.choose_beam_proposal`; `infer.py` runs the plain search
 below a measured 1.1x).
@@ -38,8 +39,7 @@ below a measured 1.1x).
 from __future__ import annotations
 
 import dataclasses
-import functools
-from typing import Any, List, Optional
+from typing import Any, Optional
 
 import jax
 import jax.numpy as jnp
@@ -75,111 +75,6 @@ class BeamSearchResult:
 def brevity_penalty(alpha: float, length: int) -> float:
     """T5X's length penalty: ((5 + length) / 6) ** alpha."""
     return ((5.0 + length) / 6.0) ** alpha
-
-
-@functools.partial(jax.jit, static_argnums=0)
-def _log_probs(module, params, encoder_inputs, decoder_tokens):
-    """Log-softmax of teacher-forcing logits `[R, N, V]`; position t is the distribution of the
-    token after `decoder_tokens[:, :t]` (BOS first)."""
-    decoder_inputs = jnp.pad(decoder_tokens[:, :-1], ((0, 0), (1, 0)))
-    logits = module.apply({"params": params}, encoder_inputs, decoder_inputs)
-    return jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
-
-
-class _Scorer:
-    """Fixed-shape forwards of one model: `rows` sequences of length `length` per call."""
-
-    def __init__(self, model, inputs: np.ndarray, rows: int, length: int):
-        module = getattr(model, "module", None)
-        if not isinstance(module, t5.Transformer):
-            raise TypeError(f"beam search needs encoder-decoder T5 models "
-                            f"(EncoderDecoderModel); got {type(model).__name__}.")
-        self.module, self.params = module, model.params
-        self.inputs, self.rows, self.length = np.asarray(inputs, np.int32), rows, length
-        self.calls = 0
-
-    def __call__(self, batch_rows: List[int], sequences: List[List[int]]) -> np.ndarray:
-        """Log-probs `[len(sequences), length, V]` for sequences of batch rows `batch_rows`."""
-        if len(sequences) > self.rows:
-            raise ValueError(f"{len(sequences)} sequences exceed the forward's {self.rows} rows.")
-        enc = np.zeros((self.rows, self.inputs.shape[1]), np.int32)
-        dec = np.zeros((self.rows, self.length), np.int32)
-        enc[:] = self.inputs[batch_rows[0] if batch_rows else 0]
-        for r, (b, seq) in enumerate(zip(batch_rows, sequences)):
-            enc[r] = self.inputs[b]
-            dec[r, :len(seq)] = seq
-        self.calls += 1
-        return np.asarray(_log_probs(self.module, self.params, enc, dec))[:len(sequences)]
-
-
-@dataclasses.dataclass
-class _Row:
-    """The beam-search state of one input row (T5X's alive and finished sets)."""
-
-    alive: List[List[int]]
-    alive_scores: np.ndarray  # [w] log-probabilities (NEG_INF for unused beams)
-    finished: List[List[int]]
-    finished_scores: np.ndarray  # [w] length-penalised (NEG_INF = empty)
-    done: bool = False
-    steps: int = 0  # beam-search steps taken (the next step's index)
-
-
-def _new_row(w: int) -> _Row:
-    scores = np.full((w,), NEG_INF, np.float32)
-    scores[0] = 0.0  # only the first beam is alive at the start (T5X)
-    return _Row([[] for _ in range(w)], scores, [[] for _ in range(w)],
-                np.full((w,), NEG_INF, np.float32))
-
-
-def _step(row: _Row, log_probs: np.ndarray, step: int, w: int, alpha: float,
-          max_decode_len: int) -> None:
-    """One T5X beam-search step of `row` from `log_probs [w, V]` of its alive beams."""
-    if not np.isfinite(log_probs).all():  # a NaN must never become a kept token
-        raise FloatingPointError(
-            f"beam search step {step}: the target's log-probabilities are NaN or infinite; "
-            "check the checkpoint for NaN/inf parameters.")
-    row.steps += 1
-    vocab = log_probs.shape[-1]
-    candidates = (row.alive_scores[:, None] + log_probs).reshape(-1)  # [w * V]
-    top = np.argsort(-candidates, kind="stable")[:2 * w]
-    top_scores = candidates[top]
-    beams, tokens = top // vocab, top % vocab
-    seqs = [row.alive[b] + [int(t)] for b, t in zip(beams, tokens)]
-    eos = tokens == EOS_ID
-    alive_scores = np.where(eos, top_scores + NEG_INF, top_scores)
-    keep = np.argsort(-alive_scores, kind="stable")[:w]
-    new_alive = [seqs[k] for k in keep]
-    new_alive_scores = alive_scores[keep].astype(np.float32)
-    penalised = (top_scores / np.float32(brevity_penalty(alpha, step + 1))).astype(np.float32)
-    penalised = np.where(eos, penalised, penalised + NEG_INF)
-    merged_scores = np.concatenate([row.finished_scores, penalised])
-    merged = row.finished + seqs
-    best = np.argsort(-merged_scores, kind="stable")[:w]
-    row.finished = [merged[k] for k in best]
-    row.finished_scores = merged_scores[best].astype(np.float32)
-    row.alive, row.alive_scores = new_alive, new_alive_scores
-    # T5X's stopping rule: no alive beam can beat the worst finished one at the longest length.
-    finished_any = row.finished_scores > NEG_INF / 2
-    worst_finished = row.finished_scores.min() if finished_any.all() else NEG_INF
-    best_alive = row.alive_scores[0] / brevity_penalty(alpha, max_decode_len)
-    row.done = step + 1 >= max_decode_len or bool(worst_finished > best_alive)
-
-
-def _result(rows: List[_Row], max_decode_len: int, target_calls: int,
-            rounds: int = 0, draft_calls: int = 0) -> BeamSearchResult:
-    w = len(rows[0].alive)
-    sequences = np.zeros((len(rows), w, max_decode_len), np.int32)
-    scores = np.zeros((len(rows), w), np.float32)
-    for b, row in enumerate(rows):
-        none_finished = not (row.finished_scores > NEG_INF / 2).any()
-        seqs, sc = (row.alive, row.alive_scores) if none_finished else (row.finished,
-                                                                          row.finished_scores)
-        for k, seq in enumerate(seqs):
-            sequences[b, k, :len(seq)] = seq
-        scores[b] = sc
-    row_steps = np.asarray([row.steps for row in rows], np.int64)
-    return BeamSearchResult(sequences, scores, target_calls, int(row_steps.sum()), rounds,
-                            draft_calls, row_steps)
 
 
 def _check(inputs, beam_size: int, max_decode_len: int, length_penalty: float,
@@ -375,26 +270,30 @@ def _log_softmax(logits: Array) -> Array:
     return jax.nn.log_softmax(jnp.asarray(logits, jnp.float32))
 
 
-def _draft_paths_jit(draft, s: _SpecBeamState, gamma: int, draft_beam: int):
+def _draft_paths_jit(draft, s: _SpecBeamState, gamma: int, draft_beam: int, branch: int):
     """The round's proposals (module docstring, step 1), as `(paths [B, P, g], roots [B, P],
-    draft state of P = w + u rows per input, fed each root's last token and its path)`:
-    each alive beam's greedy continuation (paths 0..w-1, rooted at beams 0..w-1), then the
-    paths of the draft's beam search of width u from the alive beams (EOS never proposed
-    inside a path)."""
+    draft state of P = w * branch + u rows per input, fed each root's last token and its
+    path)`: for every alive beam k, its `branch` best first tokens by the draft, each followed
+    by the draft's greedy continuation (paths k*branch .. k*branch + branch-1, rooted at beam
+    k; the first is the beam's greedy path), then the paths of the draft's beam search of width
+    u from the alive beams (EOS never proposed inside those)."""
     batch, w = s.last.shape
-    u, g = draft_beam, gamma
-    d, x, lp0, d0, greedy = s.draft_cache, s.last.reshape(-1), None, None, []
-    for t in range(g):
+    u, g, b = draft_beam, gamma, branch
+    logits, d0 = draft.extend(draft.params, s.draft_cache, s.last.reshape(-1, 1))
+    lp0 = _log_softmax(logits[:, 0])  # [B * w, V]
+    x = _top(lp0, b).reshape(-1).astype(jnp.int32)  # [B * w * b], each beam's b best first
+    d = take_rows(d0, jnp.repeat(jnp.arange(batch * w), b)) if b > 1 else d0
+    greedy = [x]
+    for _ in range(1, g):
         logits, d = draft.extend(draft.params, d, x[:, None])
-        lp = _log_softmax(logits[:, 0])
-        if t == 0:
-            lp0, d0 = lp.reshape(batch, w, -1), d
-        x = jnp.argmax(lp, axis=-1).astype(jnp.int32)
+        x = jnp.argmax(_log_softmax(logits[:, 0]), axis=-1).astype(jnp.int32)
         greedy.append(x)
     _, d = draft.extend(draft.params, d, x[:, None])  # each row holds its whole path
-    greedy = jnp.stack(greedy, axis=1).reshape(batch, w, g)
-    if u == 0:  # greedy paths only
-        return greedy, jnp.broadcast_to(jnp.arange(w), (batch, w)), d
+    greedy = jnp.stack(greedy, axis=1).reshape(batch, w * b, g)
+    greedy_roots = jnp.broadcast_to(jnp.repeat(jnp.arange(w), b), (batch, w * b))
+    if u == 0:  # the beams' own (branched) greedy paths only
+        return greedy, greedy_roots, d
+    lp0 = lp0.reshape(batch, w, -1)
     vocab = lp0.shape[-1]
     no_eos = jnp.arange(vocab) == EOS_ID
     cand = jnp.where(no_eos, 2 * NEG_INF, s.alive_scores[:, :, None] + lp0)  # [B, w, V]
@@ -415,17 +314,18 @@ def _draft_paths_jit(draft, s: _SpecBeamState, gamma: int, draft_beam: int):
         db = take_rows(db, (jnp.arange(batch)[:, None] * u + parent).reshape(-1))
     _, db = draft.extend(draft.params, db, beam_paths[:, :, g - 1].reshape(-1, 1))
     paths = jnp.concatenate([greedy, beam_paths], axis=1)
-    roots = jnp.concatenate([jnp.broadcast_to(jnp.arange(w), (batch, w)), root], axis=1)
+    roots = jnp.concatenate([greedy_roots, root], axis=1)
     both = jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a, b], axis=0), d, db)
-    order = jnp.concatenate([jnp.arange(batch)[:, None] * w + jnp.arange(w),
-                             batch * w + jnp.arange(batch)[:, None] * u + jnp.arange(u)], 1)
+    order = jnp.concatenate([jnp.arange(batch)[:, None] * (w * b) + jnp.arange(w * b),
+                             batch * w * b + jnp.arange(batch)[:, None] * u + jnp.arange(u)], 1)
     return paths, roots, take_rows(both, order.reshape(-1))
 
 
 def _jitted_speculative_search(target, draft, inputs, *, beam_size: int, draft_beam: int,
-                               gamma: int, max_decode_len: int, length_penalty: float):
+                               draft_branch: int, gamma: int, max_decode_len: int,
+                               length_penalty: float):
     w, u, g, n = beam_size, draft_beam, gamma, max_decode_len
-    p_rows, batch = w + u, inputs.shape[0]
+    p_rows, batch = w * draft_branch + u, inputs.shape[0]
     per_beam = jnp.repeat(jnp.arange(batch), w)
     cache = take_rows(target.init(target.params, inputs, n + g + 2), per_beam)
     draft_cache = take_rows(draft.init(draft.params, inputs, n + g + 2), per_beam)
@@ -446,7 +346,7 @@ def _jitted_speculative_search(target, draft, inputs, *, beam_size: int, draft_b
 
     def body(s):
         # 1. The draft proposes P paths per input; 2. the target scores them in one forward.
-        paths, roots, dstate = _draft_paths_jit(draft, s, g, u)
+        paths, roots, dstate = _draft_paths_jit(draft, s, g, u, draft_branch)
         tstate = take_rows(s.cache, (flat * w + roots).reshape(-1))
         root_last = jnp.take_along_axis(s.last, roots, axis=1)
         verify = jnp.concatenate([root_last[:, :, None], paths], axis=2)  # [B, P, g + 1]
@@ -459,7 +359,8 @@ def _jitted_speculative_search(target, draft, inputs, *, beam_size: int, draft_b
 
         # 3. The target's steps, replayed while every alive beam lies on a proposed path.
         state, going = s, ~s.done
-        on = jnp.broadcast_to(jnp.arange(w), (batch, w))  # the path each alive beam lies on
+        # The path each alive beam lies on (its first greedy path).
+        on = jnp.broadcast_to(jnp.arange(w) * draft_branch, (batch, w))
         rows_of = on  # the path row holding each alive beam's prefix (for the caches)
         replayed = jnp.zeros((batch,), jnp.int32)
         for i in range(g + 1):
@@ -500,7 +401,7 @@ def _jitted_speculative_search(target, draft, inputs, *, beam_size: int, draft_b
 
 
 _JITTED_SPECULATIVE = jax.jit(_jitted_speculative_search, static_argnames=(
-    "beam_size", "draft_beam", "gamma", "max_decode_len"))
+    "beam_size", "draft_beam", "draft_branch", "gamma", "max_decode_len"))
 
 
 def beam_search(target, inputs, *, beam_size: int, max_decode_len: int,
@@ -514,6 +415,7 @@ def beam_search(target, inputs, *, beam_size: int, max_decode_len: int,
     bit when given the same `rows`.
     """
     if rows is not None:
+        from speculative.beam_reference import host_beam_search  # pylint: disable=g-import-not-at-top
         return host_beam_search(target, inputs, beam_size=beam_size,
                                 max_decode_len=max_decode_len, length_penalty=length_penalty,
                                 rows=rows)
@@ -543,68 +445,6 @@ def _jitted_result(s, *, target_calls: int, rounds: int = 0,
                             int(row_steps.sum()), rounds, draft_calls, row_steps)
 
 
-def host_beam_search(target, inputs, *, beam_size: int, max_decode_len: int,
-                     length_penalty: float = 0.6, rows: Optional[int] = None
-                     ) -> BeamSearchResult:
-    """The host-driven search (a Python loop over steps around a fixed-shape teacher-forcing
-    forward of `rows` rows, default `batch * beam_size`, that recomputes every prefix): the
-    reference the jitted search is tested against, and the one `speculative_beam_search`
-    matches bit for bit."""
-    inputs = _check(inputs, beam_size, max_decode_len, length_penalty, target)
-    w, batch = beam_size, inputs.shape[0]
-    scorer = _Scorer(target, inputs, rows or batch * w, max_decode_len)
-    state = [_new_row(w) for _ in range(batch)]
-    for i in range(max_decode_len):
-        active = [b for b in range(batch) if not state[b].done]
-        if not active:
-            break
-        lp = scorer([b for b in active for _ in range(w)],
-                    [seq for b in active for seq in state[b].alive])
-        for n, b in enumerate(active):
-            _step(state[b], lp[n * w:(n + 1) * w, i], i, w, length_penalty, max_decode_len)
-    return _result(state, max_decode_len, scorer.calls)
-
-
-def _forward_rows(batch: int, beam_size: int, draft_beam: int) -> int:
-    return batch * (beam_size + draft_beam)
-
-
-def _draft_paths(scorer: _Scorer, rows: List[_Row], steps: dict, gamma: int, draft_beam: int,
-                 max_decode_len: int) -> dict:
-    """Per row b of `steps` (its step index), proposed paths `(alive beam index, up to gamma
-    tokens)`: each alive beam's greedy draft continuation, then the paths of the draft's beam
-    search of width `draft_beam` from the alive beams (scored with the target's alive scores
-    plus draft log-probabilities)."""
-    active = list(steps)
-    greedy = {b: [list(s) for s in rows[b].alive] for b in active}
-    beams = {b: [(k, list(rows[b].alive[k]), float(rows[b].alive_scores[k]))
-                 for k in range(len(rows[b].alive)) if rows[b].alive_scores[k] > NEG_INF / 2]
-             for b in active}
-    for t in range(gamma):
-        going = [b for b in active if steps[b] + t < max_decode_len]
-        if not going:
-            break
-        seqs = [(b, s) for b in going for s in greedy[b]]
-        seqs += [(b, s) for b in going for _, s, _ in beams[b]]
-        lp = scorer([b for b, _ in seqs], [s for _, s in seqs])
-        n = 0
-        for b in going:
-            for s in greedy[b]:
-                s.append(int(np.argmax(lp[n, steps[b] + t])))
-                n += 1
-        for b in going:
-            candidates = []
-            for k, s, score in beams[b]:
-                row_lp = lp[n, steps[b] + t]
-                candidates += [(score + float(row_lp[x]), k, s + [int(x)])
-                               for x in np.argsort(-row_lp)[:draft_beam] if x != EOS_ID]
-                n += 1
-            candidates.sort(key=lambda c: -c[0])
-            beams[b] = [(k, s, score) for score, k, s in candidates[:draft_beam]]
-    return {b: [(k, s[len(rows[b].alive[k]):]) for k, s in enumerate(greedy[b])]
-            + [(k, s[len(rows[b].alive[k]):]) for k, s, _ in beams[b]] for b in active}
-
-
 def _check_speculative(target, draft, inputs, beam_size, draft_beam, gamma, max_decode_len,
                        length_penalty, cached: bool, min_draft_beam) -> np.ndarray:
     """`min_draft_beam`: (the least draft_beam the search takes, the message saying why)."""
@@ -621,80 +461,35 @@ def _check_speculative(target, draft, inputs, beam_size, draft_beam, gamma, max_
 
 
 def speculative_beam_search(target, draft, inputs, *, beam_size: int, draft_beam: int,
-                            gamma: int, max_decode_len: int,
-                            length_penalty: float = 0.6) -> BeamSearchResult:
+                            gamma: int, max_decode_len: int, length_penalty: float = 0.6,
+                            draft_branch: int = 1) -> BeamSearchResult:
     """T5X's beam search of `target`, with the draft proposing `gamma` steps of beams that
     the target checks in one cached forward (paper A.4; module docstring), in one jitted
     `lax.while_loop`. Sequences equal `beam_search(target, ...)`'s, scores to float32
     round-off (the target scores a path's tokens in one call of g + 1 tokens instead of one
-    by one); `target_calls` counts the rounds (one forward of `batch * (beam_size +
-    draft_beam)` rows of gamma + 1 tokens each)."""
+    by one); `target_calls` counts the rounds (one forward of `batch * (beam_size *
+    draft_branch + draft_beam)` rows of gamma + 1 tokens each).
+
+    `draft_branch = b` proposes, for every alive beam, the draft's b best first tokens, each
+    followed by its greedy continuation (b = 1: the beam's greedy path): the target's second
+    beam is often its first beam's second-best token, which a greedy path never covers."""
     inputs = _check_speculative(
         target, draft, inputs, beam_size, draft_beam, gamma, max_decode_len, length_penalty,
-        cached=True, min_draft_beam=(0, "0 (0: only each alive beam's greedy path; else the "
+        cached=True, min_draft_beam=(0, "0 (0: only each alive beam's greedy paths; else the "
                                         "width of the draft's beam search)"))
+    validation.positive_int(draft_branch, "draft_branch", "first tokens proposed per alive beam "
+                            "(1: its greedy path only)")
+    if draft_branch > draft.vocab_size:
+        raise ValueError(f"draft_branch={draft_branch} exceeds the vocabulary's "
+                         f"{draft.vocab_size} tokens.")
     for model, name in ((target, "target"), (draft, "draft")):
         if not hasattr(model, "prefix_length") or model.prefix_length(inputs.shape[1]) != 0:
             raise TypeError(f"beam search needs an encoder-decoder {name}; got "
                             f"{type(model).__name__}.")
     s = jax.device_get(_JITTED_SPECULATIVE(
         target, draft, jnp.asarray(inputs), beam_size=int(beam_size),
-        draft_beam=int(draft_beam), gamma=int(gamma), max_decode_len=int(max_decode_len),
-        length_penalty=float(length_penalty)))
+        draft_beam=int(draft_beam), draft_branch=int(draft_branch), gamma=int(gamma),
+        max_decode_len=int(max_decode_len), length_penalty=float(length_penalty)))
     rounds = int(s.rounds)
     return _jitted_result(s, target_calls=rounds, rounds=rounds,
                           draft_calls=rounds * (int(gamma) + 1 + (int(gamma) if draft_beam else 0)))
-
-
-def host_speculative_beam_search(target, draft, inputs, *, beam_size: int, draft_beam: int,
-                                 gamma: int, max_decode_len: int,
-                                 length_penalty: float = 0.6) -> BeamSearchResult:
-    """The host-driven speculative search (a Python loop over rounds around teacher-forcing
-    forwards that recompute every prefix): the reference, equal bit for bit to
-    `beam_search(..., rows=batch * (beam_size + draft_beam))`."""
-    inputs = _check_speculative(
-        target, draft, inputs, beam_size, draft_beam, gamma, max_decode_len, length_penalty,
-        cached=False, min_draft_beam=(beam_size, f"beam_size={beam_size}: the draft proposes "
-                                                 "at least as many beams as the target keeps"))
-    w, batch = beam_size, inputs.shape[0]
-    rows_per_call = _forward_rows(batch, w, draft_beam)
-    scorer = _Scorer(target, inputs, rows_per_call, max_decode_len)
-    draft_scorer = _Scorer(draft, inputs, rows_per_call, max_decode_len)
-    state = [_new_row(w) for _ in range(batch)]
-    rounds = 0
-    while True:
-        active = [b for b in range(batch) if not state[b].done]
-        if not active:
-            break
-        # One round for all active rows; rows at different steps are fine (each sequence
-        # carries its own positions).
-        proposals = _draft_paths(draft_scorer, state, {b: state[b].steps for b in active}, gamma,
-                                 draft_beam, max_decode_len)
-        flat = [(b, k, path) for b in active for k, path in proposals[b]]
-        lp = scorer([b for b, _, _ in flat], [state[b].alive[k] + path for b, k, path in flat])
-        rounds += 1
-        for b in active:
-            row, start = state[b], state[b].steps
-            rows_b = [(n, k, path) for n, (bb, k, path) in enumerate(flat) if bb == b]
-            roots = [list(s) for s in row.alive]  # alive beams at the round's start
-            for s in range(gamma + 1):
-                if row.done:
-                    break
-                i = start + s
-                found = []
-                for seq in row.alive:
-                    hit = None
-                    for n, k, path in rows_b:
-                        full = roots[k] + path
-                        if len(full) >= len(seq) and full[:len(seq)] == seq and len(seq) == i:
-                            hit = n
-                            break
-                    found.append(hit)
-                # Unused alive slots (score NEG_INF) are scored from any row: their candidates
-                # never enter the top 2w (T5X gives them the same treatment).
-                if any(h is None for h, sc in zip(found, row.alive_scores) if sc > NEG_INF / 2):
-                    break
-                fallback = next(h for h in found if h is not None)
-                log_probs = np.stack([lp[fallback if h is None else h, i] for h in found])
-                _step(row, log_probs, i, w, length_penalty, max_decode_len)
-    return _result(state, max_decode_len, scorer.calls, rounds, draft_scorer.calls)

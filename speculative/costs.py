@@ -417,7 +417,9 @@ def predict_walltime(alpha: float, gamma: int, loop_costs: LoopCosts,
                               / loop_costs.round_cost[gamma])
 
 
-BEAM_PROPOSALS = ((0, 2), (0, 3), (0, 5), ("w", 2), ("w", 3))  # (draft_beam, gamma); "w" = width
+# (draft_beam, gamma[, draft_branch]); "w" = the beam width. A branched proposal (each alive
+# beam's 2 best first tokens) replays more steps per round for a wider verify.
+BEAM_PROPOSALS = ((0, 2), (0, 3), (0, 5), (0, 2, 2), ("w", 2), ("w", 3))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -427,6 +429,7 @@ class BeamProposal:
     Attributes:
       draft_beam: the draft's beam u (0: greedy paths only).
       gamma: drafted steps per path.
+      draft_branch: first tokens proposed per alive beam (1: its greedy path).
       seconds: median seconds over the calibration inputs.
       speedup: the plain search's median seconds over these.
       replayed_per_round: target beam steps replayed per row-round.
@@ -437,6 +440,7 @@ class BeamProposal:
     seconds: float
     speedup: float
     replayed_per_round: float
+    draft_branch: int = 1
 
     def to_json(self) -> Dict[str, Any]:
         return dataclasses.asdict(self)
@@ -458,40 +462,43 @@ class BeamChoice:
 
     def to_json(self) -> Dict[str, Any]:
         return {"draft_beam": self.best.draft_beam, "gamma": self.best.gamma,
-                "speedup": self.best.speedup, "replayed_per_round": self.best.replayed_per_round,
+                "draft_branch": self.best.draft_branch, "speedup": self.best.speedup,
+                "replayed_per_round": self.best.replayed_per_round,
                 "candidates": [c.to_json() for c in self.candidates],
                 "plain_seconds": self.plain_seconds}
 
 
 def choose_beam_proposal(target, draft, batches: Sequence[np.ndarray], *, beam_size: int,
                          max_decode_len: int, length_penalty: float = 0.6,
-                         candidates: Sequence[Tuple[Any, int]] = BEAM_PROPOSALS,
+                         candidates: Sequence[Tuple[Any, ...]] = BEAM_PROPOSALS,
                          repeats: int = 1) -> BeamChoice:
-    """Which speculative beam-search proposal (draft_beam u, gamma g) is fastest here, and by
-    how much against the plain search, timed on `batches` (calibration inputs, not the ones
-    being reported): each candidate and the plain search, compiled first, then in `repeats`
-    interleaved rounds. A round verifies batch * (w + u) paths of g + 1 tokens in one target
-    forward; its worth is the steps it replays per unit of that forward's cost, which only a
-    measurement on this machine tells.
+    """Which speculative beam-search proposal (draft_beam u, gamma g[, draft_branch b]) is
+    fastest here, and by how much against the plain search, timed on `batches` (calibration
+    inputs, not the ones being reported): each candidate and the plain search, compiled first,
+    then in `repeats` interleaved rounds. A round verifies batch * (w * b + u) paths of g + 1
+    tokens in one target forward; its worth is the steps it replays per unit of that forward's
+    cost, which only a measurement on this machine tells.
     """
     # pylint: disable=g-import-not-at-top
     from speculative.beam_search import beam_search, speculative_beam_search
 
     w = beam_size
     kw = dict(beam_size=w, max_decode_len=max_decode_len, length_penalty=length_penalty)
-    configs = list(dict.fromkeys((w if u == "w" else int(u), int(g)) for u, g in candidates))
+    configs = list(dict.fromkeys((w if c[0] == "w" else int(c[0]), int(c[1]),
+                                  int(c[2]) if len(c) > 2 else 1) for c in candidates))
     programs = {"plain": lambda: [beam_search(target, x, **kw) for x in batches]}
-    for u, g in configs:
-        programs[(u, g)] = functools.partial(
-            lambda u, g: [speculative_beam_search(target, draft, x, draft_beam=u, gamma=g, **kw)
-                          for x in batches], u, g)
+    for u, g, b in configs:
+        programs[(u, g, b)] = functools.partial(
+            lambda u, g, b: [speculative_beam_search(target, draft, x, draft_beam=u, gamma=g,
+                                                     draft_branch=b, **kw) for x in batches],
+            u, g, b)
     _, times, outputs = interleaved(programs, repeats)
     plain = float(np.median(times["plain"]))
     rows = []
-    for u, g in configs:
-        seconds = float(np.median(times[(u, g)]))
-        results = outputs[(u, g)]
+    for u, g, b in configs:
+        seconds = float(np.median(times[(u, g, b)]))
+        results = outputs[(u, g, b)]
         row_rounds = sum(r.rounds * len(x) for r, x in zip(results, batches))
         rows.append(BeamProposal(u, g, seconds, plain / seconds,
-                                 sum(r.steps for r in results) / max(1, row_rounds)))
+                                 sum(r.steps for r in results) / max(1, row_rounds), b))
     return BeamChoice(max(rows, key=lambda r: r.speedup), tuple(rows), plain)

@@ -671,8 +671,8 @@ _ELSEWHERE = {  # names of the decoding API defined elsewhere: module that holds
     "beam_search": "speculative.beam_search",
     "speculative_beam_search": "speculative.beam_search",
     "BeamSearchResult": "speculative.beam_search",
-    "host_beam_search": "speculative.beam_search",
-    "host_speculative_beam_search": "speculative.beam_search",
+    "host_beam_search": "speculative.beam_reference",
+    "host_speculative_beam_search": "speculative.beam_reference",
 }
 
 

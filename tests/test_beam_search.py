@@ -59,8 +59,9 @@ def _random_pair(seed):
     pytest.param(k, marks=pytest.mark.slow) if k != 3 else k for k in range(8)])
 def test_jitted_speculative_beam_search_equals_plain_on_random_models(seed):
     """Random tiny pairs (vocab 12, EOS frequent; a draft unlike its target, so rounds end
-    early and rows replay different numbers of steps): widths 1 to 4, gamma 1 to 4, batches
-    of rows that stop at different rounds, length penalties 0 to 1.2."""
+    early and rows replay different numbers of steps): widths 1 to 4, gamma 1 to 4, 1 to 3
+    first tokens per alive beam (draft_branch), batches of rows that stop at different rounds,
+    length penalties 0 to 1.2."""
     target, draft = _random_pair(seed)
     rng = np.random.default_rng(seed)
     inputs = np.zeros((3, 6), np.int32)
@@ -72,6 +73,7 @@ def test_jitted_speculative_beam_search_equals_plain_on_random_models(seed):
     for draft_model in (draft, target):  # a self-draft replays every step it proposes
         spec = decoding.speculative_beam_search(target, draft_model, inputs,
                                                 draft_beam=(0, w, w + 1)[seed % 3],
+                                                draft_branch=1 + (seed + 1) % 3,
                                                 gamma=1 + seed % 4, **kw)
         np.testing.assert_array_equal(spec.sequences, plain.sequences)
         np.testing.assert_allclose(spec.scores, plain.scores, rtol=1e-5, atol=1e-5)
@@ -120,6 +122,9 @@ def test_beam_search_arguments_are_checked(pair_and_inputs):
                                          gamma=3, max_decode_len=8)
     with pytest.raises(ValueError, match="beam_size=0"):
         decoding.beam_search(target, inputs, beam_size=0, max_decode_len=8)
+    with pytest.raises(ValueError, match="draft_branch=0 is invalid: give an int >= 1"):
+        decoding.speculative_beam_search(target, draft, inputs, beam_size=2, draft_beam=0,
+                                         gamma=3, max_decode_len=8, draft_branch=0)
     with pytest.raises(ValueError, match="gamma=0"):
         decoding.speculative_beam_search(target, draft, inputs, beam_size=1, draft_beam=1,
                                          gamma=0, max_decode_len=8)

@@ -56,14 +56,14 @@ def run(output_dir: str, target_name: str = mini.LARGE_TARGET, draft_name: str =
         kw = dict(beam_size=w, max_decode_len=MAX_LEN, length_penalty=length_penalty)
         # The proposal (draft_beam, gamma) is chosen on validation sentences, then timed here.
         choice = costs_lib.choose_beam_proposal(target, draft, calibration, repeats=2, **kw)
-        u, g = choice.best.draft_beam, choice.best.gamma
-        print(f"beam {w}: chose draft_beam {u}, gamma {g} (calibration speedup "
+        u, g, b = choice.best.draft_beam, choice.best.gamma, choice.best.draft_branch
+        print(f"beam {w}: chose draft_beam {u}, gamma {g}, draft_branch {b} (calibration speedup "
               f"{choice.best.speedup:.2f}x)", flush=True)
         searches = {
             "host": lambda x: decoding.host_beam_search(target, x, **kw),
             "jitted": lambda x: decoding.beam_search(target, x, **kw),
-            "speculative": lambda x, u=u, g=g: decoding.speculative_beam_search(
-                target, draft, x, draft_beam=u, gamma=g, **kw),
+            "speculative": lambda x, u=u, g=g, b=b: decoding.speculative_beam_search(
+                target, draft, x, draft_beam=u, gamma=g, draft_branch=b, **kw),
         }
         for search in searches.values():  # compile on one sentence first
             search(inputs[0])
@@ -72,7 +72,7 @@ def run(output_dir: str, target_name: str = mini.LARGE_TARGET, draft_name: str =
         row = {"beam_size": w, "proposal": choice.to_json()}
         # What a round's one target forward costs against one plain step (w rows, 1 token).
         one = np.repeat(inputs[0], w, axis=0)
-        paths = np.repeat(inputs[0], w + u, axis=0)
+        paths = np.repeat(inputs[0], w * b + u, axis=0)
         step = costs_lib.measure_costs(target, draft, one, [g], max_decode_len=MAX_LEN,
                                        num_steps=8, repeats=5, seed=0).target_step_s
         verify = costs_lib.measure_costs(target, draft, paths, [g], max_decode_len=MAX_LEN,
@@ -115,8 +115,8 @@ def _line(row: Dict) -> str:
 
 def markdown(result: Dict) -> str:
     head = ["beam", "host-driven s", "jitted s", "jitted speedup", "speculative s",
-            "speculative / jitted", "proposal (draft beam, γ)", "chosen at", "infer.py runs",
-            "steps per round",
+            "speculative / jitted", "proposal (draft beam, γ, branch)", "chosen at",
+            "infer.py runs", "steps per round",
             "round verify cost (steps)", "target calls host / jitted / speculative", "BLEU",
             "same sequences"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -126,7 +126,8 @@ def markdown(result: Dict) -> str:
             str(r["beam_size"]), f"{r['host']['seconds_median']:.2f}",
             f"{r['jitted']['seconds_median']:.2f}", f"{r['jitted_over_host']:.1f}x",
             f"{r['speculative']['seconds_median']:.2f}", f"{r['speculative_over_jitted']:.2f}x",
-            f"{p['draft_beam']}, {p['gamma']}", f"{p['speedup']:.2f}x",
+            f"{p['draft_beam']}, {p['gamma']}, {p.get('draft_branch', 1)}",
+            f"{p['speedup']:.2f}x",
             "speculative" if p["speedup"] >= MIN_BEAM_SPEEDUP else "plain",
             f"{p['replayed_per_round']:.2f}",
             f"{r['round_verify_cost']:.2f}",
@@ -142,10 +143,11 @@ def markdown(result: Dict) -> str:
             f"in {result['repeats']} interleaved round(s) after a warm-up. The speculative "
             "search runs the proposal `costs.choose_beam_proposal` found fastest on "
             f"{result['calibration_sentences']} validation sentences (draft beam 0 = each "
-            "alive beam's greedy path only; 'chosen at' is its speedup there, and infer.py runs "
+            "alive beam's greedy paths only; branch b = its b best first tokens, each "
+            "continued greedily; 'chosen at' is its speedup there, and infer.py runs "
             f"it where that is at least {MIN_BEAM_SPEEDUP}x); steps per round are the target's "
             "beam steps "
             "replayed per round there; the round verify cost is the target forward of "
-            "(w + draft beam) paths of γ + 1 tokens over one plain step of w rows. "
+            "(w x branch + draft beam) paths of γ + 1 tokens over one plain step of w rows. "
             f"Host: {env.get('model')}, load average {load['before']:.2f} "
             f"before, {load['after']:.2f} after.\n\n" + "\n".join(lines) + "\n")

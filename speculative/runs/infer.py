@@ -264,7 +264,8 @@ def _beam_batch(settings: InferSettings, target, draft,
         return decoding.beam_search(target, inputs, **kw)
     draft_beam = settings.beam_size if settings.draft_beam is None else settings.draft_beam
     return decoding.speculative_beam_search(target, draft, inputs, draft_beam=draft_beam,
-                                            gamma=settings.gamma, **kw)
+                                            gamma=settings.gamma,
+                                            draft_branch=settings.draft_branch, **kw)
 
 
 MIN_BEAM_SPEEDUP = 1.1  # below it (a few inputs' timing noise), the plain search runs
@@ -289,15 +290,16 @@ def choose_beam_search(settings: InferSettings, target, draft, all_batches):
     best = choice.best
     faster = best.speedup >= MIN_BEAM_SPEEDUP
     logging.warning(
-        "BEAM_SIZE=%d with SPECULATIVE: on %d inputs the speculative search with draft beam %d "
-        "and gamma %d ran %.2fx the plain search (%.2f beam steps per round); %s.",
-        settings.beam_size, len(calibration), best.draft_beam, best.gamma, best.speedup,
-        best.replayed_per_round,
+        "BEAM_SIZE=%d with SPECULATIVE: on %d inputs the speculative search with draft beam %d, "
+        "gamma %d and draft branch %d ran %.2fx the plain search (%.2f beam steps per round); "
+        "%s.", settings.beam_size, len(calibration), best.draft_beam, best.gamma,
+        best.draft_branch, best.speedup, best.replayed_per_round,
         "running it" if faster else
         f"below {MIN_BEAM_SPEEDUP}x, so decoding.beam_search runs (the same beams; "
         "FORCE_SPECULATIVE_BEAM = True runs the speculative one)")
     return dataclasses.replace(settings, force_speculative_beam=faster,
-                               draft_beam=best.draft_beam, gamma=best.gamma), choice
+                               draft_beam=best.draft_beam, gamma=best.gamma,
+                               draft_branch=best.draft_branch), choice
 
 
 

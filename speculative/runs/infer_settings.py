@@ -53,6 +53,7 @@ class InferSettings:
     draft_partitioned: bool = False
     beam_size: Optional[int] = None
     draft_beam: Optional[int] = None
+    draft_branch: int = 1  # chosen with draft_beam by infer.choose_beam_search
     length_penalty: float = 0.6
     force_speculative_beam: bool = False
 
