@@ -166,7 +166,8 @@ def _same_search(target, inputs, beam_size, max_decode_len, length_penalty=0.6):
     return jitted
 
 
-@pytest.mark.parametrize("beam_size", [1, 2, 4])
+@pytest.mark.parametrize("beam_size", [pytest.param(1, marks=pytest.mark.slow),
+                                       pytest.param(2, marks=pytest.mark.slow), 4])
 def test_jitted_beam_search_equals_the_host_search_on_the_bundled_pair(pair_and_inputs,
                                                                        beam_size):
     target, _, pairs = pair_and_inputs
@@ -175,7 +176,8 @@ def test_jitted_beam_search_equals_the_host_search_on_the_bundled_pair(pair_and_
     assert np.all(np.diff(out.scores, axis=1) <= 0)
 
 
-@pytest.mark.parametrize("seed", range(12))
+@pytest.mark.parametrize("seed", [  # CI: the first six (every width and length penalty)
+    k if k < 6 else pytest.param(k, marks=pytest.mark.slow) for k in range(12)])
 def test_jitted_beam_search_equals_the_host_search_on_random_models(seed):
     """Twelve random tiny T5s (vocab 12, EOS frequent): early stops, rows finishing at
     different steps, rows with no finished beam, widths 1 to 4, length penalties 0 to 1.2."""
