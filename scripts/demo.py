@@ -4,8 +4,10 @@ Translates sentences of the bundled test split with the trained memory-bound tar
 (`large_target`), autoregressively (the baseline) and speculatively with its best bundled
 draft, at batch 1; prints the translations (and whether they equal the target's greedy
 output), then one line per temperature (0, then 1) with `speedup N.NNx`, alpha, tokens per
-target call and the predictions of Theorem 3.8 and the decode-loop cost model. Takes about 2
-minutes on 2 CPU cores; run it with nothing else busy on the machine.
+target call and the predictions of Theorem 3.8 and the decode-loop cost model. At T = 1 each
+sentence is translated `--samples` times (4) with different keys, so that the timing is not one
+draw of a few sampled translations. Takes about 2 minutes on 2 CPU cores; run it with
+nothing else busy on the machine.
 
 Example:
   python scripts/demo.py
@@ -27,6 +29,8 @@ _TEMPERATURES = flags.DEFINE_list("temperatures", ["0", "1"], "0 = greedy; > 0 =
 _TARGET = flags.DEFINE_string("target", None, "Bundled target; default: large_target.")
 _DRAFT = flags.DEFINE_string("draft", None, "Bundled draft name; default: the target's best.")
 _REPEATS = flags.DEFINE_integer("repeats", 5, "Timed repeats (medians are reported).")
+_SAMPLES = flags.DEFINE_integer("samples", 4, "At T > 0: sampled translations per sentence "
+                                "(one sample of 8 sentences is too few tokens to time).")
 _INPUT_LENGTH = flags.DEFINE_integer("input_length", None, "Padded source length; default: the "
                                      "longest sentence's tokens rounded up to a multiple of 8.")
 _OUTPUT = flags.DEFINE_string("output_json", None, "Also write the numbers here.")
@@ -38,7 +42,8 @@ def main(argv):
     temperatures = flag_numbers(_TEMPERATURES.value, "temperatures", float)
     demo.run(num_sentences=_NUM.value, gamma=_GAMMA.value, temperatures=temperatures,
              target_name=_TARGET.value, draft_name=_DRAFT.value, repeats=_REPEATS.value,
-             input_length=_INPUT_LENGTH.value, output_json=_OUTPUT.value)
+             input_length=_INPUT_LENGTH.value, output_json=_OUTPUT.value,
+             samples=_SAMPLES.value)
 
 
 if __name__ == "__main__":

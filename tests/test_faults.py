@@ -285,6 +285,7 @@ def _run_settings_cases(tmp_path):
          "temperatures"),
         ("demo input_length", lambda: demo.run(input_length=0), ValueError, "input_length=0"),
         ("demo gamma 0", lambda: demo.run(gamma=0), ValueError, "gamma=0"),
+        ("demo samples 0", lambda: demo.run(samples=0), ValueError, "samples=0"),
         ("demo tiny temperature", lambda: demo.run(temperatures=[0.0, 1e-9]), ValueError,
          r"temperatures=\[0.0, 1e-09\].*below 0.0001"),
         ("demo output_json", lambda: demo.run(output_json=str(used / "model.safetensors" / "x")),

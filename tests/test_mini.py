@@ -235,6 +235,9 @@ def test_demo_runs_on_the_bundled_mini_pair(tmp_path, capsys):
     assert summary["input_length"] == 24
     [row] = summary["rows"]
     assert row["gamma"] == 2 and 0.0 <= row["alpha"] <= 1.0 and row["speedup"] > 0
+    # Greedy: one decode per sentence (the same text for any key), the same tokens both ways.
+    assert row["samples_per_sentence"] == 1
+    assert row["tokens"]["baseline"] == row["tokens"]["speculative"] > 0
     assert 1.0 <= row["tokens_per_target_call"] <= 3.0 and row["predicted_speedup"] > 0
     written = json.loads(out.read_text())
     assert written["rows"][0]["speedup"] == row["speedup"]
