@@ -190,7 +190,10 @@ def run(*, num_sentences: int = 8, gamma: Optional[int] = None,
     rows = []
     for temperature in temperatures:
         sampling = SamplingConfig(float(temperature))
-        g = gamma or _pick_gamma(target, draft, batches, sampling, costs, gammas,
+        # Sampling: each sentence `samples` times (batch i gets key i, so the copies differ);
+        # the gamma probe reads all of them too (one draw of alpha at T > 0 is noisy).
+        timed = [x for x in batches for _ in range(samples if temperature > 0 else 1)]
+        g = gamma or _pick_gamma(target, draft, timed, sampling, costs, gammas,
                                  max_decode_len, seed)
         tree = None
         if not gamma:
@@ -198,8 +201,6 @@ def run(*, num_sentences: int = 8, gamma: Optional[int] = None,
                                     max_decode_len, seed)
             print(f"T={temperature:g}: {line}")
             g = len(tree) if tree else g
-        # Sampling: each sentence `samples` times (batch i gets key i, so the copies differ).
-        timed = [x for x in batches for _ in range(samples if temperature > 0 else 1)]
         [m] = measure.measure(
             target, [draft] * len(timed), timed, sampling=sampling, gammas=[g],
             max_decode_len=max_decode_len, repeats=repeats, lenience=1.0, seed=seed,
