@@ -34,6 +34,7 @@ _SAMPLES = flags.DEFINE_integer("samples", 4, "At T > 0: sampled translations pe
 _INPUT_LENGTH = flags.DEFINE_integer("input_length", None, "Padded source length; default: the "
                                      "longest sentence's tokens rounded up to a multiple of 8.")
 _OUTPUT = flags.DEFINE_string("output_json", None, "Also write the numbers here.")
+_SEED = flags.DEFINE_integer("seed", 0, "PRNG seed of the decode keys (batch i: fold_in(seed, i)).")
 
 
 def main(argv):
@@ -43,7 +44,7 @@ def main(argv):
     demo.run(num_sentences=_NUM.value, gamma=_GAMMA.value, temperatures=temperatures,
              target_name=_TARGET.value, draft_name=_DRAFT.value, repeats=_REPEATS.value,
              input_length=_INPUT_LENGTH.value, output_json=_OUTPUT.value,
-             samples=_SAMPLES.value)
+             samples=_SAMPLES.value, seed=_SEED.value)
 
 
 if __name__ == "__main__":

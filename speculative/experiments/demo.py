@@ -7,8 +7,8 @@ translations, then one line per temperature with alpha, tokens per target call, 
 cost, the measured speedup (`speedup N.NNx`) and both predictions (Theorem 3.8 and the decode-
 loop cost model). At a temperature above 0 each sentence is decoded with `samples` keys
 (different translations; the baseline and the speculative decoder get the same keys): one
-sampled translation of 8 sentences is about 115 tokens, and its speedup moved between 1.39x and
-1.75x (2.78 to 4.10 tokens per target call) with the seed alone. gamma is Theorem 3.8's best for
+sampled translation of 8 sentences is about 115 tokens, and its speedup moved between 1.26x and
+1.92x (2.78 to 4.10 tokens per target call) with the seed alone. gamma is Theorem 3.8's best for
 the measured c, verify cost and a quick alpha estimate at that temperature; it then says whether
 a token tree is predicted faster than the best chain (`theory.best_tree`) and decodes with the
 tree if so. Timings come from `runs.benchmark` (compiled programs, interleaved repeats,
