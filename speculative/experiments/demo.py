@@ -43,6 +43,7 @@ from speculative.sampling import SamplingConfig
 # they agree to about 25%: the loop adds sampling, the commit and its carry to each step (up
 # to 26% of the mini target's 0.3 ms step, 1-6% of large_target's; README round breakdown).
 STATE_CHANGE = 1.4
+COST_REPEATS = 7  # interleaved rounds of the single-call costs (c, verify costs)
 
 
 def _random_pair():
@@ -160,9 +161,11 @@ def run(*, num_sentences: int = 8, gamma: Optional[int] = None,
     load_before = os.getloadavg()[0]
     # Without a fixed gamma, verify costs up to TREE_MAX_NODES tokens price token trees too.
     widths = gammas if gamma else sorted({*gammas, *acceptance.TREE_VERIFY_WIDTHS})
+    # 7 rounds: with 3, c of the same draft read 0.039-0.053 in four calls (0.074 once, as the
+    # process's first timing), and the gamma it chose moved with it; with 7, 0.046-0.047.
     costs = costs_lib.measure_costs(target, draft, batches[0], widths,
-                                    max_decode_len=max_decode_len, num_steps=16, repeats=3,
-                                    seed=seed)
+                                    max_decode_len=max_decode_len, num_steps=16,
+                                    repeats=COST_REPEATS, seed=seed)
     row_costs = None if gamma else costs_lib.draft_row_costs(
         target, draft, batches[0], acceptance.TREE_DRAFT_ROWS, c=costs.c,
         max_decode_len=max_decode_len, seed=seed)
