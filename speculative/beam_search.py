@@ -10,9 +10,10 @@ length. Rows with no finished beam return their alive beams.
 `speculative_beam_search(target, draft, inputs, beam_size=w, draft_beam=u, gamma=g)` runs that
 same search with fewer target calls. A round:
 
-  1. the draft proposes paths of g tokens: for every alive beam its own greedy continuation,
-     plus the u paths of the draft's beam search of width u from the alive beams (their
-     parents are alive beams);
+  1. the draft proposes paths of g tokens: for every alive beam its own greedy continuation
+     (with `draft_branch=b`, its b best first tokens, each continued greedily), plus the u
+     paths of the draft's beam search of width u from the alive beams (their parents are
+     alive beams);
   2. the target scores all proposed paths in one forward: its log-probabilities at the
      position after every prefix of every path;
   3. the target's beam search steps are replayed from those numbers, one step at a time, as
