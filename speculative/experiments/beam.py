@@ -54,7 +54,7 @@ def run(output_dir: str, target_name: str = mini.LARGE_TARGET, draft_name: str =
                                       split="valid")
     for w in beam_sizes:
         kw = dict(beam_size=w, max_decode_len=MAX_LEN, length_penalty=length_penalty)
-        # The proposal (draft_beam, gamma) is chosen on validation sentences, then timed here.
+        # The proposal (draft_beam, gamma, draft_branch) is chosen on validation sentences.
         choice = costs_lib.choose_beam_proposal(target, draft, calibration, repeats=2, **kw)
         u, g, b = choice.best.draft_beam, choice.best.gamma, choice.best.draft_branch
         print(f"beam {w}: chose draft_beam {u}, gamma {g}, draft_branch {b} (calibration speedup "
