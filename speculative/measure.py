@@ -121,6 +121,12 @@ class Measurement:
         return float(self.stats.tokens_per_target_call)
 
     @property
+    def speculative_tokens(self) -> int:
+        """Tokens the speculative decoders generated over all batches (at T > 0 their texts,
+        and so their lengths, differ from the baseline's `baseline_tokens`)."""
+        return int(self.stats.summary()["generated"])
+
+    @property
     def predicted_speedup(self) -> float:
         """Theorem 3.8 with the measured c and verify cost."""
         if not math.isfinite(self.alpha):
@@ -147,7 +153,7 @@ class Measurement:
         """The benchmark.json `runs` entry (NaN stays NaN here; writers make it null)."""
         ok = math.isfinite(self.alpha)
         stats = self.stats.summary(per_row=True)
-        base_tokens, spec_tokens = self.baseline_tokens, stats["generated"]
+        base_tokens, spec_tokens = self.baseline_tokens, self.speculative_tokens
         out = {
             "sampling": sampling_dict(self.sampling),
             "batch_size": self.batch_size,

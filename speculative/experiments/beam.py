@@ -126,7 +126,7 @@ def markdown(result: Dict) -> str:
             str(r["beam_size"]), f"{r['host']['seconds_median']:.2f}",
             f"{r['jitted']['seconds_median']:.2f}", f"{r['jitted_over_host']:.1f}x",
             f"{r['speculative']['seconds_median']:.2f}", f"{r['speculative_over_jitted']:.2f}x",
-            f"{p['draft_beam']}, {p['gamma']}, {p.get('draft_branch', 1)}",
+            f"{p['draft_beam']}, {p['gamma']}, {p['draft_branch']}",
             f"{p['speedup']:.2f}x",
             "speculative" if p["speedup"] >= MIN_BEAM_SPEEDUP else "plain",
             f"{p['replayed_per_round']:.2f}",

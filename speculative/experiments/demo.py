@@ -210,8 +210,7 @@ def run(*, num_sentences: int = 8, gamma: Optional[int] = None,
             costs=costs, calibration=calibration, tree=tree)
         row = {"temperature": float(temperature), **m.row(),
                "samples_per_sentence": len(timed) // len(batches),
-               "tokens": {"baseline": m.baseline_tokens,
-                          "speculative": int(m.stats.summary()["generated"])},
+               "tokens": {"baseline": m.baseline_tokens, "speculative": m.speculative_tokens},
                # The baseline's cost per loop step while the decoders were timed (the
                # decode-loop fit), beside the isolated step measured before them.
                "baseline_step_s_loop": m.loop.baseline.iteration_s if m.loop else None}
