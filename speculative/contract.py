@@ -54,14 +54,17 @@ def take_rows(state: Any, index: Array) -> Any:
     return jax.tree_util.tree_map(lambda x: jnp.take(x, index, axis=0), state)
 
 
-def write_rows(cache: Array, update: Array, starts: Array) -> Array:
-    """Per-row overwrite: `cache[b, starts[b] : starts[b] + K] = update[b]`.
-
-    `cache [B, L, ...]`, `update [B, K, ...]`, `starts [B]`. Like `lax.dynamic_update_slice`,
-    a start past `L - K` is clamped; callers allocate caches with room for the largest chunk.
+def write_rows(cache: Array, update: Array, starts: Array, axis: int = 1) -> Array:
+    """Per-row overwrite along `axis`: `cache[b, starts[b] : starts[b] + K] = update[b]` for
+    `axis=1` (`cache [B, L, ...]`, `update [B, K, ...]`), `cache[b, :, starts[b] : ...]` for a
+    head-major key/value cache `[B, H, L, D]` (`axis=2`). `starts [B]`. Like
+    `lax.dynamic_update_slice`, a start past `L - K` is clamped; callers allocate caches with
+    room for the largest chunk.
     """
+    if axis < 1:
+        raise ValueError(f"write_rows axis={axis}: axis 0 is the batch; give the length axis.")
 
     def one(c, u, s):
-        return jax.lax.dynamic_update_slice_in_dim(c, u.astype(c.dtype), s, axis=0)
+        return jax.lax.dynamic_update_slice_in_dim(c, u.astype(c.dtype), s, axis=axis - 1)
 
     return jax.vmap(one)(cache, update, starts)

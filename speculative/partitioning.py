@@ -165,14 +165,14 @@ def put(x: Any, sharding: NamedSharding) -> jax.Array:
 
 
 def cache_spec(shape: Sequence[int], mesh: Mesh) -> PartitionSpec:
-    """Decode-state layout: batch (axis 0) over 'data' and, for `[B, L, H, D]` key/value
-    caches, heads over 'model'; an axis that does not divide is left replicated (the warning,
-    if any, came with the parameters: heads are split like the attention kernels)."""
+    """Decode-state layout: batch (axis 0) over 'data' and, for `[B, H, L, D]` key/value
+    caches, heads (axis 1) over 'model'; an axis that does not divide is left replicated (the
+    warning, if any, came with the parameters: heads are split like the attention kernels)."""
     spec = [None] * len(shape)
     if len(shape) and shape[0] % mesh.shape["data"] == 0:
         spec[0] = "data"
-    if len(shape) == 4 and shape[2] % mesh.shape["model"] == 0:
-        spec[2] = "model"
+    if len(shape) == 4 and shape[1] % mesh.shape["model"] == 0:
+        spec[1] = "model"
     return PartitionSpec(*spec)
 
 

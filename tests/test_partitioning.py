@@ -7,10 +7,17 @@ import os
 import subprocess
 import sys
 import textwrap
+import types
 
+import jax
+import numpy as np
 import pytest
+from jax.sharding import PartitionSpec as P
 
 from speculative import partitioning
+from speculative.models import t5
+
+from conftest import random_params, tiny_config
 
 SCRIPT = textwrap.dedent("""
     import sys
@@ -64,3 +71,23 @@ def test_rules_follow_t5x():
 def test_bad_mesh_raises():
     with pytest.raises(ValueError, match="must divide"):
         partitioning.make_mesh(num_partitions=3, devices=[object()] * 8)
+
+
+def test_cache_spec_splits_batch_and_the_heads_of_every_key_value_cache():
+    """The decode state's layout on a (data 2, model 4) mesh, read off a real T5 cache: the
+    heads axis of each head-major `[B, H, L, D]` key/value cache goes over 'model' (beside
+    the attention kernels' heads), the batch over 'data'; what does not divide is replicated."""
+    mesh = types.SimpleNamespace(shape={"data": 2, "model": 4})
+    config = tiny_config(num_heads=4, head_dim=4)
+    module = t5.Transformer(config)
+    params = random_params(module, 0)
+    state = jax.eval_shape(lambda: module.apply(
+        {"params": params}, np.ones((6, 5), np.int32), 12, method="init_cache"))
+    kvs = [x for pair in state.self_kv + state.cross_kv for x in pair]
+    assert len(kvs) == 4 * config.num_decoder_layers
+    for x in kvs:
+        spec = partitioning.cache_spec(x.shape, mesh)
+        assert spec == P("data", "model", None, None), (x.shape, spec)
+        assert x.shape[1] == config.num_heads and x.shape[3] == config.head_dim
+    assert partitioning.cache_spec(state.lengths.shape, mesh) == P("data")
+    assert partitioning.cache_spec((3, 6, 12, 4), mesh) == P(None, None, None, None)

@@ -157,8 +157,9 @@ def test_infer_and_benchmark_on_a_2x4_mesh_match_one_device(tmp_path):
     emb, hd = shapes["emb"], shapes["heads"] * shapes["head_dim"]
     assert shapes["query"] == [[emb, hd], [emb, hd // 4]]  # joined_kv over 'model' (4)
     assert shapes["draft_query"] == [[emb, hd], [emb, hd]]  # the draft is replicated
-    batch, length, heads, dim = shapes["cache"][0]
-    assert shapes["cache"][1] == [batch // 2, length, heads // 4, dim]
+    batch, heads, length, dim = shapes["cache"][0]  # head-major [B, H, L, D]
+    assert heads == shapes["heads"] and dim == shapes["head_dim"]
+    assert shapes["cache"][1] == [batch // 2, heads // 4, length, dim]
 
     ck = report["checkpoint"]
     assert ck["same"] and ck["mesh"] and ck["spec"] == "P(None, 'model')"

@@ -118,8 +118,8 @@ class FeatureDraftCache:
     Attributes:
       lengths: `[B]` int32, positions held per row.
       pending: `[B]` int32, BOS (the decode loops feed it first).
-      self_kv: per layer `(key, value)`, each `[B, L, H, D]`.
-      cross_kv: per layer `(key, value)` of the target's encoder output, `[B, L_enc, H, D]`.
+      self_kv: per layer `(key, value)`, each head-major `[B, H, L, D]`.
+      cross_kv: per layer `(key, value)` of the target's encoder output, `[B, H, L_enc, D]`.
       encoder_mask: `[B, L_enc]` bool.
       hidden: `[B, L, E]` the draft's top hidden state g at each cached position (the feature
         of the next position when the draft extends without target features).
@@ -206,7 +206,7 @@ class FeatureDraft(nn.Module):
 
         feature = (shift(self.fused(features)) if cfg.feature_layers
                    else jnp.zeros((batch, length, cfg.emb_dim)))
-        keys = [[] for _ in self.layers]  # per layer, per depth: (k, v) [B, L, H, D]
+        keys = [[] for _ in self.layers]  # per layer, per depth: (k, v) [B, H, L, D]
         out = []
         for d in range(1, depth + 1):
             x = self.embed(tokens, feature)
@@ -216,8 +216,8 @@ class FeatureDraft(nn.Module):
             bias = jnp.concatenate([rel + layers.mask_to_bias(m[None, None]) for m in masks], -1)
             for li, layer in enumerate(self.layers):
                 keys[li].append(layer.project_self_kv(x))
-                key = jnp.concatenate([k for k, _ in keys[li]], axis=1)
-                value = jnp.concatenate([v for _, v in keys[li]], axis=1)
+                key = jnp.concatenate([k for k, _ in keys[li]], axis=2)
+                value = jnp.concatenate([v for _, v in keys[li]], axis=2)
                 x = layer.attend(x, key, value, bias, cross_kv[li], cross_bias)
             out.append(self.logits(x))
             feature = shift(x)
@@ -228,7 +228,7 @@ class FeatureDraft(nn.Module):
     def init_cache(self, encoded: Array, encoder_mask: Array, max_len: int) -> FeatureDraftCache:
         cfg = self.config
         batch = encoded.shape[0]
-        zeros = jnp.zeros((batch, max_len, cfg.num_heads, cfg.head_dim),
+        zeros = jnp.zeros((batch, cfg.num_heads, max_len, cfg.head_dim),
                           cfg.layer_config().compute_dtype)
         return FeatureDraftCache(
             lengths=jnp.zeros((batch,), jnp.int32),
@@ -252,7 +252,7 @@ class FeatureDraft(nn.Module):
         else:
             feature = self.fused(features)
         x = self.embed(tokens, feature)
-        max_len = cache.self_kv[0][0].shape[1]
+        max_len = cache.self_kv[0][0].shape[2]
         query_pos = cache.lengths[:, None] + jnp.arange(num_new)[None]
         key_pos = jnp.arange(max_len)[None]
         mask = (key_pos[:, None, :] <= query_pos[:, :, None])[:, None]

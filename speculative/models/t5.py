@@ -175,8 +175,8 @@ class DecodeCache:
       lengths: `[B]` int32, tokens held in the self-attention cache per row.
       pending: `[B]` int32, the last prefix token, not yet in the cache: the decode loops feed it
         first (BOS for the encoder-decoder; the prompt's last token for the decoder-only model).
-      self_kv: per decoder layer `(key, value)`, each `[B, L, H, D]`.
-      cross_kv: per decoder layer `(key, value)` of the encoder output, `[B, L_enc, H, D]`, or
+      self_kv: per decoder layer `(key, value)`, each head-major `[B, H, L, D]`.
+      cross_kv: per decoder layer `(key, value)` of the encoder output, `[B, H, L_enc, D]`, or
         `()` for the decoder-only model.
       encoder_mask: `[B, L_enc]` bool (`[B, 0]` for the decoder-only model).
       encoded: `[B, L_enc, E]` the encoder output, kept only when `init_cache(keep_encoded=True)`
@@ -192,7 +192,7 @@ class DecodeCache:
 
     @property
     def max_length(self) -> int:
-        return self.self_kv[0][0].shape[1] if self.self_kv else 0
+        return self.self_kv[0][0].shape[2] if self.self_kv else 0
 
 
 def rewind(cache: DecodeCache, lengths: Array) -> DecodeCache:
@@ -206,9 +206,9 @@ def keep_path(cache: DecodeCache, starts: Array, offsets: Array) -> DecodeCache:
     accepted path's keys and values become contiguous. `lengths` is left to the caller's rewind."""
     src = (starts[:, None] + offsets).astype(jnp.int32)
 
-    def move(kv):
-        picked = jnp.take_along_axis(kv, src[:, :, None, None], axis=1)
-        return layers.write_rows(kv, picked, starts)
+    def move(kv):  # [B, H, L, D]
+        picked = jnp.take_along_axis(kv, src[:, None, :, None], axis=2)
+        return layers.write_rows(kv, picked, starts, axis=2)
 
     return cache.replace(self_kv=tuple((move(k), move(v)) for k, v in cache.self_kv))
 
@@ -415,7 +415,7 @@ class Decoder(nn.Module):
 
 
 def _empty_self_kv(cfg: T5Config, batch: int, max_len: int):
-    shape = (batch, max_len, cfg.num_heads, cfg.head_dim)
+    shape = (batch, cfg.num_heads, max_len, cfg.head_dim)
     zeros = jnp.zeros(shape, cfg.compute_dtype)
     return tuple((zeros, zeros) for _ in range(cfg.num_decoder_layers))
 
