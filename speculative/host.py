@@ -106,7 +106,7 @@ def step_bytes(config: t5.T5Config, params, *, batch_size: int, position: float,
       cross_kv         keys and values of `encoder_length` source positions per row
       total            their sum
 
-    Weights count in their stored dtype, caches ([B, L, H, D] keys and values per layer, as
+    Weights count in their stored dtype, caches ([B, H, L, D] keys and values per layer, as
     `decoding` sizes them) in the compute dtype, all for `batch_size` rows. A verify call of
     gamma + 1 tokens reads the same, plus the gamma new cache rows it writes (negligible).
     """
