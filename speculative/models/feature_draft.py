@@ -252,7 +252,7 @@ class FeatureDraft(nn.Module):
         else:
             feature = self.fused(features)
         x = self.embed(tokens, feature)
-        max_len = cache.self_kv[0][0].shape[2]
+        max_len = cache.hidden.shape[1]
         query_pos = cache.lengths[:, None] + jnp.arange(num_new)[None]
         key_pos = jnp.arange(max_len)[None]
         mask = (key_pos[:, None, :] <= query_pos[:, :, None])[:, None]
