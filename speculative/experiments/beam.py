@@ -7,6 +7,11 @@ forwards come from the searches' results; BLEU (sacrebleu) of the best beams aga
 references. The jitted search is checked against the host-driven one on every sentence (same
 sequences), so a speed number never comes from a different output.
 
+Then, untimed, the jitted plain and speculative searches decode the whole test split in
+batches (`split_batch` rows; sources longer than the input length in their own, longer
+batches, so none is skipped): its BLEU, and whether the two searches return the same beams
+with the same scores on every sentence.
+
     python scripts/beam_benchmark.py --target=large_target --output_dir=results/large/beam
 """
 
@@ -29,14 +34,20 @@ MAX_LEN = 48
 def run(output_dir: str, target_name: str = mini.LARGE_TARGET, draft_name: str = "",
         num_sentences: int = 16, beam_sizes: Sequence[int] = (1, 2, 4),
         num_calibration: int = 8, repeats: int = 1, length_penalty: float = 0.6,
-        overwrite: bool = False) -> Dict:
+        split_sentences: int = 0, split_batch: int = 16, overwrite: bool = False) -> Dict:
     """Times the three searches at every beam width (the speculative one with the proposal
-    `costs.choose_beam_proposal` picks on `num_calibration` validation sentences); writes
-    `beam.json` and `beam.md`."""
+    `costs.choose_beam_proposal` picks on `num_calibration` validation sentences), then decodes
+    the first `split_sentences` test sentences (0 = the whole split) with the jitted plain and
+    speculative searches (`test_split`); writes `beam.json` and `beam.md`."""
     import sacrebleu  # pylint: disable=g-import-not-at-top
 
     validation.positive_int(num_sentences, "num_sentences", "test sentences decoded")
     validation.positive_int(repeats, "repeats", "timed rounds")
+    validation.positive_int(split_batch, "split_batch", "rows per batch of the test-split pass")
+    if isinstance(split_sentences, bool) or not isinstance(split_sentences, int) or \
+            split_sentences < 0:
+        raise ValueError(f"split_sentences={split_sentences!r}: give the number of test "
+                         "sentences of the test-split pass, or 0 for the whole split.")
     validation.positive_int(num_calibration, "num_calibration", "sentences choosing a proposal")
     for w in beam_sizes:
         validation.positive_int(w, "beam_sizes", "beams kept per input")
@@ -91,16 +102,57 @@ def run(output_dir: str, target_name: str = mini.LARGE_TARGET, draft_name: str =
         row["jitted_over_host"] = row["host"]["seconds_median"] / row["jitted"]["seconds_median"]
         row["speculative_over_jitted"] = (row["jitted"]["seconds_median"]
                                           / row["speculative"]["seconds_median"])
+        row["test_split"] = decode_test_split(target, draft, vocab, split_sentences,
+                                              split_batch, proposal=(u, g, b), **kw)
         rows.append(row)
         print(_line(row), flush=True)
     result = {"target": target_name, "draft": draft_name, "sentences": num_sentences,
               "calibration_sentences": num_calibration, "length_penalty": length_penalty,
+              "split_batch": split_batch,
               "repeats": repeats,
               "max_decode_len": MAX_LEN, "rows": rows, "seconds": round(time.time() - start, 1),
               "load_average_1m": {"before": load_before, "after": os.getloadavg()[0]},
               "environment": host.environment()}
     files.write_report(output_dir, "beam", result, markdown(result))
     return result
+
+
+def decode_test_split(target, draft, vocab, num: int, batch_size: int, *, proposal, beam_size: int,
+               max_decode_len: int, length_penalty: float) -> Dict:
+    """The jitted plain and speculative searches (`proposal = (draft_beam, gamma,
+    draft_branch)`) over the first `num` test sentences (0 = all), `batch_size` rows per call.
+    Sources that do not fit `bundles.INPUT_LENGTH` tokens go in batches of their own, padded
+    to the next multiple of 16. Returns the sentence count, the plain search's BLEU (best beam
+    against the references), whether every beam of every sentence is the same in both searches,
+    the largest score difference, and both searches' target calls."""
+    import sacrebleu  # pylint: disable=g-import-not-at-top
+
+    pairs = mini.test_pairs(num or None)
+    sources = [src for src, _ in pairs]
+    lengths = [len(ids) for ids in vocab.encode_inputs(sources)]
+    short = [i for i, n in enumerate(lengths) if n <= bundles.INPUT_LENGTH]
+    long = [i for i, n in enumerate(lengths) if n > bundles.INPUT_LENGTH]
+    long_len = -(-max((lengths[i] for i in long), default=16) // 16) * 16
+    u, g, b = proposal
+    kw = dict(beam_size=beam_size, max_decode_len=max_decode_len, length_penalty=length_penalty)
+    best = [None] * len(pairs)
+    same, score_diff, calls = True, 0.0, {"jitted": 0, "speculative": 0}
+    for index, length in ((short, bundles.INPUT_LENGTH), (long, long_len)):
+        for start in range(0, len(index), batch_size):
+            rows = index[start:start + batch_size]
+            x = vocab.encode_sources([sources[i] for i in rows], length)
+            plain = decoding.beam_search(target, x, **kw)
+            spec = decoding.speculative_beam_search(target, draft, x, draft_beam=u, gamma=g,
+                                                    draft_branch=b, **kw)
+            same &= bool(np.array_equal(plain.sequences, spec.sequences))
+            score_diff = max(score_diff, float(np.max(np.abs(plain.scores - spec.scores))))
+            calls["jitted"] += plain.target_calls
+            calls["speculative"] += spec.target_calls
+            for i, seq in zip(rows, plain.sequences[:, 0]):
+                best[i] = vocab.decode(seq)
+    bleu = sacrebleu.corpus_bleu(best, [[ref for _, ref in pairs]]).score
+    return {"sentences": len(pairs), "longer_than_input": len(long), "bleu": bleu,
+            "same_beams": same, "max_score_diff": score_diff, "target_calls": calls}
 
 
 def _line(row: Dict) -> str:
@@ -110,7 +162,10 @@ def _line(row: Dict) -> str:
             f"({row['speculative_over_jitted']:.2f}x the jitted; round verify cost "
             f"{row['round_verify_cost']:.2f} steps); target calls "
             f"{row['host']['target_calls']} / {row['jitted']['target_calls']} / "
-            f"{row['speculative']['target_calls']}; same sequences {row['same_sequences']}")
+            f"{row['speculative']['target_calls']}; same sequences {row['same_sequences']}; "
+            f"test split: {row['test_split']['sentences']} sentences, BLEU "
+            f"{row['test_split']['bleu']:.1f}, same beams {row['test_split']['same_beams']} "
+            f"(scores within {row['test_split']['max_score_diff']:.1e})")
 
 
 def markdown(result: Dict) -> str:
@@ -150,4 +205,25 @@ def markdown(result: Dict) -> str:
             "replayed per round there; the round verify cost is the target forward of "
             "(w x branch + draft beam) paths of γ + 1 tokens over one plain step of w rows. "
             f"Host: {env.get('model')}, load average {load['before']:.2f} "
-            f"before, {load['after']:.2f} after.\n\n" + "\n".join(lines) + "\n")
+            f"before, {load['after']:.2f} after.\n\n" + "\n".join(lines) + "\n\n"
+            + _split_markdown(result))
+
+
+def _split_markdown(result: Dict) -> str:
+    """The test-split pass (untimed): BLEU and plain = speculative on every sentence."""
+    first = result["rows"][0]["test_split"]
+    head = ["beam", "BLEU", "same beams, plain and speculative", "largest score difference",
+            "target calls plain / speculative"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in result["rows"]:
+        s = r["test_split"]
+        lines.append("| " + " | ".join([
+            str(r["beam_size"]), f"{s['bleu']:.1f}",
+            "yes, every sentence" if s["same_beams"] else "**no**",
+            f"{s['max_score_diff']:.1e}",
+            f"{s['target_calls']['jitted']} / {s['target_calls']['speculative']}"]) + " |")
+    return (f"Test split ({first['sentences']} sentences, {first['longer_than_input']} of them "
+            f"longer than {bundles.INPUT_LENGTH} tokens in batches of their own; batches of "
+            f"{result['split_batch']}; untimed): the jitted plain search and the speculative "
+            "one with the proposal above, every beam and score compared.\n\n"
+            + "\n".join(lines) + "\n")
