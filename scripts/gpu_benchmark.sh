@@ -20,7 +20,8 @@
 #   beam                     scripts/beam_benchmark.py on each bundled pair: 16 test sentences,
 #                            batch 1, beam 1, 2 and 4, length penalty 0.6: the host-driven, the
 #                            jitted and the speculative beam search (its proposal chosen by
-#                            measured verify cost), interleaved 3 times, target forwards, BLEU
+#                            measured verify cost), interleaved 3 times, target forwards, BLEU;
+#                            then the whole test split in batches of 64: BLEU, plain = speculative
 #   feature                  large_feature_draft's recipe (configs/runs/feature_draft.gin,
 #                            the model card's CPU recipe, unchanged): the greedy feature cache
 #                            of large_target and its sampled one (12 shards; FEATURE_CACHE,
@@ -146,7 +147,7 @@ if (( DRY_RUN )); then
   LIMITS=(--batch_sizes=1 --num_sentences=2 --gammas=2 --repeats=1 --max_decode_len=8
           --bandwidth_mb=16)
   TREES=(--num_sentences=2 --num_rank_sentences=4 --repeats=1 --max_nodes=4 --temperatures=0)
-  BEAM=(--num_sentences=2 --beam_sizes=1,2 --repeats=1)
+  BEAM=(--num_sentences=2 --beam_sizes=1,2 --repeats=1 --split_sentences=2 --split_batch=2)
   FEATURE_TARGET=mini_target FEATURE_NAME=mini_draft_feature
   FEATURE=(--gin.FEATURE_LAYERS="(1,2,3)" --gin.feature_cache.feature_layers="(1,2,3)"
            --gin.feature_draft.FeatureDraftConfig.target_emb_dim=192
@@ -163,7 +164,7 @@ else
   PAIR=(--gin.NUM_BATCHES=16 --gin.GAMMAS=[2,4,6] --gin.CALIBRATION_BATCHES=8)
   LIMITS=(--batch_sizes=1,4,16,64 --num_sentences=64 --gammas=2,4,6)
   TREES=(--num_sentences=16 --num_rank_sentences=64 --repeats=3 --max_nodes=32)
-  BEAM=(--num_sentences=16 --beam_sizes=1,2,4 --repeats=3)
+  BEAM=(--num_sentences=16 --beam_sizes=1,2,4 --repeats=3 --split_batch=64)
   FEATURE_TARGET=large_target FEATURE_NAME=large_draft_feature
   FEATURE=()
   FEATURE_SHARDS=(None 12)

@@ -307,6 +307,8 @@ def test_gpu_script_dry_run(tmp_path):
     assert (tmp_path / "feature" / "models" / entry["checkpoint"]).exists()
     beam = json.loads((tmp_path / "mini_target_beam" / "beam.json").read_text())
     assert [r["beam_size"] for r in beam["rows"]] == [1, 2]
+    assert all(r["test_split"]["sentences"] == 2 and r["test_split"]["same_beams"]
+               for r in beam["rows"])
     trees = json.loads((tmp_path / "mini_target_trees" / "trees.json").read_text())
     [row] = trees["rows"]
     assert row["chain"]["tokens_per_target_call"] >= 1 and len(row["rank_acceptance"]["rates"]) == 4
