@@ -11,7 +11,7 @@ import json
 import math
 import os
 import shutil
-from typing import Any, Dict, Optional, Set, Union
+from typing import Any, Dict, Iterable, Optional, Sequence, Set, Union
 
 import numpy as np
 
@@ -51,6 +51,13 @@ def json_ready(obj: Any) -> Any:
         obj = float(obj)
         return obj if math.isfinite(obj) else None
     return obj
+
+
+def markdown_table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    """A GitHub markdown table (the reports' `.md` files): the header, its rule, one line per
+    row (cells through `str`), a final newline."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return "\n".join(lines + ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]) + "\n"
 
 
 def write_atomic(path: str, data: Union[str, bytes], *, fsync: bool = False) -> str:

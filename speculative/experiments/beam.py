@@ -174,10 +174,10 @@ def markdown(result: Dict) -> str:
             "infer.py runs", "steps per round",
             "round verify cost (steps)", "target calls host / jitted / speculative", "BLEU",
             "same sequences"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    rows = []
     for r in result["rows"]:
         p = r["proposal"]
-        lines.append("| " + " | ".join([
+        rows.append([
             str(r["beam_size"]), f"{r['host']['seconds_median']:.2f}",
             f"{r['jitted']['seconds_median']:.2f}", f"{r['jitted_over_host']:.1f}x",
             f"{r['speculative']['seconds_median']:.2f}", f"{r['speculative_over_jitted']:.2f}x",
@@ -188,7 +188,7 @@ def markdown(result: Dict) -> str:
             f"{r['round_verify_cost']:.2f}",
             f"{r['host']['target_calls']} / {r['jitted']['target_calls']} / "
             f"{r['speculative']['target_calls']}", f"{r['jitted']['bleu']:.1f}",
-            "yes" if all(r["same_sequences"].values()) else str(r["same_sequences"])]) + " |")
+            "yes" if all(r["same_sequences"].values()) else str(r["same_sequences"])])
     env = result["environment"]["cpu"]
     load = result["load_average_1m"]
     return (f"# Beam search walltime ({result['target']}, draft {result['draft']}, batch 1)\n\n"
@@ -205,7 +205,7 @@ def markdown(result: Dict) -> str:
             "replayed per round there; the round verify cost is the target forward of "
             "(w x branch + draft beam) paths of γ + 1 tokens over one plain step of w rows. "
             f"Host: {env.get('model')}, load average {load['before']:.2f} "
-            f"before, {load['after']:.2f} after.\n\n" + "\n".join(lines) + "\n\n"
+            f"before, {load['after']:.2f} after.\n\n" + files.markdown_table(head, rows) + "\n"
             + _split_markdown(result))
 
 
@@ -214,16 +214,13 @@ def _split_markdown(result: Dict) -> str:
     first = result["rows"][0]["test_split"]
     head = ["beam", "BLEU", "same beams, plain and speculative", "largest score difference",
             "target calls plain / speculative"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for r in result["rows"]:
-        s = r["test_split"]
-        lines.append("| " + " | ".join([
-            str(r["beam_size"]), f"{s['bleu']:.1f}",
-            "yes, every sentence" if s["same_beams"] else "**no**",
-            f"{s['max_score_diff']:.1e}",
-            f"{s['target_calls']['jitted']} / {s['target_calls']['speculative']}"]) + " |")
+    rows = [[r["beam_size"], f"{r['test_split']['bleu']:.1f}",
+             "yes, every sentence" if r["test_split"]["same_beams"] else "**no**",
+             f"{r['test_split']['max_score_diff']:.1e}",
+             f"{r['test_split']['target_calls']['jitted']} / "
+             f"{r['test_split']['target_calls']['speculative']}"] for r in result["rows"]]
     return (f"Test split ({first['sentences']} sentences, {first['longer_than_input']} of them "
             f"longer than {bundles.INPUT_LENGTH} tokens in batches of their own; batches of "
             f"{result['split_batch']}; untimed): the jitted plain search and the speculative "
             "one with the proposal above, every beam and score compared.\n\n"
-            + "\n".join(lines) + "\n")
+            + files.markdown_table(head, rows))

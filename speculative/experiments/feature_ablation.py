@@ -174,10 +174,10 @@ def markdown(result: Dict) -> str:
     head = ["draft", "reads", "params", "c", "alpha T=0 (forced / loop)",
             "alpha T=1 (forced / loop)", "gamma T=0 / T=1", "tokens/call T=0 / T=1",
             "speedup T=0", "speedup T=1", "Thm 3.8 T=0 / T=1", "loop model T=0 / T=1"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    rows = []
     for row in result["rows"]:
         t0, t1 = row["t0"], row["t1"]
-        lines.append("| " + " | ".join([
+        rows.append([
             row["draft"], row.get("reads", row["kind"]), f"{row['params']:,}", f"{row['c']:.3f}",
             f"{t0['alpha_forced']['alpha']:.3f} / {t0['alpha']:.3f}",
             f"{t1['alpha_forced']['alpha']:.3f} / {t1['alpha']:.3f}",
@@ -185,7 +185,7 @@ def markdown(result: Dict) -> str:
             f"{t0['tokens_per_target_call']:.2f} / {t1['tokens_per_target_call']:.2f}",
             f"{t0['speedup']:.2f}x", f"{t1['speedup']:.2f}x",
             f"{t0['predicted_speedup']:.2f}x / {t1['predicted_speedup']:.2f}x",
-            f"{t0['predicted_speedup_loop']:.2f}x / {t1['predicted_speedup_loop']:.2f}x"]) + " |")
+            f"{t0['predicted_speedup_loop']:.2f}x / {t1['predicted_speedup_loop']:.2f}x"])
     env = result["environment"]["cpu"]
     load = result["load_average_1m"]
     return (f"# Target-aware draft ablation ({result['target']}, batch 1)\n\n"
@@ -194,4 +194,4 @@ def markdown(result: Dict) -> str:
             f"rounds; forced alpha along {result['alpha_tokens']} target-generated test tokens "
             "(for a target-aware draft: its first draft of a round); loop alpha along the timed "
             f"decodes' chains. Host: {env.get('model')}, load average {load['before']:.2f} "
-            f"before, {load['after']:.2f} after.\n\n" + "\n".join(lines) + "\n")
+            f"before, {load['after']:.2f} after.\n\n" + files.markdown_table(head, rows))

@@ -294,7 +294,7 @@ def depth_sweep(depths: Sequence[int], *, target: str = "large_target",
 def format_depth_table(rows: Sequence[Mapping[str, Any]]) -> str:
     """`depth_sweep.md`: one line per depth."""
     gammas = sorted(rows[0]["verify_cost"]) if rows else []
-    return _markdown(
+    return files.markdown_table(
         ["decoder layers", "weights MB", "x last-level cache", "step ms", "step GB/s", "c"]
         + [f"verify γ={g}" for g in gammas]
         + [f"Thm 3.8 T={float(t):g} (α, γ)" for t in (rows[0]["thm38"] if rows else [])],
@@ -447,14 +447,9 @@ def run(output_dir: str = DEFAULT_DIR, *, targets: Optional[Sequence[str]] = Non
 # Tables, plot and files.
 
 
-def _markdown(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    return "\n".join(lines + ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]) + "\n"
-
-
 def format_batch_table(rows: Sequence[Mapping[str, Any]]) -> str:
     """`batch_scaling.md`: one line per (pair, temperature, batch size)."""
-    return _markdown(
+    return files.markdown_table(
         ["target", "draft", "T", "B", "γ", "α", "baseline ms/step", "speedup", "Thm 3.8", "c",
          "verify cost", "step / bound"],
         [[r["target"], r["draft"], f"{r['temperature']:g}",
@@ -464,10 +459,10 @@ def format_batch_table(rows: Sequence[Mapping[str, Any]]) -> str:
 
 
 def format_crossover_table(crossovers: Sequence[Mapping[str, Any]]) -> str:
-    return _markdown(["target", "draft", "T", "stops paying at batch (first speedup < 1)"],
-                     [[c["target"], c["draft"], f"{c['temperature']:g}",
-                       "none" if c["batch_size"] is None else c["batch_size"]]
-                      for c in crossovers])
+    return files.markdown_table(
+        ["target", "draft", "T", "stops paying at batch (first speedup < 1)"],
+        [[c["target"], c["draft"], f"{c['temperature']:g}",
+          "none" if c["batch_size"] is None else c["batch_size"]] for c in crossovers])
 
 
 def format_bandwidth_table(results: Mapping[str, Any]) -> str:
@@ -478,7 +473,7 @@ def format_bandwidth_table(results: Mapping[str, Any]) -> str:
     for name in results["settings"]["targets"]:
         rows = [r for r in results["rows"] if r["target"] == name]
         first.append(min(rows, key=lambda r: (r["batch_size"], r["temperature"])))
-    table = _markdown(
+    table = files.markdown_table(
         ["target", "B", "weights MB", "KV MB (self + cross)", "bytes MB", "as allocated MB",
          "bandwidth GB/s", "bound ms", "target step ms (x bound)",
          "baseline ms/step (x bound)", "verify γ+1 ms (x bound)"],
@@ -493,7 +488,7 @@ def format_bandwidth_table(results: Mapping[str, Any]) -> str:
          for r in first])
     if not results.get("benchmark_bounds"):
         return table
-    return table + "\n" + _markdown(
+    return table + "\n" + files.markdown_table(
         ["benchmark run", "B", "bytes MB", "bound ms", "target step ms (x bound)",
          "verify γ+1 ms (x bound)"],
         [[os.path.basename(os.path.dirname(os.path.abspath(r["benchmark_json"]))),

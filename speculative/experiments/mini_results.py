@@ -137,12 +137,6 @@ def dynamic_gamma(target, draft, batches, sampling: SamplingConfig, fixed_gamma:
     return rows
 
 
-def _markdown(header: Sequence[str], rows: Sequence[Sequence]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
-    return "\n".join(lines) + "\n"
-
-
 PARTIAL = "results.partial.json"  # the stages finished so far by a run that has not ended
 
 
@@ -337,16 +331,16 @@ def _tables(results: Dict) -> Dict[str, str]:
     target = results["settings"].get("target", bundles.MINI_TARGET)
     models = bundles.bundle(target)
     card = models.model_card()["models"]
-    t3 = _markdown(
+    t3 = files.markdown_table(
         ["M_p", "M_q", "α (T=0)", "α (T=1)"],
         [[target, name, f"{v['0.0']['alpha']:.2f} ± {v['0.0']['se_cluster']:.2f}",
           f"{v['1.0']['alpha']:.2f} ± {v['1.0']['se_cluster']:.2f}"]
          for name, v in results["table3"].items()])
-    t2 = _markdown(
+    t2 = files.markdown_table(
         ["Task", "M_q", "Temp", "γ", "α", "Speed"],
         [[_task(target), r["draft"], int(r["temperature"]), r["gamma"], f"{r['alpha']:.2f}",
           f"{r['speedup']:.2f}X"] for r in results["table2"]])
-    t4 = _markdown(
+    t4 = files.markdown_table(
         ["M_q", "Temp", "γ", "α", "c", "verify cost", "Exp (Thm 3.8)", "round cost",
          "Exp (loop)", "Emp", "Emp/Exp (Thm 3.8)", "Emp/Exp (loop)"],
         [[r["draft"], int(r["temperature"]), r["gamma"], f"{r['alpha']:.2f}", f"{r['c']:.3f}",
@@ -354,7 +348,7 @@ def _tables(results: Dict) -> Dict[str, str]:
           f"{r['predicted_speedup_loop']:.2f}", f"{r['speedup']:.2f}",
           f"{r['measured_over_predicted']:.2f}", f"{r['measured_over_predicted_loop']:.2f}"]
          for r in results["table2"]])
-    sizes = _markdown(
+    sizes = files.markdown_table(
         ["model", "params", "decoder FLOPs/token vs target",
          _quality_heading(card[target])],
         [[n, card.get(n, {}).get("params", "-"),
@@ -365,7 +359,7 @@ def _tables(results: Dict) -> Dict[str, str]:
     tables = {"table2.md": t2, "table3.md": t3, "table4.md": t4, "models.md": sizes}
     rows = results["table2"]  # each row records its round breakdown
     if rows:
-        tables["round_time.md"] = _markdown(
+        tables["round_time.md"] = files.markdown_table(
             ["M_q", "Temp", "γ", "round (ms)", "verify call", "draft calls", "outside",
              "baseline step (ms)", "outside (baseline)"],
             [[r["draft"], int(r["temperature"]), r["gamma"],
@@ -380,7 +374,7 @@ def _tables(results: Dict) -> Dict[str, str]:
                and "objective" in card[n].get("train_config", {})]
     if trained:
         speed = {(r["draft"], r["temperature"]): r["speedup"] for r in results["table2"]}
-        tables["objectives.md"] = _markdown(
+        tables["objectives.md"] = files.markdown_table(
             ["M_q", "trained on", "steps", "valid BLEU", "α (T=0)", "α (T=1)", "Speed (T=0)",
              "Speed (T=1)"],
             [[n, _objective(card[n]),
@@ -391,7 +385,7 @@ def _tables(results: Dict) -> Dict[str, str]:
               f"{speed.get((n, 0.0), float('nan')):.2f}X",
               f"{speed.get((n, 1.0), float('nan')):.2f}X"] for n in trained])
     if results.get("dynamic"):
-        tables["dynamic_gamma.md"] = _markdown(
+        tables["dynamic_gamma.md"] = files.markdown_table(
             ["M_q", "Temp", "fixed γ", "speed (fixed)", "tokens/call (fixed)", "γ max",
              "schedule", "drafts/round", "tokens/call", "speed (dynamic)", "oracle bound"],
             [[r["draft"], int(r["temperature"]), r["fixed_gamma"], f"{r['fixed_speedup']:.2f}X",

@@ -132,24 +132,24 @@ def _line(row: Dict) -> str:
 def markdown(result: Dict) -> str:
     head = ["T", "a_1..a_4 (per rank)", "shape", "nodes", "verify cost", "tokens/call",
             "predicted tokens/call", "speedup", "predicted speedup"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    rows = []
     for row in result["rows"]:
         rates = " ".join(f"{a:.2f}" for a in row["rank_acceptance"]["rates"])
         for name in ("chain", "tree", "most_tokens"):
             if name not in row:
                 if name == "tree":
-                    lines.append(f"| {row['temperature']:g} | {rates} | best tree = the chain "
-                                 "(no branching shape is predicted faster) | | | | | | |")
+                    rows.append([f"{row['temperature']:g}", rates, "best tree = the chain (no "
+                                 "branching shape is predicted faster)"] + [""] * 6)
                 continue
             r = row[name]
             label = {"chain": "best chain", "tree": "best tree",
                      "most_tokens": "most tokens/call"}[name]
-            lines.append("| " + " | ".join([
+            rows.append([
                 f"{row['temperature']:g}", rates, f"{label} {tuple(r['shape'])}",
                 str(r["nodes"]), f"{r['verify_cost']:.2f}",
                 f"{r['tokens_per_target_call']:.2f}",
                 f"{r['predicted_tokens_per_target_call']:.2f}", f"{r['speedup']:.2f}x",
-                f"{r['predicted_speedup']:.2f}x"]) + " |")
+                f"{r['predicted_speedup']:.2f}x"])
     verify = ", ".join(f"{n}: {v:.2f}" for n, v in sorted(
         (int(k), v) for k, v in result["verify_cost"].items()))
     drafts = ", ".join(f"{m}: {v:.3f}" for m, v in sorted(
@@ -163,6 +163,6 @@ def markdown(result: Dict) -> str:
             f" other test sentences; shapes chosen by `theory.best_tree` (up to "
             f"{result['max_nodes']} drafted nodes). Host: {env.get('model')}, load average "
             f"{load['before']:.2f} before, {load['after']:.2f} after.\n\n"
-            + "\n".join(lines) + "\n\n"
+            + files.markdown_table(head, rows) + "\n"
             f"c = {result['c']:.3f}. Verify cost by drafted tokens (target steps): {verify}. "
             f"Draft call on m paths (target steps): {drafts}.\n")
