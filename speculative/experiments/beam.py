@@ -38,7 +38,7 @@ def run(output_dir: str, target_name: str = mini.LARGE_TARGET, draft_name: str =
     """Times the three searches at every beam width (the speculative one with the proposal
     `costs.choose_beam_proposal` picks on `num_calibration` validation sentences), then decodes
     the first `split_sentences` test sentences (0 = the whole split) with the jitted plain and
-    speculative searches (`test_split`); writes `beam.json` and `beam.md`."""
+    speculative searches (`decode_test_split`); writes `beam.json` and `beam.md`."""
     import sacrebleu  # pylint: disable=g-import-not-at-top
 
     validation.positive_int(num_sentences, "num_sentences", "test sentences decoded")
@@ -117,8 +117,8 @@ def run(output_dir: str, target_name: str = mini.LARGE_TARGET, draft_name: str =
     return result
 
 
-def decode_test_split(target, draft, vocab, num: int, batch_size: int, *, proposal, beam_size: int,
-               max_decode_len: int, length_penalty: float) -> Dict:
+def decode_test_split(target, draft, vocab, num: int, batch_size: int, *, proposal,
+                      beam_size: int, max_decode_len: int, length_penalty: float) -> Dict:
     """The jitted plain and speculative searches (`proposal = (draft_beam, gamma,
     draft_branch)`) over the first `num` test sentences (0 = all), `batch_size` rows per call.
     Sources that do not fit `bundles.INPUT_LENGTH` tokens go in batches of their own, padded
