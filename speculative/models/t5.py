@@ -277,7 +277,7 @@ class DecoderLayer(nn.Module):
         return self.self_attention.project_kv(self.pre_self_attention_layer_norm(x))
 
     def attend(self, x, key, value, self_bias, cross_kv, cross_bias, deterministic: bool = True):
-        """The layer on `x [B, K, E]` with given self-attention `key/value [B, L, H, D]`."""
+        """The layer on `x [B, K, E]` with given self-attention `key/value [B, H, L, D]`."""
         h = self.pre_self_attention_layer_norm(x)
         x = x + self.self_attention(h, key, value, self_bias, deterministic)
         return self._rest(x, cross_kv, cross_bias, deterministic)
