@@ -139,7 +139,7 @@ def markdown(result: Dict) -> str:
             if name not in row:
                 if name == "tree":
                     rows.append([f"{row['temperature']:g}", rates, "best tree = the chain (no "
-                                 "branching shape is predicted faster)"] + [""] * 6)
+                                 "branching shape is predicted faster)"] + [""] * (len(head) - 3))
                 continue
             r = row[name]
             label = {"chain": "best chain", "tree": "best tree",
