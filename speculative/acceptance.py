@@ -73,11 +73,13 @@ def _forced_logits(model, inputs, generated):
 
 def _forced_target(target, draft, inputs, generated):
     """The target teacher-forced along `generated` for a target-aware `draft`: its state
-    (encoder output kept), the fed tokens [pending] + generated[:-1], its logits, and the
-    features of the draft's layers after each fed token (None for a draft that reads none)."""
-    tstate = target.init(target.params, inputs, generated.shape[1] + 1, keep_encoded=True)
-    fed = jnp.concatenate([tstate.pending[:, None], generated[:, :-1]], axis=1)
+    (with its context for the draft), the fed tokens [pending] + generated[:-1], its logits,
+    and the features of the draft's layers after each fed token (None for a draft that reads
+    none)."""
     layers = tuple(draft.feature_layers)
+    cache_len = target.prefix_length(inputs.shape[1]) + generated.shape[1] + 1
+    tstate = target.init_for_draft(target.params, inputs, cache_len, layers)
+    fed = jnp.concatenate([tstate.pending[:, None], generated[:, :-1]], axis=1)
     if layers:
         p_logits, feats, _ = target.extend_with_features(target.params, tstate, fed, layers)
     else:
@@ -94,9 +96,12 @@ def _forced_pair_logits(target, draft, inputs, generated):
     if not decoding.reads_target(draft):
         return _forced_logits(target, inputs, generated), _forced_logits(draft, inputs, generated)
     tstate, fed, p_logits, feats = _forced_target(target, draft, inputs, generated)
-    if feats is not None:
-        feats = jnp.pad(feats[:, :-1], ((0, 0), (1, 0), (0, 0)))  # the previous position's
-    dstate = draft.init(draft.params, inputs, fed.shape[1] + 1, context=target.context(tstate))
+    if feats is not None:  # the previous position's (before the pending token: the prompt's)
+        first = target.pending_features(tstate)
+        first = jnp.zeros_like(feats[:, :1]) if first is None else first[:, None]
+        feats = jnp.concatenate([first, feats[:, :-1]], axis=1)
+    dstate = draft.init(draft.params, inputs, draft.prefix_length(inputs.shape[1])
+                        + fed.shape[1] + 1, context=target.context(tstate))
     q_logits, _ = draft.extend(draft.params, dstate, fed, feats)
     return p_logits, jnp.asarray(q_logits, jnp.float32)
 
@@ -111,6 +116,10 @@ def _forced_depth_logits(target, draft, inputs, generated, depth: int):
     if depth == 1 or not hasattr(draft, "unrolled_logits"):
         p_logits, q_logits = _forced_pair_logits(target, draft, inputs, generated)
         return p_logits, jnp.broadcast_to(q_logits[None], (depth,) + q_logits.shape)
+    if draft.prefix_length(inputs.shape[1]):  # its unrolled forward does not read a prompt
+        raise NotImplementedError(
+            "Per-depth rates of the draft of a decoder-only target are not measured yet; "
+            "use depth 1 (its first-draft alpha) or the decode's DecodeStats.")
     tstate, fed, p_logits, feats = _forced_target(target, draft, inputs, generated)
     q_logits = draft.unrolled_logits(draft.params, target.context(tstate), fed, feats, depth)
     return p_logits, jnp.asarray(q_logits, jnp.float32)

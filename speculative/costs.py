@@ -94,10 +94,11 @@ def interleaved(programs: Dict[Any, Callable[[], Any]], repeats: int,
 def _extend_program(model, inputs: np.ndarray, num_tokens: int, *, cache_len: int,
                     num_steps: int, seed: int, target=None) -> Callable[[], Any]:
     """A thunk running `num_steps` extends of `num_tokens` tokens per row (batch of `inputs`).
-    A target-aware draft is initialised from `target`'s encoder output and extends on its own
+    A target-aware draft is initialised from `target`'s context and extends on its own
     hidden states (what each of its draft steps after the first costs)."""
     if decoding.reads_target(model):
-        tstate = target.init(target.params, jnp.asarray(inputs), cache_len, keep_encoded=True)
+        tstate = target.init_for_draft(target.params, jnp.asarray(inputs), cache_len,
+                                       tuple(model.feature_layers))
         state = model.init(model.params, jnp.asarray(inputs), cache_len,
                            context=target.context(tstate))
     else:

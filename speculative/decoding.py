@@ -32,7 +32,8 @@ The accept step is a verification policy (`verification.py`: greedy, exact or le
 once per call from the sampling settings; the loop has no per-policy branches.
 
 A target-aware draft (`reads_target`, models/feature_draft.py) is initialised with the target's
-encoder output and reads the target's hidden states: the verify call also returns them
+context (an encoder-decoder's encoder output; a decoder-only model's features of the prompt,
+`init_for_draft`) and reads the target's hidden states: the verify call also returns them
 (`extend_with_features`), and the next round's first draft call re-reads the accepted tokens
 x_1..x_n, t with them (`lag = n`, `catch_tokens`, `catch_features`), replacing the entries the
 draft made from its own states (docs/design.md, "Target-aware drafts", has a worked example).
@@ -137,8 +138,9 @@ def _validate(models, inputs, max_decode_len, gamma=None, target_width=None):
                              != models[1].prefix_length(inputs.shape[1])):
         raise ValueError(
             "Target and draft read `inputs` differently (one is encoder-decoder, the other "
-            "decoder-only): wrap both the same way, e.g. DecoderOnlyModel for both or an n-gram "
-            "draft with decoder_only=True for a decoder-only target.")
+            "decoder-only): wrap both the same way, e.g. DecoderOnlyModel for both, an n-gram "
+            "draft with decoder_only=True or a FeatureDraftConfig with cross_attention=False "
+            "for a decoder-only target.")
     for name, model in zip(("target", "draft"), models):
         width = target_width if name == "target" and target_width is not None else gamma
         extra = 0 if width is None else width + 1
@@ -471,15 +473,19 @@ def _speculative_impl(target, draft, inputs, rng, *, gamma, sampling, max_decode
     aware = reads_target(draft)
     width = gamma if tree is None else tree.num_nodes - 1  # drafted tokens the target verifies
     layers = ()
-    if aware:  # the draft cross-attends to the target's encoder output and reads its features
-        tstate = target.init(target.params, inputs,
-                             _cache_len(target, inputs, max_decode_len, width), keep_encoded=True)
+    if aware:  # the draft starts from the target's context and reads its features
+        layers = tuple(draft.feature_layers)
+        tstate = target.init_for_draft(target.params, inputs,
+                                       _cache_len(target, inputs, max_decode_len, width), layers)
         dstate = draft.init(draft.params, inputs, _cache_len(draft, inputs, max_decode_len, gamma),
                             context=target.context(tstate))
-        layers = tuple(draft.feature_layers)
         catch_tokens = jnp.zeros((batch, gamma + 1), jnp.int32).at[:, 0].set(tstate.pending)
-        catch_features = (jnp.zeros((batch, gamma + 1, draft.feature_dim), jnp.float32)
-                          if layers else None)
+        catch_features = None
+        if layers:  # the first round reads the pending token with the feature before it
+            catch_features = jnp.zeros((batch, gamma + 1, draft.feature_dim), jnp.float32)
+            before = target.pending_features(tstate)
+            if before is not None:
+                catch_features = catch_features.at[:, 0].set(before)
     else:
         tstate = target.init(target.params, inputs,
                              _cache_len(target, inputs, max_decode_len, width))
@@ -548,13 +554,14 @@ def _speculative_impl(target, draft, inputs, rng, *, gamma, sampling, max_decode
 
 
 def _check_target_aware(target, draft) -> None:
-    """A target-aware draft needs an encoder-decoder target that returns its features, of the
-    width and depth the draft was built for."""
-    if not all(hasattr(target, name) for name in ("extend_with_features", "context",
-                                                   "feature_dim")):
+    """A target-aware draft needs a target that returns its context and features, of the
+    width and depth the draft was built for (the kinds match: `_check_call`)."""
+    needs = ("init_for_draft", "context", "pending_features", "extend_with_features",
+             "feature_dim")
+    if not all(hasattr(target, name) for name in needs):
         raise TypeError(f"The draft reads the target's features, but the target "
-                        f"({type(target).__name__}) has no extend_with_features/context; use an "
-                        "EncoderDecoderModel target.")
+                        f"({type(target).__name__}) lacks {', '.join(needs)}; the T5 adapters "
+                        "(EncoderDecoderModel, DecoderOnlyModel) have them.")
     layers = tuple(draft.feature_layers)
     width = target.feature_dim(layers)  # (ValueError naming a layer the target lacks)
     if layers and draft.feature_dim != width:
@@ -578,7 +585,7 @@ def _check_tree(target, tree, gamma, lenience, draft_confidence, gamma_schedule)
 
 
 def reads_target(draft) -> bool:
-    """Whether `draft` is target-aware (reads the target's encoder output and features)."""
+    """Whether `draft` is target-aware (reads the target's context and features)."""
     return bool(getattr(draft, "reads_target", False))
 
 

@@ -55,6 +55,31 @@ def test_unrolled_training_equals_decode_rounds(feature_layers, num_layers):
             np.testing.assert_allclose(got[d][0], train[d, 0, start + d], rtol=2e-4, atol=2e-5)
 
 
+def test_a_decoder_only_draft_reads_the_prompt_as_its_training_forward_does():
+    """`init_prefix_cache` (the prompt, with the target's features of it) and then the decode
+    rounds equal the teacher-forced forward over the same sequence, at every depth."""
+    module, params = _draft(cross_attention=False)
+    rng = np.random.default_rng(3)
+    length, prompt_len, depth = 10, 4, 3
+    tokens = jnp.asarray(np.concatenate([[0], rng.integers(2, 23, length - 1)])[None], jnp.int32)
+    feats = jnp.asarray(rng.normal(size=(1, length, module.config.feature_dim)), jnp.float32)
+    train = module.apply({"params": params}, None, None, tokens, feats, depth)
+    model = fd.FeatureDraftModel(module, params)
+    assert model.prefix_length(prompt_len) == prompt_len + 1
+    extend = jax.jit(model.extend)
+    prompt = tokens[:, 1:prompt_len + 1]
+    state = model.init(params, prompt, 16, context=feats[:, :prompt_len + 1])
+    assert int(state.lengths[0]) == prompt_len  # BOS + prompt[:-1]; the last one is pending
+    logits, state = extend(params, state, tokens[:, prompt_len:prompt_len + 1],
+                           feats[:, prompt_len - 1:prompt_len])
+    got = [logits[:, 0]]
+    for d in range(1, depth):
+        logits, state = extend(params, state, tokens[:, prompt_len + d:prompt_len + d + 1])
+        got.append(logits[:, 0])
+    for d in range(depth):
+        np.testing.assert_allclose(got[d][0], train[d, 0, prompt_len + d], rtol=2e-4, atol=2e-5)
+
+
 def test_rewind_then_extend_reads_the_hidden_state_of_the_last_kept_position():
     module, params = _draft()
     model = fd.FeatureDraftModel(module, params)
@@ -100,6 +125,43 @@ def _aware_pair(vocab=16, feature_layers=(1, 2), seed=0):
     return module, target, draft
 
 
+@functools.lru_cache(maxsize=None)
+def _aware_lm_pair(vocab=16, feature_layers=(1, 2), seed=0):
+    """A decoder-only target and a draft for it (no cross-attention)."""
+    module = t5.DecoderOnly(tiny_config(vocab_size=vocab))
+    target = decoding.DecoderOnlyModel(module, random_params(module, seed))
+    cfg = fd.FeatureDraftConfig(vocab_size=vocab, target_emb_dim=16, cross_attention=False,
+                                feature_layers=feature_layers, emb_dim=8, num_heads=2,
+                                head_dim=4, mlp_dim=16, relative_attention_num_buckets=8,
+                                relative_attention_max_distance=16)
+    dmod = fd.FeatureDraft(cfg)
+    draft = fd.FeatureDraftModel(dmod, fd.init_params(dmod, jax.random.PRNGKey(seed + 1)))
+    return module, target, draft
+
+
+@pytest.mark.parametrize("feature_layers,gamma,tree", [
+    ((1, 2), 3, None), ((1, 2), 2, (2, 1)), pytest.param((), 3, None, marks=pytest.mark.slow),
+    pytest.param((1, 2), 1, None, marks=pytest.mark.slow)])
+def test_greedy_identity_decoder_only_target_prompts_of_different_lengths(feature_layers, gamma,
+                                                                          tree):
+    """Batch 4, one prompt empty; a chain (with dynamic gamma and the +2/-1 schedule) and a
+    token tree."""
+    _, target, draft = _aware_lm_pair(feature_layers=feature_layers)
+    rng = np.random.default_rng(1)
+    inputs = np.zeros((4, 6), np.int32)
+    for b, n in enumerate([6, 2, 0, 4]):
+        inputs[b, :n] = rng.integers(2, 16, n)
+    kw = dict(rng=jax.random.PRNGKey(0), sampling=SamplingConfig(0.0), max_decode_len=16)
+    ar = decoding.autoregressive_decode(target, inputs, **kw)
+    sp = decoding.speculative_decode(target, draft, inputs, gamma=gamma, tree=tree, **kw)
+    np.testing.assert_array_equal(sp.tokens, ar.tokens)
+    np.testing.assert_array_equal(sp.lengths, ar.lengths)
+    if tree is None:
+        for extra in (dict(draft_confidence=0.5), dict(gamma_schedule="heuristic")):
+            other = decoding.speculative_decode(target, draft, inputs, gamma=gamma, **kw, **extra)
+            np.testing.assert_array_equal(other.tokens, ar.tokens)
+
+
 @pytest.mark.parametrize("feature_layers,gamma", [
     ((1, 2), 1), pytest.param((), 3, marks=pytest.mark.slow),
     pytest.param((1, 2), 3, marks=pytest.mark.slow),
@@ -139,12 +201,15 @@ class _CheckingSelfDraft:
     feature_dim = 32
 
     def prefix_length(self, input_length):
-        return 0
+        return self.target.prefix_length(input_length)
 
     def init(self, params, inputs, max_len, context=None):
         assert context is not None
         state = self.target.init(self.target.params, inputs, max_len)
-        return state, jnp.zeros((inputs.shape[0], max_len, self.feature_dim))
+        feats = jnp.zeros((inputs.shape[0], max_len, self.feature_dim))
+        if isinstance(self.target, decoding.DecoderOnlyModel):  # the prompt's, from the prefill
+            feats = feats.at[:, :context.shape[1]].set(context)
+        return state, feats
 
     def extend(self, params, state, tokens, features=None):
         cache, feats = state
@@ -207,6 +272,61 @@ def test_the_checking_draft_catches_a_feature_from_the_wrong_position(monkeypatc
     assert float(bad.alpha) < 0.9
 
 
+def test_the_loop_feeds_a_decoder_only_target_s_features_from_the_prompt_on():
+    """The draft of a decoder-only target starts from the prefill's features (the prompt's last
+    cached position before the pending token; nothing before an empty prompt). Negative
+    control: the pending token read with the feature of its own position instead."""
+    _, target, _ = _aware_lm_pair()
+    inputs = np.asarray([[3, 5, 2, 7, 1], [4, 1, 0, 0, 0], [0, 0, 0, 0, 0]], np.int32)
+    kw = dict(rng=jax.random.PRNGKey(0), sampling=SamplingConfig(0.0), max_decode_len=12)
+    checker = _CheckingSelfDraft(target, None)
+    out = decoding.speculative_decode(target, checker, inputs, gamma=3, **kw)
+    ar = decoding.autoregressive_decode(target, inputs, **kw)
+    np.testing.assert_array_equal(out.tokens, ar.tokens)
+    np.testing.assert_array_equal(out.stats.accepted, out.stats.tested)
+
+    def own_position(self, state):
+        picked = jnp.take_along_axis(state.prefix_features, state.lengths[:, None, None], 1)
+        return picked[:, 0]
+
+    jax.clear_caches()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(decoding.DecoderOnlyModel, "pending_features", own_position)
+        bad = decoding.speculative_decode(target, checker, inputs, gamma=3, **kw).stats
+    jax.clear_caches()
+    assert np.all(np.asarray(bad.accepted) < np.asarray(bad.tested))  # every row's first round
+
+
+def test_forced_alpha_reads_a_decoder_only_prompt_as_the_loop_does():
+    """Table 3's teacher-forced alpha feeds the checking self-draft what the loop feeds it:
+    beta is 1 everywhere (q = p); with the pending token's feature taken from the wrong
+    position, the first position of every row loses it. Per-depth rates refuse, not guess."""
+    from speculative import acceptance
+    _, target, draft = _aware_lm_pair()
+    inputs = jnp.asarray([[3, 5, 2, 7, 1], [4, 1, 0, 0, 0], [0, 0, 0, 0, 0]], jnp.int32)
+    generated = decoding.autoregressive_decode(target, inputs, rng=jax.random.PRNGKey(0),
+                                               sampling=SamplingConfig(0.0),
+                                               max_decode_len=6).tokens
+    checker = _CheckingSelfDraft(target, None)
+    kw = dict(sampling=SamplingConfig(1.0))
+    np.testing.assert_allclose(acceptance.forced_betas(target, checker, inputs, generated, **kw),
+                               1.0, atol=1e-5)
+
+    def own_position(self, state):
+        picked = jnp.take_along_axis(state.prefix_features, state.lengths[:, None, None], 1)
+        return picked[:, 0]
+
+    jax.clear_caches()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(decoding.DecoderOnlyModel, "pending_features", own_position)
+        bad = np.asarray(acceptance.forced_betas(target, checker, inputs, generated, **kw))
+    jax.clear_caches()
+    assert np.all(bad[:, 0] < 0.99) and np.allclose(bad[:, 1:], 1.0, atol=1e-5)
+    with pytest.raises(NotImplementedError, match="decoder-only"):
+        acceptance.rank_acceptance(target, draft, [np.asarray(inputs)], SamplingConfig(0.0),
+                                   max_rank=2, max_decode_len=4, max_depth=2)
+
+
 @pytest.mark.slow  # ~16 s, mostly building four models
 def test_refuses_a_target_of_another_width_and_a_decoder_only_target():
     _, target, draft = _aware_pair()
@@ -223,6 +343,9 @@ def test_refuses_a_target_of_another_width_and_a_decoder_only_target():
     with pytest.raises(ValueError, match="read `inputs` differently"):
         decoding.speculative_decode(decoding.DecoderOnlyModel(lm, random_params(lm, 0)), draft,
                                     np.ones((1, 3), np.int32), **kw)
+    _, _, lm_draft = _aware_lm_pair()  # and a decoder-only target's draft, the other way round
+    with pytest.raises(ValueError, match="cross_attention=False"):
+        decoding.speculative_decode(target, lm_draft, np.ones((1, 3), np.int32), **kw)
 
 
 VOCAB = 8
@@ -279,6 +402,67 @@ def test_negative_control_wrong_residual_fails(joint_aware, monkeypatch):
                         test_decoding._kernel_resampling_from_p)
     try:
         samples, _ = _sample(target, draft, enc, cfg, seed=5)
+    finally:
+        monkeypatch.undo()
+        jax.clear_caches()
+    assert _pvalue(samples, probs) < 1e-6
+
+
+def _exact_joint_lm(module, params, prompt, cfg):
+    """P(y1, y2, y3 | prompt) of a decoder-only target, by teacher forcing (0 after EOS)."""
+    from speculative import sampling as sampling_lib
+    n = prompt.shape[1]
+    pairs = np.array([[a, b] for a in range(VOCAB) for b in range(VOCAB)], np.int32)
+    seqs = np.concatenate([np.zeros((len(pairs), 1), np.int32),
+                           np.repeat(prompt, len(pairs), 0), pairs], 1)
+    logits = module.apply({"params": params}, seqs)[:, n:n + 3]  # the laws of y1, y2, y3
+    probs = np.asarray(sampling_lib.adjusted_probs(logits, cfg), np.float64)
+    probs = probs.reshape(VOCAB, VOCAB, 3, VOCAB)
+    joint = np.zeros((VOCAB,) * 3)
+    for y1 in range(VOCAB):
+        p1 = probs[0, 0, 0, y1]
+        if y1 == t5.EOS_ID:
+            joint[y1, 0, 0] += p1
+            continue
+        for y2 in range(VOCAB):
+            p2 = p1 * probs[y1, 0, 1, y2]
+            if y2 == t5.EOS_ID:
+                joint[y1, y2, 0] += p2
+                continue
+            joint[y1, y2] += p2 * probs[y1, y2, 2]
+    return joint.reshape(-1)
+
+
+@pytest.fixture(scope="module")
+def joint_aware_lm():
+    module, target, draft = _aware_lm_pair(vocab=VOCAB, seed=7)
+    return module, target, draft, np.array([[3, 5, 2]], np.int32)
+
+
+@pytest.mark.parametrize("cfg", [
+    pytest.param(SamplingConfig(1.0), id="t1"),
+    pytest.param(SamplingConfig(0.7, top_k=3), id="t0.7_topk3", marks=pytest.mark.slow)])
+def test_joint_law_with_a_decoder_only_target(joint_aware_lm, cfg):
+    module, target, draft, prompt = joint_aware_lm
+    probs = _exact_joint_lm(module, target.params, prompt, cfg)
+    assert np.sum(probs * N_SAMPLES >= 5) >= 20, "law too concentrated for a meaningful test"
+    samples, stats = _sample(target, draft, prompt, cfg, seed=2)
+    assert 0.05 < float(stats.alpha) < 0.95
+    assert _pvalue(samples, probs) > 1e-6
+
+
+@pytest.mark.slow  # CI: the encoder-decoder pair's control of the same test and kernel
+def test_negative_control_wrong_residual_fails_with_a_decoder_only_target(joint_aware_lm,
+                                                                           monkeypatch):
+    module, target, draft, prompt = joint_aware_lm
+    cfg = SamplingConfig(1.0)
+    probs = _exact_joint_lm(module, target.params, prompt, cfg)
+    import test_decoding
+    jax.clear_caches()
+    monkeypatch.setattr(decoding.sampling_lib, "speculative_sample",
+                        test_decoding._kernel_resampling_from_p)
+    try:
+        samples, _ = _sample(target, draft, prompt, cfg, seed=6)
     finally:
         monkeypatch.undo()
         jax.clear_caches()

@@ -51,6 +51,24 @@ class _T5Model:
         logits, state = self.module.apply({"params": params}, state, tokens, method="extend")
         return logits, self._pin(state)
 
+    def extend_with_features(self, params, state, tokens, feature_layers):
+        """`extend` that also returns the decoder's hidden states after `feature_layers`
+        (`[B, K, F]`, what a target-aware draft reads)."""
+        logits, features, state = self.module.apply(
+            {"params": params}, state, tokens, tuple(feature_layers),
+            method="extend_with_features")
+        return logits, features, self._pin(state)
+
+    def feature_dim(self, feature_layers: Sequence[int]) -> int:
+        """Width of `extend_with_features`' output for `feature_layers` (ValueError for a layer
+        this decoder does not have)."""
+        config = self.module.config
+        bad = [i for i in feature_layers if not 1 <= i <= config.num_decoder_layers]
+        if bad:
+            raise ValueError(f"Feature layers {tuple(feature_layers)} include {bad}: this target "
+                             f"has decoder layers 1..{config.num_decoder_layers}.")
+        return len(feature_layers) * config.emb_dim
+
     def rewind(self, state, lengths):
         return t5.rewind(state, lengths)
 
@@ -89,13 +107,9 @@ class EncoderDecoderModel(_T5Model):
     def prefix_length(self, input_length: int) -> int:
         return 0  # the decoder cache starts empty; BOS is pending.
 
-    def extend_with_features(self, params, state, tokens, feature_layers):
-        """`extend` that also returns the decoder's hidden states after `feature_layers`
-        (`[B, K, F]`, what a target-aware draft reads)."""
-        logits, features, state = self.module.apply(
-            {"params": params}, state, tokens, tuple(feature_layers),
-            method="extend_with_features")
-        return logits, features, self._pin(state)
+    def init_for_draft(self, params, inputs, max_len, feature_layers=()):
+        """`init` keeping what a target-aware draft starts from (the encoder output)."""
+        return self.init(params, inputs, max_len, keep_encoded=True)
 
     def context(self, state):
         """`(encoded [B, L_enc, E], mask [B, L_enc])`: what a target-aware draft cross-attends
@@ -104,15 +118,9 @@ class EncoderDecoderModel(_T5Model):
             raise ValueError("This target state was made without keep_encoded=True.")
         return state.encoded, state.encoder_mask
 
-    def feature_dim(self, feature_layers: Sequence[int]) -> int:
-        """Width of `extend_with_features`' output for `feature_layers` (ValueError for a layer
-        this decoder does not have)."""
-        config = self.module.config
-        bad = [i for i in feature_layers if not 1 <= i <= config.num_decoder_layers]
-        if bad:
-            raise ValueError(f"Feature layers {tuple(feature_layers)} include {bad}: this target "
-                             f"has decoder layers 1..{config.num_decoder_layers}.")
-        return len(feature_layers) * config.emb_dim
+    def pending_features(self, state):
+        """The features of the position before the pending token: none (BOS comes first)."""
+        return None
 
 
 @struct.dataclass
@@ -127,6 +135,28 @@ class DecoderOnlyModel(_T5Model):
 
     def prefix_length(self, input_length: int) -> int:
         return input_length + 1  # BOS + prompt
+
+    def init_for_draft(self, params, inputs, max_len, feature_layers=()):
+        """`init` keeping what a target-aware draft starts from: the prefill's features after
+        `feature_layers` at every position of `[BOS] + prompt`."""
+        return self._pin(self.module.apply({"params": params}, inputs, max_len,
+                                           tuple(feature_layers), method="init_cache"))
+
+    def context(self, state):
+        """`prefix_features [B, P + 1, F]` (None without feature layers): the target's features
+        after reading each of `[BOS] + prompt`, which a target-aware draft reads the prompt with
+        (the state must come from `init_for_draft`)."""
+        return state.prefix_features
+
+    def pending_features(self, state):
+        """`[B, F]` the features of the position before the pending token (the prompt's last
+        cached one; zero for an empty prompt), or None without feature layers."""
+        feats = state.prefix_features
+        if feats is None:
+            return None
+        before = jnp.maximum(state.lengths - 1, 0)
+        picked = jnp.take_along_axis(feats, before[:, None, None], axis=1)[:, 0]
+        return jnp.where((state.lengths > 0)[:, None], picked, 0.0)
 
 
 def make_module(config: t5.T5Config, *, decoder_only: bool = False):

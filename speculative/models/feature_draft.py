@@ -1,5 +1,6 @@
 """A target-aware draft for T5 encoder-decoders (EAGLE-3 style features, distil-whisper style
-encoder sharing): a small decoder with no encoder of its own.
+encoder sharing), and for decoder-only T5 language models: a small decoder with no encoder of
+its own.
 
 At each position j the draft reads the token z_j and a feature f_{j-1} of the previous position:
 
@@ -12,7 +13,10 @@ At each position j the draft reads the token z_j and a feature f_{j-1} of the pr
           cache, cross-attention to the TARGET's encoder output, MLP)  ->  g_j  ->  logits q_j
 
 Its cross-attention keys and values are projected once per sentence from the target's encoder
-output (`init(..., context=(encoded, mask))`). The output layer is its own: tied to its
+output (`init(..., context=(encoded, mask))`). The draft of a decoder-only target
+(`cross_attention=False`) has no cross-attention; it starts by reading `[BOS] + prompt` with the
+target's features of the prefill (`init(..., context=prefix_features)`), as it reads every
+committed position. The output layer is its own: tied to its
 embedding (T5 1.0 style) over the target's whole vocabulary, or, with `hot_ids`, a separate
 table over a reduced "hot" vocabulary (EAGLE-3's draft vocabulary), whose logits are placed at
 those ids and `HOT_MASK_LOGIT` elsewhere, so q is still a full distribution over the target's
@@ -61,6 +65,8 @@ class FeatureDraftConfig:
       emb_dim, num_heads, head_dim, mlp_dim, num_layers: the draft's own decoder.
       hot_ids: the ids its output layer covers (ascending, unique; empty = all `vocab_size`);
         q is zero at every other id. The input embedding still covers the whole vocabulary.
+      cross_attention: True for an encoder-decoder target (the draft cross-attends to its
+        encoder output); False for a decoder-only target (`t5.DecoderOnly`).
     """
 
     vocab_size: int
@@ -76,6 +82,7 @@ class FeatureDraftConfig:
     relative_attention_max_distance: int = 128
     dtype: str = "float32"
     hot_ids: Tuple[int, ...] = ()
+    cross_attention: bool = True
 
     def __post_init__(self):
         object.__setattr__(self, "feature_layers", tuple(int(i) for i in self.feature_layers))
@@ -119,8 +126,9 @@ class FeatureDraftCache:
       lengths: `[B]` int32, positions held per row.
       pending: `[B]` int32, BOS (the decode loops feed it first).
       self_kv: per layer `(key, value)`, each head-major `[B, H, L, D]`.
-      cross_kv: per layer `(key, value)` of the target's encoder output, `[B, H, L_enc, D]`.
-      encoder_mask: `[B, L_enc]` bool.
+      cross_kv: per layer `(key, value)` of the target's encoder output, `[B, H, L_enc, D]`
+        (`()` without cross-attention).
+      encoder_mask: `[B, L_enc]` bool (`[B, 0]` without cross-attention).
       hidden: `[B, L, E]` the draft's top hidden state g at each cached position (the feature
         of the next position when the draft extends without target features).
     """
@@ -150,7 +158,7 @@ class FeatureDraft(nn.Module):
         self.relpos_bias = layers.RelativePositionBiases(
             cfg.relative_attention_num_buckets, cfg.relative_attention_max_distance,
             cfg.num_heads, dtype=dtype)
-        self.layers = [t5.DecoderLayer(lcfg) for _ in range(cfg.num_layers)]
+        self.layers = [t5.DecoderLayer(lcfg, cfg.cross_attention) for _ in range(cfg.num_layers)]
         self.decoder_norm = layers.RMSNorm(dtype=dtype)
         if cfg.hot_ids:
             self.hot_output = layers.Embed(len(cfg.hot_ids), cfg.emb_dim, dtype=dtype)
@@ -178,17 +186,20 @@ class FeatureDraft(nn.Module):
         full = jnp.full(hot.shape[:-1] + (self.config.vocab_size,), HOT_MASK_LOGIT, hot.dtype)
         return full.at[..., np.asarray(self.config.hot_ids)].set(hot)
 
-    def project_cross_kv(self, encoded: Array):
+    def project_cross_kv(self, encoded: Optional[Array]):
+        if not self.config.cross_attention:
+            return tuple(() for _ in self.layers)
         return tuple(layer.project_cross_kv(encoded) for layer in self.layers)
 
     # -- training -------------------------------------------------------------------------------
 
-    def __call__(self, encoded: Array, encoder_mask: Array, tokens: Array,
+    def __call__(self, encoded: Optional[Array], encoder_mask: Optional[Array], tokens: Array,
                  features: Optional[Array] = None, depth: int = 1):
         """Teacher forcing on the target's features, unrolled `depth` times on its own states.
 
         `tokens [B, L]` are decoder inputs (BOS first), `features [B, L, F]` the target's state
-        after reading each of them (row j predicts token j + 1), `encoded [B, L_enc, T]`. Returns
+        after reading each of them (row j predicts token j + 1), `encoded [B, L_enc, T]` (None
+        without cross-attention). Returns
         logits `[depth, B, L, V]`: at depth d, position j reads the target's features only up to
         position j - d (its cache holds them for positions <= j - d + 1) and its own states at
         positions j - d + 1 .. j - 1, exactly as the d-th draft of a round does at inference.
@@ -197,7 +208,8 @@ class FeatureDraft(nn.Module):
         cfg = self.config
         batch, length = tokens.shape
         cross_kv = self.project_cross_kv(encoded)
-        cross_bias = layers.mask_to_bias(encoder_mask[:, None, None, :])
+        cross_bias = (layers.mask_to_bias(encoder_mask[:, None, None, :])
+                      if cfg.cross_attention else None)
         positions = jnp.arange(length)
         rel = self.relpos_bias(positions[None], positions[None], bidirectional=False)  # [1,H,L,L]
 
@@ -226,15 +238,36 @@ class FeatureDraft(nn.Module):
     # -- decode mode ----------------------------------------------------------------------------
 
     def init_cache(self, encoded: Array, encoder_mask: Array, max_len: int) -> FeatureDraftCache:
+        """An empty cache of a draft that cross-attends to `encoded [B, L_enc, T]`."""
+        return self._empty_cache(encoded.shape[0], max_len, self.project_cross_kv(encoded),
+                                 encoder_mask)
+
+    def init_prefix_cache(self, prompt_tokens: Array, prefix_features: Optional[Array],
+                          max_len: int) -> FeatureDraftCache:
+        """The draft of a decoder-only target after reading `[BOS] + prompt` (`prompt_tokens
+        [B, P]`, right-padded with 0) with the target's `prefix_features [B, P + 1, F]` of the
+        same positions: it then holds what the target's prefill holds (`[BOS] + prompt[:-1]`);
+        the prompt's last token is the target's pending one."""
+        batch = prompt_tokens.shape[0]
+        cache = self._empty_cache(batch, max_len, self.project_cross_kv(None),
+                                  jnp.zeros((batch, 0), bool))
+        seq = jnp.concatenate([jnp.full((batch, 1), t5.BOS_ID, jnp.int32),
+                               jnp.asarray(prompt_tokens, jnp.int32)], 1)
+        before = None  # the feature of the position before each (zero before BOS)
+        if self.config.feature_layers:
+            before = jnp.pad(prefix_features[:, :-1], ((0, 0), (1, 0), (0, 0)))
+        _, cache = self.extend(cache, seq, before)
+        return cache.replace(lengths=jnp.sum(prompt_tokens > 0, axis=1).astype(jnp.int32))
+
+    def _empty_cache(self, batch, max_len, cross_kv, encoder_mask) -> FeatureDraftCache:
         cfg = self.config
-        batch = encoded.shape[0]
         zeros = jnp.zeros((batch, cfg.num_heads, max_len, cfg.head_dim),
                           cfg.layer_config().compute_dtype)
         return FeatureDraftCache(
             lengths=jnp.zeros((batch,), jnp.int32),
             pending=jnp.full((batch,), t5.BOS_ID, jnp.int32),
             self_kv=tuple((zeros, zeros) for _ in self.layers),
-            cross_kv=self.project_cross_kv(encoded), encoder_mask=encoder_mask,
+            cross_kv=cross_kv, encoder_mask=encoder_mask,
             hidden=jnp.zeros((batch, max_len, cfg.emb_dim), jnp.float32))
 
     def extend(self, cache: FeatureDraftCache, tokens: Array,
@@ -292,8 +325,9 @@ def with_hot_vocab(config: FeatureDraftConfig, params: Any,
 class FeatureDraftModel:
     """A `FeatureDraft` + params as the draft of `speculative_decode` (a pytree).
 
-    It reads the target (`reads_target`): the loop initialises it with the target's encoder
-    output and feeds it the target's features of every committed position
+    It reads the target (`reads_target`): the loop initialises it with the target's context
+    (`target.context`: an encoder-decoder's encoder output, or a decoder-only model's features
+    of the prompt) and feeds it the target's features of every committed position
     (docs/design.md, "Target-aware drafts")."""
 
     module: FeatureDraft = struct.field(pytree_node=False)
@@ -314,14 +348,25 @@ class FeatureDraftModel:
         return self.module.config.feature_dim
 
     def prefix_length(self, input_length: int) -> int:
-        return 0
+        # as its target: an encoder-decoder's decoder starts empty; a decoder-only model holds
+        # BOS + prompt
+        return 0 if self.module.config.cross_attention else input_length + 1
 
     def init(self, params, inputs, max_len, context=None):
-        if context is None:
-            raise ValueError("A target-aware draft needs the target's encoder output "
-                             "(context=(encoded, mask)); speculative_decode passes it.")
-        encoded, mask = context
-        return self.module.apply({"params": params}, encoded, mask, max_len, method="init_cache")
+        cfg = self.module.config
+        if cfg.cross_attention:
+            if context is None:
+                raise ValueError("A target-aware draft needs the target's encoder output "
+                                 "(context=(encoded, mask)); speculative_decode passes it.")
+            encoded, mask = context
+            return self.module.apply({"params": params}, encoded, mask, max_len,
+                                     method="init_cache")
+        if cfg.feature_layers and context is None:
+            raise ValueError("The draft of a decoder-only target reads the prompt with the "
+                             "target's features of it (context=prefix_features, from "
+                             "target.init_for_draft); speculative_decode passes them.")
+        return self.module.apply({"params": params}, inputs, context, max_len,
+                                 method="init_prefix_cache")
 
     def extend(self, params, state, tokens, features=None):
         return self.module.apply({"params": params}, state, tokens, features, method="extend")
@@ -334,6 +379,6 @@ class FeatureDraftModel:
         target's `features [B, L, F]` after reading each token: at depth d, position j is the
         d-th draft of a round that began at j - d + 1 (`FeatureDraft.__call__`). Positions
         j < d - 1 have no such round. What `acceptance.rank_acceptance` measures per depth."""
-        encoded, mask = context
+        encoded, mask = context if self.module.config.cross_attention else (None, None)
         return self.module.apply({"params": params}, encoded, mask, tokens, features,
                                  depth=depth)

@@ -181,6 +181,9 @@ class DecodeCache:
       encoder_mask: `[B, L_enc]` bool (`[B, 0]` for the decoder-only model).
       encoded: `[B, L_enc, E]` the encoder output, kept only when `init_cache(keep_encoded=True)`
         (a target-aware draft cross-attends to it); None otherwise.
+      prefix_features: `[B, P + 1, F]` the decoder-only model's features after reading each of
+        `[BOS] + prompt`, kept only when `init_cache(feature_layers=...)` (a target-aware draft
+        reads the prompt with them); None otherwise.
     """
 
     lengths: Array
@@ -189,6 +192,7 @@ class DecodeCache:
     cross_kv: Tuple[Tuple[Array, Array], ...]
     encoder_mask: Array
     encoded: Optional[Array] = None
+    prefix_features: Optional[Array] = None
 
     @property
     def max_length(self) -> int:
@@ -510,11 +514,14 @@ class DecoderOnly(nn.Module):
         return self.decoder(decoder_input_tokens, no_cross, None, decoder_mask,
                             deterministic=not enable_dropout)
 
-    def init_cache(self, prompt_tokens: Array, max_len: int) -> DecodeCache:
+    def init_cache(self, prompt_tokens: Array, max_len: int,
+                   feature_layers: Optional[Tuple[int, ...]] = None) -> DecodeCache:
         """Prefills `[BOS] + prompt` per row; `prompt_tokens [B, L]` are right-padded with 0.
 
         Rows may have different prompt lengths. The cache holds `[BOS] + prompt[:-1]` and the
-        prompt's last token (BOS for an empty prompt) is left `pending`, to be fed first.
+        prompt's last token (BOS for an empty prompt) is left `pending`, to be fed first. With
+        `feature_layers` (a target-aware draft's), the prefill's features after those layers
+        stay in the cache as `prefix_features [B, L + 1, F]`.
         """
         batch, prompt_len = prompt_tokens.shape
         if prompt_len + 1 > max_len:
@@ -531,12 +538,19 @@ class DecoderOnly(nn.Module):
             cross_kv=(),
             encoder_mask=jnp.zeros((batch, 0), bool),
         )
-        _, cache = self.decoder.extend(seq, cache, with_logits=False)
+        _, features, cache = self.decoder.extend_with_features(
+            seq, cache, tuple(feature_layers or ()), with_logits=False)
         pending = jnp.take_along_axis(seq, (num - 1)[:, None], axis=1)[:, 0]
-        return cache.replace(lengths=num - 1, pending=pending)
+        return cache.replace(lengths=num - 1, pending=pending,
+                             prefix_features=None if feature_layers is None else features)
 
     def extend(self, cache: DecodeCache, tokens: Array) -> Tuple[Array, DecodeCache]:
         return self.decoder.extend(tokens, cache)
+
+    def extend_with_features(self, cache: DecodeCache, tokens: Array,
+                             feature_layers: Tuple[int, ...]):
+        """`extend` plus the decoder's hidden states: `(logits, features [B, K, F], cache)`."""
+        return self.decoder.extend_with_features(tokens, cache, feature_layers)
 
     def extend_tree(self, cache: DecodeCache, tokens: Array, tree, feature_layers=()):
         """`extend` of the nodes of a token tree (`Decoder.extend_with_features`)."""
