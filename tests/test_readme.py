@@ -1,5 +1,5 @@
 """The README's commands run as written: every code block marked `<!-- runnable -->` in the
-README and docs/extending.md is run.
+README, docs/extending.md and docs/target_aware_drafts.md is run.
 
 A marker may carry extra arguments for the test, `<!-- runnable: --gin.NUM_EXAMPLES=2 -->`,
 appended to the block's command so that it runs on tiny settings; `out/` in a command becomes a
@@ -30,9 +30,11 @@ def _slow(document: str) -> list:
         return [bool(m["slow"]) for m in MARKED.finditer(f.read())]
 
 
-DOCUMENTS = ("README.md", os.path.join("docs", "extending.md"))
+DOCUMENTS = ("README.md", os.path.join("docs", "extending.md"),
+             os.path.join("docs", "target_aware_drafts.md"))
 EXPECTED = {"README.md": ["python", "bash", "bash"],
-            os.path.join("docs", "extending.md"): ["python", "python"]}
+            os.path.join("docs", "extending.md"): ["python", "python"],
+            os.path.join("docs", "target_aware_drafts.md"): ["python"]}
 
 
 def _blocks(document):
