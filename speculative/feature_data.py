@@ -18,6 +18,11 @@ distribution at temperature 1 (the training target). A shard holds its sentences
 source length (the decode batches); sentences whose output reaches the length limit without EOS
 are dropped and counted in the shard (`dropped`).
 
+A decoder-only target (`t5.DecoderOnly`) has no sources and nothing to decode: its cache
+holds corpus text read once by teacher forcing (`capture_lm`, one cached `extend` of
+`[BOS] + chunk[:-1]` per batch, the verify call's code path), in the same format with empty
+sources: `src [n, 0]`, `enc [0, E]`, `out` the chunk itself (trailing 0 = padding).
+
 Shape legend: B batch, L length, N max_decode_len, E embed, F feature width, k top-k.
 """
 
@@ -89,6 +94,49 @@ def _capture_fn(module: t5.Transformer, feature_layers: Tuple[int, ...], top_k: 
     return run
 
 
+def _lm_capture_fn(module: t5.DecoderOnly, feature_layers: Tuple[int, ...], top_k: int):
+    """A jitted teacher-forced read of `[B, L]` corpus chunks (0-padded at the end)."""
+
+    @jax.jit
+    def run(params, chunks):
+        batch, length = chunks.shape
+        variables = {"params": params}
+        cache = module.apply(variables, jnp.zeros((batch, 0), jnp.int32), length + 1,
+                             method="init_cache")  # empty: BOS pending, nothing cached
+        fed = jnp.concatenate([jnp.full((batch, 1), t5.BOS_ID, jnp.int32), chunks[:, :-1]], 1)
+        logits, feats, _ = module.apply(variables, cache, fed, feature_layers,
+                                        method="extend_with_features")
+        probs, ids = jax.lax.top_k(jax.nn.softmax(logits, axis=-1), top_k)
+        return feats.astype(jnp.bfloat16), ids, probs
+
+    return run
+
+
+def capture_lm(module: t5.DecoderOnly, params, chunks: np.ndarray, *, feature_layers,
+               top_k: int, batch_size: int = 64) -> Dict:
+    """One shard's arrays (module docstring) for corpus `chunks [n, L]` of a decoder-only
+    target: row j of a chunk's `feat` / `top_*` is the state after reading `[BOS] +
+    chunk[:j]`, the one that predicts `chunk[j]`."""
+    run = _lm_capture_fn(module, tuple(feature_layers), top_k)
+    lengths = np.sum(chunks > 0, axis=1)
+    feat, top_ids, top_probs = [], [], []
+    for s in range(0, len(chunks), batch_size):
+        batch = np.zeros((batch_size, chunks.shape[1]), np.int32)
+        part = chunks[s:s + batch_size]
+        batch[:len(part)] = part  # filler rows: zeros, dropped below
+        got = jax.device_get(run(params, jnp.asarray(batch)))
+        for r in range(len(part)):
+            m = int(lengths[s + r])
+            feat.append(np.asarray(got[0][r, :m]).view(np.uint16))
+            top_ids.append(got[1][r, :m].astype(np.int16))
+            top_probs.append(got[2][r, :m].astype(np.float16))
+    emb = module.config.emb_dim
+    return dict(src=np.zeros((len(chunks), 0), np.int16), out=chunks.astype(np.int16),
+                out_len=lengths.astype(np.int32), enc=np.zeros((0, emb), np.uint16),
+                feat=np.concatenate(feat), top_ids=np.concatenate(top_ids),
+                top_probs=np.concatenate(top_probs), dropped=np.asarray(0))
+
+
 def _bits(x) -> np.ndarray:
     return np.asarray(x).astype(ml_dtypes.bfloat16).view(np.uint16)
 
@@ -149,15 +197,26 @@ def build(cache_dir: str, module: t5.Transformer, params, sources: np.ndarray, *
           max_shards: Optional[int] = None) -> List[str]:
     """Writes (or resumes) the shards of `sources [n, L]` into `cache_dir`; returns their paths.
 
-    Refuses a `cache_dir` whose manifest was written for other sources or settings instead of
-    mixing two caches. `max_shards` stops after that many shards exist (the rest can be added
-    by running again with a larger value)."""
+    `sources` are encoder inputs for a `t5.Transformer` (decoded greedily, or sampled at
+    `temperature`), or corpus chunks for a `t5.DecoderOnly` (read by teacher forcing;
+    `temperature` must stay 0 and `max_len` is the chunks' width). Refuses a `cache_dir` whose
+    manifest was written for other sources or settings instead of mixing two caches.
+    `max_shards` stops after that many shards exist (the rest can be added by running again
+    with a larger value)."""
+    lm = isinstance(module, t5.DecoderOnly)
     if sources.ndim != 2 or not len(sources):
-        raise ValueError(f"sources must be [n, L] encoder inputs with n >= 1; got {sources.shape}.")
+        raise ValueError(f"sources must be [n, L] {'corpus chunks' if lm else 'encoder inputs'}"
+                         f" with n >= 1; got {sources.shape}.")
     if temperature < 0:
         raise ValueError(f"temperature={temperature} must be >= 0 (0 = greedy outputs).")
+    if lm and temperature != 0.0:
+        raise ValueError(f"temperature={temperature}: a decoder-only target's cache reads "
+                         "corpus text by teacher forcing; there is nothing to sample (use 0).")
+    if lm:
+        max_len = sources.shape[1]
     os.makedirs(cache_dir, exist_ok=True)
-    manifest = dict(format=FORMAT, target=target_name, feature_layers=list(feature_layers),
+    manifest = dict(format=FORMAT, target=target_name, **({"teacher_forced": True} if lm else {}),
+                    feature_layers=list(feature_layers),
                     emb_dim=module.config.emb_dim, top_k=top_k, max_len=max_len,
                     temperature=temperature, shard_size=shard_size, seed=seed,
                     num_sources=int(len(sources)),
@@ -185,9 +244,13 @@ def build(cache_dir: str, module: t5.Transformer, params, sources: np.ndarray, *
         if os.path.exists(shard):
             continue
         start = time.time()
-        arrays = capture(module, params, sources[k * shard_size:(k + 1) * shard_size],
-                         feature_layers=feature_layers, top_k=top_k, max_len=max_len,
-                         temperature=temperature, rng=jax.random.fold_in(rng, k))
+        part = sources[k * shard_size:(k + 1) * shard_size]
+        if lm:
+            arrays = capture_lm(module, params, part, feature_layers=feature_layers, top_k=top_k)
+        else:
+            arrays = capture(module, params, part, feature_layers=feature_layers, top_k=top_k,
+                             max_len=max_len, temperature=temperature,
+                             rng=jax.random.fold_in(rng, k))
         tmp = shard[:-4] + f".tmp-{os.getpid()}.npz"
         np.savez(tmp, **arrays)
         os.replace(tmp, shard)

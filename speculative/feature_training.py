@@ -141,8 +141,9 @@ class Corpus:
         target's sampled translations, would otherwise train on the held-out sentences)."""
         num_valid = max(1, int((len(self) - self.num_extra) * valid_fraction))
         valid = np.arange(len(self) - num_valid, len(self))
-        held = {self.src[i].tobytes() for i in valid}
-        train = [i for i in range(len(self) - num_valid) if self.src[i].tobytes() not in held]
+        held = {self.src[i].tobytes() for i in valid if self.src_len[i]}  # (a corpus chunk of a
+        train = [i for i in range(len(self) - num_valid)  # decoder-only target has no source)
+                 if not self.src_len[i] or self.src[i].tobytes() not in held]
         return np.asarray(train, np.int64), valid
 
     def batch(self, rows: Sequence[int], length: int, num_rows: int) -> Dict[str, np.ndarray]:

@@ -178,3 +178,52 @@ def test_extra_caches_join_the_training_rows_only(tmp_path, tiny_target):
             **run)
     with pytest.raises(ValueError, match="sequence of cache directories"):
         feature_training.FeatureTrainConfig(extra_caches="dir")
+
+
+def test_a_decoder_only_target_s_cache_is_its_teacher_forced_read_and_trains_a_draft(tmp_path):
+    """A language model's cache holds corpus chunks read once by teacher forcing, in the same
+    format (no sources); its held-out rows are plain rows; a draft trained on it (no
+    cross-attention) learns, and decodes for the target exactly."""
+    module = t5.DecoderOnly(tiny_config(vocab_size=16))
+    params = random_params(module, 1)
+    rng = np.random.default_rng(0)
+    chunks = rng.integers(2, 16, (10, 12)).astype(np.int32)
+    chunks[3, 7:] = 0  # a document's last, shorter chunk
+    feature_data.build(str(tmp_path / "cache"), module, params, chunks, target_name="tiny_lm",
+                       feature_layers=(1, 2), top_k=4, shard_size=4)
+    assert feature_data.read_manifest(str(tmp_path / "cache"))["teacher_forced"]
+    with pytest.raises(ValueError, match="nothing to sample"):
+        feature_data.build(str(tmp_path / "other"), module, params, chunks, target_name="tiny_lm",
+                           feature_layers=(1, 2), temperature=1.0)
+    corpus = feature_training.Corpus.load(str(tmp_path / "cache"))
+    assert len(corpus) == 10 and corpus.out_len[3] == 7 and not corpus.src_len.any()
+    target = decoding.DecoderOnlyModel(module, params)
+    batch = corpus.batch([3], 16, 1)  # row j: the state after [BOS] + chunk[:j]
+    state = target.init(params, jnp.zeros((1, 0), jnp.int32), 17)
+    logits, feats, _ = target.extend_with_features(params, state, jnp.asarray(batch["tokens"]),
+                                                   (1, 2))
+    np.testing.assert_array_equal(batch["tokens"][0, 1:7], chunks[3, :6])
+    np.testing.assert_allclose(batch["features"][0, :7], np.asarray(feats[0, :7]), rtol=2e-2,
+                               atol=2e-2)  # stored as bfloat16
+    np.testing.assert_array_equal(batch["top_ids"][0, :7, 0], np.argmax(logits[0, :7], -1))
+    train_rows, valid_rows = corpus.split(0.2)
+    np.testing.assert_array_equal(train_rows, np.arange(8))
+    np.testing.assert_array_equal(valid_rows, [8, 9])
+
+    draft = fd.FeatureDraftConfig(vocab_size=16, target_emb_dim=16, feature_layers=(2,),
+                                  cross_attention=False, emb_dim=8, num_heads=2, head_dim=4,
+                                  mlp_dim=16, relative_attention_num_buckets=8,
+                                  relative_attention_max_distance=16)
+    config = feature_training.FeatureTrainConfig(steps=30, batch_tokens=48, buckets=(16,),
+                                                 depth=2, checkpoint_every=10, warmup_steps=5)
+    feature_training.train(draft_config=draft, config=config, cache_dir=str(tmp_path / "cache"),
+                           model_dir=str(tmp_path / "draft"), valid_fraction=0.2)
+    lines = [json.loads(x) for x in open(tmp_path / "draft" / "metrics.jsonl")]
+    assert lines[-1]["train"]["kl"] < lines[0]["train"]["kl"]
+    trained = fd.FeatureDraftModel(fd.FeatureDraft(draft), feature_training.load_params(
+        str(tmp_path / "draft"), draft))
+    kw = dict(rng=jax.random.PRNGKey(0), sampling=SamplingConfig(0.0), max_decode_len=10)
+    prompts = jnp.asarray(chunks[:3, :5])
+    np.testing.assert_array_equal(
+        decoding.speculative_decode(target, trained, prompts, gamma=3, **kw).tokens,
+        decoding.autoregressive_decode(target, prompts, **kw).tokens)
