@@ -16,13 +16,16 @@ _DRAFTS = flags.DEFINE_list("drafts", ["large_draft_kdtv", "large_feature_draft"
 _NUM = flags.DEFINE_integer("num_sentences", 16, "Test sentences timed (batch 1).")
 _REPEATS = flags.DEFINE_integer("repeats", 5, "Interleaved timing rounds.")
 _OVERWRITE = flags.DEFINE_bool("overwrite", False, "Replace an earlier ablation.json.")
+_TARGET = flags.DEFINE_string("target", "large_target", "Bundled target (large_target, or "
+                              "code_target for the decoder-only code pair).")
 
 
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
     feature_ablation.run(_OUT.value, _DRAFTS.value, num_sentences=_NUM.value,
-                         repeats=_REPEATS.value, overwrite=_OVERWRITE.value)
+                         repeats=_REPEATS.value, overwrite=_OVERWRITE.value,
+                         target_name=_TARGET.value)
 
 
 if __name__ == "__main__":

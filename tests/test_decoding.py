@@ -124,16 +124,22 @@ def _exact_joint(module, params, enc, cfg):
     """P(y1, y2, y3) under the target's adjusted distributions; tokens after EOS are 0."""
     prefixes = np.array([[0, a, b] for a in range(VOCAB) for b in range(VOCAB)], np.int32)
     logits = module.apply({"params": params}, np.repeat(enc, len(prefixes), 0), prefixes)
+    return _joint_of_steps(logits, cfg, VOCAB)
+
+
+def _joint_of_steps(logits, cfg, vocab):
+    """The chain rule over `logits [vocab * vocab, 3, vocab]`: row a * vocab + b holds the
+    target's logits for y1, y2, y3 after the prefix (a, b) (y1's ignore it, y2's read a)."""
     probs = np.asarray(sampling.adjusted_probs(logits, cfg), np.float64)
-    probs = probs.reshape(VOCAB, VOCAB, 3, VOCAB)
-    joint = np.zeros((VOCAB,) * 3)
+    probs = probs.reshape(vocab, vocab, 3, vocab)
+    joint = np.zeros((vocab,) * 3)
     eos = t5.EOS_ID
-    for y1 in range(VOCAB):
+    for y1 in range(vocab):
         p1 = probs[0, 0, 0, y1]
         if y1 == eos:
             joint[y1, 0, 0] += p1
             continue
-        for y2 in range(VOCAB):
+        for y2 in range(vocab):
             p2 = p1 * probs[y1, 0, 1, y2]
             if y2 == eos:
                 joint[y1, y2, 0] += p2

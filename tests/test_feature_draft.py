@@ -380,93 +380,81 @@ def _sample(target, draft, enc, cfg, seed):
     return np.asarray(out.tokens), out.stats
 
 
-@pytest.mark.parametrize("cfg", [
-    pytest.param(SamplingConfig(1.0), id="t1"),
-    pytest.param(SamplingConfig(0.7, top_k=3), id="t0.7_topk3", marks=pytest.mark.slow)])
-def test_joint_law_of_three_tokens_matches_target(joint_aware, cfg):
-    module, target, draft, enc = joint_aware
-    probs = _joint(module, target.params, enc, cfg)
+def _check_law(law, target, draft, inputs, cfg, seed):
+    """The three-token samples of `speculative_decode` follow `law(cfg)`; drafts are both
+    accepted and rejected."""
+    probs = law(cfg)
     assert np.sum(probs * N_SAMPLES >= 5) >= 20, "law too concentrated for a meaningful test"
-    samples, stats = _sample(target, draft, enc, cfg, seed=1)
-    assert 0.05 < float(stats.alpha) < 0.95  # drafts are both accepted and rejected
+    samples, stats = _sample(target, draft, inputs, cfg, seed=seed)
+    assert 0.05 < float(stats.alpha) < 0.95
     assert _pvalue(samples, probs) > 1e-6
 
 
-def test_negative_control_wrong_residual_fails(joint_aware, monkeypatch):
-    module, target, draft, enc = joint_aware
-    cfg = SamplingConfig(1.0)
-    probs = _joint(module, target.params, enc, cfg)
+def _check_control_fails(law, target, draft, inputs, seed, monkeypatch):
+    """Negative control: a kernel that resamples from p instead of the residual fails."""
+    probs = law(SamplingConfig(1.0))
     import test_decoding
     jax.clear_caches()
     monkeypatch.setattr(decoding.sampling_lib, "speculative_sample",
                         test_decoding._kernel_resampling_from_p)
     try:
-        samples, _ = _sample(target, draft, enc, cfg, seed=5)
+        samples, _ = _sample(target, draft, inputs, SamplingConfig(1.0), seed=seed)
     finally:
         monkeypatch.undo()
         jax.clear_caches()
     assert _pvalue(samples, probs) < 1e-6
 
 
+def _law(module, target, enc):
+    return functools.partial(_joint, module, target.params, enc)
+
+
+JOINT_CONFIGS = [
+    pytest.param(SamplingConfig(1.0), id="t1"),
+    pytest.param(SamplingConfig(0.7, top_k=3), id="t0.7_topk3", marks=pytest.mark.slow)]
+
+
+@pytest.mark.parametrize("cfg", JOINT_CONFIGS)
+def test_joint_law_of_three_tokens_matches_target(joint_aware, cfg):
+    module, target, draft, enc = joint_aware
+    _check_law(_law(module, target, enc), target, draft, enc, cfg, seed=1)
+
+
+def test_negative_control_wrong_residual_fails(joint_aware, monkeypatch):
+    module, target, draft, enc = joint_aware
+    _check_control_fails(_law(module, target, enc), target, draft, enc, 5, monkeypatch)
+
+
 def _exact_joint_lm(module, params, prompt, cfg):
     """P(y1, y2, y3 | prompt) of a decoder-only target, by teacher forcing (0 after EOS)."""
-    from speculative import sampling as sampling_lib
+    import test_decoding
     n = prompt.shape[1]
     pairs = np.array([[a, b] for a in range(VOCAB) for b in range(VOCAB)], np.int32)
     seqs = np.concatenate([np.zeros((len(pairs), 1), np.int32),
                            np.repeat(prompt, len(pairs), 0), pairs], 1)
     logits = module.apply({"params": params}, seqs)[:, n:n + 3]  # the laws of y1, y2, y3
-    probs = np.asarray(sampling_lib.adjusted_probs(logits, cfg), np.float64)
-    probs = probs.reshape(VOCAB, VOCAB, 3, VOCAB)
-    joint = np.zeros((VOCAB,) * 3)
-    for y1 in range(VOCAB):
-        p1 = probs[0, 0, 0, y1]
-        if y1 == t5.EOS_ID:
-            joint[y1, 0, 0] += p1
-            continue
-        for y2 in range(VOCAB):
-            p2 = p1 * probs[y1, 0, 1, y2]
-            if y2 == t5.EOS_ID:
-                joint[y1, y2, 0] += p2
-                continue
-            joint[y1, y2] += p2 * probs[y1, y2, 2]
-    return joint.reshape(-1)
+    return test_decoding._joint_of_steps(logits, cfg, VOCAB)
 
 
 @pytest.fixture(scope="module")
 def joint_aware_lm():
     module, target, draft = _aware_lm_pair(vocab=VOCAB, seed=7)
-    return module, target, draft, np.array([[3, 5, 2]], np.int32)
+    prompt = np.array([[3, 5, 2]], np.int32)
+    return functools.partial(_exact_joint_lm, module, target.params, prompt), target, draft, \
+        prompt
 
 
-@pytest.mark.parametrize("cfg", [
-    pytest.param(SamplingConfig(1.0), id="t1"),
-    pytest.param(SamplingConfig(0.7, top_k=3), id="t0.7_topk3", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("cfg", JOINT_CONFIGS)
 def test_joint_law_with_a_decoder_only_target(joint_aware_lm, cfg):
-    module, target, draft, prompt = joint_aware_lm
-    probs = _exact_joint_lm(module, target.params, prompt, cfg)
-    assert np.sum(probs * N_SAMPLES >= 5) >= 20, "law too concentrated for a meaningful test"
-    samples, stats = _sample(target, draft, prompt, cfg, seed=2)
-    assert 0.05 < float(stats.alpha) < 0.95
-    assert _pvalue(samples, probs) > 1e-6
+    law, target, draft, prompt = joint_aware_lm
+    _check_law(law, target, draft, prompt, cfg, seed=2)
 
 
 @pytest.mark.slow  # CI: the encoder-decoder pair's control of the same test and kernel
 def test_negative_control_wrong_residual_fails_with_a_decoder_only_target(joint_aware_lm,
                                                                            monkeypatch):
-    module, target, draft, prompt = joint_aware_lm
-    cfg = SamplingConfig(1.0)
-    probs = _exact_joint_lm(module, target.params, prompt, cfg)
-    import test_decoding
-    jax.clear_caches()
-    monkeypatch.setattr(decoding.sampling_lib, "speculative_sample",
-                        test_decoding._kernel_resampling_from_p)
-    try:
-        samples, _ = _sample(target, draft, prompt, cfg, seed=6)
-    finally:
-        monkeypatch.undo()
-        jax.clear_caches()
-    assert _pvalue(samples, probs) < 1e-6
+    law, target, draft, prompt = joint_aware_lm
+    _check_control_fails(law, target, draft, prompt, 6, monkeypatch)
 
 
 # ----------------------------------------------------------------------------------------------

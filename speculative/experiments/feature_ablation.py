@@ -1,4 +1,5 @@
-"""What each ingredient of the target-aware draft buys, on the memory-bound EN->DE pair.
+"""What each ingredient of the target-aware draft buys, on the memory-bound EN->DE pair (or,
+with `--target=code_target`, the decoder-only code pair).
 
 Rows (same draft width and training steps where they are target-aware): large_draft_kdtv (a
 separate small T5); + the target's encoder output only (no features); + the target's
@@ -55,7 +56,7 @@ def load_draft(spec: str):
     `label=path@N` restricts that draft's output to the N ids its target emits most often in
     its training cache (`fd.with_hot_vocab`, no retraining): the hot-vocabulary row."""
     if "=" not in spec:
-        return spec, mini.load(spec)
+        return spec, _load_bundled(spec)
     label, path = spec.split("=", 1)
     hot = None
     if "@" in path:
@@ -66,7 +67,7 @@ def load_draft(spec: str):
         hot = int(hot)
     if not os.path.exists(os.path.join(path, "params.msgpack")):
         try:
-            return label, mini.load(path)
+            return label, _load_bundled(path)
         except ValueError as err:
             raise ValueError(f"--drafts {spec!r}: {path} is neither a finished feature-draft "
                              f"training directory (params.msgpack) nor a bundled name.") from err
@@ -88,11 +89,23 @@ def load_draft(spec: str):
 _TRAINING: Dict[int, Dict] = {}  # training settings of the drafts loaded from their run dirs
 
 
+def _load_bundled(name: str):
+    found = bundles.bundled(name)
+    if found is None:
+        raise ValueError(f"{name!r} is not a bundled model; use one of "
+                         f"{sorted(bundles.bundled_names())}.")
+    return found.load()
+
+
 def _description(model) -> Dict:
     if decoding.reads_target(model):
         cfg = model.module.config
-        what = ("encoder output only" if not cfg.feature_layers else
-                f"encoder output + features of layers {list(cfg.feature_layers)}")
+        layers = f"features of layers {list(cfg.feature_layers)}"
+        if not cfg.cross_attention:
+            what = layers if cfg.feature_layers else "nothing of the target"
+        else:
+            what = (f"encoder output + {layers}" if cfg.feature_layers
+                    else "encoder output only")
         if cfg.num_layers > 1:
             what += f"; {cfg.num_layers} layers"
         train = _TRAINING.get(id(model))
@@ -108,17 +121,18 @@ def _description(model) -> Dict:
 
 def run(output_dir: str, drafts: Sequence[str], num_sentences: int = 16,
         num_alpha_tokens: int = 5000, repeats: int = 5, overwrite: bool = False,
-        seed: int = 0) -> Dict:
-    """Measures every row; writes `ablation.json` and `ablation.md` into `output_dir`."""
+        seed: int = 0, target_name: str = mini.LARGE_TARGET) -> Dict:
+    """Measures every row against bundled `target_name`; writes `ablation.json` and
+    `ablation.md` into `output_dir`."""
     validation.positive_int(num_sentences, "num_sentences", "test sentences timed")
     validation.positive_int(repeats, "repeats", "timed rounds")
     files.check_report(output_dir, "ablation", overwrite)
     os.makedirs(output_dir, exist_ok=True)
-    target = mini.load(mini.LARGE_TARGET)
+    inputs = bundles.bundle(target_name)  # (a ValueError naming the bundled targets)
+    target = inputs.load(target_name)
     models = [load_draft(d) for d in drafts]  # every draft loads before any timing
-    inputs = bundles.bundle(mini.LARGE_TARGET)
     batches = inputs.batches(num_sentences, 1)
-    calibration = mini.source_batches(8, 1, inputs.input_length, skip=num_sentences)
+    calibration = inputs.batches(8, 1, skip=num_sentences)
     load_before = os.getloadavg()[0]
     rows = []
     for label, draft in models:
@@ -143,7 +157,7 @@ def run(output_dir: str, drafts: Sequence[str], num_sentences: int = 16,
         row["seconds"] = round(time.time() - start, 1)
         rows.append(row)
         print(_line(row), flush=True)
-    result = {"target": mini.LARGE_TARGET, "sentences": num_sentences,
+    result = {"target": target_name, "sentences": num_sentences,
               "alpha_tokens": num_alpha_tokens, "repeats": repeats, "rows": rows,
               "load_average_1m": {"before": load_before, "after": os.getloadavg()[0]},
               "environment": host.environment()}

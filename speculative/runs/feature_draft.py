@@ -6,6 +6,9 @@
 
 The sources are the bundled training sources and the 29,650 unseen ones (`mono_en.txt`),
 interleaved (shard k holds both kinds), so a cache stopped after k shards is a fair sample.
+For a decoder-only target (the code pair's `code_target`) the cache is the code corpus' train
+split in chunks, read by teacher forcing (`configs/runs/feature_draft_code.gin`; build the split
+first with `python scripts/build_code_corpus.py --train_split_only`).
 """
 
 from __future__ import annotations
@@ -22,12 +25,15 @@ import numpy as np
 
 from speculative import (
     acceptance,
+    bundles,
     checkpoints,
+    code_corpus,
     decoding,
     feature_data,
     feature_training,
     files,
     training,
+    training_data,
     validation,
 )
 from speculative.models import feature_draft as fd_model
@@ -51,13 +57,37 @@ def distill_sources(length: int = 48) -> np.ndarray:
     return training.pad_rows([np.asarray(x, np.int32) for x in merged], length)
 
 
+def code_chunks(length: int, seed: int = 0) -> np.ndarray:
+    """`[n, length]` language-model chunks of the code corpus' train split (each document's
+    ids and EOS, cut as the code models were trained, 0-padded), in a shuffled order so that a
+    cache stopped after k shards is a fair sample."""
+    tokenizer = training_data.Tokenizer(os.path.join(code_corpus.CODE_DIR,
+                                                     code_corpus.SPM_MODEL))
+    path = code_corpus.corpus_file(code_corpus.CODE_DIR, code_corpus.split_file("train"))
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{path} is missing: build the code corpus' train split first "
+                                "(python scripts/build_code_corpus.py --train_split_only).")
+    chunks = [c for _, c in training_data.lm_examples(code_corpus.CODE_DIR, "train", tokenizer,
+                                                       length)]
+    order = np.random.default_rng(seed).permutation(len(chunks))
+    return training.pad_rows([chunks[i] for i in order], length)
+
+
 @gin.configurable
 def feature_cache(cache_dir: str, target: str = mini.LARGE_TARGET,
                   feature_layers: Sequence[int] = (2, 4, 6), temperature: float = 0.0,
-                  max_shards: Optional[int] = None, shard_size: int = 2048, seed: int = 0):
-    """Builds (or resumes) the feature cache of bundled `target` in `cache_dir`."""
-    model = mini.load(target)
-    return feature_data.build(cache_dir, model.module, model.params, distill_sources(),
+                  max_shards: Optional[int] = None, shard_size: int = 2048, seed: int = 0,
+                  chunk_length: int = 128):
+    """Builds (or resumes) the feature cache of bundled `target` in `cache_dir`: its decodes
+    of the distillation sources, or, for a decoder-only target, its teacher-forced read of the
+    code corpus' train split in chunks of `chunk_length` tokens."""
+    model = bundles.bundle(target).load(target)
+    if bundles.bundle(target).decoder_only:
+        validation.positive_int(chunk_length, "chunk_length", "tokens per corpus chunk")
+        sources = code_chunks(chunk_length, seed)
+    else:
+        sources = distill_sources()
+    return feature_data.build(cache_dir, model.module, model.params, sources,
                               target_name=target, feature_layers=tuple(feature_layers),
                               temperature=temperature, shard_size=shard_size, seed=seed,
                               max_shards=max_shards)
@@ -109,7 +139,7 @@ def train_feature_draft(*, model_dir: str, cache_dir: str, draft: fd_model.Featu
         draft, params = fd_model.with_hot_vocab(draft, params, ids)
         hot = {"size": hot_vocab, "coverage": coverage}
     module = fd_model.FeatureDraft(draft)
-    target_model = mini.load(target)
+    target_model = bundles.bundle(target).load(target)
     valid = result["valid"] or _last_valid(model_dir)  # a finished run's last evaluation
     summary = {
         "kind": mini.FEATURE_DRAFT, "name": name or os.path.basename(model_dir.rstrip("/")),
@@ -130,12 +160,16 @@ def train_feature_draft(*, model_dir: str, cache_dir: str, draft: fd_model.Featu
                                     step=config.steps, overwrite=True)
         stored = checkpoints.load_params(path, dtype="float32")
         summary["checkpoint"] = os.path.relpath(path, export_dir)
+    decoder_only = bundles.bundle(target).decoder_only
+    length = bundles.PROMPT_LENGTH if decoder_only else 48
     summary["valid_subset"] = valid_subset(target_model,
                                            fd_model.FeatureDraftModel(module, stored),
-                                           num=min(64, alpha_sentences))
+                                           num=min(64, alpha_sentences), length=length,
+                                           decoder_only=decoder_only)
     summary["alpha"] = training.draft_alpha(
-        target_model, fd_model.FeatureDraftModel(module, stored), valid_inputs(alpha_sentences),
-        rng=jax.random.PRNGKey(0), gamma=alpha_gamma, max_length=48)
+        target_model, fd_model.FeatureDraftModel(module, stored),
+        _valid_rows(alpha_sentences, length, decoder_only), rng=jax.random.PRNGKey(0),
+        gamma=alpha_gamma, max_length=length)
     summary["total_wall_s"] = round(time.time() - start + result["seconds"], 1)
     print(json.dumps(summary["alpha"]), flush=True)
     files.write_atomic(os.path.join(model_dir, f"summary_hot{hot_vocab}.json" if hot
@@ -155,11 +189,21 @@ def _last_valid(model_dir: str) -> Optional[dict]:
     return rows[-1]["valid"] if rows else None
 
 
-def valid_subset(target, draft, num: int = 64, length: int = 48) -> dict:
+def _valid_rows(num: int, length: int, decoder_only: bool) -> List[np.ndarray]:
+    """The card's alpha inputs: the first `num` valid sources that fit `length` tokens, or,
+    for the code pair, `num` valid prompts of `length` tokens (`bundles.prompt_batches`)."""
+    if not decoder_only:
+        return valid_inputs(num, length)
+    return [row for b in bundles.prompt_batches(num, 1, length, split="valid") for row in b]
+
+
+def valid_subset(target, draft, num: int = 64, length: int = 48,
+                 decoder_only: bool = False) -> dict:
     """Forced alpha (Table 3's method, `acceptance`) of `draft` along the target's greedy
-    outputs of the first `num` valid sentences, at T = 0 and 1: what the card records for the
-    stored (bfloat16) draft, and what a test recomputes from the bundle alone."""
-    inputs = training.pad_rows(valid_inputs(num, length), length)
+    outputs of the first `num` valid sentences (code: prompts, continued for `length` tokens),
+    at T = 0 and 1: what the card records for the stored (bfloat16) draft, and what a test
+    recomputes from the bundle alone."""
+    inputs = training.pad_rows(_valid_rows(num, length, decoder_only), length)
     out = decoding.autoregressive_decode(target, inputs, rng=jax.random.PRNGKey(0),
                                          sampling=SamplingConfig(0.0), max_decode_len=length)
     mask = np.arange(length)[None] < np.asarray(out.lengths)[:, None]
