@@ -11,8 +11,8 @@ import pytest
 from flax import struct
 
 from speculative import decoding
+from speculative.models import adapters, layers, t5
 from speculative.models import feature_draft as fd
-from speculative.models import layers, t5
 from speculative.sampling import SamplingConfig
 
 from conftest import random_params, tiny_config
@@ -113,10 +113,13 @@ def test_config_refuses_bad_values():
 # Exactness inside speculative_decode, on tiny random target-aware pairs.
 
 @functools.lru_cache(maxsize=None)  # building the models takes seconds; they are immutable
-def _aware_pair(vocab=16, feature_layers=(1, 2), seed=0):
-    module = t5.Transformer(tiny_config(vocab_size=vocab))
-    target = decoding.EncoderDecoderModel(module, random_params(module, seed))
+def _aware_pair(vocab=16, feature_layers=(1, 2), seed=0, decoder_only=False):
+    """A tiny random target (encoder-decoder, or decoder-only) and a target-aware draft for it
+    (no cross-attention for a decoder-only target)."""
+    module = (t5.DecoderOnly if decoder_only else t5.Transformer)(tiny_config(vocab_size=vocab))
+    target = adapters.as_decode_model(module, random_params(module, seed))
     cfg = fd.FeatureDraftConfig(vocab_size=vocab, target_emb_dim=16,
+                                cross_attention=not decoder_only,
                                 feature_layers=feature_layers, emb_dim=8, num_heads=2,
                                 head_dim=4, mlp_dim=16, relative_attention_num_buckets=8,
                                 relative_attention_max_distance=16)
@@ -125,63 +128,43 @@ def _aware_pair(vocab=16, feature_layers=(1, 2), seed=0):
     return module, target, draft
 
 
-@functools.lru_cache(maxsize=None)
 def _aware_lm_pair(vocab=16, feature_layers=(1, 2), seed=0):
-    """A decoder-only target and a draft for it (no cross-attention)."""
-    module = t5.DecoderOnly(tiny_config(vocab_size=vocab))
-    target = decoding.DecoderOnlyModel(module, random_params(module, seed))
-    cfg = fd.FeatureDraftConfig(vocab_size=vocab, target_emb_dim=16, cross_attention=False,
-                                feature_layers=feature_layers, emb_dim=8, num_heads=2,
-                                head_dim=4, mlp_dim=16, relative_attention_num_buckets=8,
-                                relative_attention_max_distance=16)
-    dmod = fd.FeatureDraft(cfg)
-    draft = fd.FeatureDraftModel(dmod, fd.init_params(dmod, jax.random.PRNGKey(seed + 1)))
-    return module, target, draft
+    return _aware_pair(vocab, feature_layers, seed, decoder_only=True)
 
 
-@pytest.mark.parametrize("feature_layers,gamma,tree", [
-    ((1, 2), 3, None), ((1, 2), 2, (2, 1)), pytest.param((), 3, None, marks=pytest.mark.slow),
-    pytest.param((1, 2), 1, None, marks=pytest.mark.slow)])
-def test_greedy_identity_decoder_only_target_prompts_of_different_lengths(feature_layers, gamma,
-                                                                          tree):
-    """Batch 4, one prompt empty; a chain (with dynamic gamma and the +2/-1 schedule) and a
-    token tree."""
-    _, target, draft = _aware_lm_pair(feature_layers=feature_layers)
-    rng = np.random.default_rng(1)
-    inputs = np.zeros((4, 6), np.int32)
-    for b, n in enumerate([6, 2, 0, 4]):
+_SLOW = dict(marks=pytest.mark.slow)
+
+
+@pytest.mark.parametrize("kind,feature_layers,gamma,tree", [
+    ("encoder_decoder", (1, 2), 1, None), ("decoder_only", (1, 2), 3, None),
+    ("decoder_only", (1, 2), 2, (2, 1)),
+    pytest.param("encoder_decoder", (), 3, None, **_SLOW),
+    pytest.param("encoder_decoder", (1, 2), 3, None, **_SLOW),
+    pytest.param("encoder_decoder", (1, 2), 6, None, **_SLOW),
+    pytest.param("encoder_decoder", (), 1, None, **_SLOW),
+    pytest.param("encoder_decoder", (), 6, None, **_SLOW),
+    pytest.param("decoder_only", (), 3, None, **_SLOW),
+    pytest.param("decoder_only", (1, 2), 1, None, **_SLOW)])
+def test_greedy_identity_batch4_prompts_of_different_lengths(kind, feature_layers, gamma, tree):
+    """Batch 4 (a decoder-only target's batch has an empty prompt); a chain, also with dynamic
+    gamma and the +2/-1 schedule (they feed the catch-up chunk differently), or a token tree."""
+    pair = _aware_pair if kind == "encoder_decoder" else _aware_lm_pair
+    _, target, draft = pair(feature_layers=feature_layers)
+    lengths = [7, 2, 5, 1] if kind == "encoder_decoder" else [6, 2, 0, 4]
+    rng = np.random.default_rng(0)
+    inputs = np.zeros((4, max(lengths)), np.int32)
+    for b, n in enumerate(lengths):
         inputs[b, :n] = rng.integers(2, 16, n)
-    kw = dict(rng=jax.random.PRNGKey(0), sampling=SamplingConfig(0.0), max_decode_len=16)
+    kw = dict(rng=jax.random.PRNGKey(0), sampling=SamplingConfig(0.0), max_decode_len=18)
     ar = decoding.autoregressive_decode(target, inputs, **kw)
     sp = decoding.speculative_decode(target, draft, inputs, gamma=gamma, tree=tree, **kw)
     np.testing.assert_array_equal(sp.tokens, ar.tokens)
     np.testing.assert_array_equal(sp.lengths, ar.lengths)
     if tree is None:
-        for extra in (dict(draft_confidence=0.5), dict(gamma_schedule="heuristic")):
+        for extra in (dict(draft_confidence=0.5),
+                      dict(gamma_schedule="heuristic", initial_gamma=1)):
             other = decoding.speculative_decode(target, draft, inputs, gamma=gamma, **kw, **extra)
             np.testing.assert_array_equal(other.tokens, ar.tokens)
-
-
-@pytest.mark.parametrize("feature_layers,gamma", [
-    ((1, 2), 1), pytest.param((), 3, marks=pytest.mark.slow),
-    pytest.param((1, 2), 3, marks=pytest.mark.slow),
-    pytest.param((1, 2), 6, marks=pytest.mark.slow), pytest.param((), 1, marks=pytest.mark.slow),
-    pytest.param((), 6, marks=pytest.mark.slow)])
-def test_greedy_identity_batch4_prompts_of_different_lengths(feature_layers, gamma):
-    _, target, draft = _aware_pair(feature_layers=feature_layers)
-    rng = np.random.default_rng(0)
-    inputs = np.zeros((4, 7), np.int32)
-    for b, n in enumerate([7, 2, 5, 1]):
-        inputs[b, :n] = rng.integers(2, 16, n)
-    kw = dict(rng=jax.random.PRNGKey(0), sampling=SamplingConfig(0.0), max_decode_len=20)
-    ar = decoding.autoregressive_decode(target, inputs, **kw)
-    sp = decoding.speculative_decode(target, draft, inputs, gamma=gamma, **kw)
-    np.testing.assert_array_equal(sp.tokens, ar.tokens)
-    np.testing.assert_array_equal(sp.lengths, ar.lengths)
-    # Dynamic gamma and the heuristic schedule feed the catch-up chunk differently: same output.
-    for extra in (dict(draft_confidence=0.5), dict(gamma_schedule="heuristic", initial_gamma=1)):
-        other = decoding.speculative_decode(target, draft, inputs, gamma=gamma, **kw, **extra)
-        np.testing.assert_array_equal(other.tokens, ar.tokens)
 
 
 @struct.dataclass
@@ -272,6 +255,22 @@ def test_the_checking_draft_catches_a_feature_from_the_wrong_position(monkeypatc
     assert float(bad.alpha) < 0.9
 
 
+def _with_pending_feature_of_its_own_position(run):
+    """`run()` with a decoder-only target whose pending token is read with the feature of its
+    own position instead of the one before (the negative control of the two tests below)."""
+    def own_position(self, state):
+        picked = jnp.take_along_axis(state.prefix_features, state.lengths[:, None, None], 1)
+        return picked[:, 0]
+
+    jax.clear_caches()
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(decoding.DecoderOnlyModel, "pending_features", own_position)
+            return run()
+    finally:
+        jax.clear_caches()
+
+
 def test_the_loop_feeds_a_decoder_only_target_s_features_from_the_prompt_on():
     """The draft of a decoder-only target starts from the prefill's features (the prompt's last
     cached position before the pending token; nothing before an empty prompt). Negative
@@ -285,15 +284,8 @@ def test_the_loop_feeds_a_decoder_only_target_s_features_from_the_prompt_on():
     np.testing.assert_array_equal(out.tokens, ar.tokens)
     np.testing.assert_array_equal(out.stats.accepted, out.stats.tested)
 
-    def own_position(self, state):
-        picked = jnp.take_along_axis(state.prefix_features, state.lengths[:, None, None], 1)
-        return picked[:, 0]
-
-    jax.clear_caches()
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(decoding.DecoderOnlyModel, "pending_features", own_position)
-        bad = decoding.speculative_decode(target, checker, inputs, gamma=3, **kw).stats
-    jax.clear_caches()
+    bad = _with_pending_feature_of_its_own_position(
+        lambda: decoding.speculative_decode(target, checker, inputs, gamma=3, **kw).stats)
     assert np.all(np.asarray(bad.accepted) < np.asarray(bad.tested))  # every row's first round
 
 
@@ -312,15 +304,8 @@ def test_forced_alpha_reads_a_decoder_only_prompt_as_the_loop_does():
     np.testing.assert_allclose(acceptance.forced_betas(target, checker, inputs, generated, **kw),
                                1.0, atol=1e-5)
 
-    def own_position(self, state):
-        picked = jnp.take_along_axis(state.prefix_features, state.lengths[:, None, None], 1)
-        return picked[:, 0]
-
-    jax.clear_caches()
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(decoding.DecoderOnlyModel, "pending_features", own_position)
-        bad = np.asarray(acceptance.forced_betas(target, checker, inputs, generated, **kw))
-    jax.clear_caches()
+    bad = np.asarray(_with_pending_feature_of_its_own_position(
+        lambda: acceptance.forced_betas(target, checker, inputs, generated, **kw)))
     assert np.all(bad[:, 0] < 0.99) and np.allclose(bad[:, 1:], 1.0, atol=1e-5)
     with pytest.raises(NotImplementedError, match="decoder-only"):
         acceptance.rank_acceptance(target, draft, [np.asarray(inputs)], SamplingConfig(0.0),
