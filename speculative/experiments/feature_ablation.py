@@ -152,7 +152,8 @@ def run(output_dir: str, drafts: Sequence[str], num_sentences: int = 16,
             [m] = measure.measure(target, [draft] * len(batches), batches, sampling=sampling,
                                   gammas=[gamma], max_decode_len=inputs.max_decode_len,
                                   repeats=repeats, lenience=1.0, seed=seed, costs=costs,
-                                  calibration=calibration)
+                                  calibration=calibration,
+                                  calibration_lengths=inputs.calibration_lengths(len(calibration)))
             row[f"t{temperature:g}"] = {"alpha_forced": forced, **m.row()}
         row["seconds"] = round(time.time() - start, 1)
         rows.append(row)
