@@ -191,7 +191,7 @@ def capture(module: t5.Transformer, params, sources: np.ndarray, *, feature_laye
                 dropped=np.asarray(dropped))
 
 
-def build(cache_dir: str, module: t5.Transformer, params, sources: np.ndarray, *,
+def build(cache_dir: str, module: t5.Transformer | t5.DecoderOnly, params, sources: np.ndarray, *,
           target_name: str, feature_layers: Sequence[int], top_k: int = 32, max_len: int = 48,
           temperature: float = 0.0, shard_size: int = 2048, seed: int = 0,
           max_shards: Optional[int] = None) -> List[str]:
