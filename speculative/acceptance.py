@@ -97,9 +97,8 @@ def _forced_pair_logits(target, draft, inputs, generated):
         return _forced_logits(target, inputs, generated), _forced_logits(draft, inputs, generated)
     tstate, fed, p_logits, feats = _forced_target(target, draft, inputs, generated)
     if feats is not None:  # the previous position's (before the pending token: the prompt's)
-        first = target.pending_features(tstate)
-        first = jnp.zeros_like(feats[:, :1]) if first is None else first[:, None]
-        feats = jnp.concatenate([first, feats[:, :-1]], axis=1)
+        first = target.pending_features(tstate, draft.feature_layers)
+        feats = jnp.concatenate([first[:, None], feats[:, :-1]], axis=1)
     dstate = draft.init(draft.params, inputs, draft.prefix_length(inputs.shape[1])
                         + fed.shape[1] + 1, context=target.context(tstate))
     q_logits, _ = draft.extend(draft.params, dstate, fed, feats)

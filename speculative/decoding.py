@@ -482,10 +482,9 @@ def _speculative_impl(target, draft, inputs, rng, *, gamma, sampling, max_decode
         catch_tokens = jnp.zeros((batch, gamma + 1), jnp.int32).at[:, 0].set(tstate.pending)
         catch_features = None
         if layers:  # the first round reads the pending token with the feature before it
-            catch_features = jnp.zeros((batch, gamma + 1, draft.feature_dim), jnp.float32)
-            before = target.pending_features(tstate)
-            if before is not None:
-                catch_features = catch_features.at[:, 0].set(before)
+            first = target.pending_features(tstate, layers)
+            catch_features = jnp.zeros((batch, gamma + 1, draft.feature_dim),
+                                       jnp.float32).at[:, 0].set(first)
     else:
         tstate = target.init(target.params, inputs,
                              _cache_len(target, inputs, max_decode_len, width))

@@ -258,7 +258,7 @@ def test_the_checking_draft_catches_a_feature_from_the_wrong_position(monkeypatc
 def _with_pending_feature_of_its_own_position(run):
     """`run()` with a decoder-only target whose pending token is read with the feature of its
     own position instead of the one before (the negative control of the two tests below)."""
-    def own_position(self, state):
+    def own_position(self, state, feature_layers):
         picked = jnp.take_along_axis(state.prefix_features, state.lengths[:, None, None], 1)
         return picked[:, 0]
 

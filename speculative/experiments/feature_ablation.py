@@ -39,6 +39,7 @@ from speculative import (
     feature_training,
     files,
     host,
+    loading,
     measure,
     training,
     validation,
@@ -51,12 +52,13 @@ from speculative.sampling import SamplingConfig
 GAMMAS = tuple(range(1, 9))
 
 
-def load_draft(spec: str):
-    """`name` (bundled) or `label=path` (a feature-draft training directory) -> (label, model).
+def load_draft(spec: str, decoder_only: bool = False):
+    """`name` (bundled, of the target's kind: `decoder_only`) or `label=path` (a feature-draft
+    training directory) -> (label, model).
     `label=path@N` restricts that draft's output to the N ids its target emits most often in
     its training cache (`fd.with_hot_vocab`, no retraining): the hot-vocabulary row."""
     if "=" not in spec:
-        return spec, _load_bundled(spec)
+        return spec, loading.build_model(spec, name="draft", decoder_only=decoder_only)
     label, path = spec.split("=", 1)
     hot = None
     if "@" in path:
@@ -67,8 +69,8 @@ def load_draft(spec: str):
         hot = int(hot)
     if not os.path.exists(os.path.join(path, "params.msgpack")):
         try:
-            return label, _load_bundled(path)
-        except ValueError as err:
+            return label, loading.build_model(path, name="draft", decoder_only=decoder_only)
+        except (TypeError, ValueError) as err:
             raise ValueError(f"--drafts {spec!r}: {path} is neither a finished feature-draft "
                              f"training directory (params.msgpack) nor a bundled name.") from err
     with open(os.path.join(path, "train_config.json")) as f:
@@ -87,14 +89,6 @@ def load_draft(spec: str):
 
 
 _TRAINING: Dict[int, Dict] = {}  # training settings of the drafts loaded from their run dirs
-
-
-def _load_bundled(name: str):
-    found = bundles.bundled(name)
-    if found is None:
-        raise ValueError(f"{name!r} is not a bundled model; use one of "
-                         f"{sorted(bundles.bundled_names())}.")
-    return found.load()
 
 
 def _description(model) -> Dict:
@@ -130,7 +124,7 @@ def run(output_dir: str, drafts: Sequence[str], num_sentences: int = 16,
     os.makedirs(output_dir, exist_ok=True)
     inputs = bundles.bundle(target_name)  # (a ValueError naming the bundled targets)
     target = inputs.load(target_name)
-    models = [load_draft(d) for d in drafts]  # every draft loads before any timing
+    models = [load_draft(d, inputs.decoder_only) for d in drafts]  # all load before any timing
     batches = inputs.batches(num_sentences, 1)
     calibration = inputs.batches(8, 1, skip=num_sentences)
     load_before = os.getloadavg()[0]

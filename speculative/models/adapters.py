@@ -118,9 +118,10 @@ class EncoderDecoderModel(_T5Model):
             raise ValueError("This target state was made without keep_encoded=True.")
         return state.encoded, state.encoder_mask
 
-    def pending_features(self, state):
-        """The features of the position before the pending token: none (BOS comes first)."""
-        return None
+    def pending_features(self, state, feature_layers):
+        """`[B, F]` the features of the position before the pending token: zero, as BOS comes
+        first (and as the draft was trained)."""
+        return jnp.zeros((state.lengths.shape[0], self.feature_dim(feature_layers)), jnp.float32)
 
 
 @struct.dataclass
@@ -148,12 +149,13 @@ class DecoderOnlyModel(_T5Model):
         (the state must come from `init_for_draft`)."""
         return state.prefix_features
 
-    def pending_features(self, state):
+    def pending_features(self, state, feature_layers):
         """`[B, F]` the features of the position before the pending token (the prompt's last
-        cached one; zero for an empty prompt), or None without feature layers."""
+        cached one; zero for an empty prompt), from `init_for_draft(..., feature_layers)`."""
         feats = state.prefix_features
         if feats is None:
-            return None
+            raise ValueError("This target state holds no prompt features: make it with "
+                             f"init_for_draft(..., feature_layers={tuple(feature_layers)}).")
         before = jnp.maximum(state.lengths - 1, 0)
         picked = jnp.take_along_axis(feats, before[:, None, None], axis=1)[:, 0]
         return jnp.where((state.lengths > 0)[:, None], picked, 0.0)

@@ -81,8 +81,9 @@ def feature_cache(cache_dir: str, target: str = mini.LARGE_TARGET,
     """Builds (or resumes) the feature cache of bundled `target` in `cache_dir`: its decodes
     of the distillation sources, or, for a decoder-only target, its teacher-forced read of the
     code corpus' train split in chunks of `chunk_length` tokens."""
-    model = bundles.bundle(target).load(target)
-    if bundles.bundle(target).decoder_only:
+    pair = bundles.bundle(target)
+    model = pair.load(target)
+    if pair.decoder_only:
         validation.positive_int(chunk_length, "chunk_length", "tokens per corpus chunk")
         sources = code_chunks(chunk_length, seed)
     else:
@@ -139,7 +140,8 @@ def train_feature_draft(*, model_dir: str, cache_dir: str, draft: fd_model.Featu
         draft, params = fd_model.with_hot_vocab(draft, params, ids)
         hot = {"size": hot_vocab, "coverage": coverage}
     module = fd_model.FeatureDraft(draft)
-    target_model = bundles.bundle(target).load(target)
+    pair = bundles.bundle(target)
+    target_model = pair.load(target)
     valid = result["valid"] or _last_valid(model_dir)  # a finished run's last evaluation
     summary = {
         "kind": mini.FEATURE_DRAFT, "name": name or os.path.basename(model_dir.rstrip("/")),
@@ -160,7 +162,7 @@ def train_feature_draft(*, model_dir: str, cache_dir: str, draft: fd_model.Featu
                                     step=config.steps, overwrite=True)
         stored = checkpoints.load_params(path, dtype="float32")
         summary["checkpoint"] = os.path.relpath(path, export_dir)
-    decoder_only = bundles.bundle(target).decoder_only
+    decoder_only = pair.decoder_only
     length = bundles.PROMPT_LENGTH if decoder_only else 48
     summary["valid_subset"] = valid_subset(target_model,
                                            fd_model.FeatureDraftModel(module, stored),
