@@ -50,6 +50,7 @@ import numpy as np
 from speculative import costs as costs_lib
 from speculative import decoding, theory, trees
 from speculative import sampling as sampling_lib
+from speculative.models import t5
 from speculative.sampling import SamplingConfig
 
 TREE_DRAWS = 8  # sibling tests simulated per position for rank_acceptance at T > 0
@@ -115,13 +116,39 @@ def _forced_depth_logits(target, draft, inputs, generated, depth: int):
     if depth == 1 or not hasattr(draft, "unrolled_logits"):
         p_logits, q_logits = _forced_pair_logits(target, draft, inputs, generated)
         return p_logits, jnp.broadcast_to(q_logits[None], (depth,) + q_logits.shape)
-    if draft.prefix_length(inputs.shape[1]):  # its unrolled forward does not read a prompt
-        raise NotImplementedError(
-            "Per-depth rates of the draft of a decoder-only target are not measured yet; "
-            "use depth 1 (its first-draft alpha) or the decode's DecodeStats.")
     tstate, fed, p_logits, feats = _forced_target(target, draft, inputs, generated)
-    q_logits = draft.unrolled_logits(draft.params, target.context(tstate), fed, feats, depth)
+    if not draft.prefix_length(inputs.shape[1]):
+        q_logits = draft.unrolled_logits(draft.params, target.context(tstate), fed, feats, depth)
+        return p_logits, jnp.asarray(q_logits, jnp.float32)
+    # A decoder-only target: the draft's rounds start after the prompt, so it reads each row's
+    # cached prompt and then `fed`, one left-aligned sequence with the target's features of
+    # every position, and the logits of the fed positions are picked out.
+    tokens, features, cached = _after_prompt(inputs, tstate, target.context(tstate), fed, feats)
+    q_all = draft.unrolled_logits(draft.params, None, tokens, features, depth)
+    picked = cached[:, None] + jnp.arange(fed.shape[1])[None]  # [B, N]
+    q_logits = jnp.take_along_axis(q_all, picked[None, :, :, None], axis=2)
     return p_logits, jnp.asarray(q_logits, jnp.float32)
+
+
+def _after_prompt(inputs, tstate, prefix_features, fed, feats):
+    """Each row's cached `[BOS] + prompt[:-1]` (a decoder-only target's prefill) followed by
+    `fed [B, N]`, left-aligned in `[B, P + N]`, with the target's features after every
+    position (`prefix_features [B, P + 1, F]`, then `feats [B, N, F]`), and where each row's
+    fed tokens start (`[B]`). Positions past a row's end repeat its last fed token."""
+    cached = tstate.lengths
+    seq = jnp.concatenate([jnp.full((inputs.shape[0], 1), t5.BOS_ID, jnp.int32), inputs], 1)
+    position = jnp.arange(inputs.shape[1] + fed.shape[1])[None]
+    in_prompt = position < cached[:, None]
+    from_prompt = jnp.minimum(position, seq.shape[1] - 1)
+    from_fed = jnp.clip(position - cached[:, None], 0, fed.shape[1] - 1)
+    tokens = jnp.where(in_prompt, jnp.take_along_axis(seq, from_prompt, 1),
+                       jnp.take_along_axis(fed, from_fed, 1))
+    if feats is None:  # a draft that reads no features
+        return tokens, None, cached
+    features = jnp.where(in_prompt[..., None],
+                         jnp.take_along_axis(prefix_features, from_prompt[..., None], 1),
+                         jnp.take_along_axis(feats, from_fed[..., None], 1))
+    return tokens, features, cached
 
 
 @functools.partial(jax.jit, static_argnames=("sampling", "lenience"))

@@ -292,7 +292,7 @@ def test_the_loop_feeds_a_decoder_only_target_s_features_from_the_prompt_on():
 def test_forced_alpha_reads_a_decoder_only_prompt_as_the_loop_does():
     """Table 3's teacher-forced alpha feeds the checking self-draft what the loop feeds it:
     beta is 1 everywhere (q = p); with the pending token's feature taken from the wrong
-    position, the first position of every row loses it. Per-depth rates refuse, not guess."""
+    position, the first position of every row loses it."""
     from speculative import acceptance
     _, target, draft = _aware_lm_pair()
     inputs = jnp.asarray([[3, 5, 2, 7, 1], [4, 1, 0, 0, 0], [0, 0, 0, 0, 0]], jnp.int32)
@@ -307,9 +307,44 @@ def test_forced_alpha_reads_a_decoder_only_prompt_as_the_loop_does():
     bad = np.asarray(_with_pending_feature_of_its_own_position(
         lambda: acceptance.forced_betas(target, checker, inputs, generated, **kw)))
     assert np.all(bad[:, 0] < 0.99) and np.allclose(bad[:, 1:], 1.0, atol=1e-5)
-    with pytest.raises(NotImplementedError, match="decoder-only"):
-        acceptance.rank_acceptance(target, draft, [np.asarray(inputs)], SamplingConfig(0.0),
-                                   max_rank=2, max_decode_len=4, max_depth=2)
+
+
+def test_per_depth_logits_of_a_decoder_only_draft_are_its_decode_rounds():
+    """What `rank_acceptance` measures at depth d for the draft of a decoder-only target, with
+    prompts of different lengths (one empty): the d-th draft of a round that begins at fed
+    position k, as the loop makes it (read the prompt, extend with the target's features up
+    to k, then d - 1 steps on its own states)."""
+    from speculative import acceptance
+    _, target, draft = _aware_lm_pair()
+    inputs = jnp.asarray([[3, 5, 2, 7, 1], [4, 1, 0, 0, 0], [0, 0, 0, 0, 0]], jnp.int32)
+    generated = decoding.autoregressive_decode(target, inputs, rng=jax.random.PRNGKey(0),
+                                               sampling=SamplingConfig(0.0),
+                                               max_decode_len=6).tokens
+    depth, num = 3, generated.shape[1]
+    _, q_all = acceptance._forced_depth_logits(target, draft, inputs, generated, depth)
+    assert q_all.shape[:3] == (depth, 3, num)
+
+    layers = draft.feature_layers
+    cache_len = target.prefix_length(inputs.shape[1]) + num + 1
+    tstate = target.init_for_draft(target.params, inputs, cache_len, layers)
+    fed = jnp.concatenate([tstate.pending[:, None], generated[:, :-1]], axis=1)
+    _, feats, _ = target.extend_with_features(target.params, tstate, fed, layers)
+    before = jnp.concatenate([target.pending_features(tstate, layers)[:, None], feats[:, :-1]], 1)
+    extend = jax.jit(draft.extend)
+    for start in range(num - depth + 1):
+        state = draft.init(draft.params, inputs, cache_len, context=target.context(tstate))
+        logits, state = extend(draft.params, state, fed[:, :start + 1], before[:, :start + 1])
+        got = [logits[:, -1]]
+        for d in range(1, depth):
+            logits, state = extend(draft.params, state, fed[:, start + d:start + d + 1])
+            got.append(logits[:, 0])
+        for d in range(depth):
+            np.testing.assert_allclose(got[d], q_all[d, :, start + d], rtol=2e-4, atol=2e-5)
+    assert not np.allclose(q_all[1, :, 1:], q_all[0, :, 1:], atol=1e-3)  # its own states differ
+
+    ranks = acceptance.rank_acceptance(target, draft, [np.asarray(inputs)], SamplingConfig(0.0),
+                                       max_rank=2, max_decode_len=6, max_depth=2)
+    assert ranks.depth_rates[0] == ranks.rates and len(ranks.depth_rates) == 2
 
 
 @pytest.mark.slow  # ~16 s, mostly building four models
