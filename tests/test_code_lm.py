@@ -51,9 +51,10 @@ def _check_greedy(num_prompts, batch_size, drafts, tree=None):
 
 @needs_bundle
 def test_greedy_identity_first_test_prompts():
-    """The T5-style draft in CI (prompt lookup and the n-gram drafts in the slow test; their
-    decoder-only greedy identity against a random target is in test_ngram.py)."""
-    _check_greedy(8, 8, ["code_draft"])
+    """The T5-style draft and the target-aware one in CI (prompt lookup and the n-gram drafts
+    in the slow test; their decoder-only greedy identity against a random target is in
+    test_ngram.py)."""
+    _check_greedy(8, 8, [n for n in code_lm.drafts() if code_lm.target_of(n) == code_lm.TARGET])
 
 
 @needs_bundle

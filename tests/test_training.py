@@ -374,17 +374,28 @@ def test_bundled_ngram_drafts_load(name):
     np.testing.assert_allclose(np.exp(log_probs).sum(-1), 1.0, rtol=1e-4)
 
 
-@pytest.mark.parametrize("name", sorted(n for n, e in _card().items()
-                                        if e.get("kind") == "feature_draft"))
-def test_bundled_target_aware_draft_reproduces_its_card(name):
-    """The stored (bfloat16) target-aware draft: its forced alpha on the first 64 valid
-    sentences is what the card records."""
-    from speculative.runs import feature_draft as runs_feature_draft
-    from speculative.runs import mini
+def _feature_drafts():
+    """(bundle, name) of every bundled target-aware draft, both pairs."""
+    from speculative import bundles
+    return [(b, n) for b in bundles.BUNDLES if b.available()
+            for n, e in b.model_card()["models"].items() if e.get("kind") == "feature_draft"]
 
-    entry = _card()[name]
-    got = runs_feature_draft.valid_subset(mini.load(entry["target"]), mini.load(name),
-                                          num=entry["valid_subset"]["first_n_valid_sentences"])
+
+@pytest.mark.parametrize("bundle,name", _feature_drafts(),
+                         ids=lambda x: x if isinstance(x, str) else x.name)
+def test_bundled_target_aware_draft_reproduces_its_card(bundle, name):
+    """The stored (bfloat16) target-aware draft: its forced alpha on the card's first valid
+    sentences (code: prompts continued for PROMPT_LENGTH tokens) is what the card records."""
+    from speculative import bundles
+    from speculative.runs import feature_draft as runs_feature_draft
+
+    entry = bundle.entry(name)
+    length = bundles.PROMPT_LENGTH if bundle.decoder_only else 48
+    got = runs_feature_draft.valid_subset(
+        bundle.load(entry["target"]), bundle.load(name),
+        num=entry["valid_subset"]["first_n_valid_sentences"], length=length,
+        decoder_only=bundle.decoder_only)
+    assert got["positions"] == entry["valid_subset"]["positions"]
     for key in ("forced_alpha_t0", "forced_alpha_t1"):
         assert got[key] == pytest.approx(entry["valid_subset"][key], abs=1e-3)
 

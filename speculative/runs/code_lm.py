@@ -19,3 +19,4 @@ load = bundles.CODE.load
 is_t5 = bundles.CODE.is_t5
 drafts = bundles.CODE.drafts
 t5_drafts = bundles.CODE.t5_drafts
+target_of = bundles.CODE.target_of
