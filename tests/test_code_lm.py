@@ -73,3 +73,13 @@ def test_greedy_identity_with_a_token_tree_first_test_prompts():
 @pytest.mark.slow
 def test_greedy_identity_with_a_token_tree_every_draft_whole_test_split():
     _check_greedy(None, 64, code_lm.drafts(), tree=(3, 2, 1))
+
+
+@needs_bundle
+def test_best_draft_is_the_target_aware_one_and_best_t5_draft_the_separate_one():
+    """The card names the target-aware draft best (the fastest trained draft in the committed
+    Table 2 at both temperatures); what needs a draft with a model of its own gets code_draft."""
+    assert code_lm.best_draft(code_lm.TARGET) == code_lm.model_card()["best_draft"][code_lm.TARGET]
+    assert not code_lm.is_t5(code_lm.best_draft(code_lm.TARGET))
+    assert code_lm.target_of(code_lm.best_draft(code_lm.TARGET)) == code_lm.TARGET
+    assert code_lm.best_t5_draft(code_lm.TARGET) == "code_draft"

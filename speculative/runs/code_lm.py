@@ -20,3 +20,5 @@ is_t5 = bundles.CODE.is_t5
 drafts = bundles.CODE.drafts
 t5_drafts = bundles.CODE.t5_drafts
 target_of = bundles.CODE.target_of
+best_draft = bundles.CODE.best_draft
+best_t5_draft = bundles.CODE.best_t5_draft
