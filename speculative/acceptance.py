@@ -151,11 +151,7 @@ def _after_prompt(inputs, tstate, prefix_features, fed, feats):
     return tokens, features, cached
 
 
-@functools.partial(jax.jit, static_argnames=("sampling", "lenience"))
-def forced_betas(target, draft, inputs, generated, *, sampling: SamplingConfig,
-                 lenience: float = 1.0):
-    """beta at every position of `generated [B, N]` (positions past a row's end are junk)."""
-    p_logits, q_logits = _forced_pair_logits(target, draft, inputs, generated)
+def _betas(p_logits, q_logits, sampling: SamplingConfig, lenience: float):
     if sampling.greedy:
         p = jax.nn.softmax(p_logits, axis=-1)
         x = jnp.argmax(q_logits, axis=-1).astype(jnp.int32)
@@ -165,12 +161,31 @@ def forced_betas(target, draft, inputs, generated, *, sampling: SamplingConfig,
     return sampling_lib.acceptance_rate(p, q, lenience)
 
 
+@functools.partial(jax.jit, static_argnames=("sampling", "lenience"))
+def forced_betas(target, draft, inputs, generated, *, sampling: SamplingConfig,
+                 lenience: float = 1.0):
+    """beta at every position of `generated [B, N]` (positions past a row's end are junk)."""
+    p_logits, q_logits = _forced_pair_logits(target, draft, inputs, generated)
+    return _betas(p_logits, q_logits, sampling, lenience)
+
+
+@functools.partial(jax.jit, static_argnames=("sampling", "lenience"))
+def _forced_betas_and_confidence(target, draft, inputs, generated, *, sampling, lenience):
+    """`forced_betas` and, at each position, the target's top probability at temperature 1."""
+    p_logits, q_logits = _forced_pair_logits(target, draft, inputs, generated)
+    top = jnp.max(jax.nn.softmax(p_logits, axis=-1), axis=-1)
+    return jnp.stack([_betas(p_logits, q_logits, sampling, lenience), top])
+
+
 def collect_betas(target, draft, batches, *, sampling: SamplingConfig, num_tokens: int,
-                  max_decode_len: int, lenience: float, rng) -> List[np.ndarray]:
+                  max_decode_len: int, lenience: float, rng,
+                  with_confidence: bool = False) -> List[np.ndarray]:
     """Per generated sequence, its betas (up to EOS); stops after exactly `num_tokens` betas
-    (the last sequence is cut) or when `batches` run out."""
+    (the last sequence is cut) or when `batches` run out. With `with_confidence`, each
+    sequence is `[2, n]`: its betas and the target's top probability (temperature 1) there."""
     from tqdm import tqdm  # pylint: disable=g-import-not-at-top
 
+    forced = _forced_betas_and_confidence if with_confidence else forced_betas
     sequences: List[np.ndarray] = []
     total = 0
     bar = tqdm(total=num_tokens, desc=f"alpha at T={sampling.temperature:g}", unit="tok")
@@ -178,18 +193,58 @@ def collect_betas(target, draft, batches, *, sampling: SamplingConfig, num_token
         inputs = jnp.asarray(inputs, jnp.int32)
         out = decoding.autoregressive_decode(target, inputs, rng=jax.random.fold_in(rng, i),
                                              sampling=sampling, max_decode_len=max_decode_len)
-        betas = np.asarray(forced_betas(target, draft, inputs, out.tokens, sampling=sampling,
-                                        lenience=lenience), np.float64)
-        for row, length in zip(betas, np.asarray(out.lengths)):
+        values = np.asarray(forced(target, draft, inputs, out.tokens, sampling=sampling,
+                                   lenience=lenience), np.float64)  # [B, N] or [2, B, N]
+        for j, length in enumerate(np.asarray(out.lengths)):
             take = min(int(length), num_tokens - total)
             if take > 0:
-                sequences.append(row[:take])
+                sequences.append(values[..., j, :take])
                 total += take
                 bar.update(take)
         if total >= num_tokens:
             break
     bar.close()
     return sequences
+
+
+CONFIDENCE_EDGES = (0.0, 0.4, 0.6, 0.8, 0.95, 1.0)
+
+
+def alpha_by_confidence(target, draft, batches, *, sampling: SamplingConfig, num_tokens: int,
+                        max_decode_len: int, seed: int = 0,
+                        edges: Sequence[float] = CONFIDENCE_EDGES) -> Dict[str, Any]:
+    """Table 3's alpha split by how sure the target is: along the same `num_tokens` positions
+    of the target's own text (`collect_betas`), each position's beta is binned by the target's
+    top probability there at temperature 1 (bins `[edges[i], edges[i + 1])`, the last one
+    closed). Where the target is sure, any good draft agrees; where it hesitates between
+    tokens, a small draft's guess is close to a coin flip, and that is where alpha is lost.
+
+    `mean_top` is the mean top probability: at T = 0 it is how often a draft that *sampled*
+    from the target's own distribution would hit the target's argmax, a yardstick for how
+    well a draft guesses where the target hesitates.
+
+    Returns `{"alpha", "mean_top", "positions", "bins": [{"low", "high", "positions", "share",
+    "alpha", "mean_top"}]}` (a bin with no positions has alpha and mean_top None)."""
+    edges = [float(e) for e in edges]
+    if len(edges) < 2 or edges[0] != 0.0 or edges[-1] != 1.0 or sorted(set(edges)) != edges:
+        raise ValueError(f"edges={edges}: give increasing bin edges from 0.0 to 1.0, "
+                         "e.g. (0.0, 0.5, 0.9, 1.0).")
+    rows = collect_betas(target, draft, batches, sampling=sampling, num_tokens=num_tokens,
+                         max_decode_len=max_decode_len, lenience=1.0,
+                         rng=jax.random.PRNGKey(seed), with_confidence=True)
+    betas, top = np.concatenate(rows, axis=1) if rows else np.zeros((2, 0))
+    which = np.clip(np.searchsorted(edges, top, side="right") - 1, 0, len(edges) - 2)
+    bins = []
+    for i in range(len(edges) - 1):
+        mask = which == i
+        count = int(mask.sum())
+        bins.append({"low": edges[i], "high": edges[i + 1], "positions": count,
+                     "share": count / max(len(betas), 1),
+                     "alpha": float(betas[mask].mean()) if count else None,
+                     "mean_top": float(top[mask].mean()) if count else None})
+    return {"alpha": float(betas.mean()) if len(betas) else None,
+            "mean_top": float(top.mean()) if len(top) else None,
+            "positions": int(len(betas)), "bins": bins}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -284,6 +284,43 @@ def test_forced_betas_match_full_forward():
             assert 0.0 < betas[valid].mean() < 1.0
 
 
+def test_alpha_by_confidence_bins_the_betas_by_the_targets_top_probability():
+    """The bins hold every position of `collect_betas` once, binned by the target's top
+    probability from a full forward; each bin's alpha is the mean of its positions' betas."""
+    cfg = _cfg()
+    target = loading.load_model(cfg, None, seed=0)
+    draft = loading.load_model(cfg, None, seed=1)
+    batches = list(itertools.islice(
+        benchmark.input_batches(4, vocab_size=16, input_length=L_IN, seed=0), 2))
+    sampling, edges = SamplingConfig(1.0), (0.0, 0.2, 0.3, 1.0)
+    kw = dict(sampling=sampling, num_tokens=30, max_decode_len=N)
+    got = acceptance.alpha_by_confidence(target, draft, batches, edges=edges, **kw)
+    betas = np.concatenate(acceptance.collect_betas(target, draft, batches, lenience=1.0,
+                                                    rng=jax.random.PRNGKey(0), **kw))
+    assert got["positions"] == len(betas) == 30
+    assert got["alpha"] == pytest.approx(betas.mean(), abs=1e-6)
+    forward = jax.jit(lambda params, enc, dec: target.module.apply({"params": params}, enc, dec))
+    tops = []
+    for i, inputs in enumerate(batches):  # collect_betas' decode keys: fold_in(PRNGKey(0), i)
+        inputs = jnp.asarray(inputs)
+        out = decoding.autoregressive_decode(target, inputs, sampling=sampling, max_decode_len=N,
+                                             rng=jax.random.fold_in(jax.random.PRNGKey(0), i))
+        dec_in = jnp.concatenate([jnp.zeros((4, 1), jnp.int32), out.tokens[:, :-1]], axis=1)
+        top = np.asarray(jax.nn.softmax(forward(target.params, inputs, dec_in), -1).max(-1))
+        tops += [row[:n] for row, n in zip(top, np.asarray(out.lengths))]
+    top = np.concatenate(tops)[:30]
+    for b in got["bins"]:
+        mask = (top >= b["low"]) & ((top < b["high"]) | (b["high"] == 1.0))
+        assert b["positions"] == mask.sum() and b["share"] == pytest.approx(mask.mean())
+        if mask.any():
+            assert b["alpha"] == pytest.approx(betas[mask].mean(), abs=1e-5)
+            assert b["mean_top"] == pytest.approx(top[mask].mean(), abs=1e-5)
+    assert sum(b["positions"] for b in got["bins"]) == 30 and sum(
+        b["positions"] > 0 for b in got["bins"]) >= 2, got  # the edges split these positions
+    with pytest.raises(ValueError, match="increasing bin edges"):
+        acceptance.alpha_by_confidence(target, draft, batches, edges=(0.0, 0.5), **kw)
+
+
 def test_beta_statistics_known_answer():
     stats = acceptance.beta_statistics([np.array([1.0, 0.0, 1.0]), np.array([1.0, 1.0])], bins=4)
     assert stats["alpha"] == pytest.approx(0.8)

@@ -98,3 +98,17 @@ def test_target_aware_ablation_tables_are_the_results_files(name):
                 f"{t0['speedup']:.2f}x / {t1['speedup']:.2f}x |")
         assert cells in readme and tail in readme.split(cells, 1)[1].splitlines()[0], \
             f"results/README.md's {name} table lacks {cells}...{tail}"
+
+
+@pytest.mark.parametrize("pair,tables", [("large", 2), ("code", 1)])
+def test_alpha_by_confidence_tables_are_the_results_files(pair, tables):
+    """docs/target_aware_drafts.md shows the rows of the committed alpha_by_confidence.md's
+    tables (the drafts' bins; for the EN->DE pair the target's mean top p as well)."""
+    doc = open(os.path.join(REPO, "docs", "target_aware_drafts.md"), encoding="utf-8").read()
+    path = os.path.join(REPO, "results", pair, "alpha_by_confidence", "alpha_by_confidence.md")
+    blocks = [[line for line in block.splitlines() if line.startswith("| ")][1:]  # no heading
+              for block in open(path, encoding="utf-8").read().split("\n\n")
+              if block.startswith("| ")]
+    rows = [row for block in blocks[:tables] for row in block if not row.startswith("|---")]
+    assert len(blocks) == 2 and rows and all(row in doc for row in rows), [
+        row for row in rows if row not in doc]

@@ -297,3 +297,27 @@ def test_timed_drafts_are_the_t5_and_target_aware_drafts():
     assert "large_feature_draft" in bundles.ENDE.timed_drafts(mini.LARGE_TARGET)
     assert not any(n.startswith("mini_") and "gram" in n
                    for n in bundles.ENDE.timed_drafts(mini.LARGE_TARGET))
+
+
+def test_alpha_by_confidence_report(tmp_path):
+    """The report's bins hold Table 3's positions once; its overall alpha is Table 3's
+    (`bundle_alpha`, same positions and seed); bad drafts and an earlier report are refused
+    before any work."""
+    from speculative.experiments import alpha_by_confidence
+
+    out = str(tmp_path / "conf")
+    report = alpha_by_confidence.run(["mini_draft_10"], target_name=mini.MINI_TARGET,
+                                     output_dir=out, num_alpha_tokens=60)
+    assert [(r["draft"], r["temperature"]) for r in report["rows"]] == [
+        ("mini_draft_10", 0.0), ("mini_draft_10", 1.0)]
+    draft, target = mini.load("mini_draft_10"), mini.load(mini.MINI_TARGET)
+    for row in report["rows"]:
+        assert sum(b["positions"] for b in row["bins"]) == row["positions"] == 60
+        table3 = acceptance.bundle_alpha(target, draft, bundles.ENDE, row["temperature"], 60, 0)
+        assert row["alpha"] == pytest.approx(table3["alpha"], abs=1e-6)
+    assert "| mini_draft_10 | 0 |" in open(os.path.join(out, "alpha_by_confidence.md")).read()
+    with pytest.raises(FileExistsError, match="--overwrite"):
+        alpha_by_confidence.run(["mini_draft_10"], target_name=mini.MINI_TARGET, output_dir=out)
+    with pytest.raises(ValueError, match=r"\['large_draft_kl'\] are not bundled drafts"):
+        alpha_by_confidence.run(["large_draft_kl"], target_name=mini.MINI_TARGET,
+                                output_dir=str(tmp_path / "other"))
