@@ -458,6 +458,11 @@ def _check_speculative(target, draft, inputs, beam_size, draft_beam, gamma, max_
     if draft.vocab_size != target.vocab_size:
         raise ValueError(f"draft vocab_size={draft.vocab_size} differs from the target's "
                          f"{target.vocab_size}.")
+    if getattr(draft, "reads_target", False):  # (decoding.reads_target; no import cycle)
+        raise TypeError(
+            f"Speculative beam search takes a draft with a model of its own; this "
+            f"{type(draft).__name__} reads the target's states, which only speculative_decode "
+            "feeds it. Use a separate draft (a bundle's best_t5_draft, e.g. large_draft_kdtv).")
     return inputs
 
 
