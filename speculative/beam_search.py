@@ -48,7 +48,7 @@ import numpy as np
 from flax import struct
 
 from speculative import validation
-from speculative.contract import take_rows
+from speculative.contract import check_target_aware, reads_target, take_rows
 from speculative.models import t5
 
 EOS_ID = t5.EOS_ID
@@ -252,6 +252,9 @@ class _SpecBeamState:
         finished_scores `[B, w]` length-penalised (NEG_INF = unused / empty).
       done: `[B]` rows stopped; row_steps `[B]` beam steps each took; rounds `[]` forwards;
       nonfinite: `[B]` rows whose log-probabilities went NaN/inf (stopped; the caller raises).
+      last_feature: for a target-aware draft, `[B * w, F]` the target's features of the
+        position before each alive beam's `last` token (what the draft reads it with); None
+        for a draft with a model of its own.
     """
 
     cache: Any
@@ -265,6 +268,7 @@ class _SpecBeamState:
     row_steps: Array
     nonfinite: Array
     rounds: Array
+    last_feature: Any = None
 
 
 def _log_softmax(logits: Array) -> Array:
@@ -280,7 +284,11 @@ def _draft_paths_jit(draft, s: _SpecBeamState, gamma: int, draft_beam: int, bran
     u from the alive beams (EOS never proposed inside those)."""
     batch, w = s.last.shape
     u, g, b = draft_beam, gamma, branch
-    logits, d0 = draft.extend(draft.params, s.draft_cache, s.last.reshape(-1, 1))
+    if s.last_feature is None:
+        logits, d0 = draft.extend(draft.params, s.draft_cache, s.last.reshape(-1, 1))
+    else:  # a target-aware draft reads the last token with the target's features before it
+        logits, d0 = draft.extend(draft.params, s.draft_cache, s.last.reshape(-1, 1),
+                                  s.last_feature[:, None])
     lp0 = _log_softmax(logits[:, 0])  # [B * w, V]
     x = _top(lp0, b).reshape(-1).astype(jnp.int32)  # [B * w * b], each beam's b best first
     d = take_rows(d0, jnp.repeat(jnp.arange(batch * w), b)) if b > 1 else d0
@@ -328,8 +336,17 @@ def _jitted_speculative_search(target, draft, inputs, *, beam_size: int, draft_b
     w, u, g, n = beam_size, draft_beam, gamma, max_decode_len
     p_rows, batch = w * draft_branch + u, inputs.shape[0]
     per_beam = jnp.repeat(jnp.arange(batch), w)
-    cache = take_rows(target.init(target.params, inputs, n + g + 2), per_beam)
-    draft_cache = take_rows(draft.init(draft.params, inputs, n + g + 2), per_beam)
+    layers = tuple(draft.feature_layers) if reads_target(draft) else None
+    if layers is None:
+        cache = take_rows(target.init(target.params, inputs, n + g + 2), per_beam)
+        draft_cache = take_rows(draft.init(draft.params, inputs, n + g + 2), per_beam)
+        last_feature = None
+    else:  # the draft cross-attends to the target's encoder output and reads its features
+        first = target.init_for_draft(target.params, inputs, n + g + 2, layers)
+        draft_cache = take_rows(draft.init(draft.params, inputs, n + g + 2,
+                                           context=target.context(first)), per_beam)
+        last_feature = take_rows(target.pending_features(first, layers), per_beam)
+        cache = take_rows(first.replace(encoded=None), per_beam)
     init = _SpecBeamState(
         cache=cache, draft_cache=draft_cache, last=cache.pending.reshape(batch, w),
         alive=jnp.zeros((batch, w, n), jnp.int32),
@@ -337,7 +354,8 @@ def _jitted_speculative_search(target, draft, inputs, *, beam_size: int, draft_b
         finished=jnp.zeros((batch, w, n), jnp.int32),
         finished_scores=jnp.full((batch, w), NEG_INF, jnp.float32),
         done=jnp.zeros((batch,), bool), row_steps=jnp.zeros((batch,), jnp.int32),
-        nonfinite=jnp.zeros((batch,), bool), rounds=jnp.zeros((), jnp.int32))
+        nonfinite=jnp.zeros((batch,), bool), rounds=jnp.zeros((), jnp.int32),
+        last_feature=last_feature)
     length_penalty = jnp.asarray(length_penalty, jnp.float32)
     longest = ((5.0 + n) / 6.0) ** length_penalty
     flat = jnp.arange(batch)[:, None]
@@ -351,7 +369,12 @@ def _jitted_speculative_search(target, draft, inputs, *, beam_size: int, draft_b
         tstate = take_rows(s.cache, (flat * w + roots).reshape(-1))
         root_last = jnp.take_along_axis(s.last, roots, axis=1)
         verify = jnp.concatenate([root_last[:, :, None], paths], axis=2)  # [B, P, g + 1]
-        logits, tstate = target.extend(target.params, tstate, verify.reshape(batch * p_rows, -1))
+        if layers is None:
+            logits, tstate = target.extend(target.params, tstate,
+                                           verify.reshape(batch * p_rows, -1))
+        else:  # [B * P, g + 1, F]: the target's features after each verified token
+            logits, feats, tstate = target.extend_with_features(
+                target.params, tstate, verify.reshape(batch * p_rows, -1), layers)
         log_probs = _log_softmax(logits).reshape(batch, p_rows, g + 1, -1)
         # Path q continues path p after s tokens iff they share the root and the s tokens.
         same = (roots[:, :, None] == roots[:, None, :])[..., None]  # [B, P, P, 1]
@@ -394,9 +417,24 @@ def _jitted_speculative_search(target, draft, inputs, *, beam_size: int, draft_b
         back = jnp.repeat(g + 1 - replayed, w)
         tstate = take_rows(tstate, rows)
         dstate = take_rows(dstate, rows)
+        full = tstate.lengths  # both caches hold the round's start + root's last + path
+        last_feature = None
+        if layers is not None:
+            # The draft read its path with its own states; it re-reads the path's tokens with
+            # the target's features (those after each token before them) from the position
+            # after the root's last token, then keeps the replayed ones like the target.
+            feats = take_rows(feats, rows)  # [B * w, g + 1, F]
+            kept_path = paths.reshape(batch * p_rows, g)[rows]
+            dstate = draft.rewind(dstate, full - g)
+            _, dstate = draft.extend(draft.params, dstate, kept_path, feats[:, :g])
+            before_last = jnp.maximum(jnp.repeat(replayed, w) - 1, 0)  # [B * w]
+            last_feature = jnp.take_along_axis(feats, before_last[:, None, None], axis=1)[:, 0]
+            last_feature = jnp.where(jnp.repeat(replayed > 0, w)[:, None], last_feature,
+                                     s.last_feature)
         return state.replace(
-            cache=target.rewind(tstate, tstate.lengths - back),
-            draft_cache=draft.rewind(dstate, dstate.lengths - back), rounds=s.rounds + 1)
+            cache=target.rewind(tstate, full - back),
+            draft_cache=draft.rewind(dstate, full - back), rounds=s.rounds + 1,
+            last_feature=last_feature)
 
     return jax.lax.while_loop(cond, body, init)
 
@@ -458,11 +496,14 @@ def _check_speculative(target, draft, inputs, beam_size, draft_beam, gamma, max_
     if draft.vocab_size != target.vocab_size:
         raise ValueError(f"draft vocab_size={draft.vocab_size} differs from the target's "
                          f"{target.vocab_size}.")
-    if getattr(draft, "reads_target", False):  # (decoding.reads_target; no import cycle)
+    if reads_target(draft) and cached:
+        check_target_aware(target, draft)
+    if reads_target(draft) and not cached:
         raise TypeError(
-            f"Speculative beam search takes a draft with a model of its own; this "
-            f"{type(draft).__name__} reads the target's states, which only speculative_decode "
-            "feeds it. Use a separate draft (a bundle's best_t5_draft, e.g. large_draft_kdtv).")
+            f"The host-driven speculative beam search takes a draft with a model of its own; "
+            f"this {type(draft).__name__} reads the target's states, which the jitted "
+            "speculative_beam_search feeds it. Use that, or a separate draft (a bundle's "
+            "best_t5_draft, e.g. large_draft_kdtv).")
     return inputs
 
 
@@ -497,5 +538,7 @@ def speculative_beam_search(target, draft, inputs, *, beam_size: int, draft_beam
         draft_beam=int(draft_beam), draft_branch=int(draft_branch), gamma=int(gamma),
         max_decode_len=int(max_decode_len), length_penalty=float(length_penalty)))
     rounds = int(s.rounds)
+    rereads = 1 if reads_target(draft) else 0  # the path, read again with the features
     return _jitted_result(s, target_calls=rounds, rounds=rounds,
-                          draft_calls=rounds * (int(gamma) + 1 + (int(gamma) if draft_beam else 0)))
+                          draft_calls=rounds * (int(gamma) + 1 + rereads
+                                                + (int(gamma) if draft_beam else 0)))

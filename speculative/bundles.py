@@ -335,6 +335,11 @@ CODE = Bundle("code", os.path.join(code_corpus.CODE_DIR, "models"),
 BUNDLES = (ENDE, CODE)
 
 
+# Where each bundled target's reports go (the Tables 2-4 analogues and the reports beside them).
+RESULT_DIRS = {LARGE_TARGET: "results/large", MINI_TARGET: "results/mini",
+               CODE_TARGET: "results/code"}
+
+
 def bundle(target_name: str) -> Bundle:
     """The bundle whose target `target_name` is."""
     for b in BUNDLES:

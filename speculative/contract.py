@@ -10,7 +10,8 @@ A model the loops can drive (a `DecodeModel`) is a pytree with
 and `params`, `vocab_size`, `max_length` (None = unbounded). A state exposes `lengths [B]`
 (tokens in its cache) and `pending [B]` (the last prefix token, not yet in the cache). Optional:
 `cache_bytes(batch, length)` (sizes the cache before anything is allocated), and, for a target
-that a target-aware draft reads, `extend_with_features`, `context` and `feature_dim`.
+that a target-aware draft reads, `init_for_draft`, `context`, `pending_features`,
+`extend_with_features` and `feature_dim` (`check_target_aware`; docs/design.md).
 
 Token conventions (T5's): id 0 is padding and BOS, id 1 is EOS.
 
@@ -46,6 +47,28 @@ class DecodeModel(Protocol):
     def rewind(self, state, lengths: Array) -> Any: ...
 
     def prefix_length(self, input_length: int) -> int: ...
+
+
+def reads_target(draft) -> bool:
+    """Whether `draft` is target-aware (reads the target's context and features)."""
+    return bool(getattr(draft, "reads_target", False))
+
+
+def check_target_aware(target, draft) -> None:
+    """A target-aware draft needs a target that returns its context and features, of the
+    width and depth the draft was built for (the speculative loops check this first)."""
+    needs = ("init_for_draft", "context", "pending_features", "extend_with_features",
+             "feature_dim")
+    if not all(hasattr(target, name) for name in needs):
+        raise TypeError(f"The draft reads the target's features, but the target "
+                        f"({type(target).__name__}) lacks {', '.join(needs)}; the T5 adapters "
+                        "(EncoderDecoderModel, DecoderOnlyModel) have them.")
+    layers = tuple(draft.feature_layers)
+    width = target.feature_dim(layers)  # (ValueError naming a layer the target lacks)
+    if layers and draft.feature_dim != width:
+        raise ValueError(
+            f"The target-aware draft reads {draft.feature_dim} features from target layers "
+            f"{layers}; this target gives {width} there. Use the draft trained for this target.")
 
 
 def take_rows(state: Any, index: Array) -> Any:

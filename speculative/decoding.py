@@ -57,7 +57,8 @@ from speculative import sampling as sampling_lib
 from speculative import trees, validation, verification
 from speculative.contract import EOS_ID as EOS_ID
 from speculative.contract import DecodeModel as DecodeModel
-from speculative.contract import take_rows, write_rows
+from speculative.contract import check_target_aware, take_rows, write_rows
+from speculative.contract import reads_target as reads_target
 from speculative.stats import DecodeStats as DecodeStats  # re-exported: the decoding API
 from speculative.stats import merge_stats as merge_stats
 
@@ -552,23 +553,6 @@ def _speculative_impl(target, draft, inputs, rng, *, gamma, sampling, max_decode
                         stats=s.stats)
 
 
-def _check_target_aware(target, draft) -> None:
-    """A target-aware draft needs a target that returns its context and features, of the
-    width and depth the draft was built for (the kinds match: `_check_call`)."""
-    needs = ("init_for_draft", "context", "pending_features", "extend_with_features",
-             "feature_dim")
-    if not all(hasattr(target, name) for name in needs):
-        raise TypeError(f"The draft reads the target's features, but the target "
-                        f"({type(target).__name__}) lacks {', '.join(needs)}; the T5 adapters "
-                        "(EncoderDecoderModel, DecoderOnlyModel) have them.")
-    layers = tuple(draft.feature_layers)
-    width = target.feature_dim(layers)  # (ValueError naming a layer the target lacks)
-    if layers and draft.feature_dim != width:
-        raise ValueError(
-            f"The target-aware draft reads {draft.feature_dim} features from target layers "
-            f"{layers}; this target gives {width} there. Use the draft trained for this target.")
-
-
 def _check_tree(target, tree, gamma, lenience, draft_confidence, gamma_schedule) -> trees.Tree:
     tree = trees.as_tree(tree, gamma)
     if lenience != 1.0 or draft_confidence != 0.0 or gamma_schedule != "constant":
@@ -581,11 +565,6 @@ def _check_tree(target, tree, gamma, lenience, draft_confidence, gamma_schedule)
                         f"(extend_tree, keep_path); {type(target).__name__} has none. The T5 "
                         "adapters (EncoderDecoderModel, DecoderOnlyModel) do.")
     return tree
-
-
-def reads_target(draft) -> bool:
-    """Whether `draft` is target-aware (reads the target's context and features)."""
-    return bool(getattr(draft, "reads_target", False))
 
 
 def _next_budget(budget, accepted, drafted, gamma, schedule):
@@ -657,7 +636,7 @@ def speculative_decode(
               None if tree is None else tree.num_nodes - 1)
     sampling_lib.validate_lenience(lenience)
     if reads_target(draft):
-        _check_target_aware(target, draft)
+        check_target_aware(target, draft)
     validation.schedule(draft_confidence, gamma_schedule, initial_gamma, gamma)
     if verifier is not None:
         verification.check_policy(verifier, lenience)

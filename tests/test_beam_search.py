@@ -130,10 +130,13 @@ def test_beam_search_arguments_are_checked(pair_and_inputs):
                                          gamma=0, max_decode_len=8)
     with pytest.raises(TypeError, match="integer token ids"):  # the decode loops' rule
         decoding.beam_search(target, inputs.astype(np.float32), beam_size=1, max_decode_len=8)
-    aware = mini.load("large_feature_draft")  # reads the target's states: not for beams
-    for search in (decoding.speculative_beam_search, decoding.host_speculative_beam_search):
-        with pytest.raises(TypeError, match="best_t5_draft"):
-            search(target, aware, inputs, beam_size=2, draft_beam=2, gamma=3, max_decode_len=8)
+    aware = mini.load("large_feature_draft")  # reads large_target's states
+    with pytest.raises(TypeError, match="best_t5_draft"):  # the host reference cannot feed it
+        decoding.host_speculative_beam_search(target, aware, inputs, beam_size=2, draft_beam=2,
+                                              gamma=3, max_decode_len=8)
+    with pytest.raises(ValueError, match="Use the draft trained for this target|layer"):
+        decoding.speculative_beam_search(target, aware, inputs, beam_size=2, draft_beam=2,
+                                         gamma=3, max_decode_len=8)
 
 
 def test_non_finite_target_distribution_never_becomes_a_beam(pair_and_inputs):

@@ -562,3 +562,55 @@ def test_hot_vocab_loss_uses_the_teacher_restricted_to_the_hot_set():
     assert float(m["tv"]) == pytest.approx(1.0 - np.minimum(p, p).sum(), abs=1e-6)
     full, _ = feature_training.losses(logits, top_ids, top_probs, weights, "kl")
     assert float(full) > 1e20  # without the restriction: q = 0 where p > 0, KL blows up
+
+
+# ----------------------------------------------------------------------------------------------
+# Speculative beam search with a target-aware draft.
+
+@pytest.mark.parametrize("beam_size,draft_beam,branch", [
+    (1, 0, 1), (2, 0, 2), pytest.param(2, 2, 1, marks=pytest.mark.slow)])
+def test_speculative_beam_search_with_a_target_aware_draft_is_the_plain_search(
+        beam_size, draft_beam, branch):
+    _, target, draft = _aware_pair()
+    inputs = np.asarray([[3, 5, 2, 7, 1], [4, 1, 9, 0, 0]], np.int32)
+    kw = dict(beam_size=beam_size, max_decode_len=10)
+    plain = decoding.beam_search(target, inputs, **kw)
+    spec = decoding.speculative_beam_search(target, draft, inputs, draft_beam=draft_beam,
+                                            gamma=3, draft_branch=branch, **kw)
+    np.testing.assert_array_equal(spec.sequences, plain.sequences)
+    np.testing.assert_allclose(spec.scores, plain.scores, rtol=1e-5, atol=1e-5)
+    assert spec.target_calls <= plain.target_calls
+
+
+def _beam_steps_per_round(target, draft, inputs, gamma):
+    out = decoding.speculative_beam_search(target, draft, inputs, beam_size=1, draft_beam=0,
+                                           gamma=gamma, max_decode_len=14)
+    return out, float(np.sum(out.row_steps)) / out.rounds / inputs.shape[0]
+
+
+def test_speculative_beam_search_feeds_the_draft_the_targets_features(monkeypatch):
+    """The checking self-draft proposes the target's own continuation when it is fed the
+    target's features of the position before each token (a feature from any other position
+    turns its first draft into token 0): at beam 1 the target's steps then lie on its paths
+    round after round; with the verification's features shifted by one position they do not."""
+    _, target, _ = _aware_pair()
+    inputs = np.asarray([[3, 5, 2, 7, 1], [4, 1, 9, 6, 0]], np.int32)
+    checker = _CheckingSelfDraft(target, None)
+    plain = decoding.beam_search(target, inputs, beam_size=1, max_decode_len=14)
+    good, good_steps = _beam_steps_per_round(target, checker, inputs, gamma=3)
+    np.testing.assert_array_equal(good.sequences, plain.sequences)
+    real = decoding.EncoderDecoderModel.extend_with_features
+
+    def shifted(self, params, state, tokens, feature_layers):
+        logits, feats, state = real(self, params, state, tokens, feature_layers)
+        return logits, jnp.roll(feats, 1, axis=1), state
+
+    jax.clear_caches()
+    monkeypatch.setattr(decoding.EncoderDecoderModel, "extend_with_features", shifted)
+    try:
+        bad, bad_steps = _beam_steps_per_round(target, checker, inputs, gamma=3)
+    finally:
+        monkeypatch.undo()
+        jax.clear_caches()
+    np.testing.assert_array_equal(bad.sequences, plain.sequences)  # exact either way
+    assert good_steps >= 3.0 and bad_steps < 2.0, (good_steps, bad_steps)

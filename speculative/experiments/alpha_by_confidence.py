@@ -19,7 +19,6 @@ import os
 from typing import Dict, Optional, Sequence
 
 from speculative import acceptance, bundles, files, host, validation
-from speculative.experiments import mini_results
 from speculative.sampling import SamplingConfig
 
 TEMPERATURES = (0.0, 1.0)
@@ -41,7 +40,7 @@ def run(drafts: Sequence[str], target_name: str = bundles.LARGE_TARGET,
     if unknown:
         raise ValueError(f"drafts {unknown} are not bundled drafts of {target_name}; "
                          f"use some of {known}.")
-    output_dir = output_dir or os.path.join(mini_results.RESULT_DIRS[target_name],
+    output_dir = output_dir or os.path.join(bundles.RESULT_DIRS[target_name],
                                             "alpha_by_confidence")
     files.check_report(output_dir, "alpha_by_confidence", overwrite)
     os.makedirs(output_dir, exist_ok=True)

@@ -62,8 +62,7 @@ NUM_CALIBRATION = 12  # validation sentences on which the decode-loop cost model
 DYNAMIC_MAX_GAMMA = 6  # dynamic gamma: draft up to this many tokens ...
 DYNAMIC_CONFIDENCES = (0.3, 0.5, 0.7)  # ... while the draft's top probability is at least this
 HEURISTIC_START = 5  # the +2/-1 ('heuristic') schedule from 5 drafts: transformers 4.x's default
-RESULT_DIRS = {bundles.LARGE_TARGET: "results/large", bundles.MINI_TARGET: "results/mini",
-               bundles.CODE_TARGET: "results/code"}
+RESULT_DIRS = bundles.RESULT_DIRS
 
 
 def round_breakdown(run: measure.Measurement, costs: costs_lib.StepCosts) -> Dict[str, float]:
