@@ -299,10 +299,10 @@ def test_timed_drafts_are_the_t5_and_target_aware_drafts():
                    for n in bundles.ENDE.timed_drafts(mini.LARGE_TARGET))
 
 
+@pytest.mark.slow  # ~14 s; CI: the bins (tests/test_benchmark.py) and the refusals below
 def test_alpha_by_confidence_report(tmp_path):
-    """The report's bins hold Table 3's positions once; its overall alpha is Table 3's
-    (`bundle_alpha`, same positions and seed); bad drafts and an earlier report are refused
-    before any work."""
+    """The report's bins hold Table 3's positions once and its overall alpha is Table 3's
+    (`bundle_alpha`, same positions and seed); an earlier report is not replaced."""
     from speculative.experiments import alpha_by_confidence
 
     out = str(tmp_path / "conf")
@@ -318,6 +318,16 @@ def test_alpha_by_confidence_report(tmp_path):
     assert "| mini_draft_10 | 0 |" in open(os.path.join(out, "alpha_by_confidence.md")).read()
     with pytest.raises(FileExistsError, match="--overwrite"):
         alpha_by_confidence.run(["mini_draft_10"], target_name=mini.MINI_TARGET, output_dir=out)
+
+
+def test_alpha_by_confidence_refuses_bad_drafts_before_any_work(tmp_path):
+    from speculative.experiments import alpha_by_confidence
+
+    kw = dict(target_name=mini.MINI_TARGET, output_dir=str(tmp_path / "x"))
     with pytest.raises(ValueError, match=r"\['large_draft_kl'\] are not bundled drafts"):
-        alpha_by_confidence.run(["large_draft_kl"], target_name=mini.MINI_TARGET,
-                                output_dir=str(tmp_path / "other"))
+        alpha_by_confidence.run(["large_draft_kl"], **kw)
+    with pytest.raises(ValueError, match="drafts is empty"):
+        alpha_by_confidence.run([], **kw)
+    with pytest.raises(ValueError, match="num_alpha_tokens=0"):
+        alpha_by_confidence.run(["mini_draft_10"], num_alpha_tokens=0, **kw)
+    assert not os.path.exists(tmp_path / "x")
