@@ -116,6 +116,14 @@ def build_draft(spec, checkpoint: Optional[str], target, *, decoder_only: bool =
     return draft
 
 
+def source(spec, checkpoint: Optional[str]) -> str:
+    """What `build_model(spec, checkpoint)` loads, for a log line: the checkpoint, random
+    weights (a T5Config alone), or the model `spec` names."""
+    if checkpoint:
+        return checkpoint
+    return "(random weights)" if isinstance(spec, t5.T5Config) else repr(spec)
+
+
 def describe_model(spec) -> Optional[Dict[str, Any]]:
     """JSON-ready description of a model spec."""
     if spec is None:

@@ -21,7 +21,8 @@ import numpy as np
 import pytest
 import seqio
 
-from speculative import acceptance, decoding, tasks, theory
+from speculative import acceptance, decoding, loading, tasks, theory
+from speculative.models import t5
 from speculative.runs import config as config_lib
 from speculative.runs import infer, table2
 
@@ -689,3 +690,10 @@ def test_infer_takes_ngram_and_prompt_lookup_drafts(tiny_gin, tmp_path, draft):
     assert [r["prediction"] for r in spec_run.records] == \
         [r["prediction"] for r in base_run.records]
     assert spec_run.metrics["decoding"]["target_forwards"] > 0
+
+
+def test_the_log_names_what_a_model_spec_loads():
+    """A bundled name is not 'random weights' (infer used to log that for a named draft)."""
+    assert loading.source(t5.T5Config(vocab_size=16), None) == "(random weights)"
+    assert loading.source(t5.T5Config(vocab_size=16), "/ckpt/checkpoint_1") == "/ckpt/checkpoint_1"
+    assert loading.source("large_feature_draft", None) == "'large_feature_draft'"

@@ -218,13 +218,6 @@ def batches(examples: List[Example], batch_size: int,
 # Models and decoding.
 
 
-def _what_loads(spec, checkpoint: Optional[str]) -> str:
-    """For the log: the checkpoint, random weights (a T5Config alone), or the model named."""
-    if checkpoint:
-        return checkpoint
-    return "(random weights)" if isinstance(spec, t5.T5Config) else repr(spec)
-
-
 def load_models(settings: InferSettings) -> Tuple[decoding.DecodeModel, Optional[Any]]:
     """`(target, draft)`; the draft is None for the baseline. No checkpoint = random weights.
     Both are `t5.DecoderOnly` with `decoder_only`, encoder-decoder `t5.Transformer`s otherwise."""
@@ -235,11 +228,10 @@ def load_models(settings: InferSettings) -> Tuple[decoding.DecodeModel, Optional
                                    param_dtype=settings.param_dtype, mesh=mesh)
     draft = None
     if settings.speculative:
-        logging.info("Loading draft %s", _what_loads(settings.draft_config,
-                                                     settings.draft_checkpoint))
+        spec, checkpoint = settings.draft_config, settings.draft_checkpoint
+        logging.info("Loading draft %s", loading.source(spec, checkpoint))
         draft = loading.build_draft(
-            settings.draft_config, settings.draft_checkpoint, target,
-            decoder_only=settings.decoder_only, seed=settings.seed,
+            spec, checkpoint, target, decoder_only=settings.decoder_only, seed=settings.seed,
             param_dtype=settings.param_dtype, mesh=mesh,
             rules=partitioning.standard_logical_axis_rules()
             if settings.draft_partitioned else None)
