@@ -496,14 +496,14 @@ def _check_speculative(target, draft, inputs, beam_size, draft_beam, gamma, max_
     if draft.vocab_size != target.vocab_size:
         raise ValueError(f"draft vocab_size={draft.vocab_size} differs from the target's "
                          f"{target.vocab_size}.")
-    if reads_target(draft) and cached:
-        check_target_aware(target, draft)
     if reads_target(draft) and not cached:
         raise TypeError(
             f"The host-driven speculative beam search takes a draft with a model of its own; "
             f"this {type(draft).__name__} reads the target's states, which the jitted "
             "speculative_beam_search feeds it. Use that, or a separate draft (a bundle's "
             "best_t5_draft, e.g. large_draft_kdtv).")
+    if reads_target(draft):
+        check_target_aware(target, draft)
     return inputs
 
 
