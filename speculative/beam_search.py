@@ -142,12 +142,15 @@ def _top(scores: Array, k: int) -> Array:
     return jax.lax.top_k(scores, k)[1]
 
 
-def _reorder(cache, rows: Array):
-    """The cache rows of the kept beams. Only what differs between the beams of one input
-    moves: a T5 cache's self-attention entries (its cross-attention keys and values, encoder
-    mask and lengths are the same for every beam of an input); any other state, whole."""
-    if hasattr(cache, "self_kv"):
-        return cache.replace(self_kv=take_rows(cache.self_kv, rows))
+def _reorder(cache, rows: Array, cross_kv=None):
+    """Rows `rows` of a decode state, for beams (or proposed paths) of the same inputs. Its
+    cross-attention keys and values, the same for every beam of one input, do not move: they
+    are `cross_kv`, already in the result's row order (default: the cache's own, for a reorder
+    within its rows). Everything else moves (the self-attention entries, lengths, a draft's
+    hidden states); a state without cross-attention keys and values moves whole."""
+    if getattr(cache, "cross_kv", None):
+        kept = cache.cross_kv if cross_kv is None else cross_kv
+        return take_rows(cache.replace(cross_kv=()), rows).replace(cross_kv=kept)
     return take_rows(cache, rows)
 
 
@@ -359,6 +362,8 @@ def _jitted_speculative_search(target, draft, inputs, *, beam_size: int, draft_b
     length_penalty = jnp.asarray(length_penalty, jnp.float32)
     longest = ((5.0 + n) / 6.0) ** length_penalty
     flat = jnp.arange(batch)[:, None]
+    # The target's cross-attention keys and values for the P path rows of each input.
+    path_cross_kv = take_rows(cache.cross_kv, jnp.repeat(jnp.arange(batch) * w, p_rows))
 
     def cond(s):
         return jnp.any(~s.done) & (s.rounds < n)
@@ -366,7 +371,10 @@ def _jitted_speculative_search(target, draft, inputs, *, beam_size: int, draft_b
     def body(s):
         # 1. The draft proposes P paths per input; 2. the target scores them in one forward.
         paths, roots, dstate = _draft_paths_jit(draft, s, g, u, draft_branch)
-        tstate = take_rows(s.cache, (flat * w + roots).reshape(-1))
+        if u == 0 and draft_branch == 1:  # path k is beam k's greedy path: same rows
+            tstate = s.cache
+        else:
+            tstate = _reorder(s.cache, (flat * w + roots).reshape(-1), path_cross_kv)
         root_last = jnp.take_along_axis(s.last, roots, axis=1)
         verify = jnp.concatenate([root_last[:, :, None], paths], axis=2)  # [B, P, g + 1]
         if layers is None:
@@ -415,8 +423,8 @@ def _jitted_speculative_search(target, draft, inputs, *, beam_size: int, draft_b
         # Every alive beam's caches: its parent's path row, rewound to the replayed tokens.
         rows = (flat * p_rows + rows_of).reshape(-1)
         back = jnp.repeat(g + 1 - replayed, w)
-        tstate = take_rows(tstate, rows)
-        dstate = take_rows(dstate, rows)
+        tstate = _reorder(tstate, rows, s.cache.cross_kv)
+        dstate = _reorder(dstate, rows, getattr(s.draft_cache, "cross_kv", None))
         full = tstate.lengths  # both caches hold the round's start + root's last + path
         last_feature = None
         if layers is not None:

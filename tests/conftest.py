@@ -9,6 +9,14 @@ os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 import jax  # pylint: disable=g-import-not-at-top,wrong-import-position
 import pytest  # pylint: disable=g-import-not-at-top,wrong-import-position
 
+# Most of the suite's time is XLA compiling small programs. What it checks (exactness, sampling
+# laws, formats, equality with references) does not depend on XLA's optimisation passes, and
+# speed is measured by the benchmark scripts, never here: compile with most passes off (on a
+# 2-core host that took the suite from 799 s to 560 s). SPECULATIVE_TEST_XLA_OPTIMIZE=1 runs it
+# fully optimised, as the scripts run.
+if os.environ.get("SPECULATIVE_TEST_XLA_OPTIMIZE") != "1":
+    jax.config.update("jax_disable_most_optimizations", True)
+
 from speculative.models import t5
 
 
