@@ -362,8 +362,11 @@ def _jitted_speculative_search(target, draft, inputs, *, beam_size: int, draft_b
     length_penalty = jnp.asarray(length_penalty, jnp.float32)
     longest = ((5.0 + n) / 6.0) ** length_penalty
     flat = jnp.arange(batch)[:, None]
-    # The target's cross-attention keys and values for the P path rows of each input.
-    path_cross_kv = take_rows(cache.cross_kv, jnp.repeat(jnp.arange(batch) * w, p_rows))
+    # Path k is beam k's greedy path (one path per beam): the verify reads the beams' own rows.
+    own_rows = u == 0 and draft_branch == 1
+    # Otherwise: the target's cross-attention keys and values for the P path rows of each input.
+    path_cross_kv = None if own_rows else take_rows(
+        cache.cross_kv, jnp.repeat(jnp.arange(batch) * w, p_rows))
 
     def cond(s):
         return jnp.any(~s.done) & (s.rounds < n)
@@ -371,10 +374,8 @@ def _jitted_speculative_search(target, draft, inputs, *, beam_size: int, draft_b
     def body(s):
         # 1. The draft proposes P paths per input; 2. the target scores them in one forward.
         paths, roots, dstate = _draft_paths_jit(draft, s, g, u, draft_branch)
-        if u == 0 and draft_branch == 1:  # path k is beam k's greedy path: same rows
-            tstate = s.cache
-        else:
-            tstate = _reorder(s.cache, (flat * w + roots).reshape(-1), path_cross_kv)
+        tstate = s.cache if own_rows else _reorder(s.cache, (flat * w + roots).reshape(-1),
+                                                   path_cross_kv)
         root_last = jnp.take_along_axis(s.last, roots, axis=1)
         verify = jnp.concatenate([root_last[:, :, None], paths], axis=2)  # [B, P, g + 1]
         if layers is None:
