@@ -7,7 +7,10 @@ loss compares the draft's q^d_j with the cached top-k p_j (renormalised over its
     kl:  sum_x p(x) (log p(x) - log q(x))              (the whole distribution; T = 0 and 1)
     tv:  1 - sum_x min(p(x), q(x))                     (one minus the acceptance rate at T = 1)
 
-averaged over positions, and over depths with equal weights. T5X's Adafactor (the project's
+averaged over positions, and over depths with equal weights. A draft with the target's output
+layer (`target_head`, EAGLE's) may also regress its guess of the target's top-layer state on
+the cached one (`state_loss_weight`: Huber loss between the two, each RMS-normalised, as the
+target's final norm sees them); the copied head itself is frozen. T5X's Adafactor (the project's
 optimizer recipe) with linear warmup and cosine decay, global-norm clipping 1. The state is
 saved every `checkpoint_every` steps to `model_dir/train_state.msgpack` (atomically), and a run
 resumes from it.
@@ -56,6 +59,8 @@ class FeatureTrainConfig:
       seed: parameter initialisation and batch order.
       init_from: a finished run's directory whose parameters start this one (a second stage,
         with its own schedule and batch order), instead of a random initialisation.
+      state_loss_weight: weight of the top-layer state regression (`target_head` drafts whose
+        last feature layer is the target's top layer; 0 = off).
     """
 
     steps: int = 4000
@@ -71,6 +76,7 @@ class FeatureTrainConfig:
     extra_caches: Tuple[str, ...] = ()
     seed: int = 0
     init_from: Optional[str] = None
+    state_loss_weight: float = 0.0
 
     def __post_init__(self):
         object.__setattr__(self, "buckets", tuple(int(b) for b in self.buckets))
@@ -87,6 +93,8 @@ class FeatureTrainConfig:
                              "or 'kl+tv'.")
         if not self.learning_rate > 0:
             raise ValueError(f"learning_rate={self.learning_rate!r} must be > 0.")
+        if not self.state_loss_weight >= 0:
+            raise ValueError(f"state_loss_weight={self.state_loss_weight!r} must be >= 0.")
 
 
 # ------------------------------------------------------------------------------------- the data
@@ -198,12 +206,17 @@ class Corpus:
 # ------------------------------------------------------------------------------------ objectives
 
 def losses(logits: Array, top_ids: Array, top_probs: Array, weights: Array,
-           objective: str, hot_ids: Tuple[int, ...] = ()) -> Tuple[Array, Dict[str, Array]]:
+           objective: str, hot_ids: Tuple[int, ...] = (), states: Optional[Array] = None,
+           target_states: Optional[Array] = None,
+           state_loss_weight: float = 0.0) -> Tuple[Array, Dict[str, Array]]:
     """Mean loss over depths and weighted positions; `logits [D, B, L, V]`, teacher `[B, L, k]`.
 
     Position j at depth d counts only when j >= d - 1 (a round can draft it at that depth).
     With a hot vocabulary (`hot_ids`: q is zero elsewhere) the teacher is its top-k restricted
-    to the hot set and renormalised there (KL to a distribution q cannot reach is infinite)."""
+    to the hot set and renormalised there (KL to a distribution q cannot reach is infinite).
+    With `states [D, B, L, T]` (a `target_head` draft's guesses of the target's top-layer state)
+    and `target_states [B, L, T]` (the cached ones), the metrics include their Huber distance
+    after RMS normalisation ("state"), added to the loss with `state_loss_weight`."""
     depth, _, length, vocab = logits.shape
     if hot_ids:
         allowed = np.zeros(vocab, bool)
@@ -225,6 +238,13 @@ def losses(logits: Array, top_ids: Array, top_probs: Array, weights: Array,
 
     total = {"kl": mean(kl), "tv": mean(tv), "kl+tv": mean(kl) + mean(tv)}[objective]
     metrics = {"kl": mean(kl), "tv": mean(tv), "top1": mean(argmax_hit)}
+    if states is not None:
+        def normed(x):
+            return x * jax.lax.rsqrt(jnp.mean(jnp.square(x), -1, keepdims=True) + 1e-6)
+
+        state = jnp.mean(optax.huber_loss(normed(states), normed(target_states)[None]), -1)
+        metrics["state"] = mean(state)
+        total = total + state_loss_weight * metrics["state"]
     for d in range(depth):
         metrics[f"top1_d{d + 1}"] = jnp.sum(argmax_hit[d] * w[d])
     return total, metrics
@@ -245,11 +265,22 @@ def _optimizer(config: FeatureTrainConfig) -> optax.GradientTransformation:
 
 
 def _step_fns(module: fd.FeatureDraft, optimizer, config: FeatureTrainConfig):
+    cfg = module.config
+
     def loss_fn(params, batch):
-        logits = module.apply({"params": params}, batch["encoded"], batch["encoder_mask"],
-                              batch["tokens"], batch["features"], config.depth)
+        if cfg.target_head:  # the target's copied head stays as it is
+            params = {k: jax.lax.stop_gradient(v) if k in fd.FROZEN else v
+                      for k, v in params.items()}
+        logits, hidden = module.apply({"params": params}, batch["encoded"],
+                                      batch["encoder_mask"], batch["tokens"],
+                                      batch["features"], config.depth, return_hidden=True)
+        states = target_states = None
+        if cfg.target_head:  # the last feature layer is the target's top layer (`train`)
+            states = module.apply({"params": params}, hidden, method="head_state")
+            target_states = batch["features"][..., -cfg.target_emb_dim:]
         return losses(logits, batch["top_ids"], batch["top_probs"], batch["weights"],
-                      config.objective, module.config.hot_ids)
+                      config.objective, cfg.hot_ids, states, target_states,
+                      config.state_loss_weight)
 
     @jax.jit
     def train_step(params, opt_state, batch):
@@ -265,8 +296,12 @@ def _step_fns(module: fd.FeatureDraft, optimizer, config: FeatureTrainConfig):
 
 
 def train(*, draft_config: fd.FeatureDraftConfig, config: FeatureTrainConfig, cache_dir: str,
-          model_dir: str, valid_fraction: float = 0.02, stop_at: Optional[int] = None) -> dict:
+          model_dir: str, valid_fraction: float = 0.02, stop_at: Optional[int] = None,
+          target=None) -> dict:
     """Trains (or resumes) a target-aware draft on the feature cache in `cache_dir`.
+
+    A `target_head` draft needs the cache's `target` (a `t5` model with `.module.config` and
+    `.params`) to copy its final norm and output table from (`fd.with_target_head`).
 
     Writes `model_dir/train_config.json`, `metrics.jsonl`, `train_state.msgpack` (resumable)
     and, at the end, `params.msgpack` (float32). A held-out `valid_fraction` of the sentences
@@ -288,6 +323,18 @@ def train(*, draft_config: fd.FeatureDraftConfig, config: FeatureTrainConfig, ca
     if draft_config.target_emb_dim != manifest["emb_dim"]:
         raise ValueError(f"target_emb_dim={draft_config.target_emb_dim} but the cached target "
                          f"has width {manifest['emb_dim']}.")
+    if config.state_loss_weight and not draft_config.target_head:
+        raise ValueError(f"state_loss_weight={config.state_loss_weight} regresses a "
+                         "target_head draft's state guesses; set target_head=True or 0.")
+    if draft_config.target_head:
+        if target is None:
+            raise ValueError("A target_head draft copies the target's output layer: pass "
+                             "target= (the cache's target model).")
+        top = target.module.config.num_decoder_layers
+        if not draft_config.feature_layers or draft_config.feature_layers[-1] != top:
+            raise ValueError(f"A target_head draft reads the target's top layer ({top}) as "
+                             f"its last feature layer; feature_layers="
+                             f"{draft_config.feature_layers}.")
     os.makedirs(model_dir, exist_ok=True)
     settings = dict(draft=dataclasses.asdict(draft_config), train=dataclasses.asdict(config),
                     cache_dir=os.path.abspath(cache_dir), valid_fraction=valid_fraction)
@@ -325,6 +372,9 @@ def train(*, draft_config: fd.FeatureDraftConfig, config: FeatureTrainConfig, ca
     optimizer = _optimizer(config)
     params = (load_params(config.init_from, draft_config) if config.init_from
               else fd.init_params(module, jax.random.PRNGKey(config.seed)))
+    if draft_config.target_head:
+        params = fd.with_target_head(draft_config, params, target.params,
+                                     target.module.config)
     opt_state = optimizer.init(params)
     step, seconds = 0, 0.0
     state_path = os.path.join(model_dir, "train_state.msgpack")

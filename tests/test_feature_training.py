@@ -227,3 +227,85 @@ def test_a_decoder_only_target_s_cache_is_its_teacher_forced_read_and_trains_a_d
     np.testing.assert_array_equal(
         decoding.speculative_decode(target, trained, prompts, gamma=3, **kw).tokens,
         decoding.autoregressive_decode(target, prompts, **kw).tokens)
+
+
+def _head_draft(**kw):
+    return fd.FeatureDraftConfig(**{**dict(
+        vocab_size=16, target_emb_dim=16, feature_layers=(1, 2), emb_dim=8, num_heads=2,
+        head_dim=4, mlp_dim=16, relative_attention_num_buckets=8,
+        relative_attention_max_distance=16, target_head=True), **kw})
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_target_head_gives_the_targets_logits_of_its_state_guess(tied):
+    """A `target_head` draft's logits are the target's own final norm and output layer applied
+    to its guess of the target's top-layer state, for a tied (T5 1.0) and an untied (1.1)
+    target; restricted to a hot vocabulary they are unchanged on it and masked elsewhere."""
+    target_module = t5.Transformer(tiny_config(logits_via_embedding=tied))
+    target_params = random_params(target_module, 3)
+    config = _head_draft()
+    module = fd.FeatureDraft(config)
+    params = fd.with_target_head(config, fd.init_params(module, jax.random.PRNGKey(0)),
+                                 target_params, target_module.config)
+    hidden = jax.random.normal(jax.random.PRNGKey(1), (2, 3, 8))
+    logits = module.apply({"params": params}, hidden, method="logits")
+    state = module.apply({"params": params}, hidden, method="head_state")
+    expected = target_module.apply({"params": target_params}, state,
+                                   method=lambda m, y: m.decoder.logits(y))
+    np.testing.assert_allclose(logits, expected, rtol=1e-5, atol=1e-5)
+    assert float(jnp.std(logits)) > 0.1  # not a degenerate copy
+
+    hot = (0, 1, 4, 9, 15)
+    hot_config, hot_params = fd.with_hot_vocab(config, params, hot)
+    hot_logits = fd.FeatureDraft(hot_config).apply({"params": hot_params}, hidden,
+                                                    method="logits")
+    np.testing.assert_allclose(hot_logits[..., list(hot)], logits[..., list(hot)], rtol=1e-6)
+    others = np.setdiff1d(np.arange(16), hot)
+    assert np.all(np.asarray(hot_logits[..., others]) == fd.HOT_MASK_LOGIT)
+    # Copied with the hot rows straight from the target: the same parameters.
+    direct = fd.with_target_head(hot_config, fd.init_params(fd.FeatureDraft(hot_config),
+                                                            jax.random.PRNGKey(0)),
+                                 target_params, target_module.config)
+    np.testing.assert_array_equal(direct["head"]["embedding"], hot_params["head"]["embedding"])
+    with pytest.raises(ValueError, match="target_head=False"):
+        fd.with_target_head(_head_draft(target_head=False), params, target_params,
+                            target_module.config)
+    with pytest.raises(ValueError, match="width 16"):
+        fd.with_target_head(_head_draft(target_emb_dim=32), params, target_params,
+                            target_module.config)
+
+
+@pytest.mark.slow  # ~25 s
+def test_target_head_training_keeps_the_head_and_learns_the_state(tmp_path, tiny_target):
+    """Training a `target_head` draft with the state regression: the copied head never moves,
+    the KL and the state distance fall, and the trained draft decodes exactly."""
+    module, params = tiny_target
+    _build(tmp_path / "cache", module, params)
+    target = decoding.EncoderDecoderModel(module, params)
+    config = feature_training.FeatureTrainConfig(steps=40, batch_tokens=48, buckets=(32,),
+                                                 depth=2, checkpoint_every=20, warmup_steps=5,
+                                                 state_loss_weight=1.0)
+    kw = dict(config=config, cache_dir=str(tmp_path / "cache"), valid_fraction=0.2)
+    with pytest.raises(ValueError, match="pass target="):
+        feature_training.train(draft_config=_head_draft(), model_dir=str(tmp_path / "x"), **kw)
+    with pytest.raises(ValueError, match="top layer"):
+        feature_training.train(draft_config=_head_draft(feature_layers=(1,)), target=target,
+                               model_dir=str(tmp_path / "y"), **kw)
+    with pytest.raises(ValueError, match="set target_head=True"):
+        feature_training.train(draft_config=_head_draft(target_head=False),
+                               model_dir=str(tmp_path / "z"), **kw)
+    draft = _head_draft()
+    feature_training.train(draft_config=draft, target=target, model_dir=str(tmp_path / "a"),
+                           **kw)
+    lines = [json.loads(x) for x in open(tmp_path / "a" / "metrics.jsonl")]
+    for key in ("kl", "state"):
+        assert lines[-1]["train"][key] < lines[0]["train"][key], key
+    trained = feature_training.load_params(str(tmp_path / "a"), draft)
+    copied = fd.with_target_head(draft, trained, params, module.config)
+    for name in fd.FROZEN:
+        jax.tree_util.tree_map(np.testing.assert_array_equal, trained[name], copied[name])
+    model = fd.FeatureDraftModel(fd.FeatureDraft(draft), trained)
+    kw = dict(rng=jax.random.PRNGKey(0), sampling=SamplingConfig(0.0), max_decode_len=12)
+    np.testing.assert_array_equal(
+        decoding.speculative_decode(target, model, _sources()[:4], gamma=3, **kw).tokens,
+        decoding.autoregressive_decode(target, _sources()[:4], **kw).tokens)

@@ -23,6 +23,10 @@ those ids and `HOT_MASK_LOGIT` elsewhere, so q is still a full distribution over
 vocabulary, exactly zero outside the hot set (`exp(HOT_MASK_LOGIT / T - max)` underflows to 0
 in float32): the verifiers handle q = 0 as for any other draft.
 `with_hot_vocab` makes one from a trained full-vocabulary draft (the hot rows of its tied table).
+With `target_head` (EAGLE's reuse of the target's LM head) the output layer is instead the
+TARGET's, frozen: the draft maps g_j to the target's width (its guess of the target's top-layer
+state at j, `head_state`), then applies the target's final norm and output table
+(`with_target_head` copies them in; hot rows only with `hot_ids`).
 
 Decode contract (`speculative.decoding`): `init(params, inputs, max_len, context)`,
 `extend(params, state, tokens [B, K], features [B, K, F] | None)` and `rewind`; with
@@ -67,6 +71,9 @@ class FeatureDraftConfig:
         q is zero at every other id. The input embedding still covers the whole vocabulary.
       cross_attention: True for an encoder-decoder target (the draft cross-attends to its
         encoder output); False for a decoder-only target (`t5.DecoderOnly`).
+      target_head: the logits go through the target's own final norm and output table (frozen
+        copies, `with_target_head`) from a map of the draft's state to the target's width T,
+        instead of the draft's tied table; with `hot_ids`, the table's hot rows only.
     """
 
     vocab_size: int
@@ -83,6 +90,7 @@ class FeatureDraftConfig:
     dtype: str = "float32"
     hot_ids: Tuple[int, ...] = ()
     cross_attention: bool = True
+    target_head: bool = False
 
     def __post_init__(self):
         object.__setattr__(self, "feature_layers", tuple(int(i) for i in self.feature_layers))
@@ -160,7 +168,13 @@ class FeatureDraft(nn.Module):
             cfg.num_heads, dtype=dtype)
         self.layers = [t5.DecoderLayer(lcfg, cfg.cross_attention) for _ in range(cfg.num_layers)]
         self.decoder_norm = layers.RMSNorm(dtype=dtype)
-        if cfg.hot_ids:
+        if cfg.target_head:  # frozen copies of the target's final norm and output table
+            self.head_proj = layers.DenseGeneral(cfg.target_emb_dim, dtype=dtype,
+                                                 kernel_axes=("embed", "mlp"))
+            self.head_norm = layers.RMSNorm(dtype=dtype)
+            self.head = layers.Embed(len(cfg.hot_ids) or cfg.vocab_size, cfg.target_emb_dim,
+                                     dtype=dtype)
+        elif cfg.hot_ids:
             self.hot_output = layers.Embed(len(cfg.hot_ids), cfg.emb_dim, dtype=dtype)
 
     # -- pieces ---------------------------------------------------------------------------------
@@ -177,14 +191,24 @@ class FeatureDraft(nn.Module):
             return x
         return self.input(jnp.concatenate([x, jnp.asarray(feature, x.dtype)], -1))
 
+    def head_state(self, hidden: Array) -> Array:
+        """`target_head`: the draft's guess `[..., T]` of the target's top-layer state (before
+        its final norm) from its own top states `hidden [..., E]`."""
+        return self.head_proj(self.decoder_norm(hidden))
+
     def logits(self, hidden: Array) -> Array:
-        y = self.decoder_norm(hidden)
-        scale = np.sqrt(y.shape[-1]).astype(np.float32)
-        if not self.config.hot_ids:
-            return self.token_embedder.attend(y) / scale
-        hot = self.hot_output.attend(y) / scale  # [..., H]
-        full = jnp.full(hot.shape[:-1] + (self.config.vocab_size,), HOT_MASK_LOGIT, hot.dtype)
-        return full.at[..., np.asarray(self.config.hot_ids)].set(hot)
+        cfg = self.config
+        if cfg.target_head:  # the target's logits of the guessed state (T5 1.0 tied scaling)
+            y = self.head_norm(self.head_state(hidden))
+            table = self.head
+        else:
+            y = self.decoder_norm(hidden)
+            table = self.hot_output if cfg.hot_ids else self.token_embedder
+        out = table.attend(y) / np.sqrt(y.shape[-1]).astype(np.float32)
+        if not cfg.hot_ids:
+            return out
+        full = jnp.full(out.shape[:-1] + (cfg.vocab_size,), HOT_MASK_LOGIT, out.dtype)
+        return full.at[..., np.asarray(cfg.hot_ids)].set(out)  # out: [..., H] hot logits
 
     def project_cross_kv(self, encoded: Optional[Array]):
         if not self.config.cross_attention:
@@ -194,7 +218,7 @@ class FeatureDraft(nn.Module):
     # -- training -------------------------------------------------------------------------------
 
     def __call__(self, encoded: Optional[Array], encoder_mask: Optional[Array], tokens: Array,
-                 features: Optional[Array] = None, depth: int = 1):
+                 features: Optional[Array] = None, depth: int = 1, return_hidden: bool = False):
         """Teacher forcing on the target's features, unrolled `depth` times on its own states.
 
         `tokens [B, L]` are decoder inputs (BOS first), `features [B, L, F]` the target's state
@@ -203,7 +227,8 @@ class FeatureDraft(nn.Module):
         logits `[depth, B, L, V]`: at depth d, position j reads the target's features only up to
         position j - d (its cache holds them for positions <= j - d + 1) and its own states at
         positions j - d + 1 .. j - 1, exactly as the d-th draft of a round does at inference.
-        Positions j < d - 1 have no such round; give them zero loss weight.
+        Positions j < d - 1 have no such round; give them zero loss weight. With
+        `return_hidden`, also the top states `[depth, B, L, E]` they came from.
         """
         cfg = self.config
         batch, length = tokens.shape
@@ -219,7 +244,7 @@ class FeatureDraft(nn.Module):
         feature = (shift(self.fused(features)) if cfg.feature_layers
                    else jnp.zeros((batch, length, cfg.emb_dim)))
         keys = [[] for _ in self.layers]  # per layer, per depth: (k, v) [B, H, L, D]
-        out = []
+        out, hidden = [], []
         for d in range(1, depth + 1):
             x = self.embed(tokens, feature)
             q_pos, k_pos = positions[:, None], positions[None, :]
@@ -232,8 +257,9 @@ class FeatureDraft(nn.Module):
                 value = jnp.concatenate([v for _, v in keys[li]], axis=2)
                 x = layer.attend(x, key, value, bias, cross_kv[li], cross_bias)
             out.append(self.logits(x))
+            hidden.append(x)
             feature = shift(x)
-        return jnp.stack(out)
+        return (jnp.stack(out), jnp.stack(hidden)) if return_hidden else jnp.stack(out)
 
     # -- decode mode ----------------------------------------------------------------------------
 
@@ -317,8 +343,39 @@ def with_hot_vocab(config: FeatureDraftConfig, params: Any,
     if config.hot_ids:
         raise ValueError(f"This draft already has a hot vocabulary ({len(config.hot_ids)} ids).")
     new = dataclasses.replace(config, hot_ids=hot_ids)  # __post_init__ checks them
-    table = jnp.asarray(params["token_embedder"]["embedding"])[np.asarray(new.hot_ids)]
+    rows = np.asarray(new.hot_ids)
+    if config.target_head:  # the hot rows of the target's table
+        return new, {**params, "head": {"embedding": jnp.asarray(
+            params["head"]["embedding"])[rows]}}
+    table = jnp.asarray(params["token_embedder"]["embedding"])[rows]
     return new, {**params, "hot_output": {"embedding": table}}
+
+
+def with_target_head(config: FeatureDraftConfig, params: Any, target_params: Any,
+                     target_config: t5.T5Config) -> Any:
+    """`params` of a `target_head` draft with the target's final norm and output table copied
+    in (hot rows only with `hot_ids`). An untied target's `logits_dense` kernel [T, V] is stored
+    transposed and scaled by sqrt(T), so the draft's `attend / sqrt(T)` gives its logits."""
+    if not config.target_head:
+        raise ValueError("with_target_head: the draft's config has target_head=False.")
+    if target_config.emb_dim != config.target_emb_dim or \
+            target_config.vocab_size != config.vocab_size:
+        raise ValueError(f"with_target_head: the target has width {target_config.emb_dim} and "
+                         f"{target_config.vocab_size} tokens; the draft expects "
+                         f"{config.target_emb_dim} and {config.vocab_size}.")
+    decoder = target_params["decoder"]
+    if target_config.logits_via_embedding:
+        table = jnp.asarray(target_params["token_embedder"]["embedding"], jnp.float32)
+    else:
+        kernel = jnp.asarray(decoder["logits_dense"]["kernel"], jnp.float32)
+        table = kernel.T * np.sqrt(config.target_emb_dim).astype(np.float32)
+    if config.hot_ids:
+        table = table[np.asarray(config.hot_ids)]
+    scale = jnp.asarray(decoder["decoder_norm"]["scale"], jnp.float32)
+    return {**params, "head": {"embedding": table}, "head_norm": {"scale": scale}}
+
+
+FROZEN = ("head", "head_norm")  # a target_head draft's copies of the target (never trained)
 
 
 @struct.dataclass

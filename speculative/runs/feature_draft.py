@@ -131,8 +131,10 @@ def train_feature_draft(*, model_dir: str, cache_dir: str, draft: fd_model.Featu
     if gin_config:
         files.write_atomic(os.path.join(model_dir, "config.gin"), gin_config)
     start = time.time()
+    pair = bundles.bundle(target)
+    target_model = pair.load(target)
     result = feature_training.train(draft_config=draft, config=config, cache_dir=cache_dir,
-                                    model_dir=model_dir)
+                                    model_dir=model_dir, target=target_model)
     params = feature_training.load_params(model_dir, draft)
     hot = None
     if hot_vocab:
@@ -140,8 +142,6 @@ def train_feature_draft(*, model_dir: str, cache_dir: str, draft: fd_model.Featu
         draft, params = fd_model.with_hot_vocab(draft, params, ids)
         hot = {"size": hot_vocab, "coverage": coverage}
     module = fd_model.FeatureDraft(draft)
-    pair = bundles.bundle(target)
-    target_model = pair.load(target)
     valid = result["valid"] or _last_valid(model_dir)  # a finished run's last evaluation
     summary = {
         "kind": mini.FEATURE_DRAFT, "name": name or os.path.basename(model_dir.rstrip("/")),
