@@ -103,6 +103,10 @@ def _description(model) -> Dict:
         if cfg.num_layers > 1:
             what += f"; {cfg.num_layers} layers"
         train = _TRAINING.get(id(model))
+        if cfg.target_head:
+            what += "; the target's output layer"
+            if train and train.get("state_loss_weight"):
+                what += f" + state loss x{train['state_loss_weight']:g}"
         if train:
             what += f"; trained {train['steps']} steps, {train['depth']} unrolled"
         if cfg.hot_ids:
