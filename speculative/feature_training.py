@@ -271,12 +271,12 @@ def _step_fns(module: fd.FeatureDraft, optimizer, config: FeatureTrainConfig):
         if cfg.target_head:  # the target's copied head stays as it is
             params = {k: jax.lax.stop_gradient(v) if k in fd.FROZEN else v
                       for k, v in params.items()}
-        logits, hidden = module.apply({"params": params}, batch["encoded"],
-                                      batch["encoder_mask"], batch["tokens"],
-                                      batch["features"], config.depth, return_hidden=True)
-        states = target_states = None
+        out = module.apply({"params": params}, batch["encoded"], batch["encoder_mask"],
+                           batch["tokens"], batch["features"], config.depth,
+                           return_states=cfg.target_head)
+        logits, states, target_states = out, None, None
         if cfg.target_head:  # the last feature layer is the target's top layer (`train`)
-            states = module.apply({"params": params}, hidden, method="head_state")
+            logits, states = out
             target_states = batch["features"][..., -cfg.target_emb_dim:]
         return losses(logits, batch["top_ids"], batch["top_probs"], batch["weights"],
                       config.objective, cfg.hot_ids, states, target_states,

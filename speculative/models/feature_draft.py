@@ -196,14 +196,21 @@ class FeatureDraft(nn.Module):
         its final norm) from its own top states `hidden [..., E]`."""
         return self.head_proj(self.decoder_norm(hidden))
 
+    def state_logits(self, state: Array) -> Array:
+        """`target_head`: the target's logits of a guessed top-layer state `[..., T]`."""
+        return self._output(self.head, self.head_norm(state))
+
     def logits(self, hidden: Array) -> Array:
         cfg = self.config
-        if cfg.target_head:  # the target's logits of the guessed state (T5 1.0 tied scaling)
-            y = self.head_norm(self.head_state(hidden))
-            table = self.head
-        else:
-            y = self.decoder_norm(hidden)
-            table = self.hot_output if cfg.hot_ids else self.token_embedder
+        if cfg.target_head:
+            return self.state_logits(self.head_state(hidden))
+        table = self.hot_output if cfg.hot_ids else self.token_embedder
+        return self._output(table, self.decoder_norm(hidden))
+
+    def _output(self, table: nn.Module, y: Array) -> Array:
+        """T5 1.0's tied output layer `attend(y) / sqrt(width)`; with `hot_ids`, its hot
+        logits placed at those ids and `HOT_MASK_LOGIT` elsewhere."""
+        cfg = self.config
         out = table.attend(y) / np.sqrt(y.shape[-1]).astype(np.float32)
         if not cfg.hot_ids:
             return out
@@ -218,7 +225,7 @@ class FeatureDraft(nn.Module):
     # -- training -------------------------------------------------------------------------------
 
     def __call__(self, encoded: Optional[Array], encoder_mask: Optional[Array], tokens: Array,
-                 features: Optional[Array] = None, depth: int = 1, return_hidden: bool = False):
+                 features: Optional[Array] = None, depth: int = 1, return_states: bool = False):
         """Teacher forcing on the target's features, unrolled `depth` times on its own states.
 
         `tokens [B, L]` are decoder inputs (BOS first), `features [B, L, F]` the target's state
@@ -228,10 +235,13 @@ class FeatureDraft(nn.Module):
         position j - d (its cache holds them for positions <= j - d + 1) and its own states at
         positions j - d + 1 .. j - 1, exactly as the d-th draft of a round does at inference.
         Positions j < d - 1 have no such round; give them zero loss weight. With
-        `return_hidden`, also the top states `[depth, B, L, E]` they came from.
+        `return_states` (a `target_head` draft), also the guesses of the target's top-layer
+        state `[depth, B, L, T]` the logits were read from.
         """
         cfg = self.config
         batch, length = tokens.shape
+        if return_states and not cfg.target_head:
+            raise ValueError("return_states: only a target_head draft guesses target states.")
         cross_kv = self.project_cross_kv(encoded)
         cross_bias = (layers.mask_to_bias(encoder_mask[:, None, None, :])
                       if cfg.cross_attention else None)
@@ -244,7 +254,7 @@ class FeatureDraft(nn.Module):
         feature = (shift(self.fused(features)) if cfg.feature_layers
                    else jnp.zeros((batch, length, cfg.emb_dim)))
         keys = [[] for _ in self.layers]  # per layer, per depth: (k, v) [B, H, L, D]
-        out, hidden = [], []
+        out, states = [], []
         for d in range(1, depth + 1):
             x = self.embed(tokens, feature)
             q_pos, k_pos = positions[:, None], positions[None, :]
@@ -256,10 +266,13 @@ class FeatureDraft(nn.Module):
                 key = jnp.concatenate([k for k, _ in keys[li]], axis=2)
                 value = jnp.concatenate([v for _, v in keys[li]], axis=2)
                 x = layer.attend(x, key, value, bias, cross_kv[li], cross_bias)
-            out.append(self.logits(x))
-            hidden.append(x)
+            if cfg.target_head:
+                states.append(self.head_state(x))
+                out.append(self.state_logits(states[-1]))
+            else:
+                out.append(self.logits(x))
             feature = shift(x)
-        return (jnp.stack(out), jnp.stack(hidden)) if return_hidden else jnp.stack(out)
+        return (jnp.stack(out), jnp.stack(states)) if return_states else jnp.stack(out)
 
     # -- decode mode ----------------------------------------------------------------------------
 
@@ -343,12 +356,10 @@ def with_hot_vocab(config: FeatureDraftConfig, params: Any,
     if config.hot_ids:
         raise ValueError(f"This draft already has a hot vocabulary ({len(config.hot_ids)} ids).")
     new = dataclasses.replace(config, hot_ids=hot_ids)  # __post_init__ checks them
-    rows = np.asarray(new.hot_ids)
-    if config.target_head:  # the hot rows of the target's table
-        return new, {**params, "head": {"embedding": jnp.asarray(
-            params["head"]["embedding"])[rows]}}
-    table = jnp.asarray(params["token_embedder"]["embedding"])[rows]
-    return new, {**params, "hot_output": {"embedding": table}}
+    # a target_head draft keeps the hot rows of the target's table
+    source, dest = ("head", "head") if config.target_head else ("token_embedder", "hot_output")
+    table = jnp.asarray(params[source]["embedding"])[np.asarray(new.hot_ids)]
+    return new, {**params, dest: {"embedding": table}}
 
 
 def with_target_head(config: FeatureDraftConfig, params: Any, target_params: Any,
