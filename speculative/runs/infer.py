@@ -62,7 +62,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import os
 import shutil
 import time
@@ -73,10 +72,11 @@ import jax
 import numpy as np
 from absl import logging
 
-from speculative import decoding, loading, partitioning, tasks
+from speculative import decoding, loading, partitioning, predictions, tasks
 from speculative import files as files_lib
 from speculative import sampling as sampling_lib
 from speculative.models import t5
+from speculative.predictions import Example
 from speculative.runs import config as config_lib
 from speculative.runs.infer_settings import MACROS as MACROS
 from speculative.runs.infer_settings import InferSettings as InferSettings
@@ -84,18 +84,6 @@ from speculative.runs.infer_settings import InferSettings as InferSettings
 PREDICTIONS_FILE = "predictions.jsonl"
 METRICS_FILE = "metrics.json"
 CONFIG_FILE = "config.gin"
-
-
-@dataclasses.dataclass
-class Example:
-    """One task example: texts, its input ids (possibly truncated) and its original length."""
-
-    index: int
-    inputs_text: str
-    targets_text: str
-    input_ids: np.ndarray  # [<= L_in] int32: encoder input (ends with EOS), or prompt
-    input_length: int  # before truncation
-    truncated: bool
 
 
 @dataclasses.dataclass
@@ -348,115 +336,6 @@ def _check_kinds(settings: InferSettings, task, target, draft) -> None:
             settings.decoder_only)
 
 
-def _nan_to_none(x: float) -> Optional[float]:
-    return None if x is None or not math.isfinite(x) else float(x)
-
-
-def _record(ex: Example, ids: List[int], vocabulary, max_decode_len: int) -> Dict[str, Any]:
-    """The fields every prediction record has: the example, the prediction and how it ended."""
-    ended = bool(ids and ids[-1] == decoding.EOS_ID)
-    return {"index": ex.index, "inputs": ex.inputs_text, "targets": ex.targets_text,
-            "prediction": vocabulary.decode(ids), "prediction_tokens": ids,
-            "input_length": ex.input_length, "input_truncated": ex.truncated,
-            "ended_with_eos": ended,
-            "hit_max_decode_len": bool(len(ids) >= max_decode_len and not ended)}
-
-
-def _row_records(examples, result, vocabulary, max_decode_len) -> List[Dict[str, Any]]:
-    tokens = np.asarray(result.tokens)
-    lengths = np.asarray(result.lengths)
-    st = jax.device_get(result.stats)
-    records = []
-    for row, ex in enumerate(examples):
-        n = int(lengths[row])
-        ids = tokens[row, :n].tolist()
-        tested = int(st.tested[row])
-        calls = int(st.target_calls[row])
-        records.append({
-            **_record(ex, ids, vocabulary, max_decode_len),
-            "generated": int(st.generated[row]),
-            "target_calls": calls,
-            "draft_calls": int(st.draft_calls[row]),
-            "drafted": int(st.drafted[row]),
-            "accepted": int(st.accepted[row]),
-            "tested": tested,
-            "beta_sum": float(st.beta_sum[row]),
-            "alpha": float(st.beta_sum[row]) / tested if tested else None,
-            "tokens_per_target_call": int(st.generated[row]) / calls if calls else None,
-            "accepted_per_position": np.asarray(st.accepted_per_position[row]).tolist(),
-        })
-    return records
-
-
-def _summary(stats: List[decoding.DecodeStats], rows: List[int]) -> Dict[str, Any]:
-    """The run's statistics: `decoding.merge_stats` over its batches (filler rows left out)."""
-    total = decoding.merge_stats(stats, rows).summary()
-    return {
-        "alpha": _nan_to_none(total["alpha"]),
-        "tokens_per_target_call": _nan_to_none(total["tokens_per_target_call"]),
-        "generated_tokens": total["generated"],
-        "mean_generated": total["generated"] / sum(rows),
-        "target_calls": total["target_calls"],
-        "target_forwards": total["rounds"],  # batched target calls the run paid for
-        "draft_calls": total["draft_calls"],
-        "drafted": total["drafted"],
-        "accepted": total["accepted"],
-        "accepted_per_position": total["accepted_per_position"],
-    }
-
-
-def _best_beam(tokens: np.ndarray) -> List[int]:
-    """A beam's tokens up to and including its EOS (all of them if it has none)."""
-    ids = tokens.tolist()
-    return ids[:ids.index(decoding.EOS_ID) + 1] if decoding.EOS_ID in ids else ids
-
-
-def _beam_records(examples, result: decoding.BeamSearchResult, vocabulary,
-                  max_decode_len) -> List[Dict[str, Any]]:
-    """One record per example: the best beam as the prediction, every beam with its score.
-    Target calls are the batch's (a beam-search forward serves all its rows at once)."""
-    records = []
-    for row, ex in enumerate(examples):
-        beams = [_best_beam(result.sequences[row, k]) for k in range(result.sequences.shape[1])]
-        records.append({
-            **_record(ex, beams[0], vocabulary, max_decode_len),
-            "score": _nan_to_none(float(result.scores[row, 0])),
-            "beams": [{"prediction": vocabulary.decode(b), "score": _nan_to_none(float(s))}
-                      for b, s in zip(beams, result.scores[row])],
-            "generated": len(beams[0]),
-        })
-    return records
-
-
-def _beam_summary(results: List[decoding.BeamSearchResult], rows: List[int]) -> Dict[str, Any]:
-    """Target forwards, against the forwards of the target's own beam search on the same
-    batches (one per step of a batch's longest search: `max(row_steps)`); the speculative
-    search makes one per round, and `target_calls_saved` is the fraction it saved."""
-    calls = sum(r.target_calls for r in results)
-    alone = sum(int(np.max(r.row_steps[:n])) for r, n in zip(results, rows))
-    generated = sum(len(_best_beam(r.sequences[b, 0])) for r, n in zip(results, rows)
-                    for b in range(n))
-    return {
-        "generated_tokens": generated,
-        "mean_generated": generated / sum(rows),
-        "target_calls": calls,
-        "target_forwards": calls,
-        "target_alone_forwards": alone,
-        "target_calls_saved": 1.0 - calls / alone if alone else None,
-        "rounds": sum(r.rounds for r in results),
-        "draft_calls": sum(r.draft_calls for r in results),
-    }
-
-
-def _task_metrics(task, records) -> Dict[str, float]:
-    targets = [r["targets"] for r in records]
-    predictions = [r["prediction"] for r in records]
-    metrics = {}
-    for fn in task.predict_metric_fns:
-        metrics.update({k: float(v) for k, v in fn(targets, predictions).items()})
-    return metrics
-
-
 def run(settings: InferSettings, models: Optional[Tuple[Any, Any]] = None,
         task=None, examples: Optional[List[Example]] = None) -> InferResult:
     """Runs the pipeline of the module docstring; `models`/`examples` may be passed preloaded."""
@@ -509,19 +388,20 @@ def run(settings: InferSettings, models: Optional[Tuple[Any, Any]] = None,
         result = _gathered(jax.block_until_ready(
             decode_batch(settings, target, draft, inputs, jax.random.fold_in(key, i))))
         decode_seconds += time.perf_counter() - start
+        rows = examples[offset:offset + num_real]
         if beams:
             batch_stats.append(result)
-            records += _beam_records(examples[offset:offset + num_real], result, vocabulary,
-                                     settings.max_decode_len)
+            records += predictions.beam_records(rows, result, vocabulary,
+                                                  settings.max_decode_len)
         else:
             result.stats.check_finite(f"{settings.mode} decoding, batch {i}")  # no text from NaN
             batch_stats.append(result.stats)
-            records += _row_records(examples[offset:offset + num_real], result, vocabulary,
-                                    settings.max_decode_len)
+            records += predictions.row_records(rows, result, vocabulary, settings.max_decode_len)
         offset += num_real
 
-    summary = (_beam_summary if beams else _summary)(batch_stats, [n for _, n in all_batches])
-    task_metrics = _task_metrics(task, records)
+    summarise = predictions.beam_summary if beams else predictions.decode_summary
+    summary = summarise(batch_stats, [n for _, n in all_batches])
+    task_metrics = predictions.task_metrics(task, records)
     tokens_per_second = summary["generated_tokens"] / decode_seconds if decode_seconds else None
     metrics = {
         "task": task.name,
