@@ -6,14 +6,15 @@ loss compares the draft's q^d_j with the cached top-k p_j (renormalised over its
 
     kl:  sum_x p(x) (log p(x) - log q(x))              (the whole distribution; T = 0 and 1)
     tv:  1 - sum_x min(p(x), q(x))                     (one minus the acceptance rate at T = 1)
+    ce:  -log q(argmax p)                              (the token a greedy decode accepts)
 
-averaged over positions, and over depths with equal weights. A draft with the target's output
-layer (`target_head`, EAGLE's) may also regress its guess of the target's top-layer state on
-the cached one (`state_loss_weight`: Huber loss between the two, each RMS-normalised, as the
-target's final norm sees them); the copied head itself is frozen. T5X's Adafactor (the project's
-optimizer recipe) with linear warmup and cosine decay, global-norm clipping 1. The state is
-saved every `checkpoint_every` steps to `model_dir/train_state.msgpack` (atomically), and a run
-resumes from it.
+summed over the objective's terms ('kl+tv'), averaged over positions, and over depths with equal
+weights. A draft with the target's output layer (`target_head`, EAGLE's) may also regress its
+guess of the target's top-layer state on the cached one (`state_loss_weight`: Huber loss between
+the two, each RMS-normalised, as the target's final norm sees them); the copied head itself is
+frozen. T5X's Adafactor (the project's optimizer recipe) with linear warmup and cosine decay,
+global-norm clipping 1. The state is saved every `checkpoint_every` steps to
+`model_dir/train_state.msgpack` (atomically), and a run resumes from it.
 
 Shape legend: B batch, L length, E embed, F feature width, k top-k, V vocab.
 """
@@ -39,6 +40,9 @@ from speculative.models import feature_draft as fd
 Array = jax.Array
 
 
+OBJECTIVE_TERMS = ("kl", "tv", "ce")
+
+
 @dataclasses.dataclass(frozen=True)
 class FeatureTrainConfig:
     """Settings of one training run (all recorded in `model_dir/train_config.json`).
@@ -48,7 +52,9 @@ class FeatureTrainConfig:
       batch_tokens: padded target tokens per batch (rows = batch_tokens // bucket length).
       buckets: padded lengths (source and output share one).
       depth: unrolled draft steps per position (1 = no training-time test).
-      objective: 'kl', 'tv' or 'kl+tv' (their sum).
+      objective: 'kl', 'tv', 'ce' or a sum of them joined by '+' ('kl+tv', 'kl+tv+ce'):
+        'ce' is the cross-entropy of the target's own argmax, the token a greedy decode
+        accepts (the T = 0 acceptance is the draft's argmax hitting it).
       optimizer: 'adafactor' (T5X's, relative updates) or 'adamw' (`training.make_optimizer`).
       learning_rate, warmup_steps: the peak rate and its linear warmup; cosine decay to 10%.
       checkpoint_every: steps between saved training states.
@@ -88,9 +94,10 @@ class FeatureTrainConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
                 raise ValueError(f"FeatureTrainConfig.{name}={value!r} must be an int >= 1.")
-        if self.objective not in ("kl", "tv", "kl+tv"):
-            raise ValueError(f"FeatureTrainConfig.objective={self.objective!r}: use 'kl', 'tv' "
-                             "or 'kl+tv'.")
+        terms = str(self.objective).split("+")
+        if not set(terms) <= set(OBJECTIVE_TERMS) or len(set(terms)) != len(terms):
+            raise ValueError(f"FeatureTrainConfig.objective={self.objective!r}: use one or more "
+                             f"of {OBJECTIVE_TERMS} joined by '+', each once (e.g. 'kl+tv').")
         if not self.learning_rate > 0:
             raise ValueError(f"learning_rate={self.learning_rate!r} must be > 0.")
         if not self.state_loss_weight >= 0:
@@ -228,7 +235,11 @@ def losses(logits: Array, top_ids: Array, top_probs: Array, weights: Array,
         top_ids.shape[-1],)), axis=-1)
     kl = jnp.sum(p * (jnp.log(jnp.maximum(p, 1e-9)) - logq_top), -1)  # [D, B, L]
     tv = 1.0 - jnp.sum(jnp.minimum(p, jnp.exp(logq_top)), -1)
-    argmax_hit = (jnp.argmax(logits, -1) == top_ids[..., 0]).astype(jnp.float32)
+    best = top_ids[..., :1]  # the target's argmax (the teacher's top-k is sorted)
+    ce = -jnp.take_along_axis(logq, jnp.broadcast_to(best, logq.shape[:-1] + (1,)), -1)[..., 0]
+    if hot_ids:  # an argmax outside the hot set is a token q cannot give: no gradient there
+        ce = jnp.where(jnp.asarray(allowed)[best[..., 0]], ce, 0.0)
+    argmax_hit = (jnp.argmax(logits, -1) == best[..., 0]).astype(jnp.float32)
     pos = jnp.arange(length)
     w = weights[None] * (pos[None, None, :] >= jnp.arange(depth)[:, None, None])
     w = w / jnp.maximum(jnp.sum(w, axis=(1, 2), keepdims=True), 1.0)  # per depth, then mean
@@ -236,8 +247,8 @@ def losses(logits: Array, top_ids: Array, top_probs: Array, weights: Array,
     def mean(x):
         return jnp.sum(x * w) / depth
 
-    total = {"kl": mean(kl), "tv": mean(tv), "kl+tv": mean(kl) + mean(tv)}[objective]
-    metrics = {"kl": mean(kl), "tv": mean(tv), "top1": mean(argmax_hit)}
+    metrics = {"kl": mean(kl), "tv": mean(tv), "ce": mean(ce), "top1": mean(argmax_hit)}
+    total = sum(metrics[term] for term in objective.split("+"))
     if states is not None:
         def normed(x):
             return x * jax.lax.rsqrt(jnp.mean(jnp.square(x), -1, keepdims=True) + 1e-6)

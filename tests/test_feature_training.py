@@ -130,8 +130,31 @@ def test_training_lowers_the_loss_and_resumes_where_it_stopped(tmp_path, tiny_ta
 def test_config_refuses_bad_values():
     with pytest.raises(ValueError, match="depth"):
         feature_training.FeatureTrainConfig(depth=0)
-    with pytest.raises(ValueError, match="objective"):
-        feature_training.FeatureTrainConfig(objective="ce")
+    for objective in ("js", "kl+kl", "kl+", ""):
+        with pytest.raises(ValueError, match="objective"):
+            feature_training.FeatureTrainConfig(objective=objective)
+
+
+def test_objectives_are_the_sum_of_their_terms_and_ce_reads_the_target_argmax():
+    """'ce' is -log q of the teacher's top-1 id (the token a greedy decode accepts); an
+    objective joined by '+' is the sum of its terms; with a hot vocabulary, a position whose
+    argmax lies outside the hot set adds no ce (q cannot give that token)."""
+    q = np.asarray([0.1, 0.6, 0.2, 0.1])
+    logits = jnp.log(jnp.asarray(q, jnp.float32))[None, None, None]  # [D=1, B=1, L=1, V=4]
+    top_ids = jnp.asarray([[[2, 1, 0]]], jnp.int32)  # the target prefers 2, then 1
+    top_probs = jnp.asarray([[[0.5, 0.4, 0.1]]], jnp.float32)
+    weights = jnp.ones((1, 1), jnp.float32)
+    parts = {}
+    for objective in ("kl", "tv", "ce"):
+        parts[objective], m = feature_training.losses(logits, top_ids, top_probs, weights,
+                                                      objective)
+    assert float(parts["ce"]) == pytest.approx(-np.log(0.2), rel=1e-5)
+    assert float(m["top1"]) == 0.0  # the draft's argmax (1) misses the target's (2)
+    total, _ = feature_training.losses(logits, top_ids, top_probs, weights, "kl+tv+ce")
+    assert float(total) == pytest.approx(sum(float(v) for v in parts.values()), rel=1e-5)
+    hot_logits = logits.at[..., 2].set(fd.HOT_MASK_LOGIT)  # id 2 is not hot: q(2) = 0
+    _, m = feature_training.losses(hot_logits, top_ids, top_probs, weights, "ce", (0, 1, 3))
+    assert float(m["ce"]) == 0.0
 
 
 @pytest.mark.slow  # ~20 s with its fixture
