@@ -6,13 +6,12 @@ decoding summary over its batches (`decode_summary`, `beam_summary`) and task me
 from __future__ import annotations
 
 import dataclasses
-import math
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List
 
 import jax
 import numpy as np
 
-from speculative import decoding
+from speculative import decoding, files
 
 
 @dataclasses.dataclass
@@ -25,10 +24,6 @@ class Example:
     input_ids: np.ndarray  # [<= L_in] int32: encoder input (ends with EOS), or prompt
     input_length: int  # before truncation
     truncated: bool
-
-
-def nan_to_none(x: float) -> Optional[float]:
-    return None if x is None or not math.isfinite(x) else float(x)
 
 
 def record(ex: Example, ids: List[int], vocabulary, max_decode_len: int) -> Dict[str, Any]:
@@ -71,8 +66,8 @@ def decode_summary(stats: List[decoding.DecodeStats], rows: List[int]) -> Dict[s
     """The run's statistics: `decoding.merge_stats` over its batches (filler rows left out)."""
     total = decoding.merge_stats(stats, rows).summary()
     return {
-        "alpha": nan_to_none(total["alpha"]),
-        "tokens_per_target_call": nan_to_none(total["tokens_per_target_call"]),
+        "alpha": files.json_ready(total["alpha"]),
+        "tokens_per_target_call": files.json_ready(total["tokens_per_target_call"]),
         "generated_tokens": total["generated"],
         "mean_generated": total["generated"] / sum(rows),
         "target_calls": total["target_calls"],
@@ -91,7 +86,7 @@ def best_beam(tokens: np.ndarray) -> List[int]:
 
 
 def beam_records(examples, result: decoding.BeamSearchResult, vocabulary,
-                  max_decode_len) -> List[Dict[str, Any]]:
+                 max_decode_len) -> List[Dict[str, Any]]:
     """One record per example: the best beam as the prediction, every beam with its score.
     Target calls are the batch's (a beam-search forward serves all its rows at once)."""
     records = []
@@ -99,8 +94,8 @@ def beam_records(examples, result: decoding.BeamSearchResult, vocabulary,
         beams = [best_beam(result.sequences[row, k]) for k in range(result.sequences.shape[1])]
         records.append({
             **record(ex, beams[0], vocabulary, max_decode_len),
-            "score": nan_to_none(float(result.scores[row, 0])),
-            "beams": [{"prediction": vocabulary.decode(b), "score": nan_to_none(float(s))}
+            "score": files.json_ready(float(result.scores[row, 0])),
+            "beams": [{"prediction": vocabulary.decode(b), "score": files.json_ready(float(s))}
                       for b, s in zip(beams, result.scores[row])],
             "generated": len(beams[0]),
         })
