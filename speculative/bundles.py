@@ -217,9 +217,11 @@ class Bundle:
         """T5 checkpoints have a config; n-gram and target-aware drafts have a `kind`."""
         return name not in self.built_in and "kind" not in self.entry(name)
 
-    def load(self, name: str, param_dtype: str = "float32") -> DecodeModel:
+    def load(self, name: str, param_dtype: str = "float32",
+             kernel_layout: str = "auto") -> DecodeModel:
         """A bundled model as a DecodeModel: a T5 checkpoint, an n-gram draft stored as .npz, a
-        target-aware draft, or a built-in draft."""
+        target-aware draft, or a built-in draft. `kernel_layout`: as `load_model`'s (on a CPU,
+        'auto' stores the dense kernels `[out, in]`: `layers.transpose_kernels`)."""
         # pylint: disable=g-import-not-at-top
         from speculative.models import adapters, ngram
 
@@ -228,13 +230,14 @@ class Bundle:
                                            decoder_only=self.decoder_only)
         entry = self.entry(name)
         if entry.get("kind") == FEATURE_DRAFT:
-            return load_feature_draft(entry, self.models_dir)
+            return load_feature_draft(entry, self.models_dir, kernel_layout)
         if not self.is_t5(name):
             return ngram.load(os.path.join(self.models_dir, entry["file"]),
                               decoder_only=self.decoder_only)
         return adapters.load_model(self.config(name),
                                    os.path.join(self.models_dir, entry["checkpoint"]),
-                                   decoder_only=self.decoder_only, param_dtype=param_dtype)
+                                   decoder_only=self.decoder_only, param_dtype=param_dtype,
+                                   kernel_layout=kernel_layout)
 
     def targets(self) -> List[str]:
         """The bundled targets, the memory-bound one first."""
@@ -361,15 +364,18 @@ def feature_draft_config(entry: dict):
     return feature_draft.FeatureDraftConfig(**entry["config"])
 
 
-def load_feature_draft(entry: dict, models_dir: str = ENDE.models_dir):
+def load_feature_draft(entry: dict, models_dir: str = ENDE.models_dir,
+                       kernel_layout: str = "auto"):
     """A bundled target-aware draft (bfloat16 T5X checkpoint, decoded in float32)."""
     # pylint: disable=g-import-not-at-top
     from speculative import checkpoints
-    from speculative.models import feature_draft
+    from speculative.models import feature_draft, layers
 
     module = feature_draft.FeatureDraft(feature_draft_config(entry))
     params = checkpoints.load_params(os.path.join(models_dir, entry["checkpoint"]),
                                      dtype="float32")
+    if layers.resolve_kernel_layout(kernel_layout) == "transposed":
+        params = layers.transpose_kernels(params)
     return feature_draft.FeatureDraftModel(module, params)
 
 
@@ -407,8 +413,8 @@ class Bundled:
     def checkpoint(self) -> Optional[str]:
         return os.path.join(self.models_dir, self.entry["checkpoint"]) if self.is_t5 else None
 
-    def load(self, param_dtype: str = "float32") -> DecodeModel:
-        return self.bundle.load(self.name, param_dtype=param_dtype)
+    def load(self, param_dtype: str = "float32", kernel_layout: str = "auto") -> DecodeModel:
+        return self.bundle.load(self.name, param_dtype=param_dtype, kernel_layout=kernel_layout)
 
 
 def _cards():

@@ -50,7 +50,7 @@ from speculative.hf_checkpoints import hf_config_dict as hf_config_dict
 from speculative.hf_checkpoints import load_hf_config as load_hf_config
 from speculative.hf_checkpoints import save_hf_t5 as save_hf_t5
 from speculative.hf_checkpoints import to_hf_t5 as to_hf_t5
-from speculative.models import t5
+from speculative.models import layers, t5
 from speculative.param_trees import CheckpointError as CheckpointError  # re-exported
 from speculative.param_trees import Key, _ArrayLeaf, _dtype, _flatten, _name, _unflatten
 from speculative.param_trees import validate_params as validate_params
@@ -416,8 +416,10 @@ def save_t5x(params, path, step: int = 0, *, overwrite: bool = False,
     {'target': <tensorstore specs>, 'state': {'step': int32, 'param_states': {}}}}`, and one gzip
     zarr v2 dir `target.<dotted name>` per array, chunked to <= 64 MiB, in the array's own dtype
     (float32, bfloat16, ...). Written to `checkpoint_<step>.tmp-<time>`, renamed when complete.
-    Returns the step dir.
+    Returns the step dir. Kernels are written in T5X's `[in, out]` layout whichever layout the
+    params decode in (`layers.transpose_kernels`, the default on a CPU).
     """
+    params = layers.untranspose_kernels(params)
     path = os.fspath(path)
     if path.startswith("gs://"):
         raise CheckpointError(f"save_t5x writes local dirs only: save locally, then copy it to "

@@ -24,7 +24,7 @@ import safetensors
 import safetensors.numpy
 
 from speculative import files
-from speculative.models import t5
+from speculative.models import layers, t5
 from speculative.param_trees import (
     CheckpointError,
     Key,
@@ -153,7 +153,10 @@ def to_hf_t5(params, config: Optional[t5.T5Config] = None) -> Dict[str, np.ndarr
     """T5X-named params -> HF T5 state dict of numpy arrays (the inverse of `from_hf_t5`).
 
     Any subset of the tree maps (e.g. `DecoderOnly` params); a tied model (no `logits_dense`) gets
-    no `lm_head.weight` (HF ties it). With `config`, params are validated first."""
+    no `lm_head.weight` (HF ties it). With `config`, params are validated first. Kernels in
+    `layers.transpose_kernels`' layout (a model loaded for decoding on a CPU) are read back in
+    T5X's."""
+    params = layers.untranspose_kernels(params)
     if config is not None:
         validate_params(params, config)
     out = {}

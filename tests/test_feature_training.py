@@ -282,7 +282,9 @@ def test_target_head_gives_the_targets_logits_of_its_state_guess(tied):
     hot_config, hot_params = fd.with_hot_vocab(config, params, hot)
     hot_logits = fd.FeatureDraft(hot_config).apply({"params": hot_params}, hidden,
                                                     method="logits")
-    np.testing.assert_allclose(hot_logits[..., list(hot)], logits[..., list(hot)], rtol=1e-6)
+    # A 5-row table against a 16-row one: the same sums in another order (float32 round-off).
+    np.testing.assert_allclose(hot_logits[..., list(hot)], logits[..., list(hot)], rtol=1e-5,
+                               atol=1e-6)
     others = np.setdiff1d(np.arange(16), hot)
     assert np.all(np.asarray(hot_logits[..., others]) == fd.HOT_MASK_LOGIT)
     # Copied with the hot rows straight from the target: the same parameters.

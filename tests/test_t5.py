@@ -201,3 +201,68 @@ def test_bfloat16_compute_keeps_float32_logits_and_params():
     assert logits.dtype == jnp.float32
     ref = t5.Transformer(tiny_config()).apply({"params": params}, enc, dec)
     np.testing.assert_allclose(logits, ref, atol=0.1)  # bf16 activations, same function
+
+
+@pytest.mark.parametrize("decoder_only", [False, True])
+def test_transposed_kernels_compute_the_same_model(decoder_only):
+    """`layers.transpose_kernels` stores every dense kernel [out, in] (the decode layout on a
+    CPU): the full forward and a cached extend give T5X's logits to float32 round-off, for
+    one-axis (q/k/v with features (H, D), MLP) and two-axis (attention out) contractions and an
+    untied output layer; the inverse gives back T5X's tree exactly."""
+    from speculative.models import layers  # pylint: disable=g-import-not-at-top
+
+    cfg = tiny_config()
+    model = t5.DecoderOnly(cfg) if decoder_only else t5.Transformer(cfg)
+    params = random_params(model, 3)
+    moved = layers.transpose_kernels(params)
+    flat = {"/".join(k.key for k in p): x.shape
+            for p, x in jax.tree_util.tree_flatten_with_path(moved)[0]}
+    orig = _flat_shapes(params)
+    kernels = [k for k in orig if k.endswith("/kernel")]
+    assert kernels and not any(k.endswith("/kernel") for k in flat)
+    for k in kernels:
+        assert list(flat[k + "_t"]) == orig[k][::-1]
+    back = layers.untranspose_kernels(moved)
+    assert jax.tree_util.tree_structure(back) == jax.tree_util.tree_structure(params)
+    for a, b in zip(jax.tree_util.tree_leaves(back), jax.tree_util.tree_leaves(params)):
+        np.testing.assert_array_equal(a, b)
+    assert layers.untranspose_kernels(params) == params  # T5X's tree: untouched
+
+    rng = np.random.default_rng(1)
+    dec = rng.integers(2, 16, (2, 7)).astype(np.int32)
+    dec[:, 0] = 0
+    enc = rng.integers(2, 16, (2, 5)).astype(np.int32)
+    args = (dec,) if decoder_only else (enc, dec)
+    full = model.apply({"params": params}, *args)
+    np.testing.assert_allclose(model.apply({"params": moved}, *args), full, atol=1e-5)
+    if not decoder_only:
+        for p in (params, moved):  # a 3-token verify-like call on a cache, in both layouts
+            cache = model.apply({"params": p}, enc, 8, method="init_cache")
+            logits, _ = model.apply({"params": p}, cache, dec[:, :3], method="extend")
+            np.testing.assert_allclose(logits, full[:, :3], atol=1e-5)
+
+
+def test_load_model_kernel_layout(tmp_path):
+    """'auto' is the transposed layout on a CPU without a mesh; 't5x' keeps T5X's; a transposed
+    model saves as a T5X checkpoint; bad values and a transposed sharded model are refused by
+    name."""
+    from speculative import checkpoints  # pylint: disable=g-import-not-at-top
+    from speculative.models import adapters, layers  # pylint: disable=g-import-not-at-top
+
+    cfg = tiny_config()
+    auto = adapters.load_model(cfg, seed=0)
+    t5x = adapters.load_model(cfg, seed=0, kernel_layout="t5x")
+    assert jax.default_backend() == "cpu"
+    q = auto.params["decoder"]["layers_0"]["self_attention"]["query"]
+    assert set(q) == {"kernel_t"}
+    np.testing.assert_array_equal(
+        q["kernel_t"], t5x.params["decoder"]["layers_0"]["self_attention"]["query"]["kernel"].T)
+    saved = checkpoints.save_t5x(auto.params, tmp_path, step=1)
+    again = adapters.load_model(cfg, saved, kernel_layout="t5x")  # validates T5X's names first
+    for a, b in zip(jax.tree_util.tree_leaves(again.params), jax.tree_util.tree_leaves(t5x.params)):
+        np.testing.assert_array_equal(a, b)
+    with pytest.raises(ValueError, match="kernel_layout='columns'"):
+        adapters.load_model(cfg, seed=0, kernel_layout="columns")
+    with pytest.raises(ValueError, match="unsharded"):
+        layers.resolve_kernel_layout("transposed", sharded=True)
+    assert layers.resolve_kernel_layout("auto", sharded=True) == "t5x"

@@ -23,7 +23,7 @@ from flax import struct
 
 from speculative import partitioning, validation
 from speculative.contract import DecodeModel
-from speculative.models import t5
+from speculative.models import layers, t5
 
 
 @struct.dataclass
@@ -183,6 +183,7 @@ def load_model(
     param_dtype: Optional[str] = None,
     mesh: Optional[Any] = None,
     rules: Optional[partitioning.LogicalRules] = None,
+    kernel_layout: str = "auto",
 ) -> DecodeModel:
     """A T5 `DecodeModel` with weights from `checkpoint`, or random (T5X init) with `seed`.
 
@@ -193,8 +194,12 @@ def load_model(
       seed: PRNG seed for random weights (ignored with a checkpoint).
       param_dtype: cast parameters on load (e.g. 'bfloat16' as T5X's infer.gin does).
       mesh, rules: place the model on a ('data', 'model') mesh (`partitioning.place_model`).
+      kernel_layout: 'auto' (default): T5X's `[in, out]` dense kernels with a mesh or on an
+        accelerator, `layers.transpose_kernels`' `[out, in]` on a CPU without one (the same
+        model; its verify calls cost less there); 't5x' or 'transposed' to choose.
     """
     param_dtype = validation.float_dtype(param_dtype, "param_dtype")
+    transposed = layers.resolve_kernel_layout(kernel_layout, sharded=mesh is not None)
     module = make_module(config, decoder_only=decoder_only)
     if checkpoint:
         from speculative import checkpoints  # tensorstore/orbax only when a checkpoint is read
@@ -212,5 +217,7 @@ def load_model(
         params = t5.init_params(module, jax.random.PRNGKey(seed))
         if param_dtype:
             params = jax.tree_util.tree_map(lambda x: x.astype(param_dtype), params)
+    if transposed == "transposed":
+        params = layers.transpose_kernels(params)
     model = as_decode_model(module, params)
     return partitioning.place_model(model, mesh, rules) if mesh is not None else model

@@ -374,6 +374,7 @@ def with_target_head(config: FeatureDraftConfig, params: Any, target_params: Any
         raise ValueError(f"with_target_head: the target has width {target_config.emb_dim} and "
                          f"{target_config.vocab_size} tokens; the draft expects "
                          f"{config.target_emb_dim} and {config.vocab_size}.")
+    target_params = layers.untranspose_kernels(target_params)  # T5X's layout, as documented
     decoder = target_params["decoder"]
     if target_config.logits_via_embedding:
         table = jnp.asarray(target_params["token_embedder"]["embedding"], jnp.float32)

@@ -22,7 +22,7 @@ Shape legend: B batch, L length (keys), K chunk (queries), H heads, D head dim, 
 from __future__ import annotations
 
 import functools
-from typing import Callable, Sequence, Tuple
+from typing import Any, Callable, Mapping, Sequence, Tuple
 
 import flax.linen as nn
 import jax
@@ -47,12 +47,62 @@ def _normalize_axes(axes, ndim: int) -> Tuple[int, ...]:
     return tuple(a if a >= 0 else a + ndim for a in axes)
 
 
+# The name of a DenseGeneral kernel stored `[out, in]` (`transpose_kernels`).
+TRANSPOSED_KERNEL = "kernel_t"
+KERNEL_LAYOUTS = ("auto", "t5x", "transposed")
+
+
+def transpose_kernels(params: Any) -> Any:
+    """The same weights with every DenseGeneral `kernel [in, out]` stored as `kernel_t [out, in]`.
+
+    T5X stores a dense kernel `[in, out]`. XLA:CPU multiplies a few rows by it (the 2-9 tokens
+    of a verify call) with a GEMM that first repacks the whole weight matrix, which costs more
+    than the arithmetic on a memory-bound model; stored `[out, in]`, the kernel is the dot's
+    left operand contracted over its minor axis and is read once, row by row. One row (a
+    decode step) costs the same in both layouts. The module needs no other setting: a
+    DenseGeneral computes with `kernel_t` when its params hold one. Outputs agree with the T5X
+    layout to float32 round-off (the sum order differs).
+    """
+    return _rename_kernels(params, "kernel", TRANSPOSED_KERNEL)
+
+
+def untranspose_kernels(params: Any) -> Any:
+    """The inverse of `transpose_kernels`: T5X's `[in, out]` kernels (a no-op on T5X params)."""
+    return _rename_kernels(params, TRANSPOSED_KERNEL, "kernel")
+
+
+def _rename_kernels(tree: Any, old: str, new: str) -> Any:
+    if not isinstance(tree, Mapping):
+        return tree
+    out = {}
+    for key, value in tree.items():
+        if key == old and not isinstance(value, Mapping) and np.ndim(value) == 2:
+            out[new] = jnp.transpose(jnp.asarray(value))
+        else:
+            out[key] = _rename_kernels(value, old, new)
+    return out
+
+
+def resolve_kernel_layout(layout: str, *, sharded: bool = False) -> str:
+    """'t5x' or 'transposed' for a `kernel_layout` setting: 'auto' is 'transposed' on a CPU
+    backend without a mesh (where it is faster) and 't5x' elsewhere."""
+    if layout not in KERNEL_LAYOUTS:
+        raise ValueError(f"kernel_layout={layout!r} is not one of {KERNEL_LAYOUTS}.")
+    if layout == "transposed" and sharded:
+        raise ValueError("kernel_layout='transposed' is for unsharded models: the partitioning "
+                         "rules name T5X's [in, out] kernels; use 't5x' (or 'auto') with a mesh.")
+    if layout == "auto":
+        return "transposed" if not sharded and jax.default_backend() == "cpu" else "t5x"
+    return layout
+
+
 class DenseGeneral(nn.Module):
     """A bias-free linear map over (possibly several) axes, with a 2-D stored kernel.
 
     The stored kernel is `[prod(in_dims), prod(features)]` exactly as in T5X checkpoints; it is
     reshaped to `in_dims + features` at call time. For q/k/v, `features=(H, D)`, so column
-    `h * D + d` is head h, dim d.
+    `h * D + d` is head h, dim d. Params made by `transpose_kernels` hold its transpose
+    `kernel_t` instead, used the same way.
     """
 
     features: int | Tuple[int, ...]
@@ -73,6 +123,15 @@ class DenseGeneral(nn.Module):
             full = self.kernel_init(key, in_dims + features, dtype)
             return jnp.reshape(full, shape)
 
+        inputs = jnp.asarray(inputs, self.dtype)
+        if self.has_variable("params", TRANSPOSED_KERNEL):  # `transpose_kernels`' layout
+            kernel = self.get_variable("params", TRANSPOSED_KERNEL)
+            num = len(features)
+            kernel = jnp.asarray(kernel, self.dtype).reshape(features + in_dims)
+            # The kernel as the dot's left operand, contracted over its minor axes.
+            out = jax.lax.dot_general(kernel, inputs,
+                                      ((tuple(range(num, kernel.ndim)), axis), ((), ())))
+            return jnp.moveaxis(out, tuple(range(num)), tuple(range(out.ndim - num, out.ndim)))
         kernel = self.param(
             "kernel",
             nn.with_logical_partitioning(init_fn, self.kernel_axes),
@@ -80,7 +139,6 @@ class DenseGeneral(nn.Module):
             jnp.float32,
         )
         kernel = jnp.asarray(kernel, self.dtype).reshape(in_dims + features)
-        inputs = jnp.asarray(inputs, self.dtype)
         contract_inputs = axis
         contract_kernel = tuple(range(len(axis)))
         return jax.lax.dot_general(inputs, kernel, ((contract_inputs, contract_kernel), ((), ())))
