@@ -1,6 +1,6 @@
 """T5X's [in, out] dense kernels against [out, in] on a CPU (experiments/kernel_layout.py).
 
-Example (about 3 minutes on 2 CPU cores; run it with nothing else busy on the machine):
+Example (about 8 minutes on 2 CPU cores; run it with nothing else busy on the machine):
   python scripts/kernel_layout_benchmark.py --output_dir=results/large/kernel_layout
 """
 

@@ -112,3 +112,18 @@ def test_alpha_by_confidence_tables_are_the_results_files(pair, tables):
     rows = [row for block in blocks[:tables] for row in block if not row.startswith("|---")]
     assert len(blocks) == 2 and rows and all(row in doc for row in rows), [
         row for row in rows if row not in doc]
+
+
+def test_kernel_layout_table_is_the_results_file():
+    """docs/limits.md's kernel layout table shows the committed kernel_layout.json's costs and
+    speedups."""
+    doc = open(os.path.join(REPO, "docs", "limits.md"), encoding="utf-8").read()
+    with open(os.path.join(REPO, "results", "large", "kernel_layout", "kernel_layout.json")) as f:
+        report = json.load(f)
+    gammas = list(report["rows"][0]["gammas"])
+    for layout, label in (("t5x", "T5X `[in, out]`"), ("transposed", "`[out, in]`")):
+        verify = " / ".join(f"{report['costs'][layout]['verify_cost'][g]:.2f}" for g in gammas)
+        speeds = [" / ".join(f"{row['gammas'][g][layout]['speedup']:.2f}x" for g in gammas)
+                  for row in report["rows"]]
+        line = f"| {label} | {verify} | " + " | ".join(speeds) + " |"
+        assert line in doc, line

@@ -33,7 +33,7 @@ import numpy as np
 
 from speculative import acceptance, decoding, files, host, loading, measure, validation
 from speculative import costs as costs_lib
-from speculative.models import t5
+from speculative.models import layers, t5
 from speculative.runs import config as config_lib
 from speculative.runs import mini
 from speculative.sampling import SamplingConfig
@@ -233,6 +233,7 @@ def run(*, num_sentences: int = 8, gamma: Optional[int] = None,
         "target": target_name, "draft": draft_name, "sentences": len(pairs),
         "repeats": repeats, "samples": samples, "input_length": input_length,
         "identical_to_baseline": identical,
+        "kernel_layout": layers.kernel_layout(target.params),  # docs/limits.md
         "rows": rows,
         "target_step_s": costs.target_step_s, "draft_step_s": costs.draft_step_s,
         "load_average_1m": {"before": load_before, "after": load_after},

@@ -83,6 +83,13 @@ def _rename_kernels(tree: Any, old: str, new: str) -> Any:
     return out
 
 
+def kernel_layout(params: Any) -> str:
+    """'transposed' if a param tree holds `transpose_kernels`' kernels, else 't5x'."""
+    paths = jax.tree_util.tree_flatten_with_path(params)[0]
+    return ("transposed" if any(getattr(p[-1], "key", None) == TRANSPOSED_KERNEL
+                                for p, _ in paths) else "t5x")
+
+
 def resolve_kernel_layout(layout: str, *, sharded: bool = False) -> str:
     """'t5x' or 'transposed' for a `kernel_layout` setting: 'auto' is 'transposed' on a CPU
     backend without a mesh (where it is faster) and 't5x' elsewhere."""
