@@ -71,7 +71,8 @@ def build_model(spec, checkpoint: Optional[str] = None, *, name: str = "target",
             kind = "decoder-only" if found.decoder_only else "encoder-decoder"
             raise ValueError(f"{name}_model={spec!r} is a bundled {kind} model but decoder_only="
                              f"{decoder_only}; set DECODER_ONLY = {found.decoder_only}.")
-        model = found.load(param_dtype or "float32")
+        model = found.load(param_dtype or "float32",
+                           kernel_layout="t5x" if mesh is not None else "auto")
     elif is_decode_model(spec):
         if checkpoint:
             raise ValueError(

@@ -32,7 +32,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from speculative.models import t5
+from speculative.models import layers, t5
 
 LogicalRules = Sequence[Tuple[str, Optional[str]]]
 
@@ -187,11 +187,12 @@ def place_model(model: Any, mesh: Mesh, rules: Optional[LogicalRules] = None,
                 strict: bool = False) -> Any:
     """A `DecodeModel` on `mesh`: a T5 model's parameters sharded by `rules` (T5X's standard
     rules by default) and its decode state pinned to `cache_spec`; any other model (n-gram
-    drafts) replicated."""
+    drafts) replicated. A T5 model's kernels are sharded in T5X's layout, which the rules
+    name (a model loaded for a CPU holds them transposed: `layers.transpose_kernels`)."""
     if hasattr(model, "module") and hasattr(model, "mesh"):
+        params = layers.untranspose_kernels(model.params)
         return dataclasses.replace(
-            model, params=shard_params(model.params, model.module, mesh, rules, strict),
-            mesh=mesh)
+            model, params=shard_params(params, model.module, mesh, rules, strict), mesh=mesh)
     replicated = NamedSharding(mesh, PartitionSpec())
     return model.replace(params=jax.tree_util.tree_map(lambda x: put(x, replicated),
                                                        model.params))

@@ -261,6 +261,11 @@ def test_load_model_kernel_layout(tmp_path):
     again = adapters.load_model(cfg, saved, kernel_layout="t5x")  # validates T5X's names first
     for a, b in zip(jax.tree_util.tree_leaves(again.params), jax.tree_util.tree_leaves(t5x.params)):
         np.testing.assert_array_equal(a, b)
+    # Placed on a mesh, a CPU-loaded model is sharded in T5X's layout, which the rules name.
+    from speculative import partitioning  # pylint: disable=g-import-not-at-top
+    placed = partitioning.place_model(auto, partitioning.make_mesh(mesh_shape=(1, 1)))
+    assert layers.kernel_layout(placed.params) == "t5x" == layers.kernel_layout(t5x.params)
+    assert layers.kernel_layout(auto.params) == "transposed"
     with pytest.raises(ValueError, match="kernel_layout='columns'"):
         adapters.load_model(cfg, seed=0, kernel_layout="columns")
     with pytest.raises(ValueError, match="unsharded"):
