@@ -196,7 +196,8 @@ def load_model(
       mesh, rules: place the model on a ('data', 'model') mesh (`partitioning.place_model`).
       kernel_layout: 'auto' (default): T5X's `[in, out]` dense kernels with a mesh or on an
         accelerator, `layers.transpose_kernels`' `[out, in]` on a CPU without one (the same
-        model; its verify calls cost less there); 't5x' or 'transposed' to choose.
+        model; its verify calls cost less there); 't5x' or 'transposed' to choose. The
+        transposition copies the kernels once: pass 't5x' for a model that would not fit twice.
     """
     param_dtype = validation.float_dtype(param_dtype, "param_dtype")
     transposed = layers.resolve_kernel_layout(kernel_layout, sharded=mesh is not None)
