@@ -55,11 +55,11 @@ KERNEL_LAYOUTS = ("auto", "t5x", "transposed")
 def transpose_kernels(params: Any) -> Any:
     """The same weights with every DenseGeneral `kernel [in, out]` stored as `kernel_t [out, in]`.
 
-    T5X stores a dense kernel `[in, out]`. XLA:CPU multiplies a few rows by it (the 2-9 tokens
-    of a verify call) with a GEMM that first repacks the whole weight matrix, which costs more
-    than the arithmetic on a memory-bound model; stored `[out, in]`, the kernel is the dot's
-    left operand contracted over its minor axis and is read once, row by row. One row (a
-    decode step) costs the same in both layouts. The module needs no other setting: a
+    T5X stores a dense kernel `[in, out]`. XLA:CPU's few-row products (the 2-9 tokens of a
+    verify call, run by YNNPACK) cost up to twice as much with it as with the kernel stored
+    `[out, in]` and used as the dot's left operand, contracted over its minor axis (the layout
+    XNNPACK-style libraries keep fully-connected weights in; docs/limits.md measures both).
+    One row (a decode step) costs no more in the new layout. The module needs no other setting: a
     DenseGeneral computes with `kernel_t` when its params hold one. Outputs agree with the T5X
     layout to float32 round-off (the sum order differs).
     """
