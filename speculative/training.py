@@ -362,7 +362,8 @@ def train(run: TrainRun) -> dict:
                 resume.save(state, step, time.time() - train_start)
     if not record:  # resumed at the last step: the final record is the last one logged
         record = resume.last_record()
-    train_s = time.time() - train_start
+    # A finished run reloaded (to export) trained nothing: its time is the recorded one.
+    train_s = prior_s if first_step > config.steps else time.time() - train_start
     params = jax.device_get(state.params)
     checkpoints.save_t5x(params, model_dir, step=config.steps, overwrite=True)
 
