@@ -5,6 +5,8 @@
                        encoder_length=20.0)                     # bytes one decode step reads
     regime = cache_regime(parts["total"], cpu_facts()["cache_bytes"])   # memory-bound or not
     bandwidth = measure_bandwidth()                              # streaming reads, GB/s
+    load = LoadAverage()      # when a timed run starts ...
+    load.record()             # ... and ends: {"before": 0.4, "after": 1.7}, for its results file
 
 Whether speculative decoding pays on a CPU depends on whether the target's weights fit its
 last-level cache: a virtual machine can land on a host whose L3 holds the whole target, and then
@@ -91,6 +93,20 @@ def environment() -> Dict[str, Any]:
         "cpu": cpu_facts(),
         "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
+
+
+class LoadAverage:
+    """The machine's 1-minute load average when a timed run starts (`before`, read at
+    construction) and when it ends (`record()`). On 2 cores, above ~1.2 another process was
+    busy during the run, and a verify call (a GEMM on both cores) slows more than a single step:
+    every timed results file records the pair so that such runs can be told apart."""
+
+    def __init__(self):
+        self.before = os.getloadavg()[0]
+
+    def record(self) -> Dict[str, float]:
+        """`{"before": ..., "after": ...}`, the second read now."""
+        return {"before": self.before, "after": os.getloadavg()[0]}
 
 
 def step_bytes(config: t5.T5Config, params, *, batch_size: int, position: float,

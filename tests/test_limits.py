@@ -119,6 +119,13 @@ def test_measure_bandwidth_small():
     assert bw["gb_per_s"] > 0 and bw["gb_per_s_best"] >= bw["gb_per_s"]
 
 
+def test_load_average_reads_before_at_start_and_after_at_record(monkeypatch):
+    loads = iter([(0.4, 0.0, 0.0), (1.7, 0.0, 0.0)])
+    monkeypatch.setattr(host.os, "getloadavg", lambda: next(loads))
+    load = host.LoadAverage()
+    assert load.before == 0.4
+    assert load.record() == {"before": 0.4, "after": 1.7}
+
 def _benchmark_json(tmp_path, **config_overrides):
     fields = {k: (list(v) if isinstance(v, tuple) else v)
               for k, v in vars(tiny_config()).items()}

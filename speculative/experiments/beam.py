@@ -17,7 +17,6 @@ with the same scores on every sentence.
 
 from __future__ import annotations
 
-import os
 import time
 from typing import Dict, Sequence
 
@@ -58,7 +57,7 @@ def run(output_dir: str, target_name: str = mini.LARGE_TARGET, draft_name: str =
     pairs = mini.test_pairs(num_sentences)
     inputs = [vocab.encode_sources([src], bundles.INPUT_LENGTH) for src, _ in pairs]
     references = [ref for _, ref in pairs]
-    load_before = os.getloadavg()[0]
+    load = host.LoadAverage()
     start = time.time()
     rows = []
     calibration = mini.source_batches(num_calibration, 1, bundles.INPUT_LENGTH,
@@ -111,7 +110,7 @@ def run(output_dir: str, target_name: str = mini.LARGE_TARGET, draft_name: str =
               "split_batch": split_batch,
               "repeats": repeats,
               "max_decode_len": MAX_LEN, "rows": rows, "seconds": round(time.time() - start, 1),
-              "load_average_1m": {"before": load_before, "after": os.getloadavg()[0]},
+              "load_average_1m": load.record(),
               "environment": host.environment()}
     files.write_report(output_dir, "beam", result, markdown(result))
     return result

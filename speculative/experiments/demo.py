@@ -158,7 +158,7 @@ def run(*, num_sentences: int = 8, gamma: Optional[int] = None,
     # Other test sentences, on which the decode-loop cost model is fitted.
     calibration = mini.source_batches(8, 1, input_length, skip=num_sentences)
     gammas = [gamma] if gamma else list(range(1, 8))
-    load_before = os.getloadavg()[0]
+    load = host.LoadAverage()
     # Without a fixed gamma, verify costs up to TREE_MAX_NODES tokens price token trees too.
     widths = gammas if gamma else sorted({*gammas, *acceptance.TREE_VERIFY_WIDTHS})
     # 7 rounds: with 3, c of the same draft read 0.039-0.053 in four calls (0.074 once, as the
@@ -223,12 +223,12 @@ def run(*, num_sentences: int = 8, gamma: Optional[int] = None,
               f"baseline {row['baseline_s']:.3f} s, speculative {row['speculative_s']:.3f} s; "
               f"predicted {row['predicted_speedup']:.2f}x by Theorem 3.8, "
               f"{row['predicted_speedup_loop']:.2f}x by the decode-loop model)")
-    load_after = os.getloadavg()[0]
+    load_average = load.record()
     print(_state_line(costs.target_step_s, [r["baseline_step_s_loop"] for r in rows]))
     print(f"c {costs.c:.3f} | verify cost " + ", ".join(
         f"gamma {g}: {costs.verify_cost[g]:.2f}" for g in sorted({r['gamma'] for r in rows}))
-        + f" | load average {load_before:.2f} before, {load_after:.2f} after (2 cores: above "
-        "~1.2 another process was busy and the speedups are low)")
+        + f" | load average {load_average['before']:.2f} before, {load_average['after']:.2f} "
+        "after (2 cores: above ~1.2 another process was busy and the speedups are low)")
     summary = {
         "target": target_name, "draft": draft_name, "sentences": len(pairs),
         "repeats": repeats, "samples": samples, "input_length": input_length,
@@ -236,7 +236,7 @@ def run(*, num_sentences: int = 8, gamma: Optional[int] = None,
         "kernel_layout": layers.kernel_layout(target.params),  # docs/limits.md
         "rows": rows,
         "target_step_s": costs.target_step_s, "draft_step_s": costs.draft_step_s,
-        "load_average_1m": {"before": load_before, "after": load_after},
+        "load_average_1m": load_average,
         "cache_regime": regime,
         "environment": environment,
     }

@@ -131,7 +131,7 @@ def run(output_dir: str, drafts: Sequence[str], num_sentences: int = 16,
     models = [load_draft(d, inputs.decoder_only) for d in drafts]  # all load before any timing
     batches = inputs.batches(num_sentences, 1)
     calibration = inputs.batches(8, 1, skip=num_sentences)
-    load_before = os.getloadavg()[0]
+    load = host.LoadAverage()
     rows = []
     for label, draft in models:
         start = time.time()
@@ -158,7 +158,7 @@ def run(output_dir: str, drafts: Sequence[str], num_sentences: int = 16,
         print(_line(row), flush=True)
     result = {"target": target_name, "sentences": num_sentences,
               "alpha_tokens": num_alpha_tokens, "repeats": repeats, "rows": rows,
-              "load_average_1m": {"before": load_before, "after": os.getloadavg()[0]},
+              "load_average_1m": load.record(),
               "environment": host.environment()}
     files.write_report(output_dir, "ablation", result, markdown(result))
     return result

@@ -55,7 +55,7 @@ def run(output_dir: Optional[str] = None, target_name: str = bundles.LARGE_TARGE
     models = {layout: (inputs.load(target_name, kernel_layout=layout),
                        inputs.load(draft_name, kernel_layout=layout)) for layout in LAYOUTS}
     batches = inputs.batches(num_sentences, 1)
-    load_before = os.getloadavg()[0]
+    load = host.LoadAverage()
     start = time.time()
     costs = {layout: costs_lib.measure_costs(target, draft, batches[0], list(gammas),
                                              max_decode_len=inputs.max_decode_len,
@@ -98,7 +98,7 @@ def run(output_dir: Optional[str] = None, target_name: str = bundles.LARGE_TARGE
     report = {"target": target_name, "draft": draft_name, "sentences": num_sentences,
               "samples": samples, "repeats": repeats, "costs": costs, "rows": rows,
               "seconds": round(time.time() - start, 1),
-              "load_average_1m": {"before": load_before, "after": os.getloadavg()[0]},
+              "load_average_1m": load.record(),
               "environment": host.environment()}
     files.write_report(output_dir, "kernel_layout", report, markdown(report))
     return report

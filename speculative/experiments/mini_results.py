@@ -197,7 +197,7 @@ def run(output_dir: Optional[str] = None, num_alpha_tokens: int = 10_000,
                               "resume=True (--resume) to continue it, overwrite=True "
                               "(--overwrite) to start again, or another output_dir.")
     os.makedirs(output_dir, exist_ok=True)
-    load_before = os.getloadavg()[0]  # a busy second core slows every timing (results/README)
+    load = host.LoadAverage()  # a busy second core slows every timing (results/README)
     inputs = bundles.bundle(target_name)
     max_decode_len = inputs.max_decode_len
     target = inputs.load(target_name)
@@ -277,7 +277,7 @@ def run(output_dir: Optional[str] = None, num_alpha_tokens: int = 10_000,
 
     results = {k: v for k, v in stages.results.items() if not k.startswith("dynamic_")}
     results["dynamic"] = [r for t in TEMPERATURES if dynamic for r in stages[f"dynamic_{t:g}"]]
-    results["load_average_1m"] = {"before": load_before, "after": os.getloadavg()[0]}
+    results["load_average_1m"] = load.record()
     # Tables, plot and results.json are written as one group (results.json last): a run
     # interrupted before the end leaves the earlier run's files as they were, and its stages.
     contents = {os.path.join(output_dir, name): text for name, text in _tables(results).items()}

@@ -458,7 +458,7 @@ def run(*, output_dir: str, pairs: Optional[Sequence[Tuple[Spec, Spec]]] = None,
     for (_, target), (_, draft) in loaded:
         check_pair(target, draft, batches)  # every pair before the first one's long timing
 
-    load_before = os.getloadavg()[0]
+    load = host.LoadAverage()
     results = []
     for (target_name, target), (draft_name, draft) in loaded:
         print(f"{target_name} + {draft_name}: parity, then timing ({repeats} repeats)",
@@ -472,7 +472,7 @@ def run(*, output_dir: str, pairs: Optional[Sequence[Tuple[Spec, Spec]]] = None,
            "transformers_version": transformers.__version__,
            "torch_num_threads": torch.get_num_threads(),
            "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
-           "load_average_1m": {"before": load_before, "after": os.getloadavg()[0]}}
+           "load_average_1m": load.record()}
     data = {"schema": SCHEMA, "config": {
         "pairs": [[r["target"], r["draft"]] for r in results], "num_sentences": num_sentences,
         "repeats": repeats, "gamma": gamma, "temperatures": [float(t) for t in temperatures],

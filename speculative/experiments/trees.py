@@ -19,7 +19,6 @@ Run it with nothing else busy on the machine:
 
 from __future__ import annotations
 
-import os
 import time
 from typing import Dict
 
@@ -49,7 +48,7 @@ def run(output_dir: str, target_name: str = mini.LARGE_TARGET, draft_name: str =
     timed = inputs.batches(num_sentences, 1)
     rank_batches = [np.concatenate(inputs.batches(num_sentences + num_rank_sentences, 16))[
         num_sentences:]]  # the sentences after the timed ones, as one batch
-    load_before = os.getloadavg()[0]
+    load = host.LoadAverage()
     start = time.time()
     costs = costs_lib.measure_costs(target, draft, timed[0], list(range(1, max_nodes + 1)),
                                     max_decode_len=inputs.max_decode_len, num_steps=16,
@@ -111,7 +110,7 @@ def run(output_dir: str, target_name: str = mini.LARGE_TARGET, draft_name: str =
               "c": costs.c, "verify_cost": costs.verify_cost,
               "draft_cost_rows": draft_cost_rows, "rows": rows,
               "seconds": round(time.time() - start, 1),
-              "load_average_1m": {"before": load_before, "after": os.getloadavg()[0]},
+              "load_average_1m": load.record(),
               "environment": host.environment()}
     files.write_report(output_dir, "trees", result, markdown(result))
     return result
