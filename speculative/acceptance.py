@@ -41,7 +41,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import jax
 import jax.numpy as jnp
@@ -338,7 +338,6 @@ def rank_acceptance(target, draft, batches: Sequence[np.ndarray], sampling: Samp
     kept = np.zeros((max_depth, max_rank), np.int64)
     reached = np.zeros((max_depth, max_rank), np.int64)
     positions = np.zeros(max_depth, np.int64)
-    tree = trees.Tree((max_rank,))
     rng = jax.random.PRNGKey(seed)
     for x in batches:
         rng, decode_key, mc_key = jax.random.split(rng, 3)
@@ -348,32 +347,19 @@ def rank_acceptance(target, draft, batches: Sequence[np.ndarray], sampling: Samp
         valid = np.arange(tokens.shape[1])[None] < np.asarray(out.lengths)[:, None]
         p_all, q_all = _forced_depth_logits(target, draft, jnp.asarray(x, jnp.int32),
                                             jnp.asarray(tokens), max_depth)
-        draw_keys = jax.random.split(mc_key, TREE_DRAWS)
+        # T = 0 ranks each position once; T > 0 simulates TREE_DRAWS sibling tests at each.
+        draw_keys = jax.random.split(mc_key, 1 if sampling.greedy else TREE_DRAWS)
         for d in range(max_depth):
             at_depth = valid & (np.arange(tokens.shape[1])[None] >= d)  # a round began at j - d
-            p_logits, q_logits = p_all[at_depth], q_all[d][at_depth]  # [P, V]
             positions[d] += int(at_depth.sum())
-            if sampling.greedy:
-                best = jnp.argmax(p_logits, -1)
-                own = jnp.take_along_axis(q_logits, best[:, None], 1)
-                rank = np.asarray(jnp.sum(q_logits > own, -1))  # 0 = the draft's top token
-                for j in range(max_rank):
-                    reached[d, j] += int(np.sum(rank >= j))
-                    kept[d, j] += int(np.sum(rank == j))
-                continue
-            p = sampling_lib.adjusted_probs(p_logits, sampling)
-            q = sampling_lib.adjusted_probs(q_logits, sampling)
-            for key in draw_keys:
-                child_key, walk_key = jax.random.split(key)
-                children, ok = trees.sampled_children(q, max_rank, child_key)
-                nodes = jnp.broadcast_to(p[:, None], (p.shape[0], tree.num_nodes, p.shape[-1]))
-                walk = trees.exact_walk(tree, nodes, q[:, None], children, ok, walk_key)
-                rank = np.where(np.asarray(walk.accepted) > 0,
-                                np.asarray(walk.path[:, 0]) - 1, max_rank)
-                ok = np.asarray(ok)
-                for j in range(max_rank):
-                    reached[d, j] += int(np.sum((rank >= j) & ok[:, j]))
-                    kept[d, j] += int(np.sum(rank == j))
+            # Every position is ranked (one shape, one program for all depths); `at_depth`
+            # picks the counted ones. rank [draws, B, N]: 0 = the draft's top token, max_rank
+            # = none kept; ok [draws, B, N, max_rank]: which children were drawn.
+            rank, ok = _ranks(p_all, q_all[d], draw_keys, sampling=sampling, max_rank=max_rank)
+            rank, ok = np.asarray(rank)[:, at_depth], np.asarray(ok)[:, at_depth]
+            for j in range(max_rank):
+                reached[d, j] += int(np.sum((rank >= j) & ok[..., j]))
+                kept[d, j] += int(np.sum(rank == j))
     rates = np.where(reached > 0, kept / np.maximum(reached, 1), 0.0)
     by_depth = tuple(tuple(r) for r in rates.tolist()) if max_depth > 1 else ()
     return RankAcceptance(tuple(rates[0].tolist()), int(positions[0]),
@@ -382,20 +368,66 @@ def rank_acceptance(target, draft, batches: Sequence[np.ndarray], sampling: Samp
                           depth_positions=tuple(positions.tolist()) if max_depth > 1 else ())
 
 
+@functools.partial(jax.jit, static_argnames=("sampling", "max_rank"))
+def _ranks(p_logits: jax.Array, q_logits: jax.Array, keys: jax.Array, *,
+           sampling: SamplingConfig, max_rank: int) -> Tuple[jax.Array, jax.Array]:
+    """The rank of the child a token tree of `max_rank` children keeps at each position of
+    `p_logits, q_logits [..., V]` (`rank_acceptance`), once per key of `keys [draws]`: at
+    T = 0 the draft's rank of the target's argmax (the same for every key, all children
+    drawn); at T > 0 the child recursive rejection sampling accepts among `max_rank` drawn
+    without replacement from q (max_rank: none). Returns `(rank [draws, ...], ok [draws, ...,
+    max_rank])`, ok saying which children were drawn (q's support can run out)."""
+    if sampling.greedy:
+        best = jnp.argmax(p_logits, -1)
+        own = jnp.take_along_axis(q_logits, best[..., None], -1)
+        rank = jnp.sum(q_logits > own, -1)
+        ok = jnp.ones(rank.shape + (max_rank,), bool)
+        return (jnp.broadcast_to(rank, keys.shape[:1] + rank.shape),
+                jnp.broadcast_to(ok, keys.shape[:1] + ok.shape))
+    lead, vocab = p_logits.shape[:-1], p_logits.shape[-1]
+    p = sampling_lib.adjusted_probs(p_logits, sampling).reshape(-1, vocab)
+    q = sampling_lib.adjusted_probs(q_logits, sampling).reshape(-1, vocab)
+    tree = trees.Tree((max_rank,))
+    nodes = jnp.broadcast_to(p[:, None], (p.shape[0], tree.num_nodes, vocab))
+
+    def draw(key):
+        child_key, walk_key = jax.random.split(key)
+        children, ok = trees.sampled_children(q, max_rank, child_key)
+        walk = trees.exact_walk(tree, nodes, q[:, None], children, ok, walk_key)
+        rank = jnp.where(walk.accepted > 0, walk.path[:, 0] - 1, max_rank)
+        return rank.reshape(lead), ok.reshape(lead + (max_rank,))
+
+    return jax.lax.map(draw, keys)
+
+
 def choose_tree(target, draft, batches, sampling: SamplingConfig, costs: costs_lib.StepCosts,
-                row_costs: Dict[int, float], *, max_decode_len: int, max_nodes: int,
-                seed: int = 0) -> TreeChoice:
+                row_costs: Union[Dict[int, float], Callable[[], Dict[int, float]]], *,
+                max_decode_len: int, max_nodes: int, seed: int = 0) -> TreeChoice:
     """The token tree `theory.best_tree` predicts fastest, against the best chain: per-rank
     acceptance along the target's output for `batches` (`rank_acceptance`, 4 ranks; per depth
     up to `TREE_RATE_DEPTHS` for a draft whose deeper drafts differ, i.e. one that offers
     `unrolled_logits`), the verify costs of `costs` (`costs.measure_costs` at widths up to
-    `max_nodes`) and the draft's cost on m paths `row_costs` (`costs.draft_row_costs`)."""
+    `max_nodes`) and the draft's cost on m paths `row_costs` (`costs.draft_row_costs`).
+
+    `row_costs` may be a function that measures them, called only if some tree beats the best
+    chain with the draft's call priced at its one-row cost c whatever its rows (a bound: more
+    rows never cost less): where verifying more tokens is what loses, as on a CPU, no tree can
+    win and the draft's timing is skipped."""
     depths = TREE_RATE_DEPTHS if hasattr(draft, "unrolled_logits") else 1
     ranks = rank_acceptance(target, draft, [np.concatenate([np.asarray(b) for b in batches])],
                             sampling, max_rank=4, max_decode_len=max_decode_len,
                             max_depth=depths, seed=seed)
-    plan = theory.best_tree(ranks.theory_rates, costs.c, costs.verify_curve(),
-                            draft_cost=costs_lib.cost_curve(row_costs), max_nodes=max_nodes)
+
+    def plan_for(draft_cost):
+        return theory.best_tree(ranks.theory_rates, costs.c, costs.verify_curve(),
+                                draft_cost=draft_cost, max_nodes=max_nodes)
+
+    if callable(row_costs):
+        plan = plan_for(None)  # every draft call at c: the trees' best case
+        if plan.tree == plan.chain:
+            return TreeChoice(ranks.rates, plan, depth_rates=ranks.depth_rates)
+        row_costs = row_costs()
+    plan = plan_for(costs_lib.cost_curve(row_costs))
     return TreeChoice(ranks.rates, plan, depth_rates=ranks.depth_rates)
 
 

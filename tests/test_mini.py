@@ -203,22 +203,31 @@ def test_dynamic_gamma_rows_share_one_baseline():
 
 @pytest.mark.slow  # ~13 s
 def test_demo_picks_a_tree_only_when_it_is_predicted_faster():
-    """The demo's tree choice (`theory.best_tree` on per-rank rates along the target's output):
+    """The demo's shape choice (`theory.best_tree` on per-rank rates along the target's output):
     with free verification a branching tree wins; with a verify cost that grows by 0.3 steps
-    per drafted token the chain does, and the line says why."""
+    per drafted token the chain does, the line says why, and the draft's cost on several paths
+    is never measured (no tree can win even at its one-row cost)."""
     from speculative.experiments import demo  # pylint: disable=g-import-not-at-top
 
     target, draft = mini.load(mini.MINI_TARGET), mini.load("mini_draft_30")
     batches = mini.source_batches(2, 1, bundles.INPUT_LENGTH)
-    rows = {m: 0.02 for m in (1, 2, 4, 8, 12)}
+    measured = []
+
+    def row_costs():
+        measured.append(True)
+        return {m: 0.02 for m in (1, 2, 4, 8, 12)}
+
     free = costs_lib.StepCosts.assumed(0.02, {n: 1.0 for n in range(1, 13)})
-    tree, line = demo._pick_tree(target, draft, batches, GREEDY, free, rows,  # pylint: disable=protected-access
-                                 bundles.MAX_DECODE_LEN, 0)
-    assert tree is not None and max(tree) > 1 and line.endswith(": the tree"), line
+    shape, line = demo._pick_shape(target, draft, batches, GREEDY, free, row_costs,  # pylint: disable=protected-access
+                                   bundles.MAX_DECODE_LEN, 0)
+    assert max(shape) > 1 and line.endswith(": the tree"), line
+    assert measured == [True]
     costly = costs_lib.StepCosts.assumed(0.02, {n: 1.0 + 0.3 * n for n in range(1, 13)})
-    tree, line = demo._pick_tree(target, draft, batches, GREEDY, costly, rows,  # pylint: disable=protected-access
-                                 bundles.MAX_DECODE_LEN, 0)
-    assert tree is None and "per-rank acceptance" in line and line.endswith("the chain"), line
+    shape, line = demo._pick_shape(target, draft, batches, GREEDY, costly, row_costs,  # pylint: disable=protected-access
+                                   bundles.MAX_DECODE_LEN, 0)
+    assert max(shape) == 1 and "per-rank acceptance" in line and line.endswith("the chain"), line
+    assert f"best chain gamma {len(shape)} " in line
+    assert measured == [True]  # not measured again: the chain wins at any draft cost
 
 
 def test_demo_runs_on_the_bundled_mini_pair(tmp_path, capsys):

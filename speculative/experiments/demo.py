@@ -9,21 +9,23 @@ loop cost model). At a temperature above 0 each sentence is decoded with `sample
 (different translations; the baseline and the speculative decoder get the same keys): one
 sampled translation of 8 sentences is about 115 tokens, and its speedup moved between 1.26x and
 1.92x (2.78 to 4.10 tokens per target call) with the seed alone. gamma is Theorem 3.8's best for
-the measured c, verify cost and a quick alpha estimate at that temperature; it then says whether
-a token tree is predicted faster than the best chain (`theory.best_tree`) and decodes with the
-tree if so. Timings come from `runs.benchmark` (compiled programs, interleaved repeats,
-medians); the machine's load average is printed with them, since a busy second core slows
-verification more than single steps. It also prints whether the target's weights exceed 3x the
-CPU's last-level cache (`host.cache_regime`): a virtual machine can land on a host whose cache
-holds them all, and the JSON records the CPU (`host.environment`). Such a cache can be shared
-and switch between serving the weights and not within minutes, so it also compares the target
-step timed before the decoders with the baseline's loop step while they were timed, and says
-when the two differ by more than `STATE_CHANGE`. Without the bundle (a partial checkout) it
-falls back to random tiny models and says so.
+the measured c, verify costs and the per-rank acceptance along the target's output at that
+temperature (`acceptance.choose_tree`), which also says whether a token tree is predicted faster
+than the best chain and decodes with the tree if so. Timings come from `runs.benchmark`
+(compiled programs, interleaved repeats, medians); the machine's load average is printed with
+them, since a busy second core slows verification more than single steps. It also prints whether
+the target's weights exceed 3x the CPU's last-level cache (`host.cache_regime`): a virtual
+machine can land on a host whose cache holds them all, and the JSON records the CPU
+(`host.environment`). Such a cache can be shared and switch between serving the weights and not
+within minutes, so it also compares the target step timed before the decoders with the
+baseline's loop step while they were timed, and says when the two differ by more than
+`STATE_CHANGE`. Without the bundle (a partial checkout) it falls back to random tiny models and
+says so.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from typing import Optional, Sequence
@@ -95,21 +97,15 @@ def _state_line(step_s: float, loop_steps_s: Sequence[Optional[float]]) -> str:
     return line
 
 
-def _pick_gamma(target, draft, batches, sampling, costs, gammas, max_decode_len, seed) -> int:
-    """Theorem 3.8's best gamma for the measured costs and a quick alpha estimate."""
-    probe = decoding.speculative_decode(target, draft, np.concatenate(batches),
-                                        rng=jax.random.PRNGKey(seed), gamma=4,
-                                        sampling=sampling, max_decode_len=max_decode_len)
-    return costs_lib.best_gamma(min(float(probe.stats.alpha), 1.0), costs, gammas)
-
-
-def _pick_tree(target, draft, batches, sampling, costs, row_costs, max_decode_len, seed):
-    """The token tree to decode with, or None for the chain, and a line saying why
-    (`acceptance.choose_tree`, docs/token_trees.md)."""
+def _pick_shape(target, draft, batches, sampling, costs, row_costs, max_decode_len, seed):
+    """The chain or token tree to decode with (its branching: `(1,) * gamma` for a chain), and
+    a line saying why: the shape `acceptance.choose_tree` predicts fastest by Theorem 3.8 for the
+    measured costs and the per-rank acceptance along the target's output for `batches`
+    (docs/token_trees.md)."""
     choice = acceptance.choose_tree(target, draft, batches, sampling, costs, row_costs,
                                    max_decode_len=max_decode_len,
                                    max_nodes=acceptance.TREE_MAX_NODES, seed=seed)
-    return choice.tree, choice.line()
+    return choice.plan.tree, choice.line()
 
 
 def run(*, num_sentences: int = 8, gamma: Optional[int] = None,
@@ -166,9 +162,10 @@ def run(*, num_sentences: int = 8, gamma: Optional[int] = None,
     costs = costs_lib.measure_costs(target, draft, batches[0], widths,
                                     max_decode_len=max_decode_len, num_steps=16,
                                     repeats=COST_REPEATS, seed=seed)
-    row_costs = None if gamma else costs_lib.draft_row_costs(
-        target, draft, batches[0], acceptance.TREE_DRAFT_ROWS, c=costs.c,
-        max_decode_len=max_decode_len, seed=seed)
+    # The draft's cost on several paths prices token trees; measured only if a tree can win.
+    row_costs = functools.cache(functools.partial(
+        costs_lib.draft_row_costs, target, draft, batches[0], acceptance.TREE_DRAFT_ROWS,
+        c=costs.c, max_decode_len=max_decode_len, seed=seed))
 
     weights = host.step_bytes(target.module.config, target.params, batch_size=1, position=0,
                                 encoder_length=0)["total"]
@@ -194,16 +191,15 @@ def run(*, num_sentences: int = 8, gamma: Optional[int] = None,
     for temperature in temperatures:
         sampling = SamplingConfig(float(temperature))
         # Sampling: each sentence `samples` times (batch i gets key i, so the copies differ);
-        # the gamma probe reads all of them too (one draw of alpha at T > 0 is noisy).
+        # the acceptance rates that choose gamma read all of them too (one draw of alpha at
+        # T > 0 is noisy).
         timed = [x for x in batches for _ in range(samples if temperature > 0 else 1)]
-        g = gamma or _pick_gamma(target, draft, timed, sampling, costs, gammas,
-                                 max_decode_len, seed)
-        tree = None
+        g, tree = gamma, None
         if not gamma:
-            tree, line = _pick_tree(target, draft, batches, sampling, costs, row_costs,
-                                    max_decode_len, seed)
+            shape, line = _pick_shape(target, draft, timed, sampling, costs, row_costs,
+                                      max_decode_len, seed)
             print(f"T={temperature:g}: {line}")
-            g = len(tree) if tree else g
+            g, tree = len(shape), (shape if max(shape) > 1 else None)
         [m] = measure.measure(
             target, [draft] * len(timed), timed, sampling=sampling, gammas=[g],
             max_decode_len=max_decode_len, repeats=repeats, lenience=1.0, seed=seed,
