@@ -214,8 +214,9 @@ class _CheckingSelfDraft:
         return self.target.rewind(state[0], lengths), state[1]
 
 
-@pytest.mark.parametrize("gamma,tree", [(1, None), pytest.param(2, None, marks=pytest.mark.slow),
-                                        (4, None), (3, (2, 2, 1))])
+@pytest.mark.parametrize("gamma,tree", [  # CI: gamma 4 and a tree
+    pytest.param(1, None, marks=pytest.mark.slow), pytest.param(2, None, marks=pytest.mark.slow),
+    (4, None), (3, (2, 2, 1))])
 def test_the_loop_feeds_each_position_the_targets_features_of_the_position_before(gamma, tree):
     """Chains, and a token tree, whose kept path's features are gathered from its nodes."""
     _, target, _ = _aware_pair()
@@ -567,8 +568,9 @@ def test_hot_vocab_loss_uses_the_teacher_restricted_to_the_hot_set():
 # ----------------------------------------------------------------------------------------------
 # Speculative beam search with a target-aware draft.
 
-@pytest.mark.parametrize("beam_size,draft_beam,branch", [
-    (1, 0, 1), (2, 0, 2), pytest.param(2, 2, 1, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("beam_size,draft_beam,branch", [  # CI: two beams, two first tokens
+    pytest.param(1, 0, 1, marks=pytest.mark.slow), (2, 0, 2),
+    pytest.param(2, 2, 1, marks=pytest.mark.slow)])
 def test_speculative_beam_search_with_a_target_aware_draft_is_the_plain_search(
         beam_size, draft_beam, branch):
     _, target, draft = _aware_pair()

@@ -381,8 +381,9 @@ def _feature_drafts():
             for n, e in b.model_card()["models"].items() if e.get("kind") == "feature_draft"]
 
 
-@pytest.mark.parametrize("bundle,name", _feature_drafts(),
-                         ids=lambda x: x if isinstance(x, str) else x.name)
+@pytest.mark.parametrize("bundle,name", [  # CI: the EN-DE draft; the code pair's (~50 s) slow
+    pytest.param(b, n, marks=[pytest.mark.slow] if b.decoder_only else [])
+    for b, n in _feature_drafts()], ids=lambda x: x if isinstance(x, str) else x.name)
 def test_bundled_target_aware_draft_reproduces_its_card(bundle, name):
     """The stored (bfloat16) target-aware draft: its forced alpha on the card's first valid
     sentences (code: prompts continued for PROMPT_LENGTH tokens) is what the card records."""
