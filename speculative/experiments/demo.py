@@ -153,10 +153,11 @@ def run(*, num_sentences: int = 8, gamma: Optional[int] = None,
     batches = [vocab.encode_sources([src], input_length) for src, _ in pairs]
     # Other test sentences, on which the decode-loop cost model is fitted.
     calibration = mini.source_batches(8, 1, input_length, skip=num_sentences)
-    gammas = [gamma] if gamma else list(range(1, 8))
     load = host.LoadAverage()
-    # Without a fixed gamma, verify costs up to TREE_MAX_NODES tokens price token trees too.
-    widths = gammas if gamma else sorted({*gammas, *acceptance.TREE_VERIFY_WIDTHS})
+    # The verify cost of the fixed gamma; else of every chain up to gamma 8 and of token trees
+    # up to TREE_MAX_NODES nodes (between the measured widths, interpolated), which the shape
+    # chooser prices.
+    widths = [gamma] if gamma else sorted({*range(1, 9), *acceptance.TREE_VERIFY_WIDTHS})
     # 7 rounds: with 3, c of the same draft read 0.039-0.053 in four calls (0.074 once, as the
     # process's first timing), and the gamma it chose moved with it; with 7, 0.046-0.047.
     costs = costs_lib.measure_costs(target, draft, batches[0], widths,
