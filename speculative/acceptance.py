@@ -41,7 +41,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import jax
 import jax.numpy as jnp
@@ -401,18 +401,17 @@ def _ranks(p_logits: jax.Array, q_logits: jax.Array, keys: jax.Array, *,
 
 
 def choose_tree(target, draft, batches, sampling: SamplingConfig, costs: costs_lib.StepCosts,
-                row_costs: Union[Dict[int, float], Callable[[], Dict[int, float]]], *,
-                max_decode_len: int, max_nodes: int, seed: int = 0) -> TreeChoice:
+                row_costs: Callable[[], Dict[int, float]], *, max_decode_len: int,
+                max_nodes: int, seed: int = 0) -> TreeChoice:
     """The token tree `theory.best_tree` predicts fastest, against the best chain: per-rank
     acceptance along the target's output for `batches` (`rank_acceptance`, 4 ranks; per depth
     up to `TREE_RATE_DEPTHS` for a draft whose deeper drafts differ, i.e. one that offers
     `unrolled_logits`), the verify costs of `costs` (`costs.measure_costs` at widths up to
-    `max_nodes`) and the draft's cost on m paths `row_costs` (`costs.draft_row_costs`).
-
-    `row_costs` may be a function that measures them, called only if some tree beats the best
-    chain with the draft's call priced at its one-row cost c whatever its rows (a bound: more
-    rows never cost less): where verifying more tokens is what loses, as on a CPU, no tree can
-    win and the draft's timing is skipped."""
+    `max_nodes`) and the draft's cost on m paths, `{m: cost}` from `row_costs()` (a function
+    that measures them with `costs.draft_row_costs`). It is called only if some tree beats the
+    best chain with the draft's call priced at its one-row cost c whatever its rows (a bound:
+    more rows never cost less): where verifying more tokens is what loses, as on a CPU, no tree
+    can win and the draft's timing is skipped."""
     depths = TREE_RATE_DEPTHS if hasattr(draft, "unrolled_logits") else 1
     ranks = rank_acceptance(target, draft, [np.concatenate([np.asarray(b) for b in batches])],
                             sampling, max_rank=4, max_decode_len=max_decode_len,
@@ -422,12 +421,9 @@ def choose_tree(target, draft, batches, sampling: SamplingConfig, costs: costs_l
         return theory.best_tree(ranks.theory_rates, costs.c, costs.verify_curve(),
                                 draft_cost=draft_cost, max_nodes=max_nodes)
 
-    if callable(row_costs):
-        plan = plan_for(None)  # every draft call at c: the trees' best case
-        if plan.tree == plan.chain:
-            return TreeChoice(ranks.rates, plan, depth_rates=ranks.depth_rates)
-        row_costs = row_costs()
-    plan = plan_for(costs_lib.cost_curve(row_costs))
+    plan = plan_for(None)  # every draft call at c: the trees' best case
+    if plan.tree != plan.chain:
+        plan = plan_for(costs_lib.cost_curve(row_costs()))
     return TreeChoice(ranks.rates, plan, depth_rates=ranks.depth_rates)
 
 

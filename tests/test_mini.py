@@ -218,15 +218,16 @@ def test_demo_picks_a_tree_only_when_it_is_predicted_faster():
         return {m: 0.02 for m in (1, 2, 4, 8, 12)}
 
     free = costs_lib.StepCosts.assumed(0.02, {n: 1.0 for n in range(1, 13)})
-    shape, line = demo._pick_shape(target, draft, batches, GREEDY, free, row_costs,  # pylint: disable=protected-access
-                                   bundles.MAX_DECODE_LEN, 0)
-    assert max(shape) > 1 and line.endswith(": the tree"), line
+    gamma, tree, line = demo._pick_shape(target, draft, batches, GREEDY, free, row_costs,  # pylint: disable=protected-access
+                                         bundles.MAX_DECODE_LEN, 0)
+    assert tree is not None and max(tree) > 1 and gamma == len(tree), tree
+    assert line.endswith(": the tree"), line
     assert measured == [True]
     costly = costs_lib.StepCosts.assumed(0.02, {n: 1.0 + 0.3 * n for n in range(1, 13)})
-    shape, line = demo._pick_shape(target, draft, batches, GREEDY, costly, row_costs,  # pylint: disable=protected-access
-                                   bundles.MAX_DECODE_LEN, 0)
-    assert max(shape) == 1 and "per-rank acceptance" in line and line.endswith("the chain"), line
-    assert f"best chain gamma {len(shape)} " in line
+    gamma, tree, line = demo._pick_shape(target, draft, batches, GREEDY, costly, row_costs,  # pylint: disable=protected-access
+                                         bundles.MAX_DECODE_LEN, 0)
+    assert tree is None and "per-rank acceptance" in line and line.endswith("the chain"), line
+    assert f"best chain gamma {gamma} " in line
     assert measured == [True]  # not measured again: the chain wins at any draft cost
 
 

@@ -98,14 +98,14 @@ def _state_line(step_s: float, loop_steps_s: Sequence[Optional[float]]) -> str:
 
 
 def _pick_shape(target, draft, batches, sampling, costs, row_costs, max_decode_len, seed):
-    """The chain or token tree to decode with (its branching: `(1,) * gamma` for a chain), and
-    a line saying why: the shape `acceptance.choose_tree` predicts fastest by Theorem 3.8 for the
-    measured costs and the per-rank acceptance along the target's output for `batches`
-    (docs/token_trees.md)."""
+    """`(gamma, tree, line)`: the depth and, for a branching token tree, the branching (None
+    for the chain) of the shape `acceptance.choose_tree` predicts fastest by Theorem 3.8 for
+    the measured costs and the per-rank acceptance along the target's output for `batches`,
+    and a line saying why (docs/token_trees.md)."""
     choice = acceptance.choose_tree(target, draft, batches, sampling, costs, row_costs,
                                    max_decode_len=max_decode_len,
                                    max_nodes=acceptance.TREE_MAX_NODES, seed=seed)
-    return choice.plan.tree, choice.line()
+    return len(choice.plan.tree), choice.tree, choice.line()
 
 
 def run(*, num_sentences: int = 8, gamma: Optional[int] = None,
@@ -197,10 +197,9 @@ def run(*, num_sentences: int = 8, gamma: Optional[int] = None,
         timed = [x for x in batches for _ in range(samples if temperature > 0 else 1)]
         g, tree = gamma, None
         if not gamma:
-            shape, line = _pick_shape(target, draft, timed, sampling, costs, row_costs,
-                                      max_decode_len, seed)
+            g, tree, line = _pick_shape(target, draft, timed, sampling, costs, row_costs,
+                                        max_decode_len, seed)
             print(f"T={temperature:g}: {line}")
-            g, tree = len(shape), (shape if max(shape) > 1 else None)
         [m] = measure.measure(
             target, [draft] * len(timed), timed, sampling=sampling, gammas=[g],
             max_decode_len=max_decode_len, repeats=repeats, lenience=1.0, seed=seed,

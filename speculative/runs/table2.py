@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import functools
 import itertools
 import json
 import math
@@ -354,9 +355,10 @@ def reproduce(
       dry_run: only resolve every row's settings (no data, no models); Speed etc. stay None.
       overwrite: replace an earlier table (and its rows' runs) in `output_dir`; otherwise an
         existing table2.json there is refused before any work.
-      choose_trees: also time verify widths up to `acceptance.TREE_MAX_NODES` and the draft on
-        several paths, and record per row which token tree `acceptance.choose_tree` would pick
-        against the best chain, and why (the row itself times its own gamma).
+      choose_trees: also time verify widths up to `acceptance.TREE_MAX_NODES` (and the draft on
+        several paths, where a tree could win), and record per row which token tree
+        `acceptance.choose_tree` would pick against the best chain, and why (the row itself
+        times its own gamma).
 
     Returns:
       one `RowResult` per row. The gin config is replaced by each row's in turn.
@@ -424,10 +426,10 @@ def reproduce(
             models[0], models[1], np.asarray(batches[0]), widths,
             max_decode_len=settings.max_decode_len, num_steps=8, repeats=cost_repeats, seed=0)
         if choose_trees:
-            row_costs = costs_lib.draft_row_costs(
-                models[0], models[1], np.asarray(batches[0]), acceptance.TREE_DRAFT_ROWS,
-                c=result.costs.c, max_decode_len=settings.max_decode_len,
-                repeats=cost_repeats)
+            row_costs = functools.partial(  # timed only if a tree could win (choose_tree)
+                costs_lib.draft_row_costs, models[0], models[1], np.asarray(batches[0]),
+                acceptance.TREE_DRAFT_ROWS, c=result.costs.c,
+                max_decode_len=settings.max_decode_len, repeats=cost_repeats)
             result.tree_choice = acceptance.choose_tree(
                 models[0], models[1], batches, settings.sampling, result.costs, row_costs,
                 max_decode_len=settings.max_decode_len, max_nodes=acceptance.TREE_MAX_NODES)
