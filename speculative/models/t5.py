@@ -424,7 +424,25 @@ def _empty_self_kv(cfg: T5Config, batch: int, max_len: int):
     return tuple((zeros, zeros) for _ in range(cfg.num_decoder_layers))
 
 
-class Transformer(nn.Module):
+class _Extend(nn.Module):
+    """The decode contract's cached steps, shared by both model kinds: each runs the module's
+    `decoder` (a `Decoder`) on the cache that `init_cache` made."""
+
+    def extend(self, cache: DecodeCache, tokens: Array) -> Tuple[Array, DecodeCache]:
+        """Appends `tokens [B, K]` per row; returns float32 logits `[B, K, V]` and the cache."""
+        return self.decoder.extend(tokens, cache)
+
+    def extend_with_features(self, cache: DecodeCache, tokens: Array,
+                             feature_layers: Tuple[int, ...]):
+        """`extend` plus the decoder's hidden states: `(logits, features [B, K, F], cache)`."""
+        return self.decoder.extend_with_features(tokens, cache, feature_layers)
+
+    def extend_tree(self, cache: DecodeCache, tokens: Array, tree, feature_layers=()):
+        """`extend` of the nodes of a token tree (`Decoder.extend_with_features`)."""
+        return self.decoder.extend_with_features(tokens, cache, tuple(feature_layers), tree=tree)
+
+
+class Transformer(_Extend):
     """T5 encoder-decoder (T5X `network.Transformer`), with a K-token decode mode."""
 
     config: T5Config
@@ -479,21 +497,8 @@ class Transformer(nn.Module):
             encoded=jnp.asarray(encoded, jnp.float32) if keep_encoded else None,
         )
 
-    def extend(self, cache: DecodeCache, tokens: Array) -> Tuple[Array, DecodeCache]:
-        """Appends `tokens [B, K]` per row; returns float32 logits `[B, K, V]` and the cache."""
-        return self.decoder.extend(tokens, cache)
 
-    def extend_with_features(self, cache: DecodeCache, tokens: Array,
-                             feature_layers: Tuple[int, ...]):
-        """`extend` plus the decoder's hidden states: `(logits, features [B, K, F], cache)`."""
-        return self.decoder.extend_with_features(tokens, cache, feature_layers)
-
-    def extend_tree(self, cache: DecodeCache, tokens: Array, tree, feature_layers=()):
-        """`extend` of the nodes of a token tree (`Decoder.extend_with_features`)."""
-        return self.decoder.extend_with_features(tokens, cache, tuple(feature_layers), tree=tree)
-
-
-class DecoderOnly(nn.Module):
+class DecoderOnly(_Extend):
     """A T5-style decoder stack without cross-attention (a causal language model)."""
 
     config: T5Config
@@ -543,18 +548,6 @@ class DecoderOnly(nn.Module):
         pending = jnp.take_along_axis(seq, (num - 1)[:, None], axis=1)[:, 0]
         return cache.replace(lengths=num - 1, pending=pending,
                              prefix_features=None if feature_layers is None else features)
-
-    def extend(self, cache: DecodeCache, tokens: Array) -> Tuple[Array, DecodeCache]:
-        return self.decoder.extend(tokens, cache)
-
-    def extend_with_features(self, cache: DecodeCache, tokens: Array,
-                             feature_layers: Tuple[int, ...]):
-        """`extend` plus the decoder's hidden states: `(logits, features [B, K, F], cache)`."""
-        return self.decoder.extend_with_features(tokens, cache, feature_layers)
-
-    def extend_tree(self, cache: DecodeCache, tokens: Array, tree, feature_layers=()):
-        """`extend` of the nodes of a token tree (`Decoder.extend_with_features`)."""
-        return self.decoder.extend_with_features(tokens, cache, tuple(feature_layers), tree=tree)
 
 
 def param_shapes(module: nn.Module, enc_len: int = 4, dec_len: int = 4) -> Any:
