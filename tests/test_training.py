@@ -591,7 +591,8 @@ def test_decoder_only_training_lowers_the_loss_and_exports_a_reloadable_checkpoi
     eval_step = training.make_eval_step(module)
     loss = training.evaluate_loss(eval_step, params, valid_ex[:4], config)
     assert loss == summary["valid_subset"]["loss_float32"]
-    bundled = loading.load_model(model, str(export / "run"), decoder_only=True)
+    bundled = loading.load_model(model, str(export / "run"), decoder_only=True,
+                                 kernel_layout="t5x")  # the same program as `rounded`
     assert isinstance(bundled, decoding.DecoderOnlyModel)
     _, targets = next(training.batches(valid_ex[:4], (32,), 128))
     rounded = jax.tree_util.tree_map(lambda x: jnp.asarray(x, jnp.bfloat16), params)
