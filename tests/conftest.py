@@ -6,23 +6,6 @@ import os
 # most of its memory.
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
-# The same small programs (the tiny pairs' decode loops, the bundled mini pair's) are compiled
-# again by many tests, in both workers and in the scripts tests run as subprocesses; through
-# one compilation cache for the whole run each compiles once (on a 2-core host the suite took
-# 599 s against 731 s without). The first process (the one that starts the workers) makes the
-# cache and removes it at exit; the workers and subprocesses inherit its path. A
-# JAX_COMPILATION_CACHE_DIR already set is used as it is and kept (a warm one halves the run).
-if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
-    import atexit  # pylint: disable=g-import-not-at-top
-    import shutil  # pylint: disable=g-import-not-at-top
-    import tempfile  # pylint: disable=g-import-not-at-top
-
-    _CACHE = tempfile.mkdtemp(prefix="speculative-test-xla-")
-    atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
-    os.environ["JAX_COMPILATION_CACHE_DIR"] = _CACHE
-os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
-os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
-
 import jax  # pylint: disable=g-import-not-at-top,wrong-import-position
 import pytest  # pylint: disable=g-import-not-at-top,wrong-import-position
 
