@@ -114,11 +114,12 @@ def test_alpha_by_confidence_tables_are_the_results_files(pair, tables):
         row for row in rows if row not in doc]
 
 
-def test_kernel_layout_table_is_the_results_file():
-    """docs/limits.md's kernel layout table shows the committed kernel_layout.json's costs and
-    speedups."""
+@pytest.mark.parametrize("run", ["kernel_layout", "kernel_layout_fullbw"])
+def test_kernel_layout_table_is_the_results_file(run):
+    """docs/limits.md's kernel layout tables (a slow-memory host, a faster one) show the
+    committed kernel_layout.json's costs and speedups."""
     doc = open(os.path.join(REPO, "docs", "limits.md"), encoding="utf-8").read()
-    with open(os.path.join(REPO, "results", "large", "kernel_layout", "kernel_layout.json")) as f:
+    with open(os.path.join(REPO, "results", "large", run, "kernel_layout.json")) as f:
         report = json.load(f)
     gammas = list(report["rows"][0]["gammas"])
     for layout, label in (("t5x", "T5X `[in, out]`"), ("transposed", "`[out, in]`")):
@@ -127,3 +128,23 @@ def test_kernel_layout_table_is_the_results_file():
                   for row in report["rows"]]
         line = f"| {label} | {verify} | " + " | ".join(speeds) + " |"
         assert line in doc, line
+
+
+def test_readme_headline_rows_are_the_demo_files():
+    """Every row of the README's headline table shows the demo JSON it links: its draft,
+    temperature, speedup, gamma, alpha, tokens per target call and both predictions."""
+    readme = open(os.path.join(REPO, "README.md"), encoding="utf-8").read()
+    headline = readme.split("## Headline", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in headline.splitlines() if line.startswith("| large_")]
+    assert len(rows) == 4, headline
+    for line in rows:
+        cells = [cell.strip() for cell in line.strip("|").split("|")]
+        path = cells[-1].split("](", 1)[1].rstrip(")")
+        with open(os.path.join(REPO, path), encoding="utf-8") as f:
+            report = json.load(f)
+        assert cells[0].split()[0] == report["draft"], line
+        row = next(r for r in report["rows"] if r["temperature"] == float(cells[1]))
+        expected = [f"{row['speedup']:.2f}x", str(row["gamma"]), f"{row['alpha']:.2f}",
+                    f"{row['tokens_per_target_call']:.2f}", f"{row['predicted_speedup']:.2f}x",
+                    f"{row['predicted_speedup_loop']:.2f}x"]
+        assert cells[2:8] == expected, (line, expected)
