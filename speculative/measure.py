@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -96,11 +96,21 @@ class Measurement:
     loop: Optional[LoopPrediction] = None
     loop_error: Optional[str] = None
     tree: Optional[Tuple[int, ...]] = None  # a token tree's branching (gamma is its depth)
+    # Other autoregressive decoders of the same target timed in the same rounds (e.g. the same
+    # weights in another kernel layout), by name.
+    other_baselines: Mapping[str, Timing] = dataclasses.field(default_factory=dict)
 
     @property
     def speedup(self) -> float:
         """Median baseline seconds over median speculative seconds."""
         return self.baseline.median_s / self.speculative.median_s
+
+    @property
+    def speedup_over_fastest_baseline(self) -> float:
+        """The fastest median of the baseline and `other_baselines` over the speculative one."""
+        fastest = min([self.baseline.median_s]
+                      + [t.median_s for t in self.other_baselines.values()])
+        return fastest / self.speculative.median_s
 
     @property
     def speedup_spread(self) -> Dict[str, float]:
@@ -147,7 +157,11 @@ class Measurement:
                 "predicted_speedup": self.predicted_speedup,
                 "predicted_speedup_loop": self.predicted_speedup_loop,
                 "round_cost": self.loop.round_cost if self.loop else float("nan"),
-                "baseline_s": self.baseline.median_s, "speculative_s": self.speculative.median_s}
+                "baseline_s": self.baseline.median_s, "speculative_s": self.speculative.median_s,
+                **({"other_baselines_s": {name: t.median_s
+                                          for name, t in self.other_baselines.items()},
+                    "speedup_over_fastest_baseline": self.speedup_over_fastest_baseline}
+                   if self.other_baselines else {})}
 
     def to_json(self) -> Dict[str, Any]:
         """The benchmark.json `runs` entry (NaN stays NaN here; writers make it null)."""
@@ -204,7 +218,8 @@ def measure(target, drafts: Sequence[Any], batches: Sequence[np.ndarray], *,
             draft_confidence: float = 0.0,
             calibration: Sequence[np.ndarray] = (),
             calibration_lengths: Optional[Sequence[int]] = None,
-            tree: Optional[Sequence[int]] = None) -> List[Measurement]:
+            tree: Optional[Sequence[int]] = None,
+            other_baselines: Optional[Mapping[str, Any]] = None) -> List[Measurement]:
     """Times the baseline and every gamma on `batches` (interleaved); one `Measurement` per
     gamma.
 
@@ -219,6 +234,10 @@ def measure(target, drafts: Sequence[Any], batches: Sequence[np.ndarray], *,
     With `tree` (a token tree's branching; `gammas` must be `[len(tree)]`) the speculative
     decoders draft that tree; its verify cost is the one of its node count, and alpha (the
     chance of passing a depth) and the predictions read the tree as a chain of its depth.
+
+    `other_baselines` ({name: model}): other models of the same target (e.g. its weights in
+    another kernel layout) whose autoregressive decodes are timed in the same rounds; each
+    measurement reports them and its speedup over the fastest baseline.
     """
     if tree is not None and list(gammas) != [len(tree)]:
         raise ValueError(f"tree={tuple(tree)} is measured alone: gammas must be [{len(tree)}], "
@@ -231,6 +250,10 @@ def measure(target, drafts: Sequence[Any], batches: Sequence[np.ndarray], *,
         target, drafts[0], calibration, gammas, sampling=sampling,
         max_decode_len=max_decode_len if calibration_lengths is None else calibration_lengths,
         lenience=lenience, draft_confidence=draft_confidence, seed=seed, tree=tree))
+    for name, model in (other_baselines or {}).items():
+        programs[("baseline", name)] = costs_lib.decode_programs(
+            model, drafts, batches, {}, sampling=sampling, max_decode_len=max_decode_len,
+            seed=seed)["baseline"]
     first, times, outputs = costs_lib.interleaved(
         programs, repeats,
         progress=f"batch {batches[0].shape[0]}, T={sampling.temperature:g}: timing")
@@ -256,7 +279,8 @@ def measure(target, drafts: Sequence[Any], batches: Sequence[np.ndarray], *,
             baseline_tokens=base_tokens, stats=stats, c=costs.c,
             verify_cost=costs.verify_cost[g] if tree is None
             else costs.verify_curve()(theory.tree_nodes(tree)),
-            loop_error=loop_error, tree=None if tree is None else tuple(tree))
+            loop_error=loop_error, tree=None if tree is None else tuple(tree),
+            other_baselines={name: timing(("baseline", name)) for name in other_baselines or {}})
         if loop_costs is not None and math.isfinite(result.alpha):
             walltime = costs_lib.predict_walltime(
                 result.alpha, g, loop_costs, base_rounds,

@@ -14,6 +14,7 @@ import pytest
 from speculative import acceptance, bundles
 from speculative import costs as costs_lib
 from speculative.experiments import mini_results
+from speculative.models import layers
 from speculative.runs import mini
 from speculative.sampling import SamplingConfig
 
@@ -251,6 +252,18 @@ def test_demo_runs_on_the_bundled_mini_pair(tmp_path, capsys):
     assert 1.0 <= row["tokens_per_target_call"] <= 3.0 and row["predicted_speedup"] > 0
     written = json.loads(out.read_text())
     assert written["rows"][0]["speedup"] == row["speedup"]
+    # On a CPU the target decodes with [out, in] kernels; the same target in T5X's layout is
+    # timed as a second baseline in the same rounds, and the speedup over the faster of the two
+    # is never above the speedup over the first. (An accelerator keeps T5X's layout: one baseline.)
+    transposed = layers.resolve_kernel_layout("auto") == "transposed"
+    assert summary["kernel_layout"] == ("transposed" if transposed else "t5x")
+    t5x_s = row["other_baselines_s"]["t5x_layout"] if transposed else None
+    if transposed:
+        assert t5x_s > 0 and row["speedup_over_fastest_baseline"] == pytest.approx(
+            min(row["baseline_s"], t5x_s) / row["speculative_s"])
+        assert row["speedup_over_fastest_baseline"] <= row["speedup"]
+    else:
+        assert "other_baselines_s" not in row
     # mini_target's weights (~11 MB) against this CPU's last-level cache, when sysfs tells it.
     assert 5e6 < written["cache_regime"]["weight_bytes"] < 20e6
     assert "cache_bytes" in written["environment"]["cpu"]
@@ -258,6 +271,11 @@ def test_demo_runs_on_the_bundled_mini_pair(tmp_path, capsys):
     step_ms = 1e3 * written["target_step_s"]
     assert f"A step took {step_ms:.1f} ms" in printed
     assert f"target step: {step_ms:.2f} ms before the timings" in printed
+    if transposed:
+        assert (f"T=0: the baseline with T5X's [in, out] kernels {t5x_s:.3f} s: "
+                f"{row['speedup_over_fastest_baseline']:.2f}x over the faster baseline") in printed
+    else:
+        assert "over the faster baseline" not in printed
     loop_ms = 1e3 * row["baseline_step_s_loop"]
     if loop_ms > 0:  # a fit on a busy host can come out non-positive: the line leaves it out
         assert f"{loop_ms:.2f} ms per baseline loop step during them" in printed
