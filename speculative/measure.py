@@ -243,6 +243,7 @@ def measure(target, drafts: Sequence[Any], batches: Sequence[np.ndarray], *,
         raise ValueError(f"tree={tuple(tree)} is measured alone: gammas must be [{len(tree)}], "
                          f"got {list(gammas)}.")
     setting = (() if tree is None else ("constant", None, tuple(tree)))
+    other_baselines = dict(other_baselines or {})
     programs = costs_lib.decode_programs(
         target, drafts, batches, {g: (g, draft_confidence, *setting) for g in gammas},
         sampling=sampling, max_decode_len=max_decode_len, lenience=lenience, seed=seed)
@@ -250,7 +251,7 @@ def measure(target, drafts: Sequence[Any], batches: Sequence[np.ndarray], *,
         target, drafts[0], calibration, gammas, sampling=sampling,
         max_decode_len=max_decode_len if calibration_lengths is None else calibration_lengths,
         lenience=lenience, draft_confidence=draft_confidence, seed=seed, tree=tree))
-    for name, model in (other_baselines or {}).items():
+    for name, model in other_baselines.items():
         programs[("baseline", name)] = costs_lib.decode_programs(
             model, drafts, batches, {}, sampling=sampling, max_decode_len=max_decode_len,
             seed=seed)["baseline"]
@@ -280,7 +281,7 @@ def measure(target, drafts: Sequence[Any], batches: Sequence[np.ndarray], *,
             verify_cost=costs.verify_cost[g] if tree is None
             else costs.verify_curve()(theory.tree_nodes(tree)),
             loop_error=loop_error, tree=None if tree is None else tuple(tree),
-            other_baselines={name: timing(("baseline", name)) for name in other_baselines or {}})
+            other_baselines={name: timing(("baseline", name)) for name in other_baselines})
         if loop_costs is not None and math.isfinite(result.alpha):
             walltime = costs_lib.predict_walltime(
                 result.alpha, g, loop_costs, base_rounds,
