@@ -52,7 +52,8 @@ from typing import Dict, List, Mapping, Optional, Sequence
 
 from absl import app, flags
 
-from speculative import code_corpus, corpora, files
+from speculative import files
+from speculative.data import code_corpus, corpora
 from speculative.runs import config as config_lib
 
 FLAGS = flags.FLAGS

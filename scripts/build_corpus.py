@@ -53,7 +53,8 @@ from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from absl import app, flags, logging
 
-from speculative import corpora, files
+from speculative import files
+from speculative.data import corpora
 from speculative.runs import config as config_lib
 
 _OUTPUT_DIR = flags.DEFINE_string(

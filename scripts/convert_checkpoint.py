@@ -34,7 +34,8 @@ import os
 
 from absl import app, flags, logging
 
-from speculative import checkpoints, loading
+from speculative import loading
+from speculative.checkpoints import t5x as checkpoints
 from speculative.models import t5
 from speculative.runs import config as config_lib
 

@@ -55,7 +55,7 @@ FLAGS = flags.FLAGS
 
 
 def main():
-    from speculative import tasks  # pylint: disable=g-import-not-at-top
+    from speculative.data import tasks  # pylint: disable=g-import-not-at-top
     from speculative.runs import infer  # pylint: disable=g-import-not-at-top
 
     kwargs = {"tfds_data_dir": FLAGS.tfds_data_dir} if FLAGS.tfds_data_dir else {}

@@ -22,8 +22,9 @@ Quick check (about a minute):
 
 from absl import app, flags
 
-from speculative import bundles, host
+from speculative.data import bundles
 from speculative.experiments import limits
+from speculative.measure import host
 from speculative.runs import config as config_lib
 from speculative.runs.config import flag_numbers
 

@@ -24,7 +24,7 @@ Example:
 
 from absl import app, flags
 
-from speculative import bundles
+from speculative.data import bundles
 from speculative.experiments import mini_results
 from speculative.runs import config as config_lib
 

@@ -25,7 +25,7 @@ from typing import Sequence
 
 from absl import app, flags
 
-from speculative.plots import describe_pair, load_runs, plot_figure3, plot_speedup_vs_gamma
+from speculative.measure.plots import describe_pair, load_runs, plot_figure3, plot_speedup_vs_gamma
 from speculative.runs import config as config_lib
 
 FLAGS = flags.FLAGS

@@ -40,9 +40,9 @@ from typing import List, Sequence
 import gin
 from absl import app, flags
 
-from speculative import training
 from speculative.runs import config as config_lib
 from speculative.runs import feature_draft
+from speculative.training import distillation as training
 
 FLAGS = flags.FLAGS
 

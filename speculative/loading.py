@@ -25,12 +25,12 @@ import dataclasses
 import os
 from typing import Any, Dict, Optional
 
-from speculative import decoding, partitioning
-from speculative.bundles import PROMPT_LOOKUP as PROMPT_LOOKUP
-from speculative.bundles import Bundled as Bundled
-from speculative.bundles import bundled as bundled
-from speculative.bundles import bundled_names as bundled_names
-from speculative.models import t5
+from speculative.data.bundles import PROMPT_LOOKUP as PROMPT_LOOKUP
+from speculative.data.bundles import Bundled as Bundled
+from speculative.data.bundles import bundled as bundled
+from speculative.data.bundles import bundled_names as bundled_names
+from speculative.decode import contract
+from speculative.models import partitioning, t5
 from speculative.models.adapters import as_decode_model as as_decode_model  # (re-exported)
 from speculative.models.adapters import load_model as load_model
 from speculative.models.adapters import make_module as make_module
@@ -43,7 +43,7 @@ def is_decode_model(obj) -> bool:
 def build_model(spec, checkpoint: Optional[str] = None, *, name: str = "target",
                 decoder_only: bool = False, seed: int = 0, param_dtype: Optional[str] = None,
                 mesh: Optional[Any] = None,
-                rules: Optional[partitioning.LogicalRules] = None) -> decoding.DecodeModel:
+                rules: Optional[partitioning.LogicalRules] = None) -> contract.DecodeModel:
     """A `DecodeModel` from any model spec a run accepts:
 
     - a `T5Config` (+ `checkpoint`, or random weights with `seed`): `load_model`;
@@ -101,7 +101,7 @@ def check_same_vocab(target, draft) -> None:
 def build_draft(spec, checkpoint: Optional[str], target, *, decoder_only: bool = False,
                 seed: int = 0, draft_seed: Optional[int] = None,
                 param_dtype: Optional[str] = None, mesh: Optional[Any] = None,
-                rules: Optional[partitioning.LogicalRules] = None) -> decoding.DecodeModel:
+                rules: Optional[partitioning.LogicalRules] = None) -> contract.DecodeModel:
     """The draft for `target` (`build_model`; random weights seeded `seed + 1` unless
     `draft_seed`; replicated on a mesh unless `rules`), checked to share its vocabulary.
     `spec='prompt_lookup'` is the parameter-free copying draft for the target's vocabulary."""

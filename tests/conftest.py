@@ -83,11 +83,9 @@ def check_greedy_identity(target, draft, batches, max_decode_len: int, gamma: in
     depth)."""
     import numpy as np  # pylint: disable=g-import-not-at-top
 
-    from speculative import (
-        acceptance,  # pylint: disable=g-import-not-at-top
-        decoding,  # pylint: disable=g-import-not-at-top
-    )
-    from speculative.sampling import SamplingConfig  # pylint: disable=g-import-not-at-top
+    from speculative import decoding
+    from speculative.decode.sampling import SamplingConfig  # pylint: disable=g-import-not-at-top
+    from speculative.measure import acceptance
 
     forced = jax.jit(acceptance._forced_logits)  # pylint: disable=protected-access
     same, ties, total = 0, [], 0

@@ -6,8 +6,12 @@ calls. The jitted searches are checked against the host-driven references."""
 import numpy as np
 import pytest
 
-from speculative import decoding, training
+from speculative.beam import reference as beam_reference
+from speculative.beam import search as beam_lib
+from speculative.decode import contract
+from speculative.models import adapters
 from speculative.runs import mini
+from speculative.training import distillation as training
 
 MAX_LEN = 48
 
@@ -26,16 +30,16 @@ def _compare(target, draft, sources, beam_size, draft_beam, gamma=4, host=True):
     inputs = (sources if isinstance(sources, np.ndarray)
               else training.Tokenizer().encode_sources(sources, MAX_LEN))
     kw = dict(beam_size=beam_size, draft_beam=draft_beam, gamma=gamma, max_decode_len=MAX_LEN)
-    spec = decoding.speculative_beam_search(target, draft, inputs, **kw)
-    plain = decoding.beam_search(target, inputs, beam_size=beam_size, max_decode_len=MAX_LEN)
+    spec = beam_lib.speculative_beam_search(target, draft, inputs, **kw)
+    plain = beam_lib.beam_search(target, inputs, beam_size=beam_size, max_decode_len=MAX_LEN)
     np.testing.assert_array_equal(spec.sequences, plain.sequences)
     np.testing.assert_allclose(spec.scores, plain.scores, rtol=1e-5)
     np.testing.assert_array_equal(spec.row_steps, plain.row_steps)  # the same steps, replayed
     if not host:
         return plain, spec
     # The reference: with forwards of the same shape the numbers are the same bit for bit.
-    host = decoding.host_speculative_beam_search(target, draft, inputs, **kw)
-    same_shape = decoding.beam_search(target, inputs, beam_size=beam_size,
+    host = beam_reference.host_speculative_beam_search(target, draft, inputs, **kw)
+    same_shape = beam_lib.beam_search(target, inputs, beam_size=beam_size,
                                       max_decode_len=MAX_LEN,
                                       rows=len(inputs) * (beam_size + draft_beam))
     np.testing.assert_array_equal(host.sequences, same_shape.sequences)
@@ -50,7 +54,7 @@ def _random_pair(seed):
     from conftest import random_params, tiny_config  # pylint: disable=g-import-not-at-top
 
     module = t5.Transformer(tiny_config(vocab_size=12))
-    return tuple(decoding.EncoderDecoderModel(module, random_params(module, seed + k))
+    return tuple(adapters.EncoderDecoderModel(module, random_params(module, seed + k))
                  for k in (0, 100))
 
 
@@ -69,9 +73,9 @@ def test_jitted_speculative_beam_search_equals_plain_on_random_models(seed):
         inputs[b, :n] = rng.integers(2, 12, n)
     w, penalty = 1 + seed % 4, (0.0, 0.6, 1.2)[seed % 3]
     kw = dict(beam_size=w, max_decode_len=9, length_penalty=penalty)
-    plain = decoding.beam_search(target, inputs, **kw)
+    plain = beam_lib.beam_search(target, inputs, **kw)
     for draft_model in (draft, target):  # a self-draft replays every step it proposes
-        spec = decoding.speculative_beam_search(target, draft_model, inputs,
+        spec = beam_lib.speculative_beam_search(target, draft_model, inputs,
                                                 draft_beam=(0, w, w + 1)[seed % 3],
                                                 draft_branch=1 + (seed + 1) % 3,
                                                 gamma=1 + seed % 4, **kw)
@@ -95,7 +99,7 @@ def test_speculative_beam_search_equals_target_beam_search(pair_and_inputs, beam
     assert spec.target_calls < plain.target_calls  # the point of it
     assert np.all(np.diff(spec.scores, axis=1) <= 0)  # best beam first
     # Every returned best beam is a real translation: it ends with EOS within MAX_LEN.
-    assert all(decoding.EOS_ID in row for row in spec.sequences[:, 0])
+    assert all(contract.EOS_ID in row for row in spec.sequences[:, 0])
 
 
 @pytest.mark.slow
@@ -115,27 +119,27 @@ def test_beam_search_arguments_are_checked(pair_and_inputs):
     target, draft, _ = pair_and_inputs
     inputs = np.ones((1, 4), np.int32)
     with pytest.raises(ValueError, match="draft_beam=1 is invalid: give an int >= beam_size=2"):
-        decoding.host_speculative_beam_search(target, draft, inputs, beam_size=2, draft_beam=1,
-                                              gamma=3, max_decode_len=8)
+        beam_reference.host_speculative_beam_search(
+            target, draft, inputs, beam_size=2, draft_beam=1, gamma=3, max_decode_len=8)
     with pytest.raises(ValueError, match="draft_beam=-1 is invalid: give an int >= 0"):
-        decoding.speculative_beam_search(target, draft, inputs, beam_size=2, draft_beam=-1,
+        beam_lib.speculative_beam_search(target, draft, inputs, beam_size=2, draft_beam=-1,
                                          gamma=3, max_decode_len=8)
     with pytest.raises(ValueError, match="beam_size=0"):
-        decoding.beam_search(target, inputs, beam_size=0, max_decode_len=8)
+        beam_lib.beam_search(target, inputs, beam_size=0, max_decode_len=8)
     with pytest.raises(ValueError, match="draft_branch=0 is invalid: give an int >= 1"):
-        decoding.speculative_beam_search(target, draft, inputs, beam_size=2, draft_beam=0,
+        beam_lib.speculative_beam_search(target, draft, inputs, beam_size=2, draft_beam=0,
                                          gamma=3, max_decode_len=8, draft_branch=0)
     with pytest.raises(ValueError, match="gamma=0"):
-        decoding.speculative_beam_search(target, draft, inputs, beam_size=1, draft_beam=1,
+        beam_lib.speculative_beam_search(target, draft, inputs, beam_size=1, draft_beam=1,
                                          gamma=0, max_decode_len=8)
     with pytest.raises(TypeError, match="integer token ids"):  # the decode loops' rule
-        decoding.beam_search(target, inputs.astype(np.float32), beam_size=1, max_decode_len=8)
+        beam_lib.beam_search(target, inputs.astype(np.float32), beam_size=1, max_decode_len=8)
     aware = mini.load("large_feature_draft")  # reads large_target's states
     with pytest.raises(TypeError, match="best_t5_draft"):  # the host reference cannot feed it
-        decoding.host_speculative_beam_search(target, aware, inputs, beam_size=2, draft_beam=2,
-                                              gamma=3, max_decode_len=8)
+        beam_reference.host_speculative_beam_search(
+            target, aware, inputs, beam_size=2, draft_beam=2, gamma=3, max_decode_len=8)
     with pytest.raises(ValueError, match=r"layers \(2, 4, 6\) include \[4, 6\]: this target"):
-        decoding.speculative_beam_search(target, aware, inputs, beam_size=2, draft_beam=2,
+        beam_lib.speculative_beam_search(target, aware, inputs, beam_size=2, draft_beam=2,
                                          gamma=3, max_decode_len=8)
 
 
@@ -145,11 +149,11 @@ def test_non_finite_target_distribution_never_becomes_a_beam(pair_and_inputs):
     import jax  # pylint: disable=g-import-not-at-top
 
     target, draft, _ = pair_and_inputs
-    broken = decoding.EncoderDecoderModel(
+    broken = adapters.EncoderDecoderModel(
         target.module, jax.tree_util.tree_map(lambda x: x * np.nan, target.params))
-    inputs = np.asarray([[5, 6, 7, decoding.EOS_ID]], np.int32)
-    for search in (lambda: decoding.beam_search(broken, inputs, beam_size=2, max_decode_len=4),
-                   lambda: decoding.speculative_beam_search(
+    inputs = np.asarray([[5, 6, 7, contract.EOS_ID]], np.int32)
+    for search in (lambda: beam_lib.beam_search(broken, inputs, beam_size=2, max_decode_len=4),
+                   lambda: beam_lib.speculative_beam_search(
                        broken, draft, inputs, beam_size=2, draft_beam=2, gamma=2,
                        max_decode_len=4)):
         with pytest.raises(FloatingPointError, match="NaN or infinite"):
@@ -161,9 +165,9 @@ def test_non_finite_target_distribution_never_becomes_a_beam(pair_and_inputs):
 
 
 def _same_search(target, inputs, beam_size, max_decode_len, length_penalty=0.6):
-    jitted = decoding.beam_search(target, inputs, beam_size=beam_size,
+    jitted = beam_lib.beam_search(target, inputs, beam_size=beam_size,
                                   max_decode_len=max_decode_len, length_penalty=length_penalty)
-    host = decoding.host_beam_search(target, inputs, beam_size=beam_size,
+    host = beam_reference.host_beam_search(target, inputs, beam_size=beam_size,
                                      max_decode_len=max_decode_len,
                                      length_penalty=length_penalty)
     np.testing.assert_array_equal(jitted.sequences, host.sequences)
@@ -193,7 +197,7 @@ def test_jitted_beam_search_equals_the_host_search_on_random_models(seed):
     from conftest import random_params, tiny_config  # pylint: disable=g-import-not-at-top
 
     module = t5.Transformer(tiny_config(vocab_size=12))
-    target = decoding.EncoderDecoderModel(module, random_params(module, seed))
+    target = adapters.EncoderDecoderModel(module, random_params(module, seed))
     rng = np.random.default_rng(seed)
     inputs = np.zeros((3, 6), np.int32)
     for b, n in enumerate(rng.integers(1, 7, 3)):

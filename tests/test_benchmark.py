@@ -20,12 +20,14 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from speculative import acceptance, costs, decoding, files, loading, measure, theory
+from speculative import decoding, files, loading
+from speculative.decode.sampling import SamplingConfig
+from speculative.measure import acceptance, costs, theory
+from speculative.measure import timing as measure
 from speculative.models import synthetic, t5
 from speculative.runs import alpha as alpha_lib
 from speculative.runs import benchmark
 from speculative.runs import config as config_lib
-from speculative.sampling import SamplingConfig
 
 from conftest import run_interrupted, snapshot
 

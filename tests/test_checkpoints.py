@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 from flax import serialization
 
-from speculative import checkpoints
-from speculative.checkpoints import CheckpointError
+from speculative.checkpoints import t5x as checkpoints
+from speculative.checkpoints.t5x import CheckpointError
 from speculative.models import t5
 
 from conftest import load_script, run_interrupted, snapshot

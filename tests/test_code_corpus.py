@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import sentencepiece as spm
 
-from speculative import code_corpus
+from speculative.data import code_corpus
 
 from conftest import TINY_CODE_PATHS, TINY_CODE_SPLITS, load_script
 

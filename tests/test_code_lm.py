@@ -10,8 +10,9 @@ import os
 import numpy as np
 import pytest
 
-from speculative import code_corpus, training
+from speculative.data import code_corpus
 from speculative.runs import code_lm
+from speculative.training import distillation as training
 
 from conftest import check_greedy_identity
 

@@ -13,9 +13,12 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from speculative import decoding, sampling
-from speculative.models import t5
-from speculative.sampling import SamplingConfig
+from speculative.decode import loops as decoding
+from speculative.decode import sampling
+from speculative.decode import sampling as sampling_lib
+from speculative.decode import stats as stats_lib
+from speculative.decode.sampling import SamplingConfig
+from speculative.models import adapters, t5
 
 from conftest import random_params, tiny_config
 
@@ -25,8 +28,8 @@ GREEDY = SamplingConfig(temperature=0.0)
 
 
 def _pair(module, seeds=(0, 1), **kw):
-    adapter = (decoding.DecoderOnlyModel if isinstance(module, t5.DecoderOnly)
-               else decoding.EncoderDecoderModel)
+    adapter = (adapters.DecoderOnlyModel if isinstance(module, t5.DecoderOnly)
+               else adapters.EncoderDecoderModel)
     return tuple(adapter(module, random_params(module, s), **kw) for s in seeds)
 
 
@@ -252,7 +255,7 @@ def test_negative_control_wrong_residual_fails(joint_models, monkeypatch):
     cfg = JOINT_CONFIGS["t1"]
     probs = _exact_joint(module, target.params, enc, cfg)
     jax.clear_caches()
-    monkeypatch.setattr(decoding.sampling_lib, "speculative_sample", _kernel_resampling_from_p)
+    monkeypatch.setattr(sampling_lib.sampling_lib, "speculative_sample", _kernel_resampling_from_p)
     try:
         samples, _ = _sample_three(target, draft, enc, cfg, gamma=3, seed=5)
     finally:
@@ -294,7 +297,7 @@ def test_alpha_grows_as_lenience_falls(encdec):
 def test_a_verifier_object_replaces_the_policy_sampling_chooses(encdec):
     """`verifier=` plugs in an acceptance rule: the built-in policies given as objects decode
     as the arguments that choose them do, and a policy the loop cannot use is refused."""
-    from speculative import verification  # pylint: disable=import-outside-toplevel
+    from speculative.decode import verifiers as verification  # pylint: disable=import-outside-toplevel
 
     target, draft = encdec
     inputs = np.repeat(_prompts([6], 6), 8, 0)
@@ -366,7 +369,7 @@ def test_bad_inputs_raise_clear_errors(encdec, deconly):
         decoding.speculative_decode(target, draft, inputs, gamma=2, max_decode_len=4,
                                     draft_confidence=-0.1, **kw)
     other = t5.Transformer(tiny_config(vocab_size=17))
-    big_draft = decoding.EncoderDecoderModel(other, random_params(other, 0))
+    big_draft = adapters.EncoderDecoderModel(other, random_params(other, 0))
     with pytest.raises(ValueError, match="vocabularies differ"):
         decoding.speculative_decode(target, big_draft, inputs, gamma=2, max_decode_len=4, **kw)
     limited, _ = _pair(t5.DecoderOnly(tiny_config()), max_length=16)
@@ -376,7 +379,7 @@ def test_bad_inputs_raise_clear_errors(encdec, deconly):
     with pytest.raises(ValueError, match="read `inputs` differently"):
         decoding.speculative_decode(deconly[0], draft, inputs, gamma=2, max_decode_len=4, **kw)
     with pytest.raises(TypeError, match="t5.Transformer"):
-        decoding.EncoderDecoderModel(deconly[0].module, deconly[0].params)
+        adapters.EncoderDecoderModel(deconly[0].module, deconly[0].params)
 
 
 def test_merge_stats_concatenates_rows_drops_fillers_and_sums_forwards(encdec):
@@ -387,7 +390,7 @@ def test_merge_stats_concatenates_rows_drops_fillers_and_sums_forwards(encdec):
               max_decode_len=10)
     a = decoding.speculative_decode(target, draft, _prompts([4, 6], 8, seed=1), **kw).stats
     b = decoding.speculative_decode(target, draft, _prompts([5, 5], 8, seed=2), **kw).stats
-    merged = decoding.merge_stats([a, b], rows=[2, 1])
+    merged = stats_lib.merge_stats([a, b], rows=[2, 1])
     got = merged.summary(per_row=True)
     assert got["rounds"] == int(a.rounds) + int(b.rounds)
     for name in ("generated", "tested", "target_calls", "beta_sum"):
@@ -402,4 +405,4 @@ def test_merge_stats_concatenates_rows_drops_fillers_and_sums_forwards(encdec):
         np.asarray(a.accepted_per_position).sum(0) + np.asarray(b.accepted_per_position)[0])
     other = decoding.speculative_decode(target, draft, _prompts([4, 6], 8), **{**kw, "gamma": 2})
     with pytest.raises(ValueError, match="different gammas"):
-        decoding.merge_stats([a, other.stats])
+        stats_lib.merge_stats([a, other.stats])

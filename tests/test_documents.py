@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from speculative import bundles
+from speculative.data import bundles
 from speculative.experiments import mini_results
 from speculative.runs import mini
 

@@ -15,9 +15,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from speculative import decoding, sampling
+from speculative import decoding
+from speculative.decode import sampling
+from speculative.decode.sampling import SamplingConfig
 from speculative.models import t5
-from speculative.sampling import SamplingConfig
 
 from conftest import random_params, tiny_config
 
@@ -218,11 +219,14 @@ def test_an_unaffordable_cache_is_refused_with_its_size(models):
 # its name in the message, before any model is built or any data is read.
 
 def _run_settings_cases(tmp_path):
-    from speculative import checkpoints, loading, tasks, training
+    from speculative import loading
+    from speculative.checkpoints import t5x as checkpoints
+    from speculative.data import tasks
     from speculative.experiments import demo, limits, mini_results
     from speculative.models import t5 as t5_lib
     from speculative.runs import config as config_lib
     from speculative.runs import infer, mini
+    from speculative.training import distillation as training
 
     cfg = tiny_config(vocab_size=40)
     base = dict(target_config=cfg, draft_config=cfg, target_checkpoint=None,

@@ -10,10 +10,12 @@ import numpy as np
 import pytest
 from flax import struct
 
-from speculative import decoding
+from speculative.beam import search as beam_lib
+from speculative.decode import loops as decoding
+from speculative.decode import sampling as sampling_lib
+from speculative.decode.sampling import SamplingConfig
 from speculative.models import adapters, layers, t5
 from speculative.models import feature_draft as fd
-from speculative.sampling import SamplingConfig
 
 from conftest import random_params, tiny_config
 
@@ -190,7 +192,7 @@ class _CheckingSelfDraft:
         assert context is not None
         state = self.target.init(self.target.params, inputs, max_len)
         feats = jnp.zeros((inputs.shape[0], max_len, self.feature_dim))
-        if isinstance(self.target, decoding.DecoderOnlyModel):  # the prompt's, from the prefill
+        if isinstance(self.target, adapters.DecoderOnlyModel):  # the prompt's, from the prefill
             feats = feats.at[:, :context.shape[1]].set(context)
         return state, feats
 
@@ -235,7 +237,7 @@ def test_the_loop_feeds_each_position_the_targets_features_of_the_position_befor
 def test_the_checking_draft_catches_a_feature_from_the_wrong_position(monkeypatch):
     """Negative control: shift the verification's features by one position."""
     _, target, _ = _aware_pair()
-    real = decoding.EncoderDecoderModel.extend_with_features
+    real = adapters.EncoderDecoderModel.extend_with_features
 
     def shifted(self, params, state, tokens, feature_layers):
         logits, feats, state = real(self, params, state, tokens, feature_layers)
@@ -246,7 +248,7 @@ def test_the_checking_draft_catches_a_feature_from_the_wrong_position(monkeypatc
     checker = _CheckingSelfDraft(target, None)
     good = decoding.speculative_decode(target, checker, inputs, gamma=3, **kw).stats
     jax.clear_caches()
-    monkeypatch.setattr(decoding.EncoderDecoderModel, "extend_with_features", shifted)
+    monkeypatch.setattr(adapters.EncoderDecoderModel, "extend_with_features", shifted)
     try:
         bad = decoding.speculative_decode(target, checker, inputs, gamma=3, **kw).stats
     finally:
@@ -266,7 +268,7 @@ def _with_pending_feature_of_its_own_position(run):
     jax.clear_caches()
     try:
         with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(decoding.DecoderOnlyModel, "pending_features", own_position)
+            patch.setattr(adapters.DecoderOnlyModel, "pending_features", own_position)
             return run()
     finally:
         jax.clear_caches()
@@ -294,7 +296,7 @@ def test_forced_alpha_reads_a_decoder_only_prompt_as_the_loop_does():
     """Table 3's teacher-forced alpha feeds the checking self-draft what the loop feeds it:
     beta is 1 everywhere (q = p); with the pending token's feature taken from the wrong
     position, the first position of every row loses it."""
-    from speculative import acceptance
+    from speculative.measure import acceptance
     _, target, draft = _aware_lm_pair()
     inputs = jnp.asarray([[3, 5, 2, 7, 1], [4, 1, 0, 0, 0], [0, 0, 0, 0, 0]], jnp.int32)
     generated = decoding.autoregressive_decode(target, inputs, rng=jax.random.PRNGKey(0),
@@ -315,7 +317,7 @@ def test_per_depth_logits_of_a_decoder_only_draft_are_its_decode_rounds():
     prompts of different lengths (one empty): the d-th draft of a round that begins at fed
     position k, as the loop makes it (read the prompt, extend with the target's features up
     to k, then d - 1 steps on its own states)."""
-    from speculative import acceptance
+    from speculative.measure import acceptance
     _, target, draft = _aware_lm_pair()
     inputs = jnp.asarray([[3, 5, 2, 7, 1], [4, 1, 0, 0, 0], [0, 0, 0, 0, 0]], jnp.int32)
     generated = decoding.autoregressive_decode(target, inputs, rng=jax.random.PRNGKey(0),
@@ -352,17 +354,17 @@ def test_per_depth_logits_of_a_decoder_only_draft_are_its_decode_rounds():
 def test_refuses_a_target_of_another_width_and_a_decoder_only_target():
     _, target, draft = _aware_pair()
     wide = t5.Transformer(tiny_config(emb_dim=24))
-    other = decoding.EncoderDecoderModel(wide, random_params(wide, 0))
+    other = adapters.EncoderDecoderModel(wide, random_params(wide, 0))
     kw = dict(rng=jax.random.PRNGKey(0), gamma=2, sampling=SamplingConfig(0.0), max_decode_len=4)
     with pytest.raises(ValueError, match="reads 32 features"):
         decoding.speculative_decode(other, draft, np.ones((1, 3), np.int32), **kw)
     shallow = t5.Transformer(tiny_config(num_decoder_layers=1))
     with pytest.raises(ValueError, match=r"include \[2\]"):
-        decoding.speculative_decode(decoding.EncoderDecoderModel(
+        decoding.speculative_decode(adapters.EncoderDecoderModel(
             shallow, random_params(shallow, 0)), draft, np.ones((1, 3), np.int32), **kw)
     lm = t5.DecoderOnly(tiny_config())
     with pytest.raises(ValueError, match="read `inputs` differently"):
-        decoding.speculative_decode(decoding.DecoderOnlyModel(lm, random_params(lm, 0)), draft,
+        decoding.speculative_decode(adapters.DecoderOnlyModel(lm, random_params(lm, 0)), draft,
                                     np.ones((1, 3), np.int32), **kw)
     _, _, lm_draft = _aware_lm_pair()  # and a decoder-only target's draft, the other way round
     with pytest.raises(ValueError, match="cross_attention=False"):
@@ -416,7 +418,7 @@ def _check_control_fails(law, target, draft, inputs, seed, monkeypatch):
     probs = law(SamplingConfig(1.0))
     import test_decoding
     jax.clear_caches()
-    monkeypatch.setattr(decoding.sampling_lib, "speculative_sample",
+    monkeypatch.setattr(sampling_lib.sampling_lib, "speculative_sample",
                         test_decoding._kernel_resampling_from_p)
     try:
         samples, _ = _sample(target, draft, inputs, SamplingConfig(1.0), seed=seed)
@@ -549,7 +551,7 @@ def test_hot_vocab_joint_law_of_three_tokens_matches_target(joint_aware):
 
 
 def test_hot_vocab_loss_uses_the_teacher_restricted_to_the_hot_set():
-    from speculative import feature_training  # pylint: disable=g-import-not-at-top
+    from speculative.training import feature_training  # pylint: disable=g-import-not-at-top
 
     hot = (1, 2, 3)
     logits = jnp.full((1, 1, 1, 6), fd.HOT_MASK_LOGIT).at[..., 1:4].set(
@@ -576,8 +578,8 @@ def test_speculative_beam_search_with_a_target_aware_draft_is_the_plain_search(
     _, target, draft = _aware_pair()
     inputs = np.asarray([[3, 5, 2, 7, 1], [4, 1, 9, 0, 0]], np.int32)
     kw = dict(beam_size=beam_size, max_decode_len=10)
-    plain = decoding.beam_search(target, inputs, **kw)
-    spec = decoding.speculative_beam_search(target, draft, inputs, draft_beam=draft_beam,
+    plain = beam_lib.beam_search(target, inputs, **kw)
+    spec = beam_lib.speculative_beam_search(target, draft, inputs, draft_beam=draft_beam,
                                             gamma=3, draft_branch=branch, **kw)
     np.testing.assert_array_equal(spec.sequences, plain.sequences)
     np.testing.assert_allclose(spec.scores, plain.scores, rtol=1e-5, atol=1e-5)
@@ -585,7 +587,7 @@ def test_speculative_beam_search_with_a_target_aware_draft_is_the_plain_search(
 
 
 def _beam_steps_per_round(target, draft, inputs, gamma):
-    out = decoding.speculative_beam_search(target, draft, inputs, beam_size=1, draft_beam=0,
+    out = beam_lib.speculative_beam_search(target, draft, inputs, beam_size=1, draft_beam=0,
                                            gamma=gamma, max_decode_len=14)
     return out, float(np.sum(out.row_steps)) / out.rounds / inputs.shape[0]
 
@@ -598,17 +600,17 @@ def test_speculative_beam_search_feeds_the_draft_the_targets_features(monkeypatc
     _, target, _ = _aware_pair()
     inputs = np.asarray([[3, 5, 2, 7, 1], [4, 1, 9, 6, 0]], np.int32)
     checker = _CheckingSelfDraft(target, None)
-    plain = decoding.beam_search(target, inputs, beam_size=1, max_decode_len=14)
+    plain = beam_lib.beam_search(target, inputs, beam_size=1, max_decode_len=14)
     good, good_steps = _beam_steps_per_round(target, checker, inputs, gamma=3)
     np.testing.assert_array_equal(good.sequences, plain.sequences)
-    real = decoding.EncoderDecoderModel.extend_with_features
+    real = adapters.EncoderDecoderModel.extend_with_features
 
     def shifted(self, params, state, tokens, feature_layers):
         logits, feats, state = real(self, params, state, tokens, feature_layers)
         return logits, jnp.roll(feats, 1, axis=1), state
 
     jax.clear_caches()
-    monkeypatch.setattr(decoding.EncoderDecoderModel, "extend_with_features", shifted)
+    monkeypatch.setattr(adapters.EncoderDecoderModel, "extend_with_features", shifted)
     try:
         bad, bad_steps = _beam_steps_per_round(target, checker, inputs, gamma=3)
     finally:

@@ -9,10 +9,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from speculative import decoding, feature_data, feature_training
+from speculative import decoding
+from speculative.decode.sampling import SamplingConfig
 from speculative.models import feature_draft as fd
 from speculative.models import t5
-from speculative.sampling import SamplingConfig
+from speculative.training import feature_data, feature_training
 
 from conftest import random_params, tiny_config
 

@@ -14,7 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from speculative import checkpoints  # noqa: E402
+from speculative.checkpoints import t5x as checkpoints  # noqa: E402
 from speculative.models import t5  # noqa: E402
 
 ATOL = 1e-4

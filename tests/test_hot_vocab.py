@@ -9,9 +9,9 @@ import jax
 import numpy as np
 import pytest
 
-from speculative import feature_data, feature_training
 from speculative.experiments import feature_ablation
 from speculative.models import feature_draft as fd
+from speculative.training import feature_data, feature_training
 
 
 def _fake_cache(path, outputs):

@@ -21,7 +21,10 @@ import numpy as np
 import pytest
 import seqio
 
-from speculative import acceptance, decoding, loading, tasks, theory
+from speculative import loading
+from speculative.data import tasks
+from speculative.decode import contract
+from speculative.measure import acceptance, theory
 from speculative.models import t5
 from speculative.runs import config as config_lib
 from speculative.runs import infer, table2
@@ -602,7 +605,7 @@ def test_decoder_only_prompts_keep_their_last_tokens(tiny_gin, tmp_path, monkeyp
     ids = np.arange(2, 12, dtype=np.int32)
     np.testing.assert_array_equal(infer.fit_input(ids, 4, decoder_only=True), [8, 9, 10, 11])
     np.testing.assert_array_equal(infer.fit_input(ids, 4, decoder_only=False),
-                                  [2, 3, 4, decoding.EOS_ID])
+                                  [2, 3, 4, contract.EOS_ID])
     assert infer.fit_input(ids, 10, decoder_only=True) is ids  # fits: untouched
 
     gin.clear_config()

@@ -48,7 +48,7 @@ def test_no_import_runs_back_up(path):
     layer = _layer(path)
     forbidden = {"core": ("speculative.models", "speculative.runs", "speculative.experiments"),
                  "models": ("speculative.runs", "speculative.experiments",
-                            "speculative.decoding", "speculative.training"),
+                            "speculative.decode.loops", "speculative.training.distillation"),
                  "library": ("speculative.runs", "speculative.experiments"),
                  "runs": ("speculative.experiments",),
                  # one module per report: the reports share the library, never each other

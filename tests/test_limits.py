@@ -16,11 +16,12 @@ import jax
 import numpy as np
 import pytest
 
-from speculative import decoding, host
+from speculative import decoding
+from speculative.decode.sampling import SamplingConfig
 from speculative.experiments import limits
+from speculative.measure import host
 from speculative.models import t5
 from speculative.runs import mini
-from speculative.sampling import SamplingConfig
 
 from conftest import tiny_config
 
@@ -239,7 +240,7 @@ def test_depth_sweep_of_a_one_layer_copy(tmp_path):
     of 4,720,128 float32 weights each (self-attention q, k, v, o and cross-attention q, o:
     6 x 512 x 512; the gated MLP: 3 x 512 x 2048; three norm scales of 512); Theorem 3.8's
     column is `theory.speedup` at the best gamma for the row's own costs and the card's alpha."""
-    from speculative import theory  # pylint: disable=g-import-not-at-top
+    from speculative.measure import theory  # pylint: disable=g-import-not-at-top
 
     with pytest.raises(ValueError, match="depths holds 0"):
         limits.run_depth_sweep(str(tmp_path), [1, 0])

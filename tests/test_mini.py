@@ -11,12 +11,13 @@ import signal
 
 import pytest
 
-from speculative import acceptance, bundles
-from speculative import costs as costs_lib
+from speculative.data import bundles
+from speculative.decode.sampling import SamplingConfig
 from speculative.experiments import mini_results
+from speculative.measure import acceptance
+from speculative.measure import costs as costs_lib
 from speculative.models import layers
 from speculative.runs import mini
-from speculative.sampling import SamplingConfig
 
 from conftest import check_greedy_identity, run_interrupted, snapshot
 

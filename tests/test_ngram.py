@@ -9,7 +9,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from speculative import decoding, sampling
+from speculative import decoding
+from speculative.decode import sampling
 from speculative.models import ngram, t5
 
 V = 16

@@ -14,8 +14,7 @@ import numpy as np
 import pytest
 from jax.sharding import PartitionSpec as P
 
-from speculative import partitioning
-from speculative.models import t5
+from speculative.models import partitioning, t5
 
 from conftest import random_params, tiny_config
 

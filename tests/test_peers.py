@@ -19,11 +19,8 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from speculative import (  # noqa: E402
-    checkpoints,
-    decoding,
-    loading,  # noqa: E402
-)
+from speculative import decoding, loading  # noqa: E402
+from speculative.checkpoints import t5x as checkpoints  # noqa: E402
 from speculative.experiments import peers  # noqa: E402
 from speculative.models import t5  # noqa: E402
 from speculative.runs import mini  # noqa: E402

@@ -17,8 +17,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from speculative import sampling, verification
-from speculative.sampling import SamplingConfig
+from speculative.decode import sampling
+from speculative.decode import verifiers as verification
+from speculative.decode.sampling import SamplingConfig
 
 
 def _random_dist(rng, v, zeros=0):

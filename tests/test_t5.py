@@ -138,7 +138,7 @@ def test_encoder_decoder_chunked_extend_equals_full_forward(logits_via_embedding
 def test_write_rows_writes_each_row_at_its_own_start_along_the_length_axis():
     """Head-major key/value caches `[B, H, L, D]` are written along axis 2, token histories
     `[B, L]` along axis 1; each row at its own start (the decode caches' one write)."""
-    from speculative.contract import write_rows  # pylint: disable=g-import-not-at-top
+    from speculative.decode.contract import write_rows  # pylint: disable=g-import-not-at-top
 
     cache = np.zeros((2, 3, 6, 2), np.float32)
     update = np.arange(2 * 3 * 2 * 2, dtype=np.float32).reshape(2, 3, 2, 2) + 1
@@ -246,7 +246,7 @@ def test_load_model_kernel_layout(tmp_path):
     """'auto' is the transposed layout on a CPU without a mesh; 't5x' keeps T5X's; a transposed
     model saves as a T5X checkpoint; bad values and a transposed sharded model are refused by
     name."""
-    from speculative import checkpoints  # pylint: disable=g-import-not-at-top
+    from speculative.checkpoints import t5x as checkpoints  # pylint: disable=g-import-not-at-top
     from speculative.models import adapters, layers  # pylint: disable=g-import-not-at-top
 
     cfg = tiny_config()
@@ -262,7 +262,7 @@ def test_load_model_kernel_layout(tmp_path):
     for a, b in zip(jax.tree_util.tree_leaves(again.params), jax.tree_util.tree_leaves(t5x.params)):
         np.testing.assert_array_equal(a, b)
     # Placed on a mesh, a CPU-loaded model is sharded in T5X's layout, which the rules name.
-    from speculative import partitioning  # pylint: disable=g-import-not-at-top
+    from speculative.models import partitioning  # pylint: disable=g-import-not-at-top
     placed = partitioning.place_model(auto, partitioning.make_mesh(mesh_shape=(1, 1)))
     assert layers.kernel_layout(placed.params) == "t5x" == layers.kernel_layout(t5x.params)
     assert layers.kernel_layout(auto.params) == "transposed"

@@ -6,7 +6,7 @@ import os
 import pytest
 import seqio
 
-from speculative import tasks
+from speculative.data import tasks
 
 SEQIO_TEST_SPM = os.path.join(os.path.dirname(seqio.__file__), "test_data", "sentencepiece",
                               "sentencepiece.model")
@@ -203,7 +203,7 @@ def _consume(docs, examples, prompt_lines):
 
 
 def test_code_task_yields_prompts_and_continuations_of_the_source(tiny_code_corpus):
-    from speculative import code_corpus
+    from speculative.data import code_corpus
 
     task = tasks.register_code_task(str(tiny_code_corpus), name="tiny_code", prompt_lines=4,
                                     continuation_lines=3)
@@ -228,7 +228,7 @@ def test_code_task_yields_prompts_and_continuations_of_the_source(tiny_code_corp
 
 
 def test_bundled_code_task():
-    from speculative import code_corpus
+    from speculative.data import code_corpus
 
     task = seqio.get_mixture_or_task(tasks.CODE_TASK)
     assert {"validation", "test"} <= set(task.source.splits)

@@ -8,7 +8,7 @@ import os
 import numpy as np
 import pytest
 
-from speculative import theory
+from speculative.measure import theory
 
 from conftest import load_script
 
@@ -365,7 +365,7 @@ def test_plot_speedup_vs_gamma(tmp_path):
         plot_theory.plot_speedup_vs_gamma([{"gamma": 1, "speedup": 1.0}], str(tmp_path / "t.png"),
                                           pair="p + q")
     # The title names the pair, and the temperatures and batch sizes the runs record.
-    from speculative import plots  # pylint: disable=import-outside-toplevel
+    from speculative.measure import plots  # pylint: disable=import-outside-toplevel
     recorded = [dict(r, sampling={"temperature": t}, batch_size=1)
                 for r, t in zip(runs, (0.0, 1.0, 0.0))]
     assert plots.speedup_title(recorded, "large_target + large_draft_kdtv") == (

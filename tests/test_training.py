@@ -21,8 +21,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from speculative import checkpoints, decoding, objectives, training
+from speculative import decoding
+from speculative.checkpoints import t5x as checkpoints
 from speculative.models import ngram, t5
+from speculative.training import distillation as training
+from speculative.training import objectives
 
 from conftest import load_script, tiny_config
 
@@ -89,7 +92,7 @@ def test_batches_bucket_pad_and_cover_every_example():
 
 
 def test_tokenizer_matches_the_mini_ende_task():
-    from speculative import tasks
+    from speculative.data import tasks
 
     tok = training.Tokenizer()
     vocab = tasks.mini_vocabulary()
@@ -255,7 +258,7 @@ def test_teacher_losses_are_one_minus_beta_and_cross_entropy():
     """With the teacher's whole vocabulary kept, 'tv' is 1 - beta (the kernel's acceptance
     probability, sampling.acceptance_rate) and 'kl' is the cross-entropy H(p, q), which is
     smallest (= H(p)) at q = p."""
-    from speculative import sampling
+    from speculative.decode import sampling
     rng = np.random.default_rng(0)
     p_logits, q_logits = rng.normal(size=(2, 3, 7)) * 2, rng.normal(size=(2, 3, 7)) * 2
     p = jax.nn.softmax(jnp.asarray(p_logits), axis=-1)
@@ -376,7 +379,7 @@ def test_bundled_ngram_drafts_load(name):
 
 def _feature_drafts():
     """(bundle, name) of every bundled target-aware draft, both pairs."""
-    from speculative import bundles
+    from speculative.data import bundles
     return [(b, n) for b in bundles.BUNDLES if b.available()
             for n, e in b.model_card()["models"].items() if e.get("kind") == "feature_draft"]
 
@@ -387,7 +390,7 @@ def _feature_drafts():
 def test_bundled_target_aware_draft_reproduces_its_card(bundle, name):
     """The stored (bfloat16) target-aware draft: its forced alpha on the card's first valid
     sentences (code: prompts continued for PROMPT_LENGTH tokens) is what the card records."""
-    from speculative import bundles
+    from speculative.data import bundles
     from speculative.runs import feature_draft as runs_feature_draft
 
     entry = bundle.entry(name)

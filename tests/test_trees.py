@@ -7,9 +7,10 @@ import numpy as np
 import pytest
 import test_decoding as td
 
-from speculative import decoding, trees
+from speculative import decoding
+from speculative.decode import trees
+from speculative.decode.sampling import SamplingConfig
 from speculative.models import ngram, t5
-from speculative.sampling import SamplingConfig
 
 from conftest import random_params, tiny_config
 
@@ -208,7 +209,7 @@ def test_per_depth_rates_of_a_target_aware_draft_follow_its_decode_rounds():
     position; depth 2 then extends one token (the target's) on the draft's own hidden state."""
     from test_feature_draft import _aware_pair  # pylint: disable=g-import-not-at-top
 
-    from speculative import acceptance  # pylint: disable=g-import-not-at-top
+    from speculative.measure import acceptance  # pylint: disable=g-import-not-at-top
 
     _, target, draft = _aware_pair()
     inputs = td._prompts([7, 3, 5, 1], 7, seed=2)
@@ -278,7 +279,7 @@ def test_rank_acceptance_first_rank_is_the_chain_alpha(td_encdec, temperature):
     """The per-rank rates the tree chooser reads: the first rank's is the chain's alpha along
     the same text (exactly at T = 0; within Monte Carlo error of sum min(p, q) at T = 1), and
     every later rank is a probability of what reached it."""
-    from speculative import acceptance  # pylint: disable=g-import-not-at-top
+    from speculative.measure import acceptance  # pylint: disable=g-import-not-at-top
 
     target, draft = td_encdec
     inputs = td._prompts([7, 3, 5, 1, 6, 2, 4, 7], 7, seed=1)

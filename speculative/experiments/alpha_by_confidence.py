@@ -18,8 +18,11 @@ from __future__ import annotations
 import os
 from typing import Dict, Optional, Sequence
 
-from speculative import acceptance, bundles, files, host, validation
-from speculative.sampling import SamplingConfig
+from speculative import files
+from speculative.data import bundles
+from speculative.decode import validation
+from speculative.decode.sampling import SamplingConfig
+from speculative.measure import acceptance, host
 
 TEMPERATURES = (0.0, 1.0)
 

@@ -22,8 +22,13 @@ from typing import Dict, Sequence
 
 import numpy as np
 
-from speculative import bundles, decoding, files, host, validation
-from speculative import costs as costs_lib
+from speculative import files
+from speculative.beam import reference as beam_reference
+from speculative.beam import search as beam_lib
+from speculative.data import bundles
+from speculative.decode import validation
+from speculative.measure import costs as costs_lib
+from speculative.measure import host
 from speculative.runs import mini
 from speculative.runs.infer import MIN_BEAM_SPEEDUP
 
@@ -70,9 +75,9 @@ def run(output_dir: str, target_name: str = mini.LARGE_TARGET, draft_name: str =
         print(f"beam {w}: chose draft_beam {u}, gamma {g}, draft_branch {b} (calibration speedup "
               f"{choice.best.speedup:.2f}x)", flush=True)
         searches = {
-            "host": lambda x: decoding.host_beam_search(target, x, **kw),
-            "jitted": lambda x: decoding.beam_search(target, x, **kw),
-            "speculative": lambda x, u=u, g=g, b=b: decoding.speculative_beam_search(
+            "host": lambda x: beam_reference.host_beam_search(target, x, **kw),
+            "jitted": lambda x: beam_lib.beam_search(target, x, **kw),
+            "speculative": lambda x, u=u, g=g, b=b: beam_lib.speculative_beam_search(
                 target, draft, x, draft_beam=u, gamma=g, draft_branch=b, **kw),
         }
         for search in searches.values():  # compile on one sentence first
@@ -140,8 +145,8 @@ def decode_test_split(target, draft, vocab, num: int, batch_size: int, *, propos
         for start in range(0, len(index), batch_size):
             rows = index[start:start + batch_size]
             x = vocab.encode_sources([sources[i] for i in rows], length)
-            plain = decoding.beam_search(target, x, **kw)
-            spec = decoding.speculative_beam_search(target, draft, x, draft_beam=u, gamma=g,
+            plain = beam_lib.beam_search(target, x, **kw)
+            spec = beam_lib.speculative_beam_search(target, draft, x, draft_beam=u, gamma=g,
                                                     draft_branch=b, **kw)
             same &= bool(np.array_equal(plain.sequences, spec.sequences))
             score_diff = max(score_diff, float(np.max(np.abs(plain.scores - spec.scores))))

@@ -36,12 +36,16 @@ from typing import Optional, Sequence
 import jax
 import numpy as np
 
-from speculative import acceptance, decoding, files, host, loading, measure, validation
-from speculative import costs as costs_lib
+from speculative import files, loading
+from speculative.decode import loops as decoding
+from speculative.decode import validation
+from speculative.decode.sampling import SamplingConfig
+from speculative.measure import acceptance, host
+from speculative.measure import costs as costs_lib
+from speculative.measure import timing as measure
 from speculative.models import layers, t5
 from speculative.runs import config as config_lib
 from speculative.runs import mini
-from speculative.sampling import SamplingConfig
 
 # The baseline's loop step and the isolated step differ by more than this factor when the
 # host changed state mid-run (by 1.6-1.8x on the Xeon host of docs/limits.md). Within one state

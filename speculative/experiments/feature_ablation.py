@@ -31,23 +31,18 @@ from typing import Dict, Sequence
 import jax
 import numpy as np
 
-from speculative import (
-    acceptance,
-    bundles,
-    decoding,
-    feature_data,
-    feature_training,
-    files,
-    host,
-    loading,
-    measure,
-    training,
-    validation,
-)
-from speculative import costs as costs_lib
+from speculative import files, loading
+from speculative.data import bundles
+from speculative.decode import contract, validation
+from speculative.decode import loops as decoding
+from speculative.decode.sampling import SamplingConfig
+from speculative.measure import acceptance, host
+from speculative.measure import costs as costs_lib
+from speculative.measure import timing as measure
 from speculative.models import feature_draft as fd
 from speculative.runs import mini
-from speculative.sampling import SamplingConfig
+from speculative.training import distillation as training
+from speculative.training import feature_data, feature_training
 
 GAMMAS = tuple(range(1, 9))
 
@@ -92,7 +87,7 @@ _TRAINING: Dict[int, Dict] = {}  # training settings of the drafts loaded from t
 
 
 def _description(model) -> Dict:
-    if decoding.reads_target(model):
+    if contract.reads_target(model):
         cfg = model.module.config
         layers = f"features of layers {list(cfg.feature_layers)}"
         if not cfg.cross_attention:

@@ -26,9 +26,13 @@ from typing import Dict, Optional, Sequence
 
 import numpy as np
 
-from speculative import bundles, decoding, files, host, validation
-from speculative import costs as costs_lib
-from speculative.sampling import SamplingConfig
+from speculative import files
+from speculative.data import bundles
+from speculative.decode import stats as stats_lib
+from speculative.decode import validation
+from speculative.decode.sampling import SamplingConfig
+from speculative.measure import costs as costs_lib
+from speculative.measure import host
 
 LAYOUTS = ("t5x", "transposed")
 
@@ -81,7 +85,7 @@ def run(output_dir: Optional[str] = None, target_name: str = bundles.LARGE_TARGE
         for g in gammas:
             cell = {}
             for layout in LAYOUTS:
-                stats = decoding.merge_stats([o.stats for o in outputs[(layout, g)]]).summary()
+                stats = stats_lib.merge_stats([o.stats for o in outputs[(layout, g)]]).summary()
                 cell[layout] = {"seconds": median[(layout, g)],
                                 "speedup": median[(layout, "baseline")] / median[(layout, g)],
                                 "tokens_per_target_call": stats["tokens_per_target_call"]}

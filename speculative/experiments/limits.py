@@ -70,12 +70,16 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 import jax
 import numpy as np
 
-from speculative import bundles, files, host, loading, measure, plots, theory, validation
-from speculative import costs as costs_lib
-from speculative import sampling as sampling_lib
+from speculative import files, loading
+from speculative.data import bundles
+from speculative.decode import sampling as sampling_lib
+from speculative.decode import validation
+from speculative.decode.sampling import SamplingConfig
+from speculative.measure import costs as costs_lib
+from speculative.measure import host, plots, theory
+from speculative.measure import timing as measure
 from speculative.models import t5
 from speculative.runs import mini
-from speculative.sampling import SamplingConfig
 
 SCHEMA = "speculative.limits/1"
 RESULTS_FILE = "limits.json"

@@ -43,19 +43,14 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-from speculative import (
-    acceptance,
-    bundles,
-    decoding,
-    files,
-    host,
-    measure,
-    plots,
-    theory,
-    validation,
-)
-from speculative import costs as costs_lib
-from speculative.sampling import SamplingConfig
+from speculative import files
+from speculative.data import bundles
+from speculative.decode import stats as stats_lib
+from speculative.decode import validation
+from speculative.decode.sampling import SamplingConfig
+from speculative.measure import acceptance, host, plots, theory
+from speculative.measure import costs as costs_lib
+from speculative.measure import timing as measure
 
 TEMPERATURES = (0.0, 1.0)
 NUM_CALIBRATION = 12  # validation sentences on which the decode-loop cost model is fitted
@@ -113,7 +108,7 @@ def dynamic_gamma(target, draft, batches, sampling: SamplingConfig, fixed_gamma:
     base = float(np.median(times["baseline"]))
 
     def summary(name):
-        stats = decoding.merge_stats([r.stats for r in outputs[name]]).summary()
+        stats = stats_lib.merge_stats([r.stats for r in outputs[name]]).summary()
         return (base / float(np.median(times[name])), stats["tokens_per_target_call"],
                 stats["drafted"] / stats["target_calls"], stats["alpha"])
 

@@ -69,11 +69,17 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 import jax
 import numpy as np
 
-from speculative import checkpoints, decoding, files, host, loading, measure, validation
-from speculative import costs as costs_lib
+from speculative import files, loading
+from speculative.checkpoints import t5x as checkpoints
+from speculative.decode import contract, validation
+from speculative.decode import loops as decoding
+from speculative.decode import stats as stats_lib
+from speculative.decode.sampling import SamplingConfig
+from speculative.measure import costs as costs_lib
+from speculative.measure import host
+from speculative.measure import timing as measure
 from speculative.models import t5
 from speculative.runs import mini
-from speculative.sampling import SamplingConfig
 
 SCHEMA = "speculative.peers/1"
 RESULTS_FILE = "peers.json"
@@ -150,7 +156,7 @@ def _check_spec(spec: Spec) -> None:
                          f"{[d for t in mini.targets() for d in mini.t5_drafts(t)]}.")
 
 
-def _load(spec: Spec) -> Tuple[str, decoding.DecodeModel]:
+def _load(spec: Spec) -> Tuple[str, contract.DecodeModel]:
     if isinstance(spec, Given):
         return spec.name, loading.load_model(spec.config, spec.checkpoint, seed=spec.seed)
     return spec, mini.load(spec)
@@ -167,7 +173,7 @@ def default_pairs() -> List[Tuple[str, str]]:
 # transformers' side.
 
 
-def to_transformers(model: decoding.DecodeModel, hf_dir: str):
+def to_transformers(model: contract.DecodeModel, hf_dir: str):
     """`model` (a T5 DecodeModel) written by `checkpoints.save_hf_t5` and loaded by transformers."""
     _, transformers = import_hf()
     checkpoints.save_hf_t5(model.params, model.module.config, hf_dir)
@@ -351,7 +357,7 @@ def compare(target, draft, batches: Sequence[np.ndarray], *, gamma: int,
     for key, out in outputs.items():
         implementation, method, temperature = key
         if implementation == OURS:
-            stats = decoding.merge_stats([r.stats for r in out]).summary()
+            stats = stats_lib.merge_stats([r.stats for r in out]).summary()
             tokens, calls = stats["generated"], stats["target_calls"]
             seqs = [s for r in out for s in _sequences(r.tokens, np.asarray(r.lengths))]
         else:

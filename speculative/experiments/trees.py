@@ -24,10 +24,14 @@ from typing import Dict
 
 import numpy as np
 
-from speculative import acceptance, bundles, decoding, files, host, theory, validation
-from speculative import costs as costs_lib
+from speculative import files
+from speculative.data import bundles
+from speculative.decode import stats as stats_lib
+from speculative.decode import validation
+from speculative.decode.sampling import SamplingConfig
+from speculative.measure import acceptance, host, theory
+from speculative.measure import costs as costs_lib
 from speculative.runs import mini
-from speculative.sampling import SamplingConfig
 
 DRAFT_ROWS = (1, 2, 3, 4, 6, 8, 12, 16)  # paths per draft call whose cost is measured
 
@@ -85,7 +89,7 @@ def run(output_dir: str, target_name: str = mini.LARGE_TARGET, draft_name: str =
         row = {"temperature": temperature, "rank_acceptance": ranks.to_json(),
                "choice": choice.to_json()}
         for name in settings:
-            stats = decoding.merge_stats([r.stats for r in outputs[name]]).summary()
+            stats = stats_lib.merge_stats([r.stats for r in outputs[name]]).summary()
             shape = shapes[name]
             row[name] = {
                 "shape": list(shape), "nodes": theory.tree_nodes(shape),

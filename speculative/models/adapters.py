@@ -21,9 +21,9 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from speculative import partitioning, validation
-from speculative.contract import DecodeModel
-from speculative.models import layers, t5
+from speculative.decode import validation
+from speculative.decode.contract import DecodeModel
+from speculative.models import layers, partitioning, t5
 
 
 @struct.dataclass
@@ -203,7 +203,9 @@ def load_model(
     transposed = layers.resolve_kernel_layout(kernel_layout, sharded=mesh is not None)
     module = make_module(config, decoder_only=decoder_only)
     if checkpoint:
-        from speculative import checkpoints  # tensorstore/orbax only when a checkpoint is read
+        from speculative.checkpoints import (
+            t5x as checkpoints,  # tensorstore/orbax only when a checkpoint is read
+        )
 
         checkpoints.validate_params(checkpoints.load_metadata(checkpoint), module,
                                     source=checkpoint)  # names and shapes, before any read

@@ -39,9 +39,9 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from speculative.contract import BOS_ID as BOS_ID
-from speculative.contract import EOS_ID as EOS_ID
-from speculative.contract import PAD_ID as PAD_ID
+from speculative.decode.contract import BOS_ID as BOS_ID
+from speculative.decode.contract import EOS_ID as EOS_ID
+from speculative.decode.contract import PAD_ID as PAD_ID
 from speculative.models import layers
 
 Array = jax.Array

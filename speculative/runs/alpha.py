@@ -32,8 +32,11 @@ from typing import Any, Dict, Optional, Sequence
 import gin
 import jax
 
-from speculative import acceptance, files, host, loading, measure, validation
-from speculative import sampling as sampling_lib
+from speculative import files, loading
+from speculative.decode import sampling as sampling_lib
+from speculative.decode import validation
+from speculative.measure import acceptance, host
+from speculative.measure import timing as measure
 from speculative.runs import benchmark as bench
 
 SCHEMA = "speculative.alpha/1"

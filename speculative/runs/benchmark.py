@@ -58,10 +58,13 @@ import gin
 import jax
 import numpy as np
 
-from speculative import costs as costs_lib
-from speculative import files, host, loading, measure, partitioning, validation
-from speculative import sampling as sampling_lib
-from speculative.models import synthetic
+from speculative import files, loading
+from speculative.decode import sampling as sampling_lib
+from speculative.decode import validation
+from speculative.measure import costs as costs_lib
+from speculative.measure import host
+from speculative.measure import timing as measure
+from speculative.models import partitioning, synthetic
 
 Array = jax.Array
 SCHEMA = "speculative.benchmark/1"
@@ -92,7 +95,7 @@ def _tsv_examples(tsv_path: str, spm_path: Optional[str],
     """`source<TAB>target` lines encoded as `tasks.register_tsv_task` does (prefix + source,
     cut to input_length - 1, then EOS), read directly: no seqio or TensorFlow, so an
     accelerator image without them can run the bundled pairs."""
-    from speculative import training  # pylint: disable=import-outside-toplevel
+    from speculative.training import distillation as training  # pylint: disable=import-outside-toplevel
 
     sources = [source for source, _ in training.load_pairs(tsv_path)]
     for ids in training.Tokenizer(spm_path).encode_inputs(sources):
@@ -109,7 +112,7 @@ def _task_examples(task: Optional[str], tsv_path: Optional[str], spm_path: Optio
         return
     import seqio  # pylint: disable=import-outside-toplevel
 
-    from speculative import tasks  # pylint: disable=import-outside-toplevel
+    from speculative.data import tasks  # pylint: disable=import-outside-toplevel
 
     if tsv_path:
         vocab = (seqio.SentencePieceVocabulary(spm_path) if spm_path

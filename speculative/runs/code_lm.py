@@ -2,12 +2,12 @@
 `code_lm.prompt_batches(...)`, ...): a view of `speculative.bundles.CODE`, where the bundle and
 its docstring live."""
 
-from speculative import bundles
-from speculative.bundles import CALIBRATION_LIMITS as CALIBRATION_LIMITS
-from speculative.bundles import CHUNK_LENGTH as CHUNK_LENGTH
-from speculative.bundles import PROMPT_LENGTH as PROMPT_LENGTH
-from speculative.bundles import PROMPT_LOOKUP as PROMPT_LOOKUP
-from speculative.bundles import prompt_batches as prompt_batches
+from speculative.data import bundles
+from speculative.data.bundles import CALIBRATION_LIMITS as CALIBRATION_LIMITS
+from speculative.data.bundles import CHUNK_LENGTH as CHUNK_LENGTH
+from speculative.data.bundles import PROMPT_LENGTH as PROMPT_LENGTH
+from speculative.data.bundles import PROMPT_LOOKUP as PROMPT_LOOKUP
+from speculative.data.bundles import prompt_batches as prompt_batches
 
 TARGET = bundles.CODE_TARGET
 MAX_DECODE_LEN = bundles.CODE_MAX_DECODE_LEN

@@ -23,22 +23,18 @@ import gin
 import jax
 import numpy as np
 
-from speculative import (
-    acceptance,
-    bundles,
-    checkpoints,
-    code_corpus,
-    decoding,
-    feature_data,
-    feature_training,
-    files,
-    training,
-    training_data,
-    validation,
-)
+from speculative import files
+from speculative.checkpoints import t5x as checkpoints
+from speculative.data import bundles, code_corpus
+from speculative.decode import loops as decoding
+from speculative.decode import validation
+from speculative.decode.sampling import SamplingConfig
+from speculative.measure import acceptance
 from speculative.models import feature_draft as fd_model
 from speculative.runs import mini
-from speculative.sampling import SamplingConfig
+from speculative.training import data as training_data
+from speculative.training import distillation as training
+from speculative.training import feature_data, feature_training
 
 
 def distill_sources(length: int = 48) -> np.ndarray:

@@ -15,7 +15,7 @@ The run behind `scripts/infer.py` and `configs/runs/infer.gin` (T5X's `infer.py`
 `decoder_only=True` (gin: DECODER_ONLY) decodes decoder-only (GPT-like) language models instead:
 `t5.DecoderOnly` target and draft (configs with `num_encoder_layers = 0`, e.g. configs/models/
 code_target.gin) on a prompt -> continuation task such as `stdlib_code`, whose inputs are
-prompts without EOS that the decoder continues (`decoding.DecoderOnlyModel`: BOS + prompt is
+prompts without EOS that the decoder continues (`adapters.DecoderOnlyModel`: BOS + prompt is
 prefilled, the continuation is the prediction). Beam search needs an encoder-decoder model.
 
 Pipeline (`run`):
@@ -72,14 +72,19 @@ import jax
 import numpy as np
 from absl import logging
 
-from speculative import decoding, loading, partitioning, predictions, tasks
 from speculative import files as files_lib
-from speculative import sampling as sampling_lib
-from speculative.models import t5
-from speculative.predictions import Example
+from speculative import loading
+from speculative.beam import search as beam_lib
+from speculative.data import tasks
+from speculative.decode import contract
+from speculative.decode import loops as decoding
+from speculative.decode import sampling as sampling_lib
+from speculative.models import partitioning, t5
 from speculative.runs import config as config_lib
+from speculative.runs import predictions
 from speculative.runs.infer_settings import MACROS as MACROS
 from speculative.runs.infer_settings import InferSettings as InferSettings
+from speculative.runs.predictions import Example
 
 PREDICTIONS_FILE = "predictions.jsonl"
 METRICS_FILE = "metrics.json"
@@ -148,7 +153,7 @@ def fit_input(ids: np.ndarray, limit: int, decoder_only: bool) -> np.ndarray:
         return ids
     if decoder_only:
         return ids[len(ids) - limit:]
-    return np.concatenate([ids[:limit - 1], [decoding.EOS_ID]]).astype(np.int32)
+    return np.concatenate([ids[:limit - 1], [contract.EOS_ID]]).astype(np.int32)
 
 
 def load_examples(settings: InferSettings, task=None) -> Tuple[Any, List[Example]]:
@@ -206,7 +211,7 @@ def batches(examples: List[Example], batch_size: int,
 # Models and decoding.
 
 
-def load_models(settings: InferSettings) -> Tuple[decoding.DecodeModel, Optional[Any]]:
+def load_models(settings: InferSettings) -> Tuple[contract.DecodeModel, Optional[Any]]:
     """`(target, draft)`; the draft is None for the baseline. No checkpoint = random weights.
     Both are `t5.DecoderOnly` with `decoder_only`, encoder-decoder `t5.Transformer`s otherwise."""
     logging.info("Loading target %s", settings.target_checkpoint or "(random weights)")
@@ -227,7 +232,7 @@ def load_models(settings: InferSettings) -> Tuple[decoding.DecodeModel, Optional
 
 
 def decode_batch(settings: InferSettings, target, draft, inputs: np.ndarray, rng):
-    """A `decoding.DecodeResult`, or with BEAM_SIZE a `decoding.BeamSearchResult`."""
+    """A `decoding.DecodeResult`, or with BEAM_SIZE a `beam_lib.BeamSearchResult`."""
     if settings.beam_size is not None:
         return _beam_batch(settings, target, draft, inputs)
     mesh = getattr(target, "mesh", None)
@@ -245,13 +250,13 @@ def decode_batch(settings: InferSettings, target, draft, inputs: np.ndarray, rng
 
 
 def _beam_batch(settings: InferSettings, target, draft,
-                inputs: np.ndarray) -> decoding.BeamSearchResult:
+                inputs: np.ndarray) -> beam_lib.BeamSearchResult:
     kw = dict(beam_size=settings.beam_size, max_decode_len=settings.max_decode_len,
               length_penalty=settings.length_penalty)
     if settings.mode == "beam_search":
-        return decoding.beam_search(target, inputs, **kw)
+        return beam_lib.beam_search(target, inputs, **kw)
     draft_beam = settings.beam_size if settings.draft_beam is None else settings.draft_beam
-    return decoding.speculative_beam_search(target, draft, inputs, draft_beam=draft_beam,
+    return beam_lib.speculative_beam_search(target, draft, inputs, draft_beam=draft_beam,
                                             gamma=settings.gamma,
                                             draft_branch=settings.draft_branch, **kw)
 
@@ -266,7 +271,7 @@ def choose_beam_search(settings: InferSettings, target, draft, all_batches):
     returns `(settings, choice)`: settings that run the speculative search with the fastest
     proposal when it beat the plain one by MIN_BEAM_SPEEDUP, else the plain search (the
     same beams either way); the log says which and why."""
-    from speculative import costs as costs_lib  # pylint: disable=g-import-not-at-top
+    from speculative.measure import costs as costs_lib  # pylint: disable=g-import-not-at-top
 
     calibration = [b for b, _ in all_batches[:BEAM_CALIBRATION]]
     kw = dict(beam_size=settings.beam_size, max_decode_len=settings.max_decode_len,
@@ -283,7 +288,7 @@ def choose_beam_search(settings: InferSettings, target, draft, all_batches):
         "%s.", settings.beam_size, len(calibration), best.draft_beam, best.gamma,
         best.draft_branch, best.speedup, best.replayed_per_round,
         "running it" if faster else
-        f"below {MIN_BEAM_SPEEDUP}x, so decoding.beam_search runs (the same beams; "
+        f"below {MIN_BEAM_SPEEDUP}x, so beam_lib.beam_search runs (the same beams; "
         "FORCE_SPECULATIVE_BEAM = True runs the speculative one)")
     return dataclasses.replace(settings, force_speculative_beam=faster,
                                draft_beam=best.draft_beam, gamma=best.gamma,
@@ -294,7 +299,7 @@ def choose_beam_search(settings: InferSettings, target, draft, all_batches):
 def _gathered(result):
     """The whole batch's result on this host: in a multi-process job the rows live on several
     hosts' devices and are all-gathered; otherwise the result as it is."""
-    if jax.process_count() == 1 or isinstance(result, decoding.BeamSearchResult):
+    if jax.process_count() == 1 or isinstance(result, beam_lib.BeamSearchResult):
         return result
     from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
 
@@ -546,8 +551,8 @@ def infer(
         batch's rows split over 'data'; None decodes on one device.
       draft_partitioned: shard the draft like the target (default: replicated, batch split).
       beam_size: T5X-style beam search of this width instead of sampling (gin: BEAM_SIZE;
-        TEMPERATURE must be 0). Speculative: `decoding.speculative_beam_search` (paper A.4),
-        whose output equals the target's own `decoding.beam_search`; gamma steps per round.
+        TEMPERATURE must be 0). Speculative: `beam_lib.speculative_beam_search` (paper A.4),
+        whose output equals the target's own `beam_lib.beam_search`; gamma steps per round.
       draft_beam: the width of the draft's beam search proposing paths each round, beside
         every alive beam's greedy path (gin: DRAFT_BEAM; 0 = greedy paths only; None = the run
         chooses it and GAMMA by timing, see force_speculative_beam).

@@ -14,9 +14,9 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 
 import gin
 
-from speculative import loading, partitioning
-from speculative import sampling as sampling_lib
-from speculative.models import t5
+from speculative import loading
+from speculative.decode import sampling as sampling_lib
+from speculative.models import partitioning, t5
 
 # InferSettings field -> the infer.gin macro that sets it (for error messages).
 MACROS = {"target_config": "TARGET_MODEL", "draft_config": "DRAFT_MODEL",

@@ -2,15 +2,15 @@
 (`mini.main_target()`, `mini.load(name)`, ...): a view of `speculative.bundles.ENDE`, where the
 bundle and its docstring live."""
 
-from speculative import bundles
-from speculative.bundles import BUNDLE_DIR as BUNDLE_DIR
-from speculative.bundles import FEATURE_DRAFT as FEATURE_DRAFT
-from speculative.bundles import LARGE_TARGET as LARGE_TARGET
-from speculative.bundles import MINI_TARGET as MINI_TARGET
-from speculative.bundles import PREFIX as PREFIX
-from speculative.bundles import Vocabulary as Vocabulary
-from speculative.bundles import source_batches as source_batches
-from speculative.bundles import test_pairs as test_pairs
+from speculative.data import bundles
+from speculative.data.bundles import BUNDLE_DIR as BUNDLE_DIR
+from speculative.data.bundles import FEATURE_DRAFT as FEATURE_DRAFT
+from speculative.data.bundles import LARGE_TARGET as LARGE_TARGET
+from speculative.data.bundles import MINI_TARGET as MINI_TARGET
+from speculative.data.bundles import PREFIX as PREFIX
+from speculative.data.bundles import Vocabulary as Vocabulary
+from speculative.data.bundles import source_batches as source_batches
+from speculative.data.bundles import test_pairs as test_pairs
 
 MODELS_DIR = bundles.ENDE.models_dir
 TARGET = bundles.ENDE.default_target

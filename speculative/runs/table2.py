@@ -63,8 +63,11 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 import gin
 import numpy as np
 
-from speculative import acceptance, files, measure, partitioning, theory
-from speculative import costs as costs_lib
+from speculative import files
+from speculative.measure import acceptance, theory
+from speculative.measure import costs as costs_lib
+from speculative.measure import timing as measure
+from speculative.models import partitioning
 from speculative.runs import config as config_lib
 
 _UNSET = object()

@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from speculative.beam_search import (
+from speculative.beam.search import (
     EOS_ID,
     NEG_INF,
     BeamSearchResult,

@@ -28,7 +28,7 @@ import numpy as np
 
 from speculative import files
 
-CODE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "code")
+CODE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "code")
 SPLITS = ("train", "valid", "test")
 SPM_MODEL = "spm.model"
 MANIFEST = "manifest.json"

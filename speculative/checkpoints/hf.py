@@ -24,8 +24,7 @@ import safetensors
 import safetensors.numpy
 
 from speculative import files
-from speculative.models import layers, t5
-from speculative.param_trees import (
+from speculative.checkpoints.param_trees import (
     CheckpointError,
     Key,
     _ArrayLeaf,
@@ -35,6 +34,7 @@ from speculative.param_trees import (
     _unflatten,
     validate_params,
 )
+from speculative.models import layers, t5
 
 __all__ = ["from_hf_t5", "to_hf_t5", "config_from_hf", "hf_config_dict", "load_hf_config",
            "check_hf_target", "save_hf_t5"]

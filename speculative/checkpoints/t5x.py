@@ -41,19 +41,19 @@ import tensorstore as ts
 from flax import serialization
 from tqdm import tqdm
 
-from speculative import validation
-from speculative.hf_checkpoints import _hf_leaves
-from speculative.hf_checkpoints import check_hf_target as check_hf_target  # re-exported
-from speculative.hf_checkpoints import config_from_hf as config_from_hf
-from speculative.hf_checkpoints import from_hf_t5 as from_hf_t5
-from speculative.hf_checkpoints import hf_config_dict as hf_config_dict
-from speculative.hf_checkpoints import load_hf_config as load_hf_config
-from speculative.hf_checkpoints import save_hf_t5 as save_hf_t5
-from speculative.hf_checkpoints import to_hf_t5 as to_hf_t5
+from speculative.checkpoints.hf import _hf_leaves
+from speculative.checkpoints.hf import check_hf_target as check_hf_target  # re-exported
+from speculative.checkpoints.hf import config_from_hf as config_from_hf
+from speculative.checkpoints.hf import from_hf_t5 as from_hf_t5
+from speculative.checkpoints.hf import hf_config_dict as hf_config_dict
+from speculative.checkpoints.hf import load_hf_config as load_hf_config
+from speculative.checkpoints.hf import save_hf_t5 as save_hf_t5
+from speculative.checkpoints.hf import to_hf_t5 as to_hf_t5
+from speculative.checkpoints.param_trees import CheckpointError as CheckpointError  # re-exported
+from speculative.checkpoints.param_trees import Key, _ArrayLeaf, _dtype, _flatten, _name, _unflatten
+from speculative.checkpoints.param_trees import validate_params as validate_params
+from speculative.decode import validation
 from speculative.models import layers, t5
-from speculative.param_trees import CheckpointError as CheckpointError  # re-exported
-from speculative.param_trees import Key, _ArrayLeaf, _dtype, _flatten, _name, _unflatten
-from speculative.param_trees import validate_params as validate_params
 
 __all__ = ["CheckpointError", "load_params", "load_metadata", "validate_params", "save_t5x",
            "from_hf_t5", "to_hf_t5", "config_from_hf", "hf_config_dict", "load_hf_config",

@@ -40,11 +40,13 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from speculative import code_corpus, training_data, validation
-from speculative.contract import DecodeModel
+from speculative.data import code_corpus
+from speculative.decode import validation
+from speculative.decode.contract import DecodeModel
 from speculative.models import t5
+from speculative.training import data as training_data
 
-DATA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
+DATA_DIR = os.path.dirname(os.path.abspath(__file__))
 BUNDLE_DIR = os.path.join(DATA_DIR, "mini")  # the EN->DE corpus, vocabulary and models
 CARD_FILE = "model_card.json"  # written by training.train / fit_ngram_drafts
 FEATURE_DRAFT = "feature_draft"  # the card's `kind` of a target-aware draft
@@ -368,7 +370,7 @@ def load_feature_draft(entry: dict, models_dir: str = ENDE.models_dir,
                        kernel_layout: str = "auto"):
     """A bundled target-aware draft (bfloat16 T5X checkpoint, decoded in float32)."""
     # pylint: disable=g-import-not-at-top
-    from speculative import checkpoints
+    from speculative.checkpoints import t5x as checkpoints
     from speculative.models import feature_draft, layers
 
     module = feature_draft.FeatureDraft(feature_draft_config(entry))

@@ -47,8 +47,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from speculative import validation
-from speculative.contract import check_target_aware, reads_target, take_rows
+from speculative.decode import validation
+from speculative.decode.contract import check_target_aware, reads_target, take_rows
 from speculative.models import t5
 
 EOS_ID = t5.EOS_ID
@@ -463,7 +463,7 @@ def beam_search(target, inputs, *, beam_size: int, max_decode_len: int,
     bit when given the same `rows`.
     """
     if rows is not None:
-        from speculative.beam_reference import host_beam_search  # pylint: disable=g-import-not-at-top
+        from speculative.beam.reference import host_beam_search  # pylint: disable=g-import-not-at-top
         return host_beam_search(target, inputs, beam_size=beam_size,
                                 max_decode_len=max_decode_len, length_penalty=length_penalty,
                                 rows=rows)

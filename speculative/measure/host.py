@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from speculative import costs as costs_lib
+from speculative.measure import costs as costs_lib
 from speculative.models import t5
 
 BANDWIDTH_BYTES = 1 << 30  # far above any last-level cache (32 MB on the machine of the README)

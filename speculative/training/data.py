@@ -9,16 +9,16 @@ from typing import TYPE_CHECKING, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from speculative import code_corpus
+from speculative.data import code_corpus
 from speculative.models import t5
 
 if TYPE_CHECKING:
-    from speculative.training import TrainConfig
+    from speculative.training.distillation import TrainConfig
 
 Example = Tuple[np.ndarray, np.ndarray]  # (input ids, target ids), each ending in EOS
 NO_INPUTS = np.zeros((0,), np.int32)  # the inputs of a decoder-only (language model) example
 PREFIX = "translate English to German: "  # == tasks.EN_DE_PREFIX (the mini_ende task)
-MINI_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "mini")
+MINI_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "mini")
 PAD_ID, EOS_ID = t5.PAD_ID, t5.EOS_ID
 
 

@@ -4,7 +4,7 @@
 for the same `batches` (`costs.decode_programs`), times them with the one timing engine
 (`costs.interleaved`: each program's first call apart, then rounds in a rotated order, so machine
 noise hits every program alike; medians), merges the decode statistics of all batches
-(`decoding.merge_stats`), and prices each result two ways: Theorem 3.8 from the c and verify cost
+(`stats_lib.merge_stats`), and prices each result two ways: Theorem 3.8 from the c and verify cost
 that `costs.measure_costs` timed, and, given calibration batches (other inputs, timed in the same
 rounds), the decode-loop cost model (`costs.fit_loop_costs`, `costs.predict_walltime`).
 
@@ -22,9 +22,10 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from speculative import costs as costs_lib
-from speculative import decoding, theory
-from speculative.sampling import SamplingConfig
+from speculative.decode import stats as stats_lib
+from speculative.decode.sampling import SamplingConfig
+from speculative.measure import costs as costs_lib
+from speculative.measure import theory
 
 
 def sampling_dict(s: SamplingConfig) -> Dict[str, Any]:
@@ -90,7 +91,7 @@ class Measurement:
     baseline: Timing
     speculative: Timing
     baseline_tokens: int
-    stats: decoding.DecodeStats
+    stats: stats_lib.DecodeStats
     c: float
     verify_cost: float
     loop: Optional[LoopPrediction] = None
@@ -273,7 +274,7 @@ def measure(target, drafts: Sequence[Any], batches: Sequence[np.ndarray], *,
     base_rounds = [int(r.stats.rounds) for r in outputs["baseline"]]
     results = []
     for g in gammas:
-        stats = decoding.merge_stats([r.stats for r in outputs[g]])
+        stats = stats_lib.merge_stats([r.stats for r in outputs[g]])
         result = Measurement(
             sampling=sampling, batch_size=int(batches[0].shape[0]), gamma=g,
             max_decode_len=max_decode_len, baseline=baseline, speculative=timing(g),

@@ -27,16 +27,17 @@ import optax
 from absl import logging
 from flax import struct
 
-from speculative import checkpoints, files
+from speculative import files
+from speculative.checkpoints import t5x as checkpoints
 from speculative.models import t5
-from speculative.objectives import (
+from speculative.training.data import batches
+from speculative.training.objectives import (
     OBJECTIVES,
     Module,
     teacher_forced_logits,
     teacher_losses,
     token_losses,
 )
-from speculative.training_data import batches
 
 Array = jax.Array
 

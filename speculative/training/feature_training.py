@@ -34,8 +34,9 @@ import numpy as np
 import optax
 from absl import logging
 
-from speculative import feature_data, files
+from speculative import files
 from speculative.models import feature_draft as fd
+from speculative.training import feature_data
 
 Array = jax.Array
 
@@ -267,7 +268,7 @@ def _optimizer(config: FeatureTrainConfig) -> optax.GradientTransformation:
     """The project's optimizer recipe (`training.make_optimizer`): T5X's Adafactor, whose
     updates are relative to each parameter's scale, so the N(0, 1) embedding (which is also the
     output layer) learns as fast as the kernels; plain Adam moves it ~100x too slowly."""
-    from speculative import training  # pylint: disable=g-import-not-at-top
+    from speculative.training import distillation as training  # pylint: disable=g-import-not-at-top
 
     return training.make_optimizer(training.TrainConfig(
         steps=config.steps, learning_rate=config.learning_rate,

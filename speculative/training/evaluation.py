@@ -18,11 +18,13 @@ from typing import List, Optional, Sequence, Tuple
 import jax
 import numpy as np
 
-from speculative import decoding
-from speculative import metrics as metrics_lib
-from speculative import sampling as sampling_lib
-from speculative.models import t5
-from speculative.training_data import Tokenizer, pad_rows
+from speculative.decode import contract
+from speculative.decode import loops as decoding
+from speculative.decode import sampling as sampling_lib
+from speculative.decode import stats as stats_lib
+from speculative.measure import metrics as metrics_lib
+from speculative.models import adapters, t5
+from speculative.training.data import Tokenizer, pad_rows
 
 Array = jax.Array
 
@@ -51,7 +53,7 @@ def greedy_decode(module: t5.Transformer, params, inputs: Sequence[np.ndarray], 
     """
     from tqdm import tqdm  # pylint: disable=g-import-not-at-top
 
-    model = decoding.EncoderDecoderModel(module, params)
+    model = adapters.EncoderDecoderModel(module, params)
     outputs: List[Optional[np.ndarray]] = [None] * len(inputs)
     for idx, batch in tqdm(_decode_batches(inputs, batch_size, input_length),
                            total=-(-len(inputs) // batch_size), desc="greedy decoding",
@@ -76,7 +78,7 @@ def bleu(module, params, pairs, tokenizer: Tokenizer, max_length: int) -> Tuple[
     return metrics_lib.bleu([t for _, t in pairs], hyps)["bleu"], hyps
 
 
-def draft_alpha(target: decoding.DecodeModel, draft: decoding.DecodeModel,
+def draft_alpha(target: contract.DecodeModel, draft: contract.DecodeModel,
                 inputs: Sequence[np.ndarray], *, rng: Array, gamma: int, max_length: int,
                 temperatures=(0.0, 1.0), batch_size: int = 256) -> List[dict]:
     """Alpha (mean beta, Leviathan et al. §3.1) of `draft` against `target` at each temperature,
@@ -91,7 +93,7 @@ def draft_alpha(target: decoding.DecodeModel, draft: decoding.DecodeModel,
                 gamma=gamma, sampling=sampling_lib.SamplingConfig(temperature),
                 max_decode_len=max_length).stats)
             rows.append(len(idx))  # the filler rows (copies) are left out of the counts
-        total = decoding.merge_stats(stats, rows).summary()
+        total = stats_lib.merge_stats(stats, rows).summary()
         results.append({"alpha": total["alpha"], "temperature": temperature,
                         "tokens_per_target_call": total["tokens_per_target_call"],
                         "gamma": gamma, "sentences": len(inputs)})

@@ -35,9 +35,9 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from speculative import sampling as sampling_lib
-from speculative import trees
-from speculative.sampling import SamplingConfig
+from speculative.decode import sampling as sampling_lib
+from speculative.decode import trees
+from speculative.decode.sampling import SamplingConfig
 
 Array = jax.Array
 

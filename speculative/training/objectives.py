@@ -29,11 +29,11 @@ import numpy as np
 from absl import logging
 
 from speculative.models import t5
-from speculative.training_data import Example, pad_rows
-from speculative.training_eval import greedy_decode
+from speculative.training.data import Example, pad_rows
+from speculative.training.evaluation import greedy_decode
 
 if TYPE_CHECKING:
-    from speculative.trainer import TrainConfig
+    from speculative.training.trainer import TrainConfig
 
 Array = jax.Array
 Module = Union[t5.Transformer, t5.DecoderOnly]

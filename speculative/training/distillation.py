@@ -55,45 +55,48 @@ import jax
 import numpy as np
 from absl import logging
 
-from speculative import checkpoints, code_corpus, decoding, files
+from speculative import files
+from speculative.checkpoints import t5x as checkpoints
+from speculative.data import code_corpus
+from speculative.decode import contract
 from speculative.models import adapters as models_lib
 from speculative.models import t5
-from speculative.objectives import OBJECTIVES as OBJECTIVES
-from speculative.objectives import Module as Module
-from speculative.objectives import distill_targets as distill_targets
-from speculative.objectives import shift_right as shift_right
-from speculative.objectives import teacher_distributions as teacher_distributions
-from speculative.objectives import teacher_forced_logits as teacher_forced_logits
-from speculative.objectives import teacher_losses as teacher_losses
-from speculative.objectives import token_losses as token_losses
-from speculative.trainer import ResumableRun as ResumableRun
-from speculative.trainer import TrainConfig as TrainConfig
-from speculative.trainer import TrainState as TrainState
-from speculative.trainer import evaluate_loss as evaluate_loss
-from speculative.trainer import init_state as init_state
-from speculative.trainer import learning_rate_schedule as learning_rate_schedule
-from speculative.trainer import make_eval_step as make_eval_step
-from speculative.trainer import make_optimizer as make_optimizer
-from speculative.trainer import make_train_step as make_train_step
-from speculative.training_data import MINI_DIR as MINI_DIR
-from speculative.training_data import NO_INPUTS as NO_INPUTS
-from speculative.training_data import PREFIX as PREFIX
-from speculative.training_data import Example as Example
-from speculative.training_data import Tokenizer as Tokenizer
-from speculative.training_data import batches as batches
-from speculative.training_data import check_prompt_length as check_prompt_length
-from speculative.training_data import lm_examples as lm_examples
-from speculative.training_data import lm_prompts as lm_prompts
-from speculative.training_data import load_pairs as load_pairs
-from speculative.training_data import load_sources as load_sources
-from speculative.training_data import make_examples as make_examples
-from speculative.training_data import pad_rows as pad_rows
-from speculative.training_data import tokenize_pairs as tokenize_pairs
-from speculative.training_eval import bleu as bleu
-from speculative.training_eval import decoder_flops_per_token as decoder_flops_per_token
-from speculative.training_eval import draft_alpha as draft_alpha
-from speculative.training_eval import greedy_decode as greedy_decode
-from speculative.training_eval import num_params as num_params
+from speculative.training.data import MINI_DIR as MINI_DIR
+from speculative.training.data import NO_INPUTS as NO_INPUTS
+from speculative.training.data import PREFIX as PREFIX
+from speculative.training.data import Example as Example
+from speculative.training.data import Tokenizer as Tokenizer
+from speculative.training.data import batches as batches
+from speculative.training.data import check_prompt_length as check_prompt_length
+from speculative.training.data import lm_examples as lm_examples
+from speculative.training.data import lm_prompts as lm_prompts
+from speculative.training.data import load_pairs as load_pairs
+from speculative.training.data import load_sources as load_sources
+from speculative.training.data import make_examples as make_examples
+from speculative.training.data import pad_rows as pad_rows
+from speculative.training.data import tokenize_pairs as tokenize_pairs
+from speculative.training.evaluation import bleu as bleu
+from speculative.training.evaluation import decoder_flops_per_token as decoder_flops_per_token
+from speculative.training.evaluation import draft_alpha as draft_alpha
+from speculative.training.evaluation import greedy_decode as greedy_decode
+from speculative.training.evaluation import num_params as num_params
+from speculative.training.objectives import OBJECTIVES as OBJECTIVES
+from speculative.training.objectives import Module as Module
+from speculative.training.objectives import distill_targets as distill_targets
+from speculative.training.objectives import shift_right as shift_right
+from speculative.training.objectives import teacher_distributions as teacher_distributions
+from speculative.training.objectives import teacher_forced_logits as teacher_forced_logits
+from speculative.training.objectives import teacher_losses as teacher_losses
+from speculative.training.objectives import token_losses as token_losses
+from speculative.training.trainer import ResumableRun as ResumableRun
+from speculative.training.trainer import TrainConfig as TrainConfig
+from speculative.training.trainer import TrainState as TrainState
+from speculative.training.trainer import evaluate_loss as evaluate_loss
+from speculative.training.trainer import init_state as init_state
+from speculative.training.trainer import learning_rate_schedule as learning_rate_schedule
+from speculative.training.trainer import make_eval_step as make_eval_step
+from speculative.training.trainer import make_optimizer as make_optimizer
+from speculative.training.trainer import make_train_step as make_train_step
 
 Array = jax.Array
 PAD_ID, EOS_ID = t5.PAD_ID, t5.EOS_ID
@@ -226,7 +229,7 @@ def _teach(teacher, examples: Sequence[Example], config: TrainConfig,
 
 
 def _load_target(target_model: t5.T5Config, target_checkpoint: str,
-                 decoder_only: bool = False) -> decoding.DecodeModel:
+                 decoder_only: bool = False) -> contract.DecodeModel:
     """The teacher / target as a float32 `DecodeModel` (checked against `target_model`)."""
     return models_lib.load_model(target_model, target_checkpoint, decoder_only=decoder_only,
                                  param_dtype="float32")

@@ -40,7 +40,9 @@ import functools
 import os
 from typing import Callable, Dict, Mapping, Optional, Sequence, Tuple, Union
 
-from speculative import code_corpus, files, metrics
+from speculative import files
+from speculative.data import code_corpus
+from speculative.measure import metrics
 
 with files.quiet_stderr():  # TensorFlow's C++ start-up lines (oneDNN, the CUDA probe)
     import seqio
@@ -61,9 +63,9 @@ CODE_TASK = "stdlib_code"
 
 # Bundled with the package (vocabulary + splits); the full build output of
 # scripts/build_corpus.py lives in <repo>/data/corpus.
-BUNDLED_MINI_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "mini")
-CORPUS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                          "data", "corpus")
+BUNDLED_MINI_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "mini")
+_REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+CORPUS_DIR = os.path.join(_REPO, "data", "corpus")
 SPM_MODEL = "spm.model"
 # seqio split name -> file written by scripts/build_corpus.py.
 MINI_SPLIT_FILES = {"train": "train.tsv", "validation": "valid.tsv", "test": "test.tsv"}

@@ -33,8 +33,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from speculative import decoding, theory
-from speculative.sampling import SamplingConfig
+from speculative.decode import contract
+from speculative.decode import loops as decoding
+from speculative.decode.sampling import SamplingConfig
+from speculative.measure import theory
 
 Array = jax.Array
 
@@ -96,7 +98,7 @@ def _extend_program(model, inputs: np.ndarray, num_tokens: int, *, cache_len: in
     """A thunk running `num_steps` extends of `num_tokens` tokens per row (batch of `inputs`).
     A target-aware draft is initialised from `target`'s context and extends on its own
     hidden states (what each of its draft steps after the first costs)."""
-    if decoding.reads_target(model):
+    if contract.reads_target(model):
         tstate = target.init_for_draft(target.params, jnp.asarray(inputs), cache_len,
                                        tuple(model.feature_layers))
         state = model.init(model.params, jnp.asarray(inputs), cache_len,
@@ -481,7 +483,7 @@ def choose_beam_proposal(target, draft, batches: Sequence[np.ndarray], *, beam_s
     cost, which only a measurement on this machine tells.
     """
     # pylint: disable=g-import-not-at-top
-    from speculative.beam_search import beam_search, speculative_beam_search
+    from speculative.beam.search import beam_search, speculative_beam_search
 
     w = beam_size
     kw = dict(beam_size=w, max_decode_len=max_decode_len, length_penalty=length_penalty)

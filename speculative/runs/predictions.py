@@ -11,7 +11,10 @@ from typing import Any, Dict, List
 import jax
 import numpy as np
 
-from speculative import decoding, files
+from speculative import files
+from speculative.beam import search as beam_lib
+from speculative.decode import contract
+from speculative.decode import stats as stats_lib
 
 
 @dataclasses.dataclass
@@ -28,7 +31,7 @@ class Example:
 
 def record(ex: Example, ids: List[int], vocabulary, max_decode_len: int) -> Dict[str, Any]:
     """The fields every prediction record has: the example, the prediction and how it ended."""
-    ended = bool(ids and ids[-1] == decoding.EOS_ID)
+    ended = bool(ids and ids[-1] == contract.EOS_ID)
     return {"index": ex.index, "inputs": ex.inputs_text, "targets": ex.targets_text,
             "prediction": vocabulary.decode(ids), "prediction_tokens": ids,
             "input_length": ex.input_length, "input_truncated": ex.truncated,
@@ -62,9 +65,9 @@ def row_records(examples, result, vocabulary, max_decode_len) -> List[Dict[str, 
     return records
 
 
-def decode_summary(stats: List[decoding.DecodeStats], rows: List[int]) -> Dict[str, Any]:
-    """The run's statistics: `decoding.merge_stats` over its batches (filler rows left out)."""
-    total = decoding.merge_stats(stats, rows).summary()
+def decode_summary(stats: List[stats_lib.DecodeStats], rows: List[int]) -> Dict[str, Any]:
+    """The run's statistics: `stats_lib.merge_stats` over its batches (filler rows left out)."""
+    total = stats_lib.merge_stats(stats, rows).summary()
     return {
         "alpha": files.json_ready(total["alpha"]),
         "tokens_per_target_call": files.json_ready(total["tokens_per_target_call"]),
@@ -82,10 +85,10 @@ def decode_summary(stats: List[decoding.DecodeStats], rows: List[int]) -> Dict[s
 def best_beam(tokens: np.ndarray) -> List[int]:
     """A beam's tokens up to and including its EOS (all of them if it has none)."""
     ids = tokens.tolist()
-    return ids[:ids.index(decoding.EOS_ID) + 1] if decoding.EOS_ID in ids else ids
+    return ids[:ids.index(contract.EOS_ID) + 1] if contract.EOS_ID in ids else ids
 
 
-def beam_records(examples, result: decoding.BeamSearchResult, vocabulary,
+def beam_records(examples, result: beam_lib.BeamSearchResult, vocabulary,
                  max_decode_len) -> List[Dict[str, Any]]:
     """One record per example: the best beam as the prediction, every beam with its score.
     Target calls are the batch's (a beam-search forward serves all its rows at once)."""
@@ -102,7 +105,7 @@ def beam_records(examples, result: decoding.BeamSearchResult, vocabulary,
     return records
 
 
-def beam_summary(results: List[decoding.BeamSearchResult], rows: List[int]) -> Dict[str, Any]:
+def beam_summary(results: List[beam_lib.BeamSearchResult], rows: List[int]) -> Dict[str, Any]:
     """Target forwards, against the forwards of the target's own beam search on the same
     batches (one per step of a batch's longest search: `max(row_steps)`); the speculative
     search makes one per round, and `target_calls_saved` is the fraction it saved."""

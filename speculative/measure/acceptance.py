@@ -47,11 +47,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from speculative import costs as costs_lib
-from speculative import decoding, theory, trees
-from speculative import sampling as sampling_lib
+from speculative.decode import contract, trees
+from speculative.decode import loops as decoding
+from speculative.decode import sampling as sampling_lib
+from speculative.decode.sampling import SamplingConfig
+from speculative.measure import costs as costs_lib
+from speculative.measure import theory
 from speculative.models import t5
-from speculative.sampling import SamplingConfig
 
 TREE_DRAWS = 8  # sibling tests simulated per position for rank_acceptance at T > 0
 TREE_MAX_NODES = 12  # the largest token tree (drafted nodes) the demo and Table 2 consider
@@ -94,7 +96,7 @@ def _forced_pair_logits(target, draft, inputs, generated):
     before (what its first draft of a round sees; its deeper drafts read its own states, so
     for it this alpha is the first-draft acceptance rate, and the decode's own
     `DecodeStats.alpha` is the one along its chains)."""
-    if not decoding.reads_target(draft):
+    if not contract.reads_target(draft):
         return _forced_logits(target, inputs, generated), _forced_logits(draft, inputs, generated)
     tstate, fed, p_logits, feats = _forced_target(target, draft, inputs, generated)
     if feats is not None:  # the previous position's (before the pending token: the prompt's)
