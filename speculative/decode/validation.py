@@ -10,8 +10,12 @@ from __future__ import annotations
 import os
 from typing import List, Optional
 
+import jax
+import jax.numpy as jnp
 import ml_dtypes  # noqa: F401  (registers 'bfloat16' with numpy)
 import numpy as np
+
+from speculative.decode import sampling as sampling_lib
 
 PAD_ID = 0
 MAX_MEMORY_FRACTION = 0.5  # of physical memory, for one buffer a call would allocate
@@ -150,3 +154,93 @@ def positive_ints(values, name: str, what: str) -> List[int]:
             raise ValueError(f"{name} holds {v!r}, which is invalid: each entry must be an int "
                              f">= 1 ({what}).")
     return [int(v) for v in values]
+
+
+# ----------------------------------------------------------------------------------------------
+# The decode loops' calls.
+
+
+def check_call(models, inputs, rng, sampling) -> jax.Array:
+    """Host-side checks of a decode call's arguments, before anything is cast, traced or run;
+    returns `inputs` as int32. Token ids must be integers in [0, vocab_size) (nothing is
+    truncated or wrapped), every encoder input row must hold a token, `rng` must be a PRNG key
+    and `sampling` a `SamplingConfig`."""
+    if not isinstance(sampling, sampling_lib.SamplingConfig):
+        raise TypeError(f"sampling={sampling!r} is not a SamplingConfig: pass e.g. "
+                        "speculative.sampling.SamplingConfig(temperature=0.0).")
+    key_data = getattr(rng, "dtype", None)
+    is_key = key_data is not None and (
+        jax.dtypes.issubdtype(rng.dtype, jax.dtypes.prng_key)
+        or (np.dtype(rng.dtype) == np.uint32 and tuple(np.shape(rng)) == (2,)))
+    if not is_key:
+        raise TypeError(f"rng={rng!r} is not a PRNG key: pass jax.random.PRNGKey(seed) (or "
+                        "jax.random.key(seed)), one key per call.")
+    if isinstance(inputs, jax.core.Tracer):  # inside the caller's jit: shapes only
+        if not jnp.issubdtype(inputs.dtype, jnp.integer):
+            raise TypeError(f"inputs have dtype {inputs.dtype}; pass integer token ids.")
+        return jnp.asarray(inputs, jnp.int32)
+    if isinstance(inputs, jax.Array) and not inputs.is_fully_addressable:
+        # Rows spread over several processes: each checks the rows it holds.
+        ids = np.concatenate([np.asarray(s.data).reshape(-1, inputs.shape[-1])
+                              for s in inputs.addressable_shards])
+        shape = inputs.shape
+    else:
+        ids, shape = inputs, _shape_of(inputs)
+    prompts = len(shape) == 2 and shape[1] > 0 and models[0].prefix_length(shape[1]) > 0
+    ids = token_ids(ids, models[0].vocab_size,  # (this process's rows)
+                               needs_token_per_row=len(shape) == 2 and not prompts,
+                               right_padded=prompts)
+    if isinstance(inputs, jax.Array):  # keeps its placement (e.g. rows sharded over 'data')
+        return inputs.astype(jnp.int32)
+    return jnp.asarray(ids, jnp.int32)
+
+
+def _shape_of(inputs) -> tuple:
+    """The shape of array-like `inputs`, or () for ragged rows (token_ids refuses them)."""
+    try:
+        return np.shape(inputs)
+    except ValueError:
+        return ()
+
+
+def check_lengths(models, inputs, max_decode_len, gamma=None, target_width=None):
+    """`target_width`: drafted tokens the target verifies per round when it is not gamma (the
+    nodes of a token tree)."""
+    if not isinstance(max_decode_len, (int, np.integer)) or max_decode_len < 1:
+        raise ValueError(f"max_decode_len={max_decode_len!r} is invalid: it must be an int >= 1.")
+    if gamma is not None and (not isinstance(gamma, (int, np.integer)) or isinstance(gamma, bool)
+                              or gamma < 1):
+        raise ValueError(f"gamma={gamma!r} is invalid: draft at least one token (gamma >= 1).")
+    if gamma is not None and gamma > max(max_decode_len, 64):
+        raise ValueError(f"gamma={gamma} drafts more tokens per round than max_decode_len="
+                         f"{max_decode_len} (and 64) allow; Theorem 3.8's best gamma is far "
+                         "smaller (speculative.theory.optimal_gamma).")
+    if inputs.ndim != 2:
+        raise ValueError(f"inputs must be [batch, length] token ids; got shape {inputs.shape}.")
+    if len(models) == 2 and models[0].vocab_size != models[1].vocab_size:
+        raise ValueError(
+            f"Target and draft vocabularies differ: target vocab_size={models[0].vocab_size}, "
+            f"draft vocab_size={models[1].vocab_size}; the draft must use the target's vocabulary.")
+    if len(models) == 2 and (models[0].prefix_length(inputs.shape[1])
+                             != models[1].prefix_length(inputs.shape[1])):
+        raise ValueError(
+            "Target and draft read `inputs` differently (one is encoder-decoder, the other "
+            "decoder-only): wrap both the same way, e.g. DecoderOnlyModel for both, an n-gram "
+            "draft with decoder_only=True or a FeatureDraftConfig with cross_attention=False "
+            "for a decoder-only target.")
+    for name, model in zip(("target", "draft"), models):
+        width = target_width if name == "target" and target_width is not None else gamma
+        extra = 0 if width is None else width + 1
+        need = model.prefix_length(inputs.shape[1]) + max_decode_len + extra
+        if model.max_length is not None and need > model.max_length:
+            raise ValueError(
+                f"The {name}'s cache holds {model.max_length} tokens but this call needs {need} "
+                f"(prefix {model.prefix_length(inputs.shape[1])} + max_decode_len "
+                f"{max_decode_len}" + (f" + gamma+1 {extra}" if extra else "") + "); shorten the "
+                "prompt or lower max_decode_len.")
+        if hasattr(model, "cache_bytes"):
+            cache = model.cache_bytes(inputs.shape[0], need + 1)
+            fits_memory(
+                cache, f"The {name}'s KV cache for batch {inputs.shape[0]} x {need + 1} "
+                f"positions (max_decode_len={max_decode_len})",
+                "lower max_decode_len or the batch size")
