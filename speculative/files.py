@@ -4,9 +4,13 @@
 place (a rename within a filesystem is atomic); `replace_directory` swaps a complete staging
 directory in for an earlier one. Every writer of results, checkpoints' metadata and model cards
 goes through these two.
+
+`new_run_dir` makes a fresh directory for one run (never an earlier run's), and `append_run`
+adds that run's record to the append-only index `results/runs.jsonl`.
 """
 
 import contextlib
+import datetime
 import json
 import math
 import os
@@ -188,3 +192,33 @@ def check_run_dir(output_dir: str, own: Set[str], overwrite: bool, what: str) ->
             f"{what}={output_dir!r} already holds {held[:5]} from an earlier run; choose a new "
             "directory or pass --gin.OVERWRITE=True to replace that run.")
     check_writable(os.path.dirname(os.path.abspath(output_dir)), what)
+
+
+def new_run_dir(root: str, stem: str) -> str:
+    """Creates and returns a fresh directory `root/<stem>-<UTC yyyymmdd-HHMMSS>`, with `-2`,
+    `-3`, ... appended when that name is taken: never an existing directory, so a run cannot mix
+    its files with an earlier run's (creation is `os.mkdir`, which fails on an existing name)."""
+    os.makedirs(root, exist_ok=True)
+    base = os.path.join(
+        root, f"{stem}-{datetime.datetime.now(datetime.timezone.utc):%Y%m%d-%H%M%S}")
+    path, n = base, 1
+    while True:
+        try:
+            os.mkdir(path)
+            return path
+        except FileExistsError:
+            n += 1
+            path = f"{base}-{n}"
+
+
+def append_run(index_path: str, record: Dict) -> None:
+    """Appends `record` (strict JSON, one line) to the append-only run index `index_path`
+    (`results/runs.jsonl`): one `write` of the whole line to a file opened for appending, then
+    flush and fsync, so concurrent writers do not interleave within a line and a crash loses at
+    most the line being written. Earlier lines are never rewritten."""
+    line = json.dumps(json_ready(record), sort_keys=True, separators=(",", ":")) + "\n"
+    os.makedirs(os.path.dirname(os.path.abspath(index_path)), exist_ok=True)
+    with open(index_path, "a", encoding="utf-8") as f:
+        f.write(line)
+        f.flush()
+        os.fsync(f.fileno())

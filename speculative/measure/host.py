@@ -7,6 +7,7 @@
     bandwidth = measure_bandwidth()                              # streaming reads, GB/s
     load = LoadAverage()      # when a timed run starts ...
     load.record()             # ... and ends: {"before": 0.4, "after": 1.7}, for its results file
+    provenance(load=load)     # {commit, command, date, host}: what every results JSON records
 
 Whether speculative decoding pays on a CPU depends on whether the target's weights fit its
 last-level cache: a virtual machine can land on a host whose L3 holds the whole target, and then
@@ -19,7 +20,10 @@ from __future__ import annotations
 import datetime
 import os
 import platform
-from typing import Any, Dict, Mapping, Sequence
+import shlex
+import subprocess
+import sys
+from typing import Any, Dict, Mapping, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -184,3 +188,62 @@ def measure_bandwidth(num_bytes: int = BANDWIDTH_BYTES, repeats: int = 10) -> Di
     return {"bytes": x.nbytes, "median_s": median, "min_s": fastest,
             "first_call_s": first["read"], "gb_per_s": x.nbytes / median / 1e9,
             "gb_per_s_best": x.nbytes / fastest / 1e9}
+
+
+def git_commit(repo_dir: Optional[str] = None) -> Optional[str]:
+    """The git HEAD sha of `repo_dir` (default: the repository holding this package), with
+    '-dirty' appended when tracked files differ from it; None outside a git work tree or without
+    git."""
+    repo_dir = repo_dir or os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__))))
+
+    def git(*args):
+        return subprocess.run(["git", "-C", repo_dir, *args], capture_output=True, text=True,
+                              timeout=10, check=True).stdout.strip()
+
+    try:
+        sha = git("rev-parse", "HEAD")
+        dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return sha + ("-dirty" if dirty else "") if sha else None
+
+
+def command_line(argv: Optional[Sequence[str]] = None) -> str:
+    """The command that started this process, as it could be typed again: 'python ' plus
+    `sys.argv` (or `argv`) shell-quoted."""
+    return "python " + shlex.join(list(sys.argv if argv is None else argv))
+
+
+def provenance(command: Optional[str] = None, *, load: Any = None, bandwidth: bool = False,
+               repo_dir: Optional[str] = None) -> Dict[str, Any]:
+    """What every results JSON records about how it was made:
+
+      commit   git HEAD sha, '-dirty' when the tree had changes; None outside git
+      command  `command`, or this process's command line (`command_line`)
+      date     UTC, ISO-8601 to the second
+      host     {cpu_model, last_level_cache_bytes, cache_bytes, cores, load, bandwidth_gb_per_s}
+
+    `load` is the run's `LoadAverage` (its `record()`: before and after) or a dict; without it
+    the load is read now, as `before`. `bandwidth=True` adds a quick streaming-read figure
+    (`measure_bandwidth` over 128 MiB, 3 repeats; a fraction of a second on a CPU, and not the
+    1 GiB figure a timed run records), else None.
+    """
+    facts = cpu_facts()
+    caches = facts["cache_bytes"]
+    if load is None:
+        load = {"before": os.getloadavg()[0]}
+    elif isinstance(load, LoadAverage):
+        load = load.record()
+    gbps = None
+    if bandwidth:
+        gbps = measure_bandwidth(128 << 20, repeats=3)["gb_per_s"]
+    return {
+        "commit": git_commit(repo_dir),
+        "command": command if command is not None else command_line(),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "host": {"cpu_model": facts["model"],
+                 "last_level_cache_bytes": max(caches.values()) if caches else None,
+                 "cache_bytes": caches, "cores": os.cpu_count(), "load": dict(load),
+                 "bandwidth_gb_per_s": gbps},
+    }
