@@ -8,10 +8,10 @@ import pytest
 
 from speculative.beam import reference as beam_reference
 from speculative.beam import search as beam_lib
+from speculative.data import text
 from speculative.decode import contract
 from speculative.models import adapters
 from speculative.runs import mini
-from speculative.training import distillation as training
 
 MAX_LEN = 48
 
@@ -19,7 +19,7 @@ MAX_LEN = 48
 @pytest.fixture(scope="module")
 def pair_and_inputs():
     target, draft = mini.load(mini.MINI_TARGET), mini.load("mini_draft_10")
-    pairs = training.load_pairs(f"{training.MINI_DIR}/test.tsv")
+    pairs = text.load_pairs(f"{text.MINI_DIR}/test.tsv")
     return target, draft, pairs
 
 
@@ -28,7 +28,7 @@ def _compare(target, draft, sources, beam_size, draft_beam, gamma=4, host=True):
     search against the jitted plain one, and the host-driven reference against the
     host-driven plain search of the same forward shape (equal bit for bit)."""
     inputs = (sources if isinstance(sources, np.ndarray)
-              else training.Tokenizer().encode_sources(sources, MAX_LEN))
+              else text.Tokenizer().encode_sources(sources, MAX_LEN))
     kw = dict(beam_size=beam_size, draft_beam=draft_beam, gamma=gamma, max_decode_len=MAX_LEN)
     spec = beam_lib.speculative_beam_search(target, draft, inputs, **kw)
     plain = beam_lib.beam_search(target, inputs, beam_size=beam_size, max_decode_len=MAX_LEN)
@@ -182,7 +182,7 @@ def _same_search(target, inputs, beam_size, max_decode_len, length_penalty=0.6):
 def test_jitted_beam_search_equals_the_host_search_on_the_bundled_pair(pair_and_inputs,
                                                                        beam_size):
     target, _, pairs = pair_and_inputs
-    inputs = training.Tokenizer().encode_sources([s for s, _ in pairs[:6]], MAX_LEN)
+    inputs = text.Tokenizer().encode_sources([s for s, _ in pairs[:6]], MAX_LEN)
     out = _same_search(target, inputs, beam_size, MAX_LEN)
     assert np.all(np.diff(out.scores, axis=1) <= 0)
 

@@ -10,9 +10,8 @@ import os
 import numpy as np
 import pytest
 
-from speculative.data import code_corpus
+from speculative.data import code_corpus, text
 from speculative.runs import code_lm
-from speculative.training import distillation as training
 
 from conftest import check_greedy_identity
 
@@ -28,12 +27,12 @@ def test_prompts_are_whole_chunk_heads_taken_round_robin_over_the_files():
     rows = np.concatenate(batches)
     assert all(b.shape == (64, length) for b in batches[:-1]) and rows.dtype == np.int32
     assert (rows > 1).all(), "prompts hold no padding (0) and no EOS (1)"
-    tok = training.Tokenizer(os.path.join(code_corpus.CODE_DIR, code_corpus.SPM_MODEL))
+    tok = text.Tokenizer(os.path.join(code_corpus.CODE_DIR, code_corpus.SPM_MODEL))
     docs = code_corpus.read_documents(code_corpus.corpus_file(code_corpus.CODE_DIR,
                                                               "test.jsonl"))
     ids = tok.encode_targets([d.text for d in docs])
     chunks = code_corpus.lm_chunks(ids, code_lm.CHUNK_LENGTH)
-    assert len(rows) == len(training.lm_prompts([(None, c) for c in chunks], length))
+    assert len(rows) == len(text.lm_prompts([(None, c) for c in chunks], length))
     heads = [d[:length] for d in ids if len(d) > length]
     np.testing.assert_array_equal(rows[:len(heads)], np.stack(heads))
     np.testing.assert_array_equal(np.concatenate(code_lm.prompt_batches(3, 2, length, skip=2)),

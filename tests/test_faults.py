@@ -227,6 +227,7 @@ def _run_settings_cases(tmp_path):
     from speculative.runs import config as config_lib
     from speculative.runs import infer, mini
     from speculative.training import distillation as training
+    from speculative.training.config import TrainConfig
 
     cfg = tiny_config(vocab_size=40)
     base = dict(target_config=cfg, draft_config=cfg, target_checkpoint=None,
@@ -267,21 +268,21 @@ def _run_settings_cases(tmp_path):
          ValueError, "TARGET_MODEL"),
         ("infer sampling", lambda: infer.InferSettings(**base, sampling=0.5), ValueError,
          "sampling"),
-        ("train objective", lambda: training.TrainConfig(steps=1, objective="mse"), ValueError,
+        ("train objective", lambda: TrainConfig(steps=1, objective="mse"), ValueError,
          "objective"),
-        ("train buckets", lambda: training.TrainConfig(steps=1, buckets=(16, 8)), ValueError,
+        ("train buckets", lambda: TrainConfig(steps=1, buckets=(16, 8)), ValueError,
          "buckets"),
-        ("train batch_tokens", lambda: training.TrainConfig(steps=1, batch_tokens=4),
+        ("train batch_tokens", lambda: TrainConfig(steps=1, batch_tokens=4),
          ValueError, "batch_tokens"),
-        ("train optimizer", lambda: training.TrainConfig(steps=1, optimizer="sgd"), ValueError,
+        ("train optimizer", lambda: TrainConfig(steps=1, optimizer="sgd"), ValueError,
          "optimizer"),
-        ("train label_smoothing", lambda: training.TrainConfig(steps=1, label_smoothing=1.5),
+        ("train label_smoothing", lambda: TrainConfig(steps=1, label_smoothing=1.5),
          ValueError, "label_smoothing"),
-        ("train teacher_top_k", lambda: training.TrainConfig(steps=1, teacher_top_k=0),
+        ("train teacher_top_k", lambda: TrainConfig(steps=1, teacher_top_k=0),
          ValueError, "teacher_top_k"),
         ("train kl without teacher", lambda: training.train(training.TrainRun(
             model=tiny_config(vocab_size=4000), model_dir=str(tmp_path / "m"),
-            config=training.TrainConfig(steps=1, objective="kl"), seed=0)), ValueError,
+            config=TrainConfig(steps=1, objective="kl"), seed=0)), ValueError,
          "distill=True"),
         ("demo num_sentences", lambda: demo.run(num_sentences=0), ValueError,
          "num_sentences=0"),

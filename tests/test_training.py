@@ -1,4 +1,5 @@
-"""Tests of speculative/training.py and of the bundled models it trained.
+"""Tests of speculative/training/ (the trainer, its data, objectives and runs) and of the bundled
+models it trained.
 
 Known answers: batches pad/truncate/drop as documented and hold every example once; label
 smoothing and z-loss match their closed forms; a few AdamW steps lower the loss on a tiny batch;
@@ -23,14 +24,17 @@ import pytest
 
 from speculative import decoding
 from speculative.checkpoints import t5x as checkpoints
+from speculative.data import text
 from speculative.models import ngram, t5
+from speculative.training import data as training_data
 from speculative.training import distillation as training
-from speculative.training import objectives
+from speculative.training import evaluation, objectives, trainer
+from speculative.training.config import TrainConfig
 
 from conftest import load_script, tiny_config
 
-BUNDLE = os.path.join(training.MINI_DIR, "models")
-EOS = training.EOS_ID
+BUNDLE = os.path.join(text.MINI_DIR, "models")
+EOS = text.EOS_ID
 
 
 def _card():
@@ -44,7 +48,8 @@ def _card():
 def test_training_needs_neither_seqio_nor_tensorflow():
     # Training (BLEU included) runs on accelerator images that have JAX but not TensorFlow.
     code = ("import sys; sys.modules['seqio'] = sys.modules['tensorflow'] = None\n"
-            "from speculative import training, metrics\n"
+            "from speculative.training import distillation\n"
+            "from speculative.measure import metrics\n"
             "s = 'das ist ein kleines Haus am See'\n"
             "print(metrics.bleu([s], [s])['bleu'])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -58,10 +63,10 @@ def test_training_needs_neither_seqio_nor_tensorflow():
 def test_make_examples_drops_or_truncates_keeping_eos():
     inputs = [[5, 6, EOS], [5, 6, 7, 8, 9, EOS], [4, EOS]]
     targets = [[3, EOS], [3, EOS], [3, 4, 5, 6, 7, 8, EOS]]
-    kept, dropped = training.make_examples(inputs, targets, max_length=4)
+    kept, dropped = training_data.make_examples(inputs, targets, max_length=4)
     assert dropped == 2 and len(kept) == 1
     np.testing.assert_array_equal(kept[0][0], [5, 6, EOS])
-    cut, dropped = training.make_examples(inputs, targets, max_length=4, truncate=True)
+    cut, dropped = training_data.make_examples(inputs, targets, max_length=4, truncate=True)
     assert dropped == 0
     np.testing.assert_array_equal(cut[1][0], [5, 6, 7, EOS])  # seqio append_eos_after_trim
     np.testing.assert_array_equal(cut[2][1], [3, 4, 5, EOS])
@@ -74,7 +79,7 @@ def test_batches_bucket_pad_and_cover_every_example():
                 for a, b in lengths]
     buckets, batch_tokens = (4, 8), 16
     seen = []
-    for inputs, targets in training.batches(examples, buckets, batch_tokens,
+    for inputs, targets in training_data.batches(examples, buckets, batch_tokens,
                                             rng=np.random.default_rng(1)):
         length = inputs.shape[1]
         assert length in buckets and inputs.shape == targets.shape == (batch_tokens // length,
@@ -94,9 +99,9 @@ def test_batches_bucket_pad_and_cover_every_example():
 def test_tokenizer_matches_the_mini_ende_task():
     from speculative.data import tasks
 
-    tok = training.Tokenizer()
+    tok = text.Tokenizer()
     vocab = tasks.mini_vocabulary()
-    assert training.PREFIX == tasks.EN_DE_PREFIX and tok.vocab_size == vocab.vocab_size
+    assert text.PREFIX == tasks.EN_DE_PREFIX and tok.vocab_size == vocab.vocab_size
     src, tgt = "Select _All", "A_lles markieren"
     assert tok.encode_inputs([src])[0] == list(vocab.encode(tasks.EN_DE_PREFIX + src)) + [EOS]
     assert tok.encode_targets([tgt])[0] == list(vocab.encode(tgt)) + [EOS]
@@ -108,45 +113,45 @@ def test_tokenizer_matches_the_mini_ende_task():
 def test_token_losses_label_smoothing_and_z_loss_closed_forms():
     logits = jnp.asarray(np.random.default_rng(0).normal(size=(2, 3, 5)), jnp.float32)
     targets = jnp.asarray([[1, 2, 3], [4, 0, 1]])
-    loss, ce = training.token_losses(logits, targets)
+    loss, ce = objectives.token_losses(logits, targets)
     log_p = jax.nn.log_softmax(logits)
     np.testing.assert_allclose(ce, -jnp.take_along_axis(log_p, targets[..., None], -1)[..., 0],
                                rtol=1e-6)
     np.testing.assert_allclose(loss, ce)
-    smooth, _ = training.token_losses(logits, targets, label_smoothing=0.1)
+    smooth, _ = objectives.token_losses(logits, targets, label_smoothing=0.1)
     soft = jax.nn.one_hot(targets, 5) * 0.9 + (1 - jax.nn.one_hot(targets, 5)) * 0.1 / 4
     entropy = -(0.9 * np.log(0.9) + 4 * (0.1 / 4) * np.log(0.1 / 4))
     np.testing.assert_allclose(smooth, -jnp.sum(soft * log_p, -1) - entropy, rtol=1e-5, atol=1e-6)
-    zl, _ = training.token_losses(logits, targets, z_loss=1e-2)
+    zl, _ = objectives.token_losses(logits, targets, z_loss=1e-2)
     np.testing.assert_allclose(zl - ce, 1e-2 * jax.nn.logsumexp(logits, -1) ** 2, rtol=1e-5)
 
 
 def test_a_few_steps_lower_the_loss_on_a_tiny_batch():
     module = t5.Transformer(tiny_config(vocab_size=32))
-    config = training.TrainConfig(steps=30, batch_tokens=32, buckets=(8,), learning_rate=1e-2,
+    config = TrainConfig(steps=30, batch_tokens=32, buckets=(8,), learning_rate=1e-2,
                                   warmup_steps=5)
     rng = np.random.default_rng(0)
     examples = [(np.append(rng.integers(2, 32, 6), EOS).astype(np.int32),
                  np.append(rng.integers(2, 32, 5), EOS).astype(np.int32)) for _ in range(4)]
-    inputs, targets = next(training.batches(examples, config.buckets, config.batch_tokens))
-    optimizer = training.make_optimizer(config)
-    state = training.init_state(module, optimizer, jax.random.PRNGKey(0))
-    step, eval_step = training.make_train_step(module, optimizer, config), \
-        training.make_eval_step(module)
-    before = training.evaluate_loss(eval_step, state.params, examples, config)
+    inputs, targets = next(training_data.batches(examples, config.buckets, config.batch_tokens))
+    optimizer = trainer.make_optimizer(config)
+    state = trainer.init_state(module, optimizer, jax.random.PRNGKey(0))
+    step, eval_step = trainer.make_train_step(module, optimizer, config), \
+        trainer.make_eval_step(module)
+    before = trainer.evaluate_loss(eval_step, state.params, examples, config)
     for _ in range(config.steps):
         state, metrics = step(state, inputs, targets, jax.random.PRNGKey(1))
-    after = training.evaluate_loss(eval_step, state.params, examples, config)
+    after = trainer.evaluate_loss(eval_step, state.params, examples, config)
     assert int(state.step) == config.steps and float(metrics["tokens"]) == 24
     assert after < 0.5 * before, (before, after)
 
 
 def test_schedule_warmup_then_cosine_to_final_fraction():
-    config = training.TrainConfig(steps=100, warmup_steps=10, learning_rate=1.0,
+    config = TrainConfig(steps=100, warmup_steps=10, learning_rate=1.0,
                                   final_lr_fraction=0.1)
-    lr = training.learning_rate_schedule(config)
+    lr = trainer.learning_rate_schedule(config)
     np.testing.assert_allclose([lr(0), lr(4), lr(9), lr(99)], [0.1, 0.5, 1.0, 0.1], rtol=1e-5)
-    rsqrt = training.learning_rate_schedule(config.__class__(steps=100, warmup_steps=10,
+    rsqrt = trainer.learning_rate_schedule(config.__class__(steps=100, warmup_steps=10,
                                                              learning_rate=1.0, decay="rsqrt"))
     np.testing.assert_allclose(rsqrt(39), 0.5, rtol=1e-5)
 
@@ -157,8 +162,8 @@ def _small_corpus(tmp_path):
     """48 train and 8 valid pairs (from the bundled valid split) with the bundled vocabulary."""
     data = tmp_path / "data"
     data.mkdir()
-    shutil.copy(os.path.join(training.MINI_DIR, "spm.model"), data / "spm.model")
-    pairs = training.load_pairs(os.path.join(training.MINI_DIR, "valid.tsv"))
+    shutil.copy(os.path.join(text.MINI_DIR, "spm.model"), data / "spm.model")
+    pairs = text.load_pairs(os.path.join(text.MINI_DIR, "valid.tsv"))
     for split, rows in (("train", pairs[:48]), ("valid", pairs[48:56])):
         (data / f"{split}.tsv").write_text("".join(f"{s}\t{t}\n" for s, t in rows), "utf-8")
     return data, pairs
@@ -169,7 +174,7 @@ def test_trainer_checkpoint_loads_back_with_identical_logits(tmp_path):
     data, pairs = _small_corpus(tmp_path)
     model = tiny_config(vocab_size=4000, emb_dim=8, num_heads=2, head_dim=4, mlp_dim=8,
                         num_encoder_layers=1, num_decoder_layers=1)
-    config = training.TrainConfig(steps=3, batch_tokens=384, buckets=(48,))
+    config = TrainConfig(steps=3, batch_tokens=384, buckets=(48,))
     model_dir, export = tmp_path / "run", tmp_path / "bundle"
     summary = training.train(training.TrainRun(
         model=model, model_dir=str(model_dir), config=config, seed=0, data_dir=str(data),
@@ -183,23 +188,23 @@ def test_trainer_checkpoint_loads_back_with_identical_logits(tmp_path):
     assert {np.asarray(x).dtype.name for x in jax.tree_util.tree_leaves(params)} == {"float32"}
     # The trainer recorded the subset loss of its in-memory parameters; the reloaded ones
     # (identical logits) reproduce it exactly.
-    tok = training.Tokenizer(str(data / "spm.model"))
+    tok = text.Tokenizer(str(data / "spm.model"))
     first = pairs[48:52]  # the first 4 pairs of this corpus' valid.tsv
-    subset, _ = training.make_examples(tok.encode_inputs([s for s, _ in first]),
+    subset, _ = training_data.make_examples(tok.encode_inputs([s for s, _ in first]),
                                        tok.encode_targets([t for _, t in first]), 48, True)
-    eval_step = training.make_eval_step(t5.Transformer(model))
-    loss = training.evaluate_loss(eval_step, params, subset, config)
+    eval_step = trainer.make_eval_step(t5.Transformer(model))
+    loss = trainer.evaluate_loss(eval_step, params, subset, config)
     assert loss == summary["valid_subset"]["loss_float32"]
     card = json.loads((export / "model_card.json").read_text())["models"]["run"]
     assert card["checkpoint"] == "run/checkpoint_3"
     exported = checkpoints.load_params(str(export / "run"))
     assert {np.asarray(x).dtype.name for x in jax.tree_util.tree_leaves(exported)} == {"bfloat16"}
-    inputs, targets = next(training.batches(subset, (48,), 96))
+    inputs, targets = next(training_data.batches(subset, (48,), 96))
     logits = t5.Transformer(model).apply({"params": params}, inputs,
-                                         training.shift_right(targets), targets)
+                                         objectives.shift_right(targets), targets)
     again = t5.Transformer(model).apply(
         {"params": checkpoints.load_params(str(model_dir / "checkpoint_3"))}, inputs,
-        training.shift_right(targets), targets)
+        objectives.shift_right(targets), targets)
     np.testing.assert_array_equal(logits, again)
 
 
@@ -210,21 +215,21 @@ def test_interrupted_run_resumes_to_the_same_parameters(tmp_path, monkeypatch):
     data, _ = _small_corpus(tmp_path)
     model = tiny_config(vocab_size=4000, emb_dim=8, num_heads=2, head_dim=4, mlp_dim=8,
                         num_encoder_layers=1, num_decoder_layers=1)
-    kw = dict(model=model, config=training.TrainConfig(steps=6, batch_tokens=96, buckets=(48,)),
+    kw = dict(model=model, config=TrainConfig(steps=6, batch_tokens=96, buckets=(48,)),
               seed=0, data_dir=str(data), eval_every=3, card_subset=4, checkpoint_every=2)
     whole = training.train(training.TrainRun(model_dir=str(tmp_path / "whole"), **kw))
 
-    save = training.ResumableRun.save
+    save = trainer.ResumableRun.save
 
     def stop_after_step_4(self, state, step, seconds):
         save(self, state, step, seconds)
         if step == 4:
             raise KeyboardInterrupt
 
-    monkeypatch.setattr(training.ResumableRun, "save", stop_after_step_4)
+    monkeypatch.setattr(trainer.ResumableRun, "save", stop_after_step_4)
     with pytest.raises(KeyboardInterrupt):
         training.train(training.TrainRun(model_dir=str(tmp_path / "resumed"), **kw))
-    monkeypatch.setattr(training.ResumableRun, "save", save)
+    monkeypatch.setattr(trainer.ResumableRun, "save", save)
     assert "train_state.msgpack" in os.listdir(tmp_path / "resumed")
     with pytest.raises(ValueError, match="other settings.*seed"):
         training.train(training.TrainRun(model_dir=str(tmp_path / "resumed"), **{**kw, "seed": 1}))
@@ -263,21 +268,21 @@ def test_teacher_losses_are_one_minus_beta_and_cross_entropy():
     p_logits, q_logits = rng.normal(size=(2, 3, 7)) * 2, rng.normal(size=(2, 3, 7)) * 2
     p = jax.nn.softmax(jnp.asarray(p_logits), axis=-1)
     probs, ids = jax.lax.top_k(p, 7)
-    tv = training.teacher_losses(jnp.asarray(q_logits), ids, probs, "tv")
+    tv = objectives.teacher_losses(jnp.asarray(q_logits), ids, probs, "tv")
     beta = sampling.acceptance_rate(p, jax.nn.softmax(jnp.asarray(q_logits), axis=-1))
     np.testing.assert_allclose(tv, 1.0 - beta, atol=1e-6)
-    kl = training.teacher_losses(jnp.asarray(q_logits), ids, probs, "kl")
+    kl = objectives.teacher_losses(jnp.asarray(q_logits), ids, probs, "kl")
     log_q = jax.nn.log_softmax(jnp.asarray(q_logits), axis=-1)
     np.testing.assert_allclose(kl, -jnp.sum(p * log_q, axis=-1), rtol=1e-5)
-    at_p = training.teacher_losses(jnp.asarray(p_logits), ids, probs, "kl")
+    at_p = objectives.teacher_losses(jnp.asarray(p_logits), ids, probs, "kl")
     np.testing.assert_allclose(at_p, -jnp.sum(p * jnp.log(p), axis=-1), rtol=1e-5)
     assert np.all(np.asarray(at_p) < np.asarray(kl))
-    np.testing.assert_allclose(training.teacher_losses(jnp.asarray(p_logits), ids, probs, "tv"),
+    np.testing.assert_allclose(objectives.teacher_losses(jnp.asarray(p_logits), ids, probs, "tv"),
                                0.0, atol=1e-6)
     with pytest.raises(ValueError, match="objective='ce'"):
-        training.teacher_losses(jnp.asarray(q_logits), ids, probs, "ce")
+        objectives.teacher_losses(jnp.asarray(q_logits), ids, probs, "ce")
     with pytest.raises(ValueError, match="objective"):
-        training.TrainConfig(steps=1, objective="js")
+        TrainConfig(steps=1, objective="js")
 
 
 def test_teacher_distributions_match_the_forward_pass_and_cache(tmp_path):
@@ -288,23 +293,24 @@ def test_teacher_distributions_match_the_forward_pass_and_cache(tmp_path):
     examples = [(np.append(rng.integers(2, 40, n), EOS).astype(np.int32),
                  np.append(rng.integers(2, 40, m), EOS).astype(np.int32))
                 for n, m in ((3, 5), (9, 2), (4, 4), (14, 11))]
-    config = training.TrainConfig(steps=1, batch_tokens=32, buckets=(8, 16), teacher_top_k=5)
+    config = TrainConfig(steps=1, batch_tokens=32, buckets=(8, 16), teacher_top_k=5)
     cache = str(tmp_path / "teacher.npz")
-    got = training.teacher_distributions(module, params, examples, config, cache)
-    forward = jax.jit(lambda x, y: module.apply({"params": params}, x, training.shift_right(y),
+    got = objectives.teacher_distributions(module, params, examples, config, cache)
+    forward = jax.jit(lambda x, y: module.apply({"params": params}, x, objectives.shift_right(y),
                                                 y))
     for (x, y), (x2, y2, ids, probs) in zip(examples, got):
         assert x2 is x and y2 is y and ids.shape == probs.shape == (len(y), 5)
-        logits = forward(training.pad_rows([x], 16), training.pad_rows([y], 16))[:, :len(y)]
+        logits = forward(training_data.pad_rows([x], 16),
+                         training_data.pad_rows([y], 16))[:, :len(y)]
         want_p, want_ids = jax.lax.top_k(jax.nn.softmax(logits[0], axis=-1), 5)
         np.testing.assert_array_equal(ids, want_ids)
         np.testing.assert_allclose(probs, want_p, atol=1e-3)  # stored as float16
-    again = training.teacher_distributions(module, params, examples, config, cache)
+    again = objectives.teacher_distributions(module, params, examples, config, cache)
     for a, b in zip(got, again):
         np.testing.assert_array_equal(a[2], b[2])
         np.testing.assert_array_equal(a[3], b[3])
     # Batches carry the teacher's arrays beside inputs and targets, padded alike.
-    inputs, targets, ids, probs = next(training.batches(got, (16,), 64))
+    inputs, targets, ids, probs = next(training_data.batches(got, (16,), 64))
     assert ids.shape == probs.shape == targets.shape + (5,)
     assert np.all(probs[targets == 0] == 0)
 
@@ -318,14 +324,14 @@ def test_tv_objective_raises_acceptance_against_the_teacher():
     rng = np.random.default_rng(2)
     examples = [(np.append(rng.integers(2, 24, 6), EOS).astype(np.int32),
                  np.append(rng.integers(2, 24, 6), EOS).astype(np.int32)) for _ in range(8)]
-    config = training.TrainConfig(steps=30, batch_tokens=64, buckets=(8,), objective="tv",
+    config = TrainConfig(steps=30, batch_tokens=64, buckets=(8,), objective="tv",
                                   teacher_top_k=24, learning_rate=0.05, warmup_steps=1)
-    batch = next(training.batches(
-        training.teacher_distributions(teacher, t_params, examples, config), (8,), 64))
+    batch = next(training_data.batches(
+        objectives.teacher_distributions(teacher, t_params, examples, config), (8,), 64))
     module = t5.Transformer(draft_cfg)
-    optimizer = training.make_optimizer(config)
-    state = training.init_state(module, optimizer, jax.random.PRNGKey(1))
-    step = training.make_train_step(module, optimizer, config)
+    optimizer = trainer.make_optimizer(config)
+    state = trainer.init_state(module, optimizer, jax.random.PRNGKey(1))
+    step = trainer.make_train_step(module, optimizer, config)
     losses = []
     for _ in range(30):
         state, metrics = step(state, batch[0], batch[1], jax.random.PRNGKey(0), *batch[2:])
@@ -339,7 +345,7 @@ def test_flops_per_token_arithmetic():
     cfg = t5.T5Config(vocab_size=4000, emb_dim=10, num_heads=2, head_dim=8, mlp_dim=32,
                       num_encoder_layers=1, num_decoder_layers=1,
                       mlp_activations=("gelu", "linear"), logits_via_embedding=True)
-    f = training.decoder_flops_per_token(cfg, self_len=16, enc_len=20)
+    f = evaluation.decoder_flops_per_token(cfg, self_len=16, enc_len=20)
     layer = 6 * 10 * 16 + 3 * 10 * 32 + 2 * 16 * (16 + 20)
     assert f == {"decoder_layers": 2 * layer, "output_layer": 2 * 10 * 4000,
                  "total": 2 * (layer + 10 * 4000)}
@@ -356,12 +362,12 @@ def test_bundled_model_valid_subset_loss_matches_card(name):
     params = checkpoints.load_params(os.path.join(BUNDLE, entry["checkpoint"]), dtype="float32",
                                      config=config)
     n = entry["valid_subset"]["first_n_valid_pairs"]
-    pairs = training.load_pairs(os.path.join(training.MINI_DIR, "valid.tsv"))[:n]
-    tok = training.Tokenizer()
-    examples, _ = training.make_examples(tok.encode_inputs([s for s, _ in pairs]),
+    pairs = text.load_pairs(os.path.join(text.MINI_DIR, "valid.tsv"))[:n]
+    tok = text.Tokenizer()
+    examples, _ = training_data.make_examples(tok.encode_inputs([s for s, _ in pairs]),
                                          tok.encode_targets([t for _, t in pairs]), 48, True)
-    train_config = training.TrainConfig(steps=1, buckets=(48,), batch_tokens=48 * n)
-    loss = training.evaluate_loss(training.make_eval_step(t5.Transformer(config)), params,
+    train_config = TrainConfig(steps=1, buckets=(48,), batch_tokens=48 * n)
+    loss = trainer.evaluate_loss(trainer.make_eval_step(t5.Transformer(config)), params,
                                   examples, train_config)
     assert loss == pytest.approx(entry["valid_subset"]["loss_bfloat16"], abs=2e-3)
 
@@ -448,7 +454,7 @@ def test_distill_sources_add_the_teachers_translations_of_unseen_sentences(tmp_p
     (data / "mono.txt").write_text("\n".join(mono) + "\n\n", "utf-8")
     small = dict(vocab_size=4000, emb_dim=8, num_heads=2, head_dim=4, mlp_dim=8,
                  num_encoder_layers=1, num_decoder_layers=1)
-    config = training.TrainConfig(steps=2, batch_tokens=384, buckets=(48,))
+    config = TrainConfig(steps=2, batch_tokens=384, buckets=(48,))
     kw = dict(config=config, seed=0, data_dir=str(data), eval_every=2, card_subset=4,
               bleu_sentences=2, alpha_sentences=2)
     teacher_cfg = tiny_config(**small)
@@ -465,9 +471,9 @@ def test_distill_sources_add_the_teachers_translations_of_unseen_sentences(tmp_p
     assert summary["train_pairs"] == 48 - summary["train_dropped"] + 10
     module = t5.Transformer(teacher_cfg)
     params = checkpoints.load_params(str(tmp_path / "teacher"), config=teacher_cfg)
-    tok = training.Tokenizer(str(data / "spm.model"))
+    tok = text.Tokenizer(str(data / "spm.model"))
     inputs = [np.asarray(x, np.int32) for x in tok.encode_inputs(mono)]
-    greedy = training.greedy_decode(module, params, inputs, max_decode_len=48, input_length=48)
+    greedy = evaluation.greedy_decode(module, params, inputs, max_decode_len=48, input_length=48)
     with np.load(tmp_path / "cache" / "greedy.mono.npz") as got:
         for row, want in zip(got["outputs"], greedy):
             want = want if want[-1] == EOS else np.append(want[:47], EOS)
@@ -480,14 +486,14 @@ def test_init_checkpoint_starts_from_its_parameters_and_refuses_another_shape(tm
     module = t5.Transformer(model)
     params = t5.init_params(module, jax.random.PRNGKey(3))
     path = checkpoints.save_t5x(jax.device_get(params), str(tmp_path / "ckpt"), step=5)
-    optimizer = training.make_optimizer(training.TrainConfig(steps=1))
-    state = training.init_state(module, optimizer, jax.random.PRNGKey(0), path)
+    optimizer = trainer.make_optimizer(TrainConfig(steps=1))
+    state = trainer.init_state(module, optimizer, jax.random.PRNGKey(0), path)
     for a, b in zip(jax.tree_util.tree_leaves(state.params), jax.tree_util.tree_leaves(params)):
         np.testing.assert_array_equal(a, b)
     assert int(state.step) == 0
     other = t5.Transformer(tiny_config(vocab_size=40, emb_dim=24))
     with pytest.raises(ValueError, match="shape"):
-        training.init_state(other, optimizer, jax.random.PRNGKey(0), path)
+        trainer.init_state(other, optimizer, jax.random.PRNGKey(0), path)
 
 
 def test_distill_cache_reads_back_outputs_holding_a_zero_token(tmp_path, monkeypatch):
@@ -498,9 +504,9 @@ def test_distill_cache_reads_back_outputs_holding_a_zero_token(tmp_path, monkeyp
     monkeypatch.setattr(objectives, "greedy_decode", lambda *a, **k: [o.copy() for o in outputs])
     examples = [(np.array([4, EOS], np.int32), np.array([EOS], np.int32))] * 3
     cache = str(tmp_path / "d.npz")
-    fresh = training.distill_targets(None, None, examples, 8, cache)
+    fresh = objectives.distill_targets(None, None, examples, 8, cache)
     monkeypatch.setattr(objectives, "greedy_decode", lambda *a, **k: pytest.fail("decoded again"))
-    again = training.distill_targets(None, None, examples, 8, cache)
+    again = objectives.distill_targets(None, None, examples, 8, cache)
     for (_, a), (_, b) in zip(fresh, again):
         np.testing.assert_array_equal(a, b)
     np.testing.assert_array_equal(again[0][1], [5, 0, 7, EOS])
@@ -568,7 +574,7 @@ def test_decoder_only_training_lowers_the_loss_and_exports_a_reloadable_checkpoi
     from speculative import loading  # pylint: disable=g-import-not-at-top
 
     model = _lm_model()
-    config = training.TrainConfig(steps=20, batch_tokens=256, buckets=(32,), learning_rate=1e-2,
+    config = TrainConfig(steps=20, batch_tokens=256, buckets=(32,), learning_rate=1e-2,
                                   warmup_steps=5)
     model_dir, export = tmp_path / "run", tmp_path / "bundle"
     summary = training.train(training.TrainRun(
@@ -581,9 +587,9 @@ def test_decoder_only_training_lowers_the_loss_and_exports_a_reloadable_checkpoi
     assert records[1]["valid_loss"] < records[0]["valid_loss"]
     assert sorted(os.listdir(model_dir)) == ["checkpoint_20", "metrics.jsonl", "summary.json",
                                              "train_state.json"]  # the finished run's record
-    tok = training.Tokenizer(str(tiny_code_corpus / "spm.model"))
-    train_ex = training.lm_examples(str(tiny_code_corpus), "train", tok, 32)
-    valid_ex = training.lm_examples(str(tiny_code_corpus), "valid", tok, 32)
+    tok = text.Tokenizer(str(tiny_code_corpus / "spm.model"))
+    train_ex = text.lm_examples(str(tiny_code_corpus), "train", tok, 32)
+    valid_ex = text.lm_examples(str(tiny_code_corpus), "valid", tok, 32)
     assert summary["decoder_only"] and "valid_bleu" not in summary
     assert (summary["train_chunks"], summary["valid_chunks"]) == (len(train_ex), len(valid_ex))
     assert all(len(x) == 0 and 0 < len(y) <= 32 for x, y in train_ex)
@@ -591,17 +597,17 @@ def test_decoder_only_training_lowers_the_loss_and_exports_a_reloadable_checkpoi
     module = t5.DecoderOnly(model)
     params = checkpoints.load_params(str(model_dir / "checkpoint_20"))
     checkpoints.validate_params(params, module)
-    eval_step = training.make_eval_step(module)
-    loss = training.evaluate_loss(eval_step, params, valid_ex[:4], config)
+    eval_step = trainer.make_eval_step(module)
+    loss = trainer.evaluate_loss(eval_step, params, valid_ex[:4], config)
     assert loss == summary["valid_subset"]["loss_float32"]
     bundled = loading.load_model(model, str(export / "run"), decoder_only=True,
                                  kernel_layout="t5x")  # the same program as `rounded`
     assert isinstance(bundled, decoding.DecoderOnlyModel)
-    _, targets = next(training.batches(valid_ex[:4], (32,), 128))
+    _, targets = next(training_data.batches(valid_ex[:4], (32,), 128))
     rounded = jax.tree_util.tree_map(lambda x: jnp.asarray(x, jnp.bfloat16), params)
     np.testing.assert_array_equal(
-        module.apply({"params": bundled.params}, training.shift_right(targets), targets),
-        module.apply({"params": rounded}, training.shift_right(targets), targets))
+        module.apply({"params": bundled.params}, objectives.shift_right(targets), targets),
+        module.apply({"params": rounded}, objectives.shift_right(targets), targets))
     assert json.loads((export / "model_card.json").read_text())["models"]["run"][
         "checkpoint"] == "run/checkpoint_20"
 
@@ -615,10 +621,10 @@ def test_decoder_only_draft_equal_to_its_target_has_alpha_one(tiny_code_corpus, 
               eval_every=2, card_subset=2)
     training.train(training.TrainRun(
         model_dir=str(tmp_path / "target"), **kw,
-        config=training.TrainConfig(steps=2, batch_tokens=128, buckets=(32,))))
+        config=TrainConfig(steps=2, batch_tokens=128, buckets=(32,))))
     summary = training.train(training.TrainRun(
         model_dir=str(tmp_path / "draft"), **kw, init_checkpoint=str(tmp_path / "target"),
-        config=training.TrainConfig(steps=1, batch_tokens=128, buckets=(32,),
+        config=TrainConfig(steps=1, batch_tokens=128, buckets=(32,),
                                     learning_rate=0.0),
         target_model=model, target_checkpoint=str(tmp_path / "target"), alpha_sentences=3,
         alpha_gamma=2, prompt_length=8))
@@ -658,8 +664,8 @@ def test_decoder_only_ngram_drafts_fit_the_chunks_the_target_reads(tiny_code_cor
         seed=0, model_dir=str(tmp_path / "ngrams"), data_dir=str(tiny_code_corpus),
         max_length=32, alpha_sentences=3, alpha_gamma=2, decoder_only=True, prompt_length=8)
     assert sorted(summaries) == ["code_bigram", "code_unigram"]
-    tok = training.Tokenizer(str(tiny_code_corpus / "spm.model"))
-    chunks = [y for _, y in training.lm_examples(str(tiny_code_corpus), "train", tok, 32)]
+    tok = text.Tokenizer(str(tiny_code_corpus / "spm.model"))
+    chunks = [y for _, y in text.lm_examples(str(tiny_code_corpus), "train", tok, 32)]
     card = json.loads((export / "model_card.json").read_text())["models"]
     for name, fit in (("code_unigram", ngram.fit_unigram), ("code_bigram", ngram.fit_bigram)):
         draft = ngram.load(str(export / f"{name}.npz"), decoder_only=True)
@@ -670,8 +676,8 @@ def test_decoder_only_ngram_drafts_fit_the_chunks_the_target_reads(tiny_code_cor
         assert entry["decoder_only"] and entry["train_chunks"] == len(chunks)
         assert [a["temperature"] for a in entry["alpha"]] == [0.0, 1.0]
         assert all(a["sentences"] == 3 for a in entry["alpha"])
-    valid = training.lm_examples(str(tiny_code_corpus), "valid", tok, 32)
-    prompts = training.lm_prompts(valid, 8)[:3]
+    valid = text.lm_examples(str(tiny_code_corpus), "valid", tok, 32)
+    prompts = text.lm_prompts(valid, 8)[:3]
     assert len(calls) == 2 and len(prompts) == 3
     for target, draft, inputs, gamma, max_length in calls:
         assert isinstance(target, decoding.DecoderOnlyModel) and draft.decoder_only
@@ -686,7 +692,7 @@ def test_decoder_only_ngram_drafts_fit_the_chunks_the_target_reads(tiny_code_cor
 
 
 def test_decoder_only_refuses_distillation_and_a_missing_train_split(tiny_code_corpus, tmp_path):
-    config = training.TrainConfig(steps=1, buckets=(32,))
+    config = TrainConfig(steps=1, buckets=(32,))
     kw = dict(model=_lm_model(), config=config, seed=0, decoder_only=True)
     with pytest.raises(ValueError, match="distill=True.*use distill=False"):
         training.train(training.TrainRun(model_dir=str(tmp_path / "a"),
@@ -716,14 +722,14 @@ def test_code_models_and_run_file_parse_with_the_papers_proportions():
     try:
         config_lib.parse_gin(files, bindings, search_paths=(repo,))
         assert gin.query_parameter("%DECODER_ONLY") is True
-        assert gin.query_parameter("training.TrainConfig.buckets") == (256,)
+        assert gin.query_parameter("TrainConfig.buckets") == (256,)
         assert gin.query_parameter("%BATCH_TOKENS") == 4096
         configs = {scope: t5.T5Config(**{
             f.name: gin.query_parameter(f"{scope}/t5.T5Config.{f.name}")
             for f in dataclasses.fields(t5.T5Config)}) for scope in ("code_target", "code_draft")}
     finally:
         gin.clear_config()
-    flops = {k: training.decoder_flops_per_token(c, decoder_only=True, self_len=96)["total"]
+    flops = {k: evaluation.decoder_flops_per_token(c, decoder_only=True, self_len=96)["total"]
              for k, c in configs.items()}
     assert 15 <= flops["code_target"] / flops["code_draft"] <= 30
     params = {k: sum(math.prod(x.shape) for x in jax.tree_util.tree_leaves(

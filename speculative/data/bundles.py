@@ -40,11 +40,10 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from speculative.data import code_corpus
+from speculative.data import code_corpus, text
 from speculative.decode import validation
 from speculative.decode.contract import DecodeModel
 from speculative.models import t5
-from speculative.training import data as training_data
 
 DATA_DIR = os.path.dirname(os.path.abspath(__file__))
 BUNDLE_DIR = os.path.join(DATA_DIR, "mini")  # the EN->DE corpus, vocabulary and models
@@ -54,7 +53,7 @@ PROMPT_LOOKUP = "prompt_lookup"  # a draft spec: copy from the context (ngram.Pr
 
 MINI_TARGET = "mini_target"  # compute-bound on a CPU: the contrast
 LARGE_TARGET = "large_target"  # memory-bound: the main job's target
-PREFIX = training_data.PREFIX  # "translate English to German: " (the mini_ende task)
+PREFIX = text.PREFIX  # "translate English to German: " (the mini_ende task)
 INPUT_LENGTH = 48  # EN->DE sources, prefix and EOS included
 MAX_DECODE_LEN = 48  # EN->DE translations
 
@@ -110,7 +109,7 @@ def test_pairs(num: Optional[int] = None, split: str = "test") -> List[Tuple[str
     return pairs
 
 
-class Vocabulary(training_data.Tokenizer):
+class Vocabulary(text.Tokenizer):
     """The bundled EN->DE SentencePiece model (pad 0, eos 1, unk 2), used as the `mini_ende`
     task does: `encode_sources` (prefix + source + EOS, padded; too long raises) and `decode`."""
 
@@ -144,7 +143,7 @@ def prompt_batches(num: Optional[int], batch_size: int, length: int = PROMPT_LEN
     its documents (module docstring), after the first `skip`, in `[batch_size, length]` int32
     batches (the last may be smaller)."""
     validation.batch_request(num, batch_size, skip)
-    training_data.check_prompt_length(length, CHUNK_LENGTH)
+    text.check_prompt_length(length, CHUNK_LENGTH)
     rows = _split_prompts(split, length)[skip:skip + num if num else None]
     return [np.stack(rows[i:i + batch_size]).astype(np.int32)
             for i in range(0, len(rows), batch_size)]
@@ -154,10 +153,10 @@ def prompt_batches(num: Optional[int], batch_size: int, length: int = PROMPT_LEN
 def _split_prompts(split: str, length: int) -> Tuple[np.ndarray, ...]:
     """Every prompt of `split` in round-robin order, tokenized once per process (a run asks for
     the test prompts once per draft and temperature)."""
-    tokenizer = training_data.Tokenizer(os.path.join(code_corpus.CODE_DIR, code_corpus.SPM_MODEL))
+    tokenizer = text.Tokenizer(os.path.join(code_corpus.CODE_DIR, code_corpus.SPM_MODEL))
     path = code_corpus.corpus_file(code_corpus.CODE_DIR, code_corpus.split_file(split))
     ids = tokenizer.encode_targets([doc.text for doc in code_corpus.read_documents(path)])
-    per_doc = [training_data.lm_prompts(
+    per_doc = [text.lm_prompts(
         [(None, c) for c in code_corpus.lm_chunks([d], CHUNK_LENGTH)], length) for d in ids]
     return tuple(p for group in itertools.zip_longest(*per_doc) for p in group if p is not None)
 

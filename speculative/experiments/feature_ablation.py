@@ -41,8 +41,7 @@ from speculative.measure import costs as costs_lib
 from speculative.measure import timing as measure
 from speculative.models import feature_draft as fd
 from speculative.runs import mini
-from speculative.training import distillation as training
-from speculative.training import feature_data, feature_training
+from speculative.training import evaluation, feature_data, feature_training
 
 GAMMAS = tuple(range(1, 9))
 
@@ -134,7 +133,7 @@ def run(output_dir: str, drafts: Sequence[str], num_sentences: int = 16,
                                         max_decode_len=inputs.max_decode_len, num_steps=16,
                                         repeats=5, seed=seed)
         row = {"draft": label, **_description(draft),
-               "params": training.num_params(draft.params), "c": costs.c,
+               "params": evaluation.num_params(draft.params), "c": costs.c,
                "verify_cost": costs.verify_cost}
         for temperature in (0.0, 1.0):
             sampling = SamplingConfig(temperature)

@@ -95,10 +95,10 @@ def _tsv_examples(tsv_path: str, spm_path: Optional[str],
     """`source<TAB>target` lines encoded as `tasks.register_tsv_task` does (prefix + source,
     cut to input_length - 1, then EOS), read directly: no seqio or TensorFlow, so an
     accelerator image without them can run the bundled pairs."""
-    from speculative.training import distillation as training  # pylint: disable=import-outside-toplevel
+    from speculative.data import text  # pylint: disable=import-outside-toplevel
 
-    sources = [source for source, _ in training.load_pairs(tsv_path)]
-    for ids in training.Tokenizer(spm_path).encode_inputs(sources):
+    sources = [source for source, _ in text.load_pairs(tsv_path)]
+    for ids in text.Tokenizer(spm_path).encode_inputs(sources):
         if len(ids) > input_length:
             ids = ids[:input_length - 1] + ids[-1:]
         yield np.asarray(ids, np.int32)

@@ -25,24 +25,23 @@ import numpy as np
 
 from speculative import files
 from speculative.checkpoints import t5x as checkpoints
-from speculative.data import bundles, code_corpus
+from speculative.data import bundles, code_corpus, text
 from speculative.decode import loops as decoding
 from speculative.decode import validation
 from speculative.decode.sampling import SamplingConfig
 from speculative.measure import acceptance
 from speculative.models import feature_draft as fd_model
 from speculative.runs import mini
-from speculative.training import data as training_data
-from speculative.training import distillation as training
-from speculative.training import feature_data, feature_training
+from speculative.training import distillation, evaluation, feature_data, feature_training
+from speculative.training.data import pad_rows
 
 
 def distill_sources(length: int = 48) -> np.ndarray:
     """`[n, length]` encoder inputs: training sources and unseen sources, alternating, in file
     order; sources longer than `length` tokens (prefix and EOS included) are left out."""
     vocab = mini.Vocabulary()
-    train = [s for s, _ in training.load_pairs(os.path.join(mini.BUNDLE_DIR, "train.tsv"))]
-    mono = training.load_sources(os.path.join(mini.BUNDLE_DIR, "mono_en.txt"))
+    train = [s for s, _ in text.load_pairs(os.path.join(mini.BUNDLE_DIR, "train.tsv"))]
+    mono = text.load_sources(os.path.join(mini.BUNDLE_DIR, "mono_en.txt"))
     rows = []
     for group in (train, mono):
         ids = [x for x in vocab.encode_inputs(group) if len(x) <= length]
@@ -50,23 +49,23 @@ def distill_sources(length: int = 48) -> np.ndarray:
     merged = []
     for k in range(max(len(r) for r in rows)):
         merged += [r[k] for r in rows if k < len(r)]
-    return training.pad_rows([np.asarray(x, np.int32) for x in merged], length)
+    return pad_rows([np.asarray(x, np.int32) for x in merged], length)
 
 
 def code_chunks(length: int, seed: int = 0) -> np.ndarray:
     """`[n, length]` language-model chunks of the code corpus' train split (each document's
     ids and EOS, cut as the code models were trained, 0-padded), in a shuffled order so that a
     cache stopped after k shards is a fair sample."""
-    tokenizer = training_data.Tokenizer(os.path.join(code_corpus.CODE_DIR,
+    tokenizer = text.Tokenizer(os.path.join(code_corpus.CODE_DIR,
                                                      code_corpus.SPM_MODEL))
     path = code_corpus.corpus_file(code_corpus.CODE_DIR, code_corpus.split_file("train"))
     if not os.path.exists(path):
         raise FileNotFoundError(f"{path} is missing: build the code corpus' train split first "
                                 "(python scripts/build_code_corpus.py --train_split_only).")
-    chunks = [c for _, c in training_data.lm_examples(code_corpus.CODE_DIR, "train", tokenizer,
+    chunks = [c for _, c in text.lm_examples(code_corpus.CODE_DIR, "train", tokenizer,
                                                        length)]
     order = np.random.default_rng(seed).permutation(len(chunks))
-    return training.pad_rows([chunks[i] for i in order], length)
+    return pad_rows([chunks[i] for i in order], length)
 
 
 @gin.configurable
@@ -142,7 +141,7 @@ def train_feature_draft(*, model_dir: str, cache_dir: str, draft: fd_model.Featu
     summary = {
         "kind": mini.FEATURE_DRAFT, "name": name or os.path.basename(model_dir.rstrip("/")),
         "config": dataclasses.asdict(draft), "train_config": dataclasses.asdict(config),
-        "params": training.num_params(params), "target": target, "steps": config.steps,
+        "params": evaluation.num_params(params), "target": target, "steps": config.steps,
         "train_wall_s": round(result["seconds"], 1), "trained_on": _machine(),
         "final_valid": valid, "feature_cache": feature_data.read_manifest(cache_dir),
     }
@@ -164,7 +163,7 @@ def train_feature_draft(*, model_dir: str, cache_dir: str, draft: fd_model.Featu
                                            fd_model.FeatureDraftModel(module, stored),
                                            num=min(64, alpha_sentences), length=length,
                                            decoder_only=decoder_only)
-    summary["alpha"] = training.draft_alpha(
+    summary["alpha"] = evaluation.draft_alpha(
         target_model, fd_model.FeatureDraftModel(module, stored),
         _valid_rows(alpha_sentences, length, decoder_only), rng=jax.random.PRNGKey(0),
         gamma=alpha_gamma, max_length=length)
@@ -174,7 +173,7 @@ def train_feature_draft(*, model_dir: str, cache_dir: str, draft: fd_model.Featu
                                     else "summary.json"),
                        json.dumps(files.json_ready(summary), indent=1, sort_keys=True))
     if export_dir:
-        training.update_card(export_dir, summary["name"], summary)
+        distillation.update_card(export_dir, summary["name"], summary)
     return summary
 
 
@@ -201,7 +200,7 @@ def valid_subset(target, draft, num: int = 64, length: int = 48,
     outputs of the first `num` valid sentences (code: prompts, continued for `length` tokens),
     at T = 0 and 1: what the card records for the stored (bfloat16) draft, and what a test
     recomputes from the bundle alone."""
-    inputs = training.pad_rows(_valid_rows(num, length, decoder_only), length)
+    inputs = pad_rows(_valid_rows(num, length, decoder_only), length)
     out = decoding.autoregressive_decode(target, inputs, rng=jax.random.PRNGKey(0),
                                          sampling=SamplingConfig(0.0), max_decode_len=length)
     mask = np.arange(length)[None] < np.asarray(out.lengths)[:, None]

@@ -3,17 +3,19 @@ sequence-level distillation: `train(TrainRun(...))` takes one model from the cor
 exported checkpoint and model-card entry; `fit_ngram_drafts` fits the unigram / bigram drafts.
 
 It trains the bundled EN->DE models (`speculative/data/mini/models/`) on the gettext corpus in
-`speculative/data/mini/` on CPU in minutes. The pieces live in one module per noun, and every
-public name of them is re-exported here:
+`speculative/data/mini/` on CPU in minutes. The pieces live in one module per noun (import each
+name from its module):
 
-    training_data.py  the data: pairs, tokenizer, examples, length-bucketed batches, code-corpus
-                      chunks and prompts
-    objectives.py     what is learned: teacher-forced logits, the token and teacher losses
-                      (OBJECTIVES), distillation targets and the teacher's distributions
-    trainer.py        TrainConfig, the schedule and optimizer, TrainState, the jitted train and
-                      eval steps, a run's resumable state (ResumableRun)
-    training_eval.py  greedy decoding, BLEU, a draft's alpha, decoder FLOPs and parameter counts
-    training.py       the runs: TrainRun and train(), fit_ngram_drafts, the model card
+    data/text.py            the corpora: pairs, tokenizer, code-corpus chunks and prompts
+    training/config.py      TrainConfig and OBJECTIVES
+    training/data.py        examples cut to length, length-bucketed batches
+    training/objectives.py  what is learned: teacher-forced logits, the token and teacher losses,
+                            distillation targets and the teacher's distributions
+    training/trainer.py     the schedule and optimizer, TrainState, the jitted train and eval
+                            steps, a run's resumable state (ResumableRun)
+    training/evaluation.py  greedy decoding, BLEU, a draft's alpha, decoder FLOPs and parameter
+                            counts
+    training/distillation.py  the runs: TrainRun and train(), fit_ngram_drafts, the model card
 
 In data-flow order:
 
@@ -58,48 +60,34 @@ from absl import logging
 from speculative import files
 from speculative.checkpoints import t5x as checkpoints
 from speculative.data import code_corpus
+from speculative.data.text import (
+    EOS_ID,
+    MINI_DIR,
+    Example,
+    Tokenizer,
+    check_prompt_length,
+    lm_examples,
+    lm_prompts,
+    load_pairs,
+    load_sources,
+)
 from speculative.decode import contract
 from speculative.models import adapters as models_lib
 from speculative.models import t5
-from speculative.training.data import MINI_DIR as MINI_DIR
-from speculative.training.data import NO_INPUTS as NO_INPUTS
-from speculative.training.data import PREFIX as PREFIX
-from speculative.training.data import Example as Example
-from speculative.training.data import Tokenizer as Tokenizer
-from speculative.training.data import batches as batches
-from speculative.training.data import check_prompt_length as check_prompt_length
-from speculative.training.data import lm_examples as lm_examples
-from speculative.training.data import lm_prompts as lm_prompts
-from speculative.training.data import load_pairs as load_pairs
-from speculative.training.data import load_sources as load_sources
-from speculative.training.data import make_examples as make_examples
-from speculative.training.data import pad_rows as pad_rows
-from speculative.training.data import tokenize_pairs as tokenize_pairs
-from speculative.training.evaluation import bleu as bleu
-from speculative.training.evaluation import decoder_flops_per_token as decoder_flops_per_token
-from speculative.training.evaluation import draft_alpha as draft_alpha
-from speculative.training.evaluation import greedy_decode as greedy_decode
-from speculative.training.evaluation import num_params as num_params
-from speculative.training.objectives import OBJECTIVES as OBJECTIVES
-from speculative.training.objectives import Module as Module
-from speculative.training.objectives import distill_targets as distill_targets
-from speculative.training.objectives import shift_right as shift_right
-from speculative.training.objectives import teacher_distributions as teacher_distributions
-from speculative.training.objectives import teacher_forced_logits as teacher_forced_logits
-from speculative.training.objectives import teacher_losses as teacher_losses
-from speculative.training.objectives import token_losses as token_losses
-from speculative.training.trainer import ResumableRun as ResumableRun
-from speculative.training.trainer import TrainConfig as TrainConfig
-from speculative.training.trainer import TrainState as TrainState
-from speculative.training.trainer import evaluate_loss as evaluate_loss
-from speculative.training.trainer import init_state as init_state
-from speculative.training.trainer import learning_rate_schedule as learning_rate_schedule
-from speculative.training.trainer import make_eval_step as make_eval_step
-from speculative.training.trainer import make_optimizer as make_optimizer
-from speculative.training.trainer import make_train_step as make_train_step
+from speculative.training.config import TrainConfig
+from speculative.training.data import batches, make_examples, tokenize_pairs
+from speculative.training.evaluation import bleu, decoder_flops_per_token, draft_alpha, num_params
+from speculative.training.objectives import distill_targets, teacher_distributions
+from speculative.training.trainer import (
+    ResumableRun,
+    evaluate_loss,
+    init_state,
+    make_eval_step,
+    make_optimizer,
+    make_train_step,
+)
 
 Array = jax.Array
-PAD_ID, EOS_ID = t5.PAD_ID, t5.EOS_ID
 
 
 @dataclasses.dataclass(frozen=True)

@@ -18,13 +18,14 @@ from typing import List, Optional, Sequence, Tuple
 import jax
 import numpy as np
 
+from speculative.data.text import Tokenizer
 from speculative.decode import contract
 from speculative.decode import loops as decoding
 from speculative.decode import sampling as sampling_lib
 from speculative.decode import stats as stats_lib
 from speculative.measure import metrics as metrics_lib
 from speculative.models import adapters, t5
-from speculative.training.data import Tokenizer, pad_rows
+from speculative.training.data import pad_rows
 
 Array = jax.Array
 

@@ -36,7 +36,8 @@ from absl import logging
 
 from speculative import files
 from speculative.models import feature_draft as fd
-from speculative.training import feature_data
+from speculative.training import feature_data, trainer
+from speculative.training.config import TrainConfig
 
 Array = jax.Array
 
@@ -56,7 +57,7 @@ class FeatureTrainConfig:
       objective: 'kl', 'tv', 'ce' or a sum of them joined by '+' ('kl+tv', 'kl+tv+ce'):
         'ce' is the cross-entropy of the target's own argmax, the token a greedy decode
         accepts (the T = 0 acceptance is the draft's argmax hitting it).
-      optimizer: 'adafactor' (T5X's, relative updates) or 'adamw' (`training.make_optimizer`).
+      optimizer: 'adafactor' (T5X's, relative updates) or 'adamw' (`trainer.make_optimizer`).
       learning_rate, warmup_steps: the peak rate and its linear warmup; cosine decay to 10%.
       checkpoint_every: steps between saved training states.
       max_shards: use the first shards of the cache only (None = all).
@@ -265,12 +266,10 @@ def losses(logits: Array, top_ids: Array, top_probs: Array, weights: Array,
 # ------------------------------------------------------------------------------------ the trainer
 
 def _optimizer(config: FeatureTrainConfig) -> optax.GradientTransformation:
-    """The project's optimizer recipe (`training.make_optimizer`): T5X's Adafactor, whose
+    """The project's optimizer recipe (`trainer.make_optimizer`): T5X's Adafactor, whose
     updates are relative to each parameter's scale, so the N(0, 1) embedding (which is also the
     output layer) learns as fast as the kernels; plain Adam moves it ~100x too slowly."""
-    from speculative.training import distillation as training  # pylint: disable=g-import-not-at-top
-
-    return training.make_optimizer(training.TrainConfig(
+    return trainer.make_optimizer(TrainConfig(
         steps=config.steps, learning_rate=config.learning_rate,
         warmup_steps=config.warmup_steps, optimizer=config.optimizer, decay="cosine",
         final_lr_fraction=0.1, grad_clip=1.0))

@@ -1,5 +1,5 @@
 """What a draft learns from each target position: the training losses and the distillation
-targets (the trainer, speculative/trainer.py, minimises them).
+targets (the trainer, speculative/training/trainer.py, minimises them).
 
 Loss (`token_losses`): cross-entropy per target token, optionally with T5X's label smoothing
 (the constant that makes the optimum 0 is subtracted) and z-loss `z * log(Z)^2`; the trainer
@@ -9,9 +9,9 @@ cross-entropy (nats per target token, EOS included).
 Distillation (`distill_targets`): the target model translates the training sources greedily and
 those outputs replace the references, so a draft learns to imitate the target's argmax (the
 quantity alpha at temperature 0 measures). Drafts trained for alpha (`TrainConfig.objective`,
-one of `OBJECTIVES`) go further on the same text: `teacher_distributions` records the target's
-top-k distribution at every position, and the draft minimises either the KL from it ('kl') or
-one minus the acceptance probability sum_x min(p, q) itself ('tv', total variation), the
+one of `config.OBJECTIVES`) go further on the same text: `teacher_distributions` records the
+target's top-k distribution at every position, and the draft minimises either the KL from it
+('kl') or one minus the acceptance probability sum_x min(p, q) itself ('tv', total variation), the
 quantity whose mean is alpha at temperature 1 (`teacher_losses`).
 
 Shape legend: B batch, L length, V vocab, k the teacher's top-k.
@@ -21,25 +21,23 @@ from __future__ import annotations
 
 import math
 import os
-from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple, Union
+from typing import List, Optional, Sequence, Tuple, Union
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from absl import logging
 
+from speculative.data.text import Example
 from speculative.models import t5
-from speculative.training.data import Example, pad_rows
+from speculative.training.config import TrainConfig
+from speculative.training.data import pad_rows
 from speculative.training.evaluation import greedy_decode
-
-if TYPE_CHECKING:
-    from speculative.training.trainer import TrainConfig
 
 Array = jax.Array
 Module = Union[t5.Transformer, t5.DecoderOnly]
 
 EOS_ID = t5.EOS_ID
-OBJECTIVES = ("ce", "kl", "tv")  # TrainConfig.objective: tokens, the teacher's KL, or its TV
 
 
 def shift_right(targets: Array) -> Array:
