@@ -25,6 +25,7 @@ import dataclasses
 import os
 from typing import Any, Dict, Optional
 
+from speculative.checkpoints.factory import load_model as load_model  # (re-exported)
 from speculative.data.bundles import PROMPT_LOOKUP as PROMPT_LOOKUP
 from speculative.data.bundles import Bundled as Bundled
 from speculative.data.bundles import bundled as bundled
@@ -32,7 +33,6 @@ from speculative.data.bundles import bundled_names as bundled_names
 from speculative.decode import contract
 from speculative.models import partitioning, t5
 from speculative.models.adapters import as_decode_model as as_decode_model  # (re-exported)
-from speculative.models.adapters import load_model as load_model
 from speculative.models.adapters import make_module as make_module
 
 

@@ -224,7 +224,8 @@ class Bundle:
         target-aware draft, or a built-in draft. `kernel_layout`: as `load_model`'s (on a CPU,
         'auto' stores the dense kernels `[out, in]`: `layers.transpose_kernels`)."""
         # pylint: disable=g-import-not-at-top
-        from speculative.models import adapters, ngram
+        from speculative.checkpoints import factory
+        from speculative.models import ngram
 
         if name == PROMPT_LOOKUP and PROMPT_LOOKUP in self.built_in:
             return ngram.PromptLookupDraft(vocab_size=self.config(self.default_target).vocab_size,
@@ -235,7 +236,7 @@ class Bundle:
         if not self.is_t5(name):
             return ngram.load(os.path.join(self.models_dir, entry["file"]),
                               decoder_only=self.decoder_only)
-        return adapters.load_model(self.config(name),
+        return factory.load_model(self.config(name),
                                    os.path.join(self.models_dir, entry["checkpoint"]),
                                    decoder_only=self.decoder_only, param_dtype=param_dtype,
                                    kernel_layout=kernel_layout)

@@ -1,9 +1,8 @@
-"""T5 modules as `DecodeModel`s (speculative/contract.py): the adapters the decode loops drive,
-and the loader that makes them from a config and a checkpoint.
+"""T5 modules as `DecodeModel`s (speculative/contract.py): the adapters the decode loops drive.
+The factory that makes them from a config and a checkpoint is `checkpoints.factory.load_model`.
 
     target = EncoderDecoderModel(t5.Transformer(config), params)    # inputs: encoder tokens
     lm = DecoderOnlyModel(t5.DecoderOnly(config), params)           # inputs: prompts
-    target = load_model(config, checkpoint="/ckpts/.../checkpoint_1000000", mesh=mesh)
 
 Each is a pytree (the module is static, the params are traced), so the jitted loops take it as an
 argument. With a mesh (`partitioning.place_model`) its decode states are pinned to batch over
@@ -16,14 +15,12 @@ from __future__ import annotations
 from typing import Any, Optional, Sequence
 
 import flax.linen as nn
-import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from speculative.decode import validation
 from speculative.decode.contract import DecodeModel
-from speculative.models import layers, partitioning, t5
+from speculative.models import partitioning, t5
 
 
 @struct.dataclass
@@ -173,54 +170,3 @@ def as_decode_model(module, params, **kwargs) -> DecodeModel:
         return DecoderOnlyModel(module, params, **kwargs)
     return EncoderDecoderModel(module, params, **kwargs)
 
-
-def load_model(
-    config: t5.T5Config,
-    checkpoint: Optional[str] = None,
-    *,
-    decoder_only: bool = False,
-    seed: int = 0,
-    param_dtype: Optional[str] = None,
-    mesh: Optional[Any] = None,
-    rules: Optional[partitioning.LogicalRules] = None,
-    kernel_layout: str = "auto",
-) -> DecodeModel:
-    """A T5 `DecodeModel` with weights from `checkpoint`, or random (T5X init) with `seed`.
-
-    Args:
-      config: the model's `T5Config`.
-      checkpoint: a checkpoint path, or None for randomly initialised weights.
-      decoder_only: build `t5.DecoderOnly` instead of the encoder-decoder `t5.Transformer`.
-      seed: PRNG seed for random weights (ignored with a checkpoint).
-      param_dtype: cast parameters on load (e.g. 'bfloat16' as T5X's infer.gin does).
-      mesh, rules: place the model on a ('data', 'model') mesh (`partitioning.place_model`).
-      kernel_layout: 'auto' (default): T5X's `[in, out]` dense kernels with a mesh or on an
-        accelerator, `layers.transpose_kernels`' `[out, in]` on a CPU without one (the same
-        model; its verify calls cost less there); 't5x' or 'transposed' to choose. The
-        transposition copies the kernels once: pass 't5x' for a model that would not fit twice.
-    """
-    param_dtype = validation.float_dtype(param_dtype, "param_dtype")
-    transposed = layers.resolve_kernel_layout(kernel_layout, sharded=mesh is not None)
-    module = make_module(config, decoder_only=decoder_only)
-    if checkpoint:
-        from speculative.checkpoints import (
-            t5x as checkpoints,  # tensorstore/orbax only when a checkpoint is read
-        )
-
-        checkpoints.validate_params(checkpoints.load_metadata(checkpoint), module,
-                                    source=checkpoint)  # names and shapes, before any read
-        if mesh is not None:  # each device's block read straight into its place
-            params = checkpoints.load_params(
-                checkpoint, dtype=param_dtype,
-                shardings=partitioning.param_shardings(module, mesh, rules))
-            return as_decode_model(module, params, mesh=mesh)
-        params = checkpoints.load_params(checkpoint, dtype=param_dtype)
-        params = jax.tree_util.tree_map(jnp.asarray, params)
-    else:
-        params = t5.init_params(module, jax.random.PRNGKey(seed))
-        if param_dtype:
-            params = jax.tree_util.tree_map(lambda x: x.astype(param_dtype), params)
-    if transposed == "transposed":
-        params = layers.transpose_kernels(params)
-    model = as_decode_model(module, params)
-    return partitioning.place_model(model, mesh, rules) if mesh is not None else model

@@ -58,6 +58,7 @@ import numpy as np
 from absl import logging
 
 from speculative import files
+from speculative.checkpoints import factory
 from speculative.checkpoints import t5x as checkpoints
 from speculative.data import code_corpus
 from speculative.data.text import (
@@ -219,7 +220,7 @@ def _teach(teacher, examples: Sequence[Example], config: TrainConfig,
 def _load_target(target_model: t5.T5Config, target_checkpoint: str,
                  decoder_only: bool = False) -> contract.DecodeModel:
     """The teacher / target as a float32 `DecodeModel` (checked against `target_model`)."""
-    return models_lib.load_model(target_model, target_checkpoint, decoder_only=decoder_only,
+    return factory.load_model(target_model, target_checkpoint, decoder_only=decoder_only,
                                  param_dtype="float32")
 
 
