@@ -87,7 +87,7 @@ def test_target_aware_ablation_tables_are_the_results_files(name):
     """Each row's c, alphas, tokens per call and speedups in results/README.md are those of
     the ablation's ablation.json."""
     readme = open(RESULTS_README, encoding="utf-8").read()
-    with open(os.path.join(REPO, "results", "large", name, "ablation.json")) as f:
+    with open(os.path.join(REPO, "results", "large", "target_aware", name, "ablation.json")) as f:
         rows = json.load(f)["rows"]
     assert [r["draft"] for r in rows] == ABLATIONS[name]
     for row in rows:
@@ -105,7 +105,8 @@ def test_alpha_by_confidence_tables_are_the_results_files(pair, tables):
     """docs/target_aware_drafts.md shows the rows of the committed alpha_by_confidence.md's
     tables (the drafts' bins; for the EN->DE pair the target's mean top p as well)."""
     doc = open(os.path.join(REPO, "docs", "target_aware_drafts.md"), encoding="utf-8").read()
-    path = os.path.join(REPO, "results", pair, "alpha_by_confidence", "alpha_by_confidence.md")
+    path = os.path.join(REPO, "results", pair, *(["target_aware"] if pair == "large" else []),
+                        "alpha_by_confidence", "alpha_by_confidence.md")
     blocks = [[line for line in block.splitlines() if line.startswith("| ")][1:]  # no heading
               for block in open(path, encoding="utf-8").read().split("\n\n")
               if block.startswith("| ")]
@@ -114,12 +115,12 @@ def test_alpha_by_confidence_tables_are_the_results_files(pair, tables):
         row for row in rows if row not in doc]
 
 
-@pytest.mark.parametrize("run", ["kernel_layout", "kernel_layout_fullbw"])
+@pytest.mark.parametrize("run", ["large_slow_memory", "large_fast_memory"])
 def test_kernel_layout_table_is_the_results_file(run):
     """docs/limits.md's kernel layout tables (a slow-memory host, a faster one) show the
     committed kernel_layout.json's costs and speedups."""
     doc = open(os.path.join(REPO, "docs", "limits.md"), encoding="utf-8").read()
-    with open(os.path.join(REPO, "results", "large", run, "kernel_layout.json")) as f:
+    with open(os.path.join(REPO, "results", "limits", "kernel_layout", run, "kernel_layout.json")) as f:
         report = json.load(f)
     gammas = list(report["rows"][0]["gammas"])
     for layout, label in (("t5x", "T5X `[in, out]`"), ("transposed", "`[out, in]`")):
