@@ -10,7 +10,7 @@ import os
 import numpy as np
 import pytest
 
-from speculative.data import code_corpus, text
+from speculative.data import bundles, code_corpus, text
 from speculative.runs import code_lm
 
 from conftest import check_greedy_identity
@@ -23,7 +23,7 @@ def test_prompts_are_whole_chunk_heads_taken_round_robin_over_the_files():
     EOS); the first prompts are the first chunk of each file in turn, so one big file cannot
     fill the first batches; `skip` and `num` select from that order."""
     length = 16
-    batches = code_lm.prompt_batches(None, 64, length)
+    batches = bundles.prompt_batches(None, 64, length)
     rows = np.concatenate(batches)
     assert all(b.shape == (64, length) for b in batches[:-1]) and rows.dtype == np.int32
     assert (rows > 1).all(), "prompts hold no padding (0) and no EOS (1)"
@@ -31,19 +31,19 @@ def test_prompts_are_whole_chunk_heads_taken_round_robin_over_the_files():
     docs = code_corpus.read_documents(code_corpus.corpus_file(code_corpus.CODE_DIR,
                                                               "test.jsonl"))
     ids = tok.encode_targets([d.text for d in docs])
-    chunks = code_corpus.lm_chunks(ids, code_lm.CHUNK_LENGTH)
+    chunks = code_corpus.lm_chunks(ids, bundles.CHUNK_LENGTH)
     assert len(rows) == len(text.lm_prompts([(None, c) for c in chunks], length))
     heads = [d[:length] for d in ids if len(d) > length]
     np.testing.assert_array_equal(rows[:len(heads)], np.stack(heads))
-    np.testing.assert_array_equal(np.concatenate(code_lm.prompt_batches(3, 2, length, skip=2)),
+    np.testing.assert_array_equal(np.concatenate(bundles.prompt_batches(3, 2, length, skip=2)),
                                   rows[2:5])
     with pytest.raises(ValueError, match="length=256 must be in"):
-        code_lm.prompt_batches(1, 1, code_lm.CHUNK_LENGTH)
+        bundles.prompt_batches(1, 1, bundles.CHUNK_LENGTH)
 
 
 def _check_greedy(num_prompts, batch_size, drafts, tree=None):
     target = code_lm.load(code_lm.TARGET)
-    batches = code_lm.prompt_batches(num_prompts, batch_size)
+    batches = bundles.prompt_batches(num_prompts, batch_size)
     for name in drafts:
         check_greedy_identity(target, code_lm.load(name), batches, code_lm.MAX_DECODE_LEN,
                               what=name, tree=tree)

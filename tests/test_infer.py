@@ -700,3 +700,20 @@ def test_the_log_names_what_a_model_spec_loads():
     assert loading.source(t5.T5Config(vocab_size=16), None) == "(random weights)"
     assert loading.source(t5.T5Config(vocab_size=16), "/ckpt/checkpoint_1") == "/ckpt/checkpoint_1"
     assert loading.source("large_feature_draft", None) == "'large_feature_draft'"
+
+
+def test_model_forms_none_with_a_checkpoint_passes_and_a_bundled_name_with_one_shows_the_fix():
+    from speculative.runs.infer_settings import InferSettings
+
+    base = dict(draft_config=None, draft_checkpoint=None, mixture_or_task_name="mini_ende",
+                task_feature_lengths={"inputs": 8, "targets": 8}, output_dir=None,
+                speculative=False)
+    # TARGET_MODEL = None: the architecture comes from the checkpoint's config.gin (at load).
+    settings = InferSettings(target_config=None, target_checkpoint="out/large_t5x", **base)
+    assert settings.target_config is None and settings.target_checkpoint == "out/large_t5x"
+    with pytest.raises(ValueError, match="TARGET_MODEL=None"):  # no config and no checkpoint
+        InferSettings(target_config=None, target_checkpoint=None, **base)
+    with pytest.raises(ValueError) as err:  # a bundled name brings its own checkpoint
+        InferSettings(target_config="large_target", target_checkpoint="out/large_t5x", **base)
+    assert ('--gin_file=configs/models/large_target.gin '
+            '--gin.TARGET_MODEL="@large_target/t5.T5Config()"') in str(err.value)

@@ -1,13 +1,8 @@
 """The bundled decoder-only code pair under the names scripts call (`code_lm.load(name)`,
-`code_lm.prompt_batches(...)`, ...): a view of `speculative.bundles.CODE`, where the bundle and
-its docstring live."""
+`code_lm.drafts()`, ...): a view of `speculative.data.bundles.CODE`, where the bundle and its
+docstring live; its constants and `prompt_batches` are imported from `bundles` itself."""
 
 from speculative.data import bundles
-from speculative.data.bundles import CALIBRATION_LIMITS as CALIBRATION_LIMITS
-from speculative.data.bundles import CHUNK_LENGTH as CHUNK_LENGTH
-from speculative.data.bundles import PROMPT_LENGTH as PROMPT_LENGTH
-from speculative.data.bundles import PROMPT_LOOKUP as PROMPT_LOOKUP
-from speculative.data.bundles import prompt_batches as prompt_batches
 
 TARGET = bundles.CODE_TARGET
 MAX_DECODE_LEN = bundles.CODE_MAX_DECODE_LEN

@@ -82,8 +82,7 @@ from speculative.decode import sampling as sampling_lib
 from speculative.models import partitioning, t5
 from speculative.runs import config as config_lib
 from speculative.runs import predictions
-from speculative.runs.infer_settings import MACROS as MACROS
-from speculative.runs.infer_settings import InferSettings as InferSettings
+from speculative.runs.infer_settings import InferSettings, architecture_source
 from speculative.runs.predictions import Example
 
 PREDICTIONS_FILE = "predictions.jsonl"
@@ -214,7 +213,9 @@ def batches(examples: List[Example], batch_size: int,
 def load_models(settings: InferSettings) -> Tuple[contract.DecodeModel, Optional[Any]]:
     """`(target, draft)`; the draft is None for the baseline. No checkpoint = random weights.
     Both are `t5.DecoderOnly` with `decoder_only`, encoder-decoder `t5.Transformer`s otherwise."""
-    logging.info("Loading target %s", settings.target_checkpoint or "(random weights)")
+    logging.info("Loading target %s; its architecture from %s",
+                 settings.target_checkpoint or "(random weights)",
+                 architecture_source(settings.target_config, settings.target_checkpoint))
     mesh = settings.make_mesh()
     target = loading.load_model(settings.target_config, settings.target_checkpoint,
                                    decoder_only=settings.decoder_only, seed=settings.seed,
@@ -222,7 +223,9 @@ def load_models(settings: InferSettings) -> Tuple[contract.DecodeModel, Optional
     draft = None
     if settings.speculative:
         spec, checkpoint = settings.draft_config, settings.draft_checkpoint
-        logging.info("Loading draft %s", loading.source(spec, checkpoint))
+        logging.info("Loading draft %s%s", loading.source(spec, checkpoint),
+                     "; its architecture from " + architecture_source(spec, checkpoint)
+                     if spec is None or isinstance(spec, t5.T5Config) else "")
         draft = loading.build_draft(
             spec, checkpoint, target, decoder_only=settings.decoder_only, seed=settings.seed,
             param_dtype=settings.param_dtype, mesh=mesh,
@@ -306,11 +309,17 @@ def _gathered(result):
     return multihost_utils.process_allgather(result, tiled=True)
 
 
-def _check_vocab(settings: InferSettings, vocabulary) -> None:
+def _check_vocab(settings: InferSettings, vocabulary, model_vocab: Optional[int] = None) -> None:
+    """The target's vocab_size (its T5Config's, or `model_vocab` where the architecture comes
+    from the checkpoint's config.gin) must cover the task's vocabulary."""
     size = vocabulary.vocab_size
-    if settings.target_config.vocab_size < size:
+    if model_vocab is None:
+        if settings.target_config is None:
+            return  # checked with the loaded target's
+        model_vocab = settings.target_config.vocab_size
+    if model_vocab < size:
         raise ValueError(
-            f"TARGET_MODEL.vocab_size={settings.target_config.vocab_size} is smaller than the "
+            f"TARGET_MODEL.vocab_size={model_vocab} is smaller than the "
             f"task's vocabulary ({size} ids, {settings.mixture_or_task_name}); use a model "
             "trained with that vocabulary (its vocab_size must be at least the vocabulary's).")
 
@@ -354,6 +363,8 @@ def run(settings: InferSettings, models: Optional[Tuple[Any, Any]] = None,
     vocabulary = task.output_features["targets"].vocabulary
     _check_vocab(settings, vocabulary)
     target, draft = models if models is not None else load_models(settings)
+    if settings.target_config is None:  # the architecture came from the checkpoint
+        _check_vocab(settings, vocabulary, target.vocab_size)
     if settings.speculative and draft is None:
         raise ValueError("speculative=True but no draft model was given.")
     _check_kinds(settings, task, target, draft if settings.speculative else None)
@@ -520,10 +531,14 @@ def infer(
     """Speculative (or baseline) inference over a seqio task; see the module docstring.
 
     Args:
-      target_config, draft_config: `T5Config`s (gin: TARGET_MODEL, DRAFT_MODEL). The draft is
-        unused (and may be None) when `speculative=False`.
-      target_checkpoint, draft_checkpoint: paths `checkpoints.load_params` reads, or None for
-        random weights (seed `seed` and `seed + 1`; tests and timing only).
+      target_config, draft_config: each model in one of three forms with its checkpoint (gin:
+        TARGET_MODEL, DRAFT_MODEL): a bundled model's name with checkpoint None (its trained
+        weights); a `T5Config` with a checkpoint path (or None with a checkpoint: the
+        architecture from the T5X config.gin beside it); a `T5Config` with None (random
+        weights, seed `seed` and `seed + 1`; tests and timing only). The draft may also be an
+        n-gram file or 'prompt_lookup', and is unused (and may be None) when
+        `speculative=False`.
+      target_checkpoint, draft_checkpoint: paths `checkpoints.load_params` reads, or None.
       mixture_or_task_name: a registered seqio task (not a mixture).
       task_feature_lengths: {'inputs': L_in, 'targets': max_decode_len}.
       output_dir: where predictions.jsonl, metrics.json and config.gin go (None: write nothing).

@@ -18,17 +18,44 @@ from speculative import loading
 from speculative.decode import sampling as sampling_lib
 from speculative.models import partitioning, t5
 
+MODELS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))), "configs", "models")  # the repository's model gin files
+
 # InferSettings field -> the infer.gin macro that sets it (for error messages).
 MACROS = {"target_config": "TARGET_MODEL", "draft_config": "DRAFT_MODEL",
           "target_checkpoint": "TARGET_CHECKPOINT", "draft_checkpoint": "DRAFT_CHECKPOINT",
           "mixture_or_task_name": "MIXTURE_OR_TASK_NAME",
           "task_feature_lengths": "TASK_FEATURE_LENGTHS", "output_dir": "INFER_OUTPUT_DIR"}
 
+
+def model_gin(name: str) -> Optional[str]:
+    """The configs/models/ file that binds the scope of bundled T5 `name` (e.g. large_draft.gin
+    for large_draft_kdtv), as a relative path; None where there is none."""
+    for stem in (name, name.rsplit("_", 1)[0]):
+        if os.path.exists(os.path.join(MODELS_DIR, f"{stem}.gin")):
+            return f"configs/models/{stem}.gin"
+    return None
+
+
+def architecture_source(config, checkpoint: Optional[str]) -> str:
+    """Where a model's architecture comes from, for the log: the T5Config bound in gin, or (a
+    config of None with a checkpoint) the T5X config.gin at, beside or above the checkpoint."""
+    if config is None and checkpoint:
+        return f"the T5X config.gin at, beside or above {checkpoint} (checkpoints.t5x_config)"
+    return "the T5Config bound in gin"
+
+
 @dataclasses.dataclass(frozen=True)
 class InferSettings:
-    """Everything one inference run needs, resolved from gin (`infer(dry_run=True)` returns it)."""
+    """Everything one inference run needs, resolved from gin (`infer(dry_run=True)` returns it).
 
-    target_config: t5.T5Config
+    A model is given in one of three forms (TARGET_MODEL / TARGET_CHECKPOINT; the draft's alike):
+    a bundled model's name with checkpoint None (its trained weights); a T5Config with a
+    checkpoint path; a T5Config with None (random weights, seeded). TARGET_MODEL = None with a
+    checkpoint reads the architecture from the T5X config.gin beside the checkpoint.
+    """
+
+    target_config: Optional[t5.T5Config]
     draft_config: Optional[t5.T5Config]
     target_checkpoint: Optional[str]
     draft_checkpoint: Optional[str]
@@ -80,14 +107,17 @@ class InferSettings:
         self._resolve_bundled("target", fail)
         if self.speculative:
             self._resolve_bundled("draft", fail)
-        if not isinstance(self.target_config, t5.T5Config):
+        from_checkpoint = self.target_config is None and bool(self.target_checkpoint)
+        if not (isinstance(self.target_config, t5.T5Config) or from_checkpoint):
             fail("TARGET_MODEL", self.target_config,
-                 "bind a T5Config, e.g. TARGET_MODEL = @t5_1_1_xxl/t5.T5Config(), or a bundled "
-                 f"T5's name (one of {sorted(loading.bundled_names())}).")
+                 "bind a T5Config, e.g. TARGET_MODEL = @t5_1_1_xxl/t5.T5Config(), a bundled "
+                 f"T5's name (one of {sorted(loading.bundled_names())}), or None with a "
+                 "TARGET_CHECKPOINT whose T5X config.gin gives the architecture.")
         if not isinstance(self.decoder_only, bool):
             fail("DECODER_ONLY", self.decoder_only,
                  "use True (decoder-only language models) or False (encoder-decoder T5).")
-        self._check_model_kind(fail, "TARGET_MODEL", self.target_config)
+        if not from_checkpoint:
+            self._check_model_kind(fail, "TARGET_MODEL", self.target_config)
         if self.speculative:
             self._check_draft_spec(fail)
             if not isinstance(self.gamma, int) or isinstance(self.gamma, bool) or self.gamma < 1:
@@ -116,9 +146,17 @@ class InferSettings:
             return  # n-gram and target-aware drafts are built by name in load_models
         checkpoint = getattr(self, f"{role}_checkpoint")
         if checkpoint:
-            fail(MACROS[f"{role}_checkpoint"], checkpoint,
-                 f"{MACROS[f'{role}_config']}={found.name!r} is a bundled model, which brings its "
-                 f"own checkpoint: set {MACROS[f'{role}_checkpoint']} = None.")
+            model, ckpt = MACROS[f"{role}_config"], MACROS[f"{role}_checkpoint"]
+            gin_file = model_gin(found.name)
+            scope = os.path.splitext(os.path.basename(gin_file))[0] if gin_file else None
+            own = (f"--gin_file={gin_file} --gin.{model}=\"@{scope}/t5.T5Config()\" "
+                   f"--gin.{ckpt}=\\\"{checkpoint}\\\"" if gin_file else
+                   f"--gin.{model}=None --gin.{ckpt}=\\\"{checkpoint}\\\" (the architecture "
+                   "from the T5X config.gin beside the checkpoint)")
+            fail(ckpt, checkpoint,
+                 f"{model}={found.name!r} is a bundled model, which brings its own checkpoint: "
+                 f"set {ckpt} = None for its trained weights, or for your own checkpoint of "
+                 f"that architecture bind its config: {own}.")
         object.__setattr__(self, f"{role}_config", found.config)
         object.__setattr__(self, f"{role}_checkpoint", found.checkpoint)
 
@@ -126,8 +164,11 @@ class InferSettings:
         """A draft is a T5Config, an n-gram file (.npz), 'prompt_lookup' or a bundled model's
         name; its vocabulary is checked against the target's when it is built."""
         spec = self.draft_config
+        if spec is None and self.draft_checkpoint:
+            return  # the architecture from the T5X config.gin beside the checkpoint
         if isinstance(spec, t5.T5Config):
-            if spec.vocab_size != self.target_config.vocab_size:
+            if (self.target_config is not None
+                    and spec.vocab_size != self.target_config.vocab_size):
                 fail("DRAFT_MODEL.vocab_size", spec.vocab_size,
                      f"the draft must share the target's vocabulary "
                      f"(vocab_size={self.target_config.vocab_size}).")

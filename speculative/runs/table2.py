@@ -241,8 +241,10 @@ def resolve_row(name: str, *, rows_dir: str = DEFAULT_ROWS_DIR, checkpoints=None
         checkpoint = settings.target_checkpoint
         label = (os.path.basename(os.path.normpath(checkpoint)) if checkpoint
                  and checkpoint != DRY_RUN_CHECKPOINT else "random weights")
-        info = dataclasses.replace(info, target=f"{label} ({settings.target_config.emb_dim}d, "
-                                   f"{settings.target_config.num_decoder_layers} decoder layers)")
+        config = settings.target_config
+        shape = (f"{config.emb_dim}d, {config.num_decoder_layers} decoder layers" if config
+                 else "architecture from its config.gin")  # TARGET_MODEL = None
+        info = dataclasses.replace(info, target=f"{label} ({shape})")
     return info, settings, path
 
 
