@@ -41,21 +41,25 @@ def is_decode_model(obj) -> bool:
 
 
 def build_model(spec, checkpoint: Optional[str] = None, *, name: str = "target",
-                decoder_only: bool = False, seed: int = 0, param_dtype: Optional[str] = None,
-                mesh: Optional[Any] = None,
+                decoder_only: Optional[bool] = None, seed: int = 0,
+                param_dtype: Optional[str] = None, mesh: Optional[Any] = None,
                 rules: Optional[partitioning.LogicalRules] = None) -> contract.DecodeModel:
     """A `DecodeModel` from any model spec a run accepts:
 
     - a `T5Config` (+ `checkpoint`, or random weights with `seed`): `load_model`;
+    - None with a T5X `checkpoint`: `load_model(None, checkpoint)`, the architecture from the
+      config.gin T5X wrote into its model directory (`checkpoints.t5x_config`);
     - a path to an n-gram draft (`.npz` written by `UnigramDraft/BigramDraft.save`);
     - the name of a bundled model (`speculative.bundles`, e.g. 'large_draft_kdtv');
     - a ready `DecodeModel` (e.g. `ngram.PromptLookupDraft(...)`), used as it is.
 
     `name` ('target' or 'draft') only words the errors; with `mesh` the model is placed there.
+    `decoder_only` None is False, or for `spec=None` what the config.gin says.
     """
-    if isinstance(spec, t5.T5Config):
+    if isinstance(spec, t5.T5Config) or (spec is None and checkpoint):
         return load_model(spec, checkpoint, decoder_only=decoder_only, seed=seed,
                           param_dtype=param_dtype, mesh=mesh, rules=rules)
+    decoder_only = bool(decoder_only)
     if isinstance(spec, (str, os.PathLike)) and os.fspath(spec).endswith(".npz"):
         from speculative.models import ngram  # pylint: disable=g-import-not-at-top
 
@@ -82,7 +86,8 @@ def build_model(spec, checkpoint: Optional[str] = None, *, name: str = "target",
     else:
         raise TypeError(
             f"{name}_model={spec!r} is invalid: give a speculative.models.t5.T5Config (e.g. "
-            "@t5_1_1_small/t5.T5Config()), the path of an n-gram draft (.npz), a bundled model's "
+            f"@t5_1_1_small/t5.T5Config()), None with a T5X {name}_checkpoint whose model dir "
+            "holds T5X's config.gin, the path of an n-gram draft (.npz), a bundled model's "
             f"name (one of {sorted(bundled_names())}), 'prompt_lookup' (drafts only) or a "
             "DecodeModel.")
     if mesh is not None and getattr(model, "params", None) is not None:

@@ -1,7 +1,8 @@
-"""The model factory: a `T5Config` and a checkpoint -> a T5 `DecodeModel`, optionally on a
-mesh.
+"""The model factory: a `T5Config` (or a T5X model directory's own config.gin) and a
+checkpoint -> a T5 `DecodeModel`, optionally on a mesh.
 
     target = load_model(T5Config(...), checkpoint="/ckpts/t5_1_1_xxl/checkpoint_1000000")
+    target = load_model(None, "/ckpts/my_t5x_run")      # the architecture from its config.gin
     draft = load_model(T5Config(...), seed=1)           # random weights (tests, timing)
     target = load_model(config, checkpoint, mesh=mesh)  # sharded by T5X's rules
 
@@ -16,7 +17,9 @@ from typing import Any, Optional
 
 import jax
 import jax.numpy as jnp
+from absl import logging
 
+from speculative.checkpoints import config_gin
 from speculative.decode import validation
 from speculative.decode.contract import DecodeModel
 from speculative.models import layers, partitioning, t5
@@ -24,10 +27,10 @@ from speculative.models.adapters import as_decode_model, make_module
 
 
 def load_model(
-    config: t5.T5Config,
+    config: Optional[t5.T5Config],
     checkpoint: Optional[str] = None,
     *,
-    decoder_only: bool = False,
+    decoder_only: Optional[bool] = None,
     seed: int = 0,
     param_dtype: Optional[str] = None,
     mesh: Optional[Any] = None,
@@ -37,10 +40,13 @@ def load_model(
     """A T5 `DecodeModel` with weights from `checkpoint`, or random (T5X init) with `seed`.
 
     Args:
-      config: the model's `T5Config`.
+      config: the model's `T5Config`; None reads it from the T5X `config.gin` at, beside or
+        above `checkpoint` (`config_gin.t5x_model_config`: T5X writes one into every model
+        directory) and logs where it came from.
       checkpoint: a checkpoint path (anything `t5x.load_params` reads), or None for randomly
         initialised weights.
-      decoder_only: build `t5.DecoderOnly` instead of the encoder-decoder `t5.Transformer`.
+      decoder_only: build `t5.DecoderOnly` instead of the encoder-decoder `t5.Transformer`;
+        None (the default) is False, or with `config=None` what the config.gin's model is.
       seed: PRNG seed for random weights (ignored with a checkpoint).
       param_dtype: cast parameters on load (e.g. 'bfloat16' as T5X's infer.gin does).
       mesh, rules: place the model on a ('data', 'model') mesh (`partitioning.place_model`).
@@ -52,7 +58,13 @@ def load_model(
     """
     param_dtype = validation.float_dtype(param_dtype, "param_dtype")
     transposed = layers.resolve_kernel_layout(kernel_layout, sharded=mesh is not None)
-    module = make_module(config, decoder_only=decoder_only)
+    if config is None:
+        config, decoder_only = _config_from_gin(checkpoint, decoder_only)
+    if not isinstance(config, t5.T5Config):
+        raise TypeError(f"config={config!r} is not a speculative.models.t5.T5Config: give one "
+                        "(e.g. t5.preset('t5_1_1_small')), or None to read the T5X config.gin "
+                        "beside the checkpoint.")
+    module = make_module(config, decoder_only=bool(decoder_only))
     if checkpoint:
         from speculative.checkpoints import (
             t5x as checkpoints,  # tensorstore/orbax only when a checkpoint is read
@@ -76,3 +88,21 @@ def load_model(
     model = as_decode_model(module, params)
     return partitioning.place_model(model, mesh, rules) if mesh is not None else model
 
+
+
+def _config_from_gin(checkpoint, decoder_only: Optional[bool]):
+    """(config, decoder_only) from the T5X config.gin of `checkpoint`, logged."""
+    if not checkpoint:
+        raise ValueError("config=None needs a checkpoint whose T5X config.gin gives the "
+                         "architecture; for random weights give a T5Config (e.g. "
+                         "t5.preset('t5_1_1_small')).")
+    found = config_gin.t5x_model_config(checkpoint)
+    if decoder_only is not None and bool(decoder_only) != found.decoder_only:
+        kind = "decoder-only" if found.decoder_only else "encoder-decoder"
+        raise ValueError(f"decoder_only={decoder_only} but {found.source} describes an {kind} "
+                         f"model; pass decoder_only={found.decoder_only} (in gin: DECODER_ONLY = "
+                         f"{found.decoder_only}) or None.")
+    logging.info("Architecture of %s: %s", checkpoint, found.describe())
+    for note in found.skipped:
+        logging.info("%s: %s", found.source, note)
+    return found.config, found.decoder_only

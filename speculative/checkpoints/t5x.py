@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import io
 import itertools
 import json
 import math
@@ -41,6 +40,7 @@ import tensorstore as ts
 from flax import serialization
 from tqdm import tqdm
 
+from speculative.checkpoints import paths
 from speculative.checkpoints.hf import _hf_leaves
 from speculative.checkpoints.hf import check_hf_target as check_hf_target  # re-exported
 from speculative.checkpoints.hf import config_from_hf as config_from_hf
@@ -61,45 +61,6 @@ __all__ = ["CheckpointError", "load_params", "load_metadata", "validate_params",
 
 _CHUNK_BYTES = 64 * 1024 * 1024  # T5X `_DESIRED_CHUNK_SIZE_BYTES`
 _RECOPY = "The copy is incomplete or corrupt: copy the checkpoint directory again."
-
-
-# ---------------------------------------------------------------- paths (local or gs://)
-def _gcs(path: str) -> Tuple[dict, str]:
-    bucket, _, key = path[len("gs://"):].partition("/")
-    return {"driver": "gcs", "bucket": bucket}, key.strip("/")
-
-
-def _kvstore(path: str) -> Dict[str, Any]:
-    """A tensorstore kvstore spec for a local dir or a `gs://bucket/...` URL."""
-    if path.startswith("gs://"):
-        spec, key = _gcs(path)
-        return {**spec, "path": key + "/"}
-    return {"driver": "file", "path": os.path.abspath(path) + "/"}
-
-
-def _listdir(path: str) -> Optional[list]:
-    """Entries of a directory, or None when it is not one."""
-    if not path.startswith("gs://"):
-        return sorted(os.listdir(path)) if os.path.isdir(path) else None
-    spec, key = _gcs(path)
-    lo = key + "/" if key else ""
-    keys = ts.KvStore.open(spec).result().list(ts.KvStore.KeyRange(
-        lo, key + "0" if key else ""), strip_prefix_length=len(lo)).result()
-    return sorted({k.decode().split("/")[0] for k in keys}) or None
-
-
-def _is_file(path: str) -> bool:
-    if not path.startswith("gs://"):
-        return os.path.isfile(path)
-    spec, key = _gcs(path)
-    return bool(ts.KvStore.open(spec).result().list(ts.KvStore.KeyRange(key, key + "\0")).result())
-
-
-def _open_file(path: str):  # a binary file object, local or gs://
-    if not path.startswith("gs://"):
-        return open(path, "rb")
-    spec, key = _gcs(path)
-    return io.BytesIO(ts.KvStore.open(spec).result().read(key).result().value)
 
 
 # ---------------------------------------------------------------- streaming msgpack reader
@@ -126,7 +87,7 @@ def _ext_hook(code: int, data: bytes):
 def _read_msgpack(path: str) -> dict:
     """The top-level dict of a flax/T5X msgpack, streamed from the file; `optimizer` holds
     only `target` (its `state` and the top-level `state`/`flax_mutables` are skipped unread)."""
-    with _open_file(path) as f:
+    with paths.open_file(path) as f:
         u = msgpack.Unpacker(f, raw=False, strict_map_key=False, ext_hook=_ext_hook,
                              max_buffer_size=2**31 - 1)
         try:
@@ -228,7 +189,7 @@ def _ts_read_spec(spec: Mapping[str, Any], ckpt_dir: str) -> Dict[str, Any]:
     if not isinstance(rel, str):
         raise CheckpointError(f"A tensorstore spec in {ckpt_dir} has no path: {dict(spec)}")
     full = rel if rel.startswith(("gs://", "/")) else ckpt_dir.rstrip("/") + "/" + rel.strip("/")
-    return {"driver": spec.get("driver", "zarr"), "kvstore": _kvstore(full)}
+    return {"driver": spec.get("driver", "zarr"), "kvstore": paths.kvstore(full)}
 
 
 def _legacy_leaves(path: str, context) -> Dict[Key, Any]:
@@ -269,7 +230,7 @@ def _legacy_leaves(path: str, context) -> Dict[Key, Any]:
 
 def _orbax_leaves(item_dir: str, context) -> Dict[Key, Any]:
     """`target.*` arrays of an Orbax PyTree item (OCDBT, or one zarr dir per array)."""
-    with _open_file(item_dir + "/_METADATA") as f:
+    with paths.open_file(item_dir + "/_METADATA") as f:
         try:
             meta = json.load(f)
             entries = [[str(k["key"]) for k in e["key_metadata"]]
@@ -277,14 +238,14 @@ def _orbax_leaves(item_dir: str, context) -> Dict[Key, Any]:
         except (ValueError, KeyError, TypeError) as e:
             raise CheckpointError(f"{item_dir}/_METADATA is not Orbax metadata ({e}). {_RECOPY}") \
                 from None
-    ocdbt = meta.get("use_ocdbt", True) and "manifest.ocdbt" in (_listdir(item_dir) or [])
+    ocdbt = meta.get("use_ocdbt", True) and "manifest.ocdbt" in (paths.listdir(item_dir) or [])
     base = item_dir if item_dir.startswith("gs://") else "file://" + os.path.abspath(item_dir)
     leaves = {}
     for keys in entries:
         if keys[0] == "target":  # `state.*` (optimizer) is never opened
             name = ".".join(keys)
             kv = ({"driver": "ocdbt", "base": base, "path": name + "/"} if ocdbt
-                  else _kvstore(item_dir + "/" + name))
+                  else paths.kvstore(item_dir + "/" + name))
             spec = {"driver": "zarr3" if meta.get("use_zarr3") else "zarr", "kvstore": kv}
             leaves[tuple(keys[1:])] = _TsLeaf(_name(keys[1:]), spec, item_dir, context=context)
     return leaves
@@ -293,18 +254,18 @@ def _orbax_leaves(item_dir: str, context) -> Dict[Key, Any]:
 def _locate(path: str) -> Tuple[str, str]:
     """(format, where): 'legacy' msgpack file, 'orbax' item dir or 'hf' dir."""
     path = os.fspath(path).rstrip("/") or "/"
-    if _is_file(path):
+    if paths.is_file(path):
         return ("hf", os.path.dirname(path)) if path.endswith(".safetensors") else ("legacy", path)
-    entries = _listdir(path)
+    entries = paths.listdir(path)
     if entries is None:
         raise FileNotFoundError(
             f"Checkpoint path {path} does not exist. Pass a T5X model dir, a checkpoint_<step> "
             "dir, its msgpack `checkpoint` file, or an HF dir (model.safetensors + config.json).")
-    if "checkpoint" in entries and _is_file(path + "/checkpoint"):
+    if "checkpoint" in entries and paths.is_file(path + "/checkpoint"):
         return "legacy", path + "/checkpoint"
     if "_METADATA" in entries:
         return "orbax", path
-    if "state" in entries and "_METADATA" in (_listdir(path + "/state") or []):
+    if "state" in entries and "_METADATA" in (paths.listdir(path + "/state") or []):
         return "orbax", path + "/state"
     if "config.json" in entries and {"model.safetensors", "model.safetensors.index.json"} & set(
             entries):
@@ -442,7 +403,7 @@ def save_t5x(params, path, step: int = 0, *, overwrite: bool = False,
                         "compressor": {"id": "gzip", "level": 1}, "shape": list(arr.shape)}
             target[keys] = {"driver": "zarr", "dtype": arr.dtype.name,
                             "kvstore": {"driver": "file", "path": name}, "metadata": metadata}
-            spec = {**target[keys], "kvstore": _kvstore(os.path.join(tmp, name))}
+            spec = {**target[keys], "kvstore": paths.kvstore(os.path.join(tmp, name))}
             ts.open(spec, create=True).result().write(arr).result()
         blob = serialization.msgpack_serialize({"version": 3, "optimizer": {
             "target": _unflatten(target), "state": {"step": np.int32(step), "param_states": {}}}})

@@ -1,0 +1,190 @@
+"""T5X's own gin files: the config.gin T5X writes into a model directory, and its model gin files.
+
+A checkpoint written with `save_t5x` beside a config.gin in T5X's written form
+(tests/fixtures/) loads with no other configuration, from any of the paths a T5X user would
+give, and decodes exactly as the model it was saved from. Where no config.gin is found, the
+error says so and names the two ways to give a config.
+"""
+
+import logging
+import os
+import shutil
+
+import jax
+import numpy as np
+import pytest
+
+from speculative import decoding, loading
+from speculative.checkpoints import config_gin, factory, paths, t5x_config
+from speculative.checkpoints import t5x as checkpoints
+from speculative.decode.sampling import SamplingConfig
+from speculative.models import t5
+
+FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures")
+RUN_GIN = os.path.join(FIXTURES, "t5x_run", "config.gin")
+LM_GIN = os.path.join(FIXTURES, "t5x_decoder_only_run", "config.gin")
+T5X_TREE = os.path.join(FIXTURES, "t5x_gin")
+
+# What tests/fixtures/t5x_run/config.gin says (macros resolved; float32_attention_logits is
+# accepted: attention logits are float32 here always).
+RUN_CONFIG = t5.T5Config(vocab_size=32, emb_dim=16, num_heads=2, head_dim=8, mlp_dim=24,
+                         num_encoder_layers=1, num_decoder_layers=2,
+                         mlp_activations=("gelu", "linear"), dropout_rate=0.05,
+                         logits_via_embedding=False, dtype="float32")
+LM_CONFIG = t5.T5Config(vocab_size=24, emb_dim=12, num_heads=3, head_dim=4, mlp_dim=20,
+                        num_encoder_layers=0, num_decoder_layers=2, mlp_activations=("relu",),
+                        dropout_rate=0.0, logits_via_embedding=True, dtype="float32")
+
+
+def _run_dir(tmp_path, gin_file, config, decoder_only=False, step=3, seed=0):
+    """A T5X-style model dir: config.gin beside checkpoint_<step> of a random model."""
+    model_dir = tmp_path / "run"
+    model_dir.mkdir()
+    shutil.copy(gin_file, model_dir / "config.gin")
+    model = factory.load_model(config, decoder_only=decoder_only, seed=seed)
+    checkpoints.save_t5x(model.params, str(model_dir), step=step)
+    return str(model_dir), model
+
+
+def test_written_config_gin_gives_the_t5config():
+    found = config_gin.read_t5x_gin(RUN_GIN)
+    assert found.config == RUN_CONFIG
+    assert found.decoder_only is False
+    assert found.source == RUN_GIN
+    # One line names what only T5X's trainer reads; nothing of it reaches the config.
+    (note,) = found.skipped
+    assert "adafactor.Adafactor" in note and "train/utils.DatasetConfig" not in note
+    assert "utils.DatasetConfig" in note and "trainer.Trainer" in note
+    assert t5x_config(RUN_GIN) == RUN_CONFIG
+
+
+def test_decoder_only_config_gin():
+    found = config_gin.read_t5x_gin(LM_GIN)
+    assert found.decoder_only is True
+    assert found.config == LM_CONFIG  # num_layers -> num_decoder_layers, no encoder
+
+
+def test_config_gin_found_at_beside_and_above_a_checkpoint(tmp_path):
+    model_dir, _ = _run_dir(tmp_path, RUN_GIN, RUN_CONFIG)
+    step = os.path.join(model_dir, "checkpoint_3")
+    for path in (model_dir, step, os.path.join(step, "checkpoint"),
+                 os.path.join(model_dir, "config.gin"), model_dir + "/"):
+        assert t5x_config(path) == RUN_CONFIG, path
+    # An Orbax item dir two levels down.
+    os.makedirs(os.path.join(model_dir, "checkpoint_7", "state"))
+    assert config_gin.find_config_gin(os.path.join(model_dir, "checkpoint_7", "state")) == \
+        os.path.join(model_dir, "config.gin")
+
+
+def test_load_model_from_a_t5x_dir_decodes_identically(tmp_path, caplog):
+    model_dir, original = _run_dir(tmp_path, RUN_GIN, RUN_CONFIG)
+    with caplog.at_level(logging.INFO):
+        loaded = loading.load_model(None, model_dir)
+    assert isinstance(loaded, decoding.EncoderDecoderModel)
+    assert loaded.module.config == RUN_CONFIG
+    assert any("config.gin" in r.getMessage() and "Architecture" in r.getMessage()
+               for r in caplog.records), [r.getMessage() for r in caplog.records]
+    given = loading.load_model(RUN_CONFIG, os.path.join(model_dir, "checkpoint_3"))
+    built = loading.build_model(None, os.path.join(model_dir, "checkpoint_3"))
+    inputs = np.asarray([[5, 9, 3, 1], [7, 2, 1, 0]], np.int32)
+    kwargs = dict(rng=jax.random.PRNGKey(0), sampling=SamplingConfig(0.0), max_decode_len=6)
+    want = decoding.autoregressive_decode(original, inputs, **kwargs)
+    for model in (loaded, given, built):
+        got = decoding.autoregressive_decode(model, inputs, **kwargs)
+        np.testing.assert_array_equal(got.tokens, want.tokens)
+        np.testing.assert_array_equal(got.lengths, want.lengths)
+        for a, b in zip(jax.tree_util.tree_leaves(model.params),
+                        jax.tree_util.tree_leaves(original.params)):
+            np.testing.assert_array_equal(a, b)
+
+
+def test_decoder_only_run_dir_loads_as_decoder_only(tmp_path):
+    model_dir, original = _run_dir(tmp_path, LM_GIN, LM_CONFIG, decoder_only=True)
+    loaded = loading.load_model(None, model_dir)
+    assert isinstance(loaded, decoding.DecoderOnlyModel)
+    prompts = np.asarray([[4, 5, 6], [7, 0, 0]], np.int32)
+    kwargs = dict(rng=jax.random.PRNGKey(1), sampling=SamplingConfig(0.0), max_decode_len=5)
+    np.testing.assert_array_equal(
+        decoding.autoregressive_decode(loaded, prompts, **kwargs).tokens,
+        decoding.autoregressive_decode(original, prompts, **kwargs).tokens)
+    with pytest.raises(ValueError, match=r"decoder_only=False .*decoder-only.*DECODER_ONLY = "
+                                         r"True"):
+        loading.build_model(None, model_dir, decoder_only=False)
+
+
+def test_no_config_gin_names_the_two_ways(tmp_path):
+    model = factory.load_model(RUN_CONFIG, seed=0)
+    step = checkpoints.save_t5x(model.params, str(tmp_path / "bare"), step=0)
+    for call in (lambda: t5x_config(step), lambda: loading.load_model(None, step),
+                 lambda: loading.build_model(None, step)):
+        with pytest.raises(config_gin.ConfigGinError) as e:
+            call()
+        message = str(e.value)
+        assert "No T5X config.gin" in message and step in message
+        assert "(1) a T5Config" in message and "(2) the config.gin" in message
+    with pytest.raises(ValueError, match="needs a checkpoint"):
+        loading.load_model(None, None)
+
+
+def test_t5x_model_gin_files(tmp_path):
+    """T5X's model gin layout: a size file including base.gin by its repository path, and a
+    decoder-only file; %gin.REQUIRED dropout becomes 0.0 with a note."""
+    small = config_gin.read_t5x_gin(os.path.join(T5X_TREE, "t5x/examples/t5/t5_1_1/tiny_test.gin"))
+    assert small.config == t5.T5Config(
+        vocab_size=32, emb_dim=16, num_heads=2, head_dim=8, mlp_dim=24, num_encoder_layers=1,
+        num_decoder_layers=2, mlp_activations=("gelu", "linear"), dropout_rate=0.0,
+        logits_via_embedding=False, dtype="float32")
+    assert small.decoder_only is False
+    assert any("dropout_rate is %gin.REQUIRED" in n for n in small.skipped)
+    assert any("adafactor.Adafactor" in n and "seqio.SentencePieceVocabulary" in n
+               for n in small.skipped)
+    lm = config_gin.read_t5x_gin(os.path.join(T5X_TREE,
+                                              "t5x/examples/decoder_only/models/tiny_test.gin"))
+    assert lm.decoder_only and lm.config == LM_CONFIG
+    assert config_gin.is_t5x_gin(os.path.join(T5X_TREE, "t5x/examples/t5/t5_1_1/base.gin"))
+    repo_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    assert not config_gin.is_t5x_gin(os.path.join(repo_root, "configs/models/t5_1_1_small.gin"))
+    # As our gin: the run picks it as @network/t5.T5Config().
+    import gin  # pylint: disable=g-import-not-at-top
+
+    with gin.unlock_config():
+        gin.parse_config(config_gin.gin_bindings(small))
+        try:
+            made = gin.get_configurable("network/t5.T5Config")()
+        finally:
+            gin.clear_config()
+    assert made == small.config
+
+
+@pytest.mark.parametrize("text, match", [
+    ("network.T5Config.vocab_size = 8\nnetwork.T5Config.num_experts = 4\n",
+     r"network.T5Config.num_experts is not a field"),
+    ("network.T5Config.emb_dim = 8\n", r"vocab_size is not set"),
+    ("network.T5Config.vocab_size = %VOCAB\n", r"%VOCAB, a macro the file does not set"),
+    ("t5_architecture.EncoderDecoder.shared_token_embedder = None\n",
+     r"binds no network.T5Config.*flaxformer"),
+    ("network.T5Config.vocab_size = = 3\n", r"config.gin:1: not a gin file"),
+    ("network.T5Config.vocab_size = 8\nnetwork.T5Config.num_heads = 0\n",
+     r"do not make a T5Config.*num_heads"),
+])
+def test_bad_config_gin_is_refused_by_name(tmp_path, text, match):
+    (tmp_path / "config.gin").write_text(text)
+    with pytest.raises(config_gin.ConfigGinError, match=match):
+        t5x_config(str(tmp_path))
+
+
+def test_gs_paths_read_through_one_file_function(monkeypatch):
+    """gs:// paths are looked up and read through `paths.is_file` / `paths.open_file` (the
+    tensorstore gcs kvstore), here served from memory."""
+    with open(RUN_GIN, "rb") as f:
+        store = {"gs://bucket/runs/tiny/config.gin": f.read()}
+    import io  # pylint: disable=g-import-not-at-top
+
+    opened = []
+    monkeypatch.setattr(paths, "is_file", lambda p: p in store)
+    monkeypatch.setattr(paths, "open_file", lambda p: opened.append(p) or io.BytesIO(store[p]))
+    assert config_gin.config_gin_candidates("gs://bucket/runs/tiny/checkpoint_5/checkpoint")[:2] \
+        == ["gs://bucket/runs/tiny/checkpoint_5/checkpoint/config.gin",
+            "gs://bucket/runs/tiny/checkpoint_5/config.gin"]
+    assert t5x_config("gs://bucket/runs/tiny/checkpoint_5") == RUN_CONFIG
+    assert opened == ["gs://bucket/runs/tiny/config.gin"]
