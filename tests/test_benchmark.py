@@ -91,7 +91,7 @@ def test_benchmark_gin_identical_draft(tmp_path, tiny_gin):
     assert {"device", "jax_version", "platform"} <= set(data["environment"])
     assert data["config"]["gammas"] == [gamma] and data["config"]["target_checkpoint"] is None
     assert data["config"]["target_model"]["vocab_size"] == 16
-    assert "benchmark.run.gammas = %GAMMAS" in (out / "config.gin").read_text()
+    assert "benchmark.BenchmarkSettings.gammas = %GAMMAS" in (out / "config.gin").read_text()
     [run] = data["runs"]
     assert RUN_KEYS <= set(run)
     for side in ("baseline", "speculative"):
@@ -404,7 +404,7 @@ def test_measure_alpha_cli_identical_draft_is_one(tmp_path, tiny_gin):
     data = json.loads((out / "alpha.json").read_text())
     assert data["schema"] == "speculative.alpha/1"
     assert {"config", "environment", "settings"} <= set(data)
-    assert "alpha.run.num_tokens = %NUM_TOKENS" in (out / "config.gin").read_text()
+    assert "alpha.AlphaSettings.num_tokens = %NUM_TOKENS" in (out / "config.gin").read_text()
     greedy, sampled = data["settings"]
     for s in (greedy, sampled):
         assert SETTING_KEYS <= set(s)

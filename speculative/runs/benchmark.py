@@ -48,6 +48,7 @@ Shape legend: B batch, L length, K chunk, G gamma, V vocab, N max_decode_len.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import math
@@ -65,6 +66,7 @@ from speculative.measure import costs as costs_lib
 from speculative.measure import host
 from speculative.measure import timing as measure
 from speculative.models import partitioning, synthetic
+from speculative.runs.infer_settings import with_overrides
 
 Array = jax.Array
 SCHEMA = "speculative.benchmark/1"
@@ -220,47 +222,19 @@ def summary_markdown(json_paths: Sequence[str]) -> str:
 # The run function.
 
 
-@gin.configurable
-def run(
-    *,
-    target_model=gin.REQUIRED,
-    draft_model=gin.REQUIRED,
-    target_checkpoint: Optional[str] = None,
-    draft_checkpoint: Optional[str] = None,
-    output_dir: str = gin.REQUIRED,
-    gammas: Sequence[int] = (1, 2, 3, 5, 7),
-    batch_sizes: Sequence[int] = (1,),
-    temperatures: Sequence[Any] = (0.0, 1.0),
-    top_k: int = 0,
-    top_p: float = 1.0,
-    lenience: float = 1.0,
-    draft_confidence: float = 0.0,
-    max_decode_len: int = 64,
-    input_length: int = 64,
-    task: Optional[str] = None,
-    split: str = "validation",
-    tsv_path: Optional[str] = None,
-    spm_path: Optional[str] = None,
-    num_batches: int = 1,
-    repeats: int = 5,
-    cost_steps: int = 16,
-    calibration_batches: int = 8,
-    synthetic_acceptance: Optional[float] = None,
-    decoder_only: bool = False,
-    param_dtype: Optional[str] = None,
-    seed: int = 0,
-    draft_seed: Optional[int] = None,
-    overwrite: bool = False,
-    mesh_shape: Optional[Sequence[int]] = None,
-) -> Dict[str, Any]:
-    """Benchmarks speculative vs autoregressive decoding; writes `benchmark.json` + `config.gin`.
+@dataclasses.dataclass(frozen=True)
+class BenchmarkSettings:
+    """Everything one benchmark run needs (configs/runs/benchmark.gin binds every field from its
+    macros: `benchmark.run.settings = @benchmark.BenchmarkSettings()`).
 
-    Args:
-      target_model, draft_model: `T5Config`s (random weights unless a checkpoint is given) or
-        ready `DecodeModel`s (e.g. an n-gram draft). `draft_model` is unused (may be None) with
-        `synthetic_acceptance`.
+    Attributes:
+      target_model, draft_model: each a bundled model's name (checkpoint None: its trained
+        weights), a `T5Config` with a checkpoint path (or None with a checkpoint: the
+        architecture from the T5X config.gin beside it), a `T5Config` with checkpoint None
+        (random weights), or a ready `DecodeModel` (e.g. an n-gram draft). `draft_model` is
+        unused (may be None) with `synthetic_acceptance`.
       target_checkpoint, draft_checkpoint: checkpoint paths (`checkpoints.load_params`), or None
-        for random weights (seeds `seed` and `seed + 1`).
+        (random weights for a T5Config: seeds `seed` and `seed + 1`).
       output_dir: where `benchmark.json` and `config.gin` are written.
       gammas, batch_sizes: lists of ints >= 1.
       temperatures: floats >= 0 (0 = argmax) sharing `top_k`/`top_p`, or `SamplingConfig`s.
@@ -269,13 +243,13 @@ def run(
         draft's top probability falls below it; 0 = always draft gamma tokens.
       max_decode_len, input_length: decode length N and encoder input / prompt length L_in.
       task / tsv_path (+ spm_path, default the mini corpus vocabulary), split: where inputs come
-        from (`speculative.tasks`); neither = random token ids. A tsv_path alone is read
+        from (`speculative.data.tasks`); neither = random token ids. A tsv_path alone is read
         without seqio (the ids its TSV task would give); with a task it is registered as one.
       num_batches: input batches per timed repeat (each batch size).
       repeats: timed repeats per program after the compiling first call.
       cost_steps: extend calls per timing of the cost model.
       calibration_batches: further input batches (after the `num_batches` timed ones) on which
-        the decode-loop cost model is fitted (`speculative.costs`), timed in the same
+        the decode-loop cost model is fitted (`speculative.measure.costs`), timed in the same
         interleaved rounds as the decoders; 0 = skip that prediction. It needs sequences of
         different lengths (trained models on real inputs), not random ones that never end.
       synthetic_acceptance: None, or a float in [0, 1]: use `SyntheticDraft` (module docstring).
@@ -289,90 +263,161 @@ def run(
       mesh_shape: None (one device) or (data, model): the target sharded by T5X's standard
         rules, the draft replicated, caches batch over 'data' and heads over 'model', and each
         batch's rows split over 'data' (batch sizes must be multiples of data).
+    """
+
+    target_model: Any
+    draft_model: Any
+    output_dir: str
+    target_checkpoint: Optional[str] = None
+    draft_checkpoint: Optional[str] = None
+    gammas: Sequence[int] = (1, 2, 3, 5, 7)
+    batch_sizes: Sequence[int] = (1,)
+    temperatures: Sequence[Any] = (0.0, 1.0)
+    top_k: int = 0
+    top_p: float = 1.0
+    lenience: float = 1.0
+    draft_confidence: float = 0.0
+    max_decode_len: int = 64
+    input_length: int = 64
+    task: Optional[str] = None
+    split: str = "validation"
+    tsv_path: Optional[str] = None
+    spm_path: Optional[str] = None
+    num_batches: int = 1
+    repeats: int = 5
+    cost_steps: int = 16
+    calibration_batches: int = 8
+    synthetic_acceptance: Optional[float] = None
+    decoder_only: bool = False
+    param_dtype: Optional[str] = None
+    seed: int = 0
+    draft_seed: Optional[int] = None
+    overwrite: bool = False
+    mesh_shape: Optional[Sequence[int]] = None
+
+
+def _checked(s: BenchmarkSettings):
+    """Refuses bad settings before any work -> `(output_dir, mesh, gammas, batch_sizes,
+    samplings, synthetic_acceptance)`."""
+    output_dir = files.check_output_dir(s.output_dir, RESULTS_FILE, s.overwrite)
+    mesh = (None if s.mesh_shape is None
+            else partitioning.make_mesh(mesh_shape=tuple(s.mesh_shape)))
+    gammas = validation.positive_ints(s.gammas, "gammas", "draft tokens per round")
+    batch_sizes = validation.positive_ints(s.batch_sizes, "batch_sizes", "rows decoded together")
+    samplings = sampling_lib.sampling_configs(s.temperatures, s.top_k, s.top_p)
+    for name in ("max_decode_len", "input_length", "num_batches", "repeats", "cost_steps"):
+        validation.positive_ints([getattr(s, name)], name, "an int >= 1")
+    if mesh is not None and any(b % mesh.shape["data"] for b in batch_sizes):
+        raise ValueError(f"batch_sizes={list(batch_sizes)} must be multiples of the mesh's data "
+                         f"axis ({mesh.shape['data']} of mesh_shape={tuple(s.mesh_shape)}).")
+    if (isinstance(s.calibration_batches, bool) or not isinstance(s.calibration_batches, int)
+            or s.calibration_batches < 0):
+        raise ValueError(f"calibration_batches={s.calibration_batches!r} is invalid: give an int "
+                         ">= 0 (0 skips the decode-loop cost prediction; 8 is typical).")
+    synthetic_acceptance = s.synthetic_acceptance
+    if synthetic_acceptance is not None:
+        synthetic_acceptance = synthetic.check_acceptance(synthetic_acceptance)
+    elif s.draft_model is None:
+        raise ValueError("draft_model=None needs synthetic_acceptance (a float in [0, 1]); "
+                         "otherwise give a draft T5Config or DecodeModel.")
+    return output_dir, mesh, gammas, batch_sizes, samplings, synthetic_acceptance
+
+
+def _models(s: BenchmarkSettings, mesh, synthetic_acceptance):
+    """`(target, draft, drafts)`: `drafts` holds the draft of each timed input batch (one
+    `SyntheticDraft` per batch with `synthetic_acceptance`, else the one draft)."""
+    target = loading.build_model(s.target_model, s.target_checkpoint, name="target",
+                                 decoder_only=s.decoder_only, seed=s.seed,
+                                 param_dtype=s.param_dtype, mesh=mesh)
+    if synthetic_acceptance is not None:
+        # One hash seed per input batch, so batches (rows 0..B-1 each) see fresh decisions.
+        drafts = [synthetic.SyntheticDraft(target, synthetic_acceptance, s.seed * 1_000_003 + i)
+                  for i in range(s.num_batches)]
+        return target, drafts[0], drafts
+    draft = loading.build_draft(s.draft_model, s.draft_checkpoint, target,
+                                decoder_only=s.decoder_only, seed=s.seed,
+                                draft_seed=s.draft_seed, param_dtype=s.param_dtype, mesh=mesh)
+    return target, draft, [draft] * s.num_batches
+
+
+def _config_json(s: BenchmarkSettings, mesh, gammas, batch_sizes, samplings,
+                 synthetic_acceptance) -> Dict[str, Any]:
+    """benchmark.json's `config`."""
+    return {
+        "target_model": loading.describe_model(s.target_model),
+        "draft_model": loading.describe_model(s.draft_model),
+        "target_checkpoint": s.target_checkpoint,
+        "draft_checkpoint": s.draft_checkpoint,
+        "decoder_only": s.decoder_only,
+        "synthetic_acceptance": synthetic_acceptance,
+        "lenience": s.lenience,
+        "draft_confidence": s.draft_confidence,
+        "gammas": gammas,
+        "batch_sizes": batch_sizes,
+        "samplings": [measure.sampling_dict(x) for x in samplings],
+        "max_decode_len": s.max_decode_len,
+        "input_length": s.input_length,
+        "inputs": {"source": "random" if s.task is None and s.tsv_path is None else "task",
+                   "task": s.task, "tsv_path": s.tsv_path, "split": s.split,
+                   "num_batches": s.num_batches},
+        "repeats": s.repeats,
+        "cost_steps": s.cost_steps,
+        "calibration_batches": s.calibration_batches,
+        "seed": s.seed,
+        "mesh_shape": None if mesh is None else [mesh.shape["data"], mesh.shape["model"]],
+    }
+
+
+def _measure_batch_size(s: BenchmarkSettings, target, draft, drafts, mesh, batch_size: int,
+                        gammas, samplings):
+    """The cost model and every sampling's measurements at one batch size -> `(costs JSON,
+    [measurement JSON])`; prints each sampling's table."""
+    batches = take_batches(s.num_batches + s.calibration_batches, batch_size,
+                           vocab_size=target.vocab_size, input_length=s.input_length,
+                           seed=s.seed, task=s.task, split=s.split, tsv_path=s.tsv_path,
+                           spm_path=s.spm_path)
+    if mesh is not None:  # rows split over the mesh's 'data' axis
+        batches = [partitioning.shard_batch(b, mesh) for b in batches]
+    batches, calibration = batches[:s.num_batches], batches[s.num_batches:]
+    cost = costs_lib.measure_costs(target, draft, batches[0], gammas,
+                                   max_decode_len=s.max_decode_len, num_steps=s.cost_steps,
+                                   repeats=max(2 * s.repeats, 5), seed=s.seed)
+    runs = []
+    for sampling in samplings:
+        measured = measure.measure(
+            target, drafts, batches, sampling=sampling, gammas=gammas,
+            max_decode_len=s.max_decode_len, repeats=s.repeats, lenience=s.lenience,
+            seed=s.seed, costs=cost, draft_confidence=s.draft_confidence,
+            calibration=calibration)
+        print(format_table(measured), flush=True)
+        runs.extend(m.to_json() for m in measured)
+    return cost.to_json(), runs
+
+
+@gin.configurable
+def run(settings: Optional[BenchmarkSettings] = None, **overrides) -> Dict[str, Any]:
+    """Benchmarks speculative vs autoregressive decoding; writes `benchmark.json` + `config.gin`.
+
+    Args:
+      settings: the run's `BenchmarkSettings` (gin: `benchmark.run.settings =
+        @benchmark.BenchmarkSettings()`, bound from the macros in configs/runs/benchmark.gin).
+      **overrides: `BenchmarkSettings` fields by name, replacing the bound ones (or making the
+        settings when there are none): `--gin.benchmark.run.tsv_path=...` and
+        `run(target_model=..., draft_model=..., output_dir=...)` work as before.
 
     Returns:
       The results dict written to `benchmark.json`.
     """
-    output_dir = files.check_output_dir(output_dir, RESULTS_FILE, overwrite)
-    mesh = None if mesh_shape is None else partitioning.make_mesh(mesh_shape=tuple(mesh_shape))
-    gammas = validation.positive_ints(gammas, "gammas", "draft tokens per round")
-    batch_sizes = validation.positive_ints(batch_sizes, "batch_sizes", "rows decoded together")
-    samplings = sampling_lib.sampling_configs(temperatures, top_k, top_p)
-    for name, value in (("max_decode_len", max_decode_len), ("input_length", input_length),
-                        ("num_batches", num_batches), ("repeats", repeats),
-                        ("cost_steps", cost_steps)):
-        validation.positive_ints([value], name, "an int >= 1")
-    if mesh is not None and any(b % mesh.shape["data"] for b in batch_sizes):
-        raise ValueError(f"batch_sizes={list(batch_sizes)} must be multiples of the mesh's data "
-                         f"axis ({mesh.shape['data']} of mesh_shape={tuple(mesh_shape)}).")
-    if (isinstance(calibration_batches, bool) or not isinstance(calibration_batches, int)
-            or calibration_batches < 0):
-        raise ValueError(f"calibration_batches={calibration_batches!r} is invalid: give an int "
-                         ">= 0 (0 skips the decode-loop cost prediction; 8 is typical).")
-    if synthetic_acceptance is not None:
-        synthetic_acceptance = synthetic.check_acceptance(synthetic_acceptance)
-    elif draft_model is None:
-        raise ValueError("draft_model=None needs synthetic_acceptance (a float in [0, 1]); "
-                         "otherwise give a draft T5Config or DecodeModel.")
-
-    target = loading.build_model(target_model, target_checkpoint, name="target",
-                                    decoder_only=decoder_only, seed=seed,
-                                    param_dtype=param_dtype, mesh=mesh)
-    if synthetic_acceptance is not None:
-        # One hash seed per input batch, so batches (rows 0..B-1 each) see fresh decisions.
-        drafts = [synthetic.SyntheticDraft(target, synthetic_acceptance, seed * 1_000_003 + i)
-                  for i in range(num_batches)]
-        draft = drafts[0]
-    else:
-        draft = loading.build_draft(draft_model, draft_checkpoint, target,
-                                       decoder_only=decoder_only, seed=seed,
-                                       draft_seed=draft_seed, param_dtype=param_dtype, mesh=mesh)
-        drafts = [draft] * num_batches
-
-    config = {
-        "target_model": loading.describe_model(target_model),
-        "draft_model": loading.describe_model(draft_model),
-        "target_checkpoint": target_checkpoint,
-        "draft_checkpoint": draft_checkpoint,
-        "decoder_only": decoder_only,
-        "synthetic_acceptance": synthetic_acceptance,
-        "lenience": lenience,
-        "draft_confidence": draft_confidence,
-        "gammas": gammas,
-        "batch_sizes": batch_sizes,
-        "samplings": [measure.sampling_dict(s) for s in samplings],
-        "max_decode_len": max_decode_len,
-        "input_length": input_length,
-        "inputs": {"source": "random" if task is None and tsv_path is None else "task",
-                   "task": task, "tsv_path": tsv_path, "split": split,
-                   "num_batches": num_batches},
-        "repeats": repeats,
-        "cost_steps": cost_steps,
-        "calibration_batches": calibration_batches,
-        "seed": seed,
-        "mesh_shape": None if mesh is None else [mesh.shape["data"], mesh.shape["model"]],
-    }
+    s = with_overrides(BenchmarkSettings, settings, overrides, "benchmark.run")
+    output_dir, mesh, gammas, batch_sizes, samplings, synthetic_acceptance = _checked(s)
+    target, draft, drafts = _models(s, mesh, synthetic_acceptance)
+    config = _config_json(s, mesh, gammas, batch_sizes, samplings, synthetic_acceptance)
     costs, runs = [], []
     for batch_size in batch_sizes:
-        batches = take_batches(num_batches + calibration_batches, batch_size,
-                               vocab_size=target.vocab_size, input_length=input_length,
-                               seed=seed, task=task, split=split, tsv_path=tsv_path,
-                               spm_path=spm_path)
-        if mesh is not None:  # rows split over the mesh's 'data' axis
-            batches = [partitioning.shard_batch(b, mesh) for b in batches]
-        batches, calibration = batches[:num_batches], batches[num_batches:]
-        cost = costs_lib.measure_costs(target, draft, batches[0], gammas,
-                                       max_decode_len=max_decode_len, num_steps=cost_steps,
-                                       repeats=max(2 * repeats, 5), seed=seed)
-        costs.append(cost.to_json())
-        for sampling in samplings:
-            measured = measure.measure(
-                target, drafts, batches, sampling=sampling, gammas=gammas,
-                max_decode_len=max_decode_len, repeats=repeats, lenience=lenience, seed=seed,
-                costs=cost, draft_confidence=draft_confidence, calibration=calibration)
-            print(format_table(measured), flush=True)
-            runs.extend(m.to_json() for m in measured)
-
+        cost, measured = _measure_batch_size(s, target, draft, drafts, mesh, batch_size,
+                                             gammas, samplings)
+        costs.append(cost)
+        runs.extend(measured)
     results = {"schema": SCHEMA, "config": config, "environment": host.environment(),
                "costs": costs, "runs": runs}
     path = write_json(results, output_dir, RESULTS_FILE)

@@ -65,7 +65,7 @@ import json
 import os
 import shutil
 import time
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import gin
 import jax
@@ -78,11 +78,10 @@ from speculative.beam import search as beam_lib
 from speculative.data import tasks
 from speculative.decode import contract
 from speculative.decode import loops as decoding
-from speculative.decode import sampling as sampling_lib
 from speculative.models import partitioning, t5
 from speculative.runs import config as config_lib
 from speculative.runs import predictions
-from speculative.runs.infer_settings import InferSettings, architecture_source
+from speculative.runs.infer_settings import InferSettings, architecture_source, with_overrides
 from speculative.runs.predictions import Example
 
 PREDICTIONS_FILE = "predictions.jsonl"
@@ -497,104 +496,21 @@ def write_outputs(output_dir: str, records, metrics) -> Dict[str, str]:
 
 
 @gin.configurable
-def infer(
-    *,
-    target_config: t5.T5Config = gin.REQUIRED,
-    draft_config: Optional[t5.T5Config] = gin.REQUIRED,
-    target_checkpoint: Optional[str] = gin.REQUIRED,
-    draft_checkpoint: Optional[str] = gin.REQUIRED,
-    mixture_or_task_name: str = gin.REQUIRED,
-    task_feature_lengths: Mapping[str, int] = gin.REQUIRED,
-    output_dir: Optional[str] = gin.REQUIRED,
-    gamma: int = 5,
-    sampling: sampling_lib.SamplingConfig = sampling_lib.SamplingConfig(temperature=0.0),
-    batch_size: int = 1,
-    split: str = "test",
-    num_examples: Optional[int] = None,
-    seed: int = 0,
-    speculative: bool = True,
-    decoder_only: bool = False,
-    lenience: float = 1.0,
-    truncate_inputs: bool = True,
-    param_dtype: Optional[str] = None,
-    tfds_data_dir: Optional[str] = None,
-    progress: bool = True,
-    overwrite: bool = False,
-    mesh_shape: Optional[Tuple[int, int]] = None,
-    draft_partitioned: bool = False,
-    beam_size: Optional[int] = None,
-    draft_beam: Optional[int] = None,
-    length_penalty: float = 0.6,
-    force_speculative_beam: bool = False,
-    dry_run: bool = False,
-):
+def infer(settings: Optional[InferSettings] = None, *, dry_run: bool = False, **overrides):
     """Speculative (or baseline) inference over a seqio task; see the module docstring.
 
     Args:
-      target_config, draft_config: each model in one of three forms with its checkpoint (gin:
-        TARGET_MODEL, DRAFT_MODEL): a bundled model's name with checkpoint None (its trained
-        weights); a `T5Config` with a checkpoint path (or None with a checkpoint: the
-        architecture from the T5X config.gin beside it); a `T5Config` with None (random
-        weights, seed `seed` and `seed + 1`; tests and timing only). The draft may also be an
-        n-gram file or 'prompt_lookup', and is unused (and may be None) when
-        `speculative=False`.
-      target_checkpoint, draft_checkpoint: paths `checkpoints.load_params` reads, or None.
-      mixture_or_task_name: a registered seqio task (not a mixture).
-      task_feature_lengths: {'inputs': L_in, 'targets': max_decode_len}.
-      output_dir: where predictions.jsonl, metrics.json and config.gin go (None: write nothing).
-      gamma: draft tokens per round.
-      sampling: applied to both models (temperature 0 = argmax; top_k / top_p).
-      batch_size: rows per decode call (the paper used 1).
-      split: the task split to read.
-      num_examples: the first N examples of the split; None = all.
-      seed: PRNG seed of the decode keys (batch i uses fold_in(key, i)) and of random weights.
-      speculative: False decodes with the target alone through the same pipeline (the baseline).
-      decoder_only: decoder-only (GPT-like) models, `t5.DecoderOnly` (gin: DECODER_ONLY). A
-        config's `num_encoder_layers` must be 0 with it and at least 1 without it (checked
-        before any work). The task's inputs are prompts the decoder continues (e.g.
-        stdlib_code); too-long ones keep their last L_in tokens. No beam search.
-      lenience: paper A.5; 1 is exact.
-      truncate_inputs: truncate (and count) too-long inputs (an encoder input to its first
-        L_in - 1 tokens + EOS, a decoder-only prompt to its last L_in); False makes them an error.
-      param_dtype: cast parameters on load (e.g. 'bfloat16').
-      tfds_data_dir: where the paper tasks' prepared TFDS data lives.
-      progress: show the tqdm bar over batches.
-      overwrite: replace an earlier run in `output_dir` (otherwise a directory holding files is
-        refused before any work starts).
-      mesh_shape: (data, model) devices (gin: MESH_SHAPE): the target's parameters shard by
-        T5X's standard rules, KV caches batch over 'data' and heads over 'model', and each
-        batch's rows split over 'data'; None decodes on one device.
-      draft_partitioned: shard the draft like the target (default: replicated, batch split).
-      beam_size: T5X-style beam search of this width instead of sampling (gin: BEAM_SIZE;
-        TEMPERATURE must be 0). Speculative: `beam_lib.speculative_beam_search` (paper A.4),
-        whose output equals the target's own `beam_lib.beam_search`; gamma steps per round.
-      draft_beam: the width of the draft's beam search proposing paths each round, beside
-        every alive beam's greedy path (gin: DRAFT_BEAM; 0 = greedy paths only; None = the run
-        chooses it and GAMMA by timing, see force_speculative_beam).
-      length_penalty: T5X's ((5 + length) / 6) ** length_penalty (gin: LENGTH_PENALTY).
-      force_speculative_beam: with SPECULATIVE and BEAM_SIZE, run speculative_beam_search with
-        DRAFT_BEAM (None = BEAM_SIZE) and GAMMA (gin: FORCE_SPECULATIVE_BEAM). Without it the
-        run times the plain search against the speculative proposals on its first inputs
-        (`choose_beam_search`), runs the speculative one only where it was faster, says which
-        in the log and records the timings in metrics.json (`beam_choice`); the beams are the
-        same either way.
+      settings: the run's `InferSettings` (gin: `infer.infer.settings =
+        @infer_settings.InferSettings()`, bound from the macros in configs/runs/infer.gin).
       dry_run: return the resolved `InferSettings` without reading data or building models.
+      **overrides: `InferSettings` fields by name, replacing the bound ones (or making the
+        settings when there are none), so `--gin.infer.infer.truncate_inputs=False` and
+        `infer(tfds_data_dir=...)` work as before (the fields: `InferSettings`).
 
     Returns:
       `InferResult` (or `InferSettings` when `dry_run`).
     """
-    settings = InferSettings(
-        target_config=target_config, draft_config=draft_config,
-        target_checkpoint=target_checkpoint, draft_checkpoint=draft_checkpoint,
-        mixture_or_task_name=mixture_or_task_name, task_feature_lengths=task_feature_lengths,
-        output_dir=output_dir, gamma=gamma, sampling=sampling, batch_size=batch_size,
-        split=split, num_examples=num_examples, seed=seed, speculative=speculative,
-        decoder_only=decoder_only, lenience=lenience, truncate_inputs=truncate_inputs,
-        param_dtype=param_dtype, tfds_data_dir=tfds_data_dir, progress=progress,
-        overwrite=overwrite,
-        mesh_shape=None if mesh_shape is None else tuple(mesh_shape),
-        draft_partitioned=draft_partitioned, beam_size=beam_size, draft_beam=draft_beam,
-        length_penalty=length_penalty, force_speculative_beam=force_speculative_beam)
+    settings = with_overrides(InferSettings, settings, overrides, "infer.infer")
     if dry_run:
         return settings
     return run(settings)

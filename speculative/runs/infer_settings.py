@@ -3,6 +3,9 @@ model is loaded: every refusal names the gin macro that sets the bad value and t
 
     settings = InferSettings(target_config=..., draft_config=..., ...)   # raises on bad values
     settings.to_json()                     # what metrics.json records under "settings"
+
+`with_overrides` gives every run function's settings (infer, benchmark, alpha) the fields bound
+on the run itself (`--gin.infer.infer.progress=False`) or passed as keywords.
 """
 
 from __future__ import annotations
@@ -45,6 +48,20 @@ def architecture_source(config, checkpoint: Optional[str]) -> str:
     return "the T5Config bound in gin"
 
 
+def with_overrides(cls, settings, overrides: Dict[str, Any], run_name: str):
+    """`settings` (a `cls` settings dataclass) with `overrides` (fields by name) replaced, or
+    `cls(**overrides)` when `settings` is None: what `--gin.<run>.<field>=...` bindings and
+    keyword calls of a run function give (`infer.infer`, `benchmark.run`, `alpha.run`)."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(overrides) - names)
+    if unknown:
+        raise TypeError(f"{run_name}: unknown settings {unknown}; the fields of {cls.__name__} "
+                        f"are {sorted(names)}.")
+    if settings is None:
+        return cls(**overrides)
+    return dataclasses.replace(settings, **overrides) if overrides else settings
+
+
 @dataclasses.dataclass(frozen=True)
 class InferSettings:
     """Everything one inference run needs, resolved from gin (`infer(dry_run=True)` returns it).
@@ -53,6 +70,55 @@ class InferSettings:
     a bundled model's name with checkpoint None (its trained weights); a T5Config with a
     checkpoint path; a T5Config with None (random weights, seeded). TARGET_MODEL = None with a
     checkpoint reads the architecture from the T5X config.gin beside the checkpoint.
+
+    Attributes:
+      target_config, draft_config: each model in one of three forms with its checkpoint (gin:
+        TARGET_MODEL, DRAFT_MODEL): a bundled model's name with checkpoint None (its trained
+        weights); a `T5Config` with a checkpoint path (or None with a checkpoint: the
+        architecture from the T5X config.gin beside it); a `T5Config` with None (random
+        weights, seed `seed` and `seed + 1`; tests and timing only). The draft may also be an
+        n-gram file or 'prompt_lookup', and is unused (and may be None) when
+        `speculative=False`.
+      target_checkpoint, draft_checkpoint: paths `checkpoints.load_params` reads, or None.
+      mixture_or_task_name: a registered seqio task (not a mixture).
+      task_feature_lengths: {'inputs': L_in, 'targets': max_decode_len}.
+      output_dir: where predictions.jsonl, metrics.json and config.gin go (None: write nothing).
+      gamma: draft tokens per round.
+      sampling: applied to both models (temperature 0 = argmax; top_k / top_p).
+      batch_size: rows per decode call (the paper used 1).
+      split: the task split to read.
+      num_examples: the first N examples of the split; None = all.
+      seed: PRNG seed of the decode keys (batch i uses fold_in(key, i)) and of random weights.
+      speculative: False decodes with the target alone through the same pipeline (the baseline).
+      decoder_only: decoder-only (GPT-like) models, `t5.DecoderOnly` (gin: DECODER_ONLY). A
+        config's `num_encoder_layers` must be 0 with it and at least 1 without it (checked
+        before any work). The task's inputs are prompts the decoder continues (e.g.
+        stdlib_code); too-long ones keep their last L_in tokens. No beam search.
+      lenience: paper A.5; 1 is exact.
+      truncate_inputs: truncate (and count) too-long inputs (an encoder input to its first
+        L_in - 1 tokens + EOS, a decoder-only prompt to its last L_in); False makes them an error.
+      param_dtype: cast parameters on load (e.g. 'bfloat16').
+      tfds_data_dir: where the paper tasks' prepared TFDS data lives.
+      progress: show the tqdm bar over batches.
+      overwrite: replace an earlier run in `output_dir` (otherwise a directory holding files is
+        refused before any work starts).
+      mesh_shape: (data, model) devices (gin: MESH_SHAPE): the target's parameters shard by
+        T5X's standard rules, KV caches batch over 'data' and heads over 'model', and each
+        batch's rows split over 'data'; None decodes on one device.
+      draft_partitioned: shard the draft like the target (default: replicated, batch split).
+      beam_size: T5X-style beam search of this width instead of sampling (gin: BEAM_SIZE;
+        TEMPERATURE must be 0). Speculative: `beam_lib.speculative_beam_search` (paper A.4),
+        whose output equals the target's own `beam_lib.beam_search`; gamma steps per round.
+      draft_beam: the width of the draft's beam search proposing paths each round, beside
+        every alive beam's greedy path (gin: DRAFT_BEAM; 0 = greedy paths only; None = the run
+        chooses it and GAMMA by timing, see force_speculative_beam).
+      length_penalty: T5X's ((5 + length) / 6) ** length_penalty (gin: LENGTH_PENALTY).
+      force_speculative_beam: with SPECULATIVE and BEAM_SIZE, run speculative_beam_search with
+        DRAFT_BEAM (None = BEAM_SIZE) and GAMMA (gin: FORCE_SPECULATIVE_BEAM). Without it the
+        run times the plain search against the speculative proposals on its first inputs
+        (`choose_beam_search`), runs the speculative one only where it was faster, says which
+        in the log and records the timings in metrics.json (`beam_choice`); the beams are the
+        same either way.
     """
 
     target_config: Optional[t5.T5Config]
@@ -98,6 +164,8 @@ class InferSettings:
                 "%gin.REQUIRED and not set; bind them, e.g. "
                 + " ".join(f"--gin.{m}=..." for m in missing) + " (see configs/runs/infer.gin).")
 
+        if self.mesh_shape is not None:  # gin gives a list
+            object.__setattr__(self, "mesh_shape", tuple(self.mesh_shape))
         lengths = self.task_feature_lengths
         if (not isinstance(lengths, Mapping) or set(lengths) < {"inputs", "targets"}
                 or not all(isinstance(lengths[k], int) and lengths[k] >= 1
