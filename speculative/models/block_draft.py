@@ -1,0 +1,247 @@
+"""A block draft: the target-aware draft (`feature_draft`) proposing a whole block of G tokens
+in ONE forward, by reading G - 1 learned placeholders after the committed prefix.
+
+Why this design. The chain of a target-aware draft costs G draft calls per round; on a host
+where a call is launch-bound (an accelerator) or where the draft's weights are re-read per call
+(a CPU), G - 1 of them are overhead. Here the draft is `FeatureDraft` unchanged (the same
+parameters, so it warm-starts from a trained `large_feature_draft`, hot vocabulary included)
+plus one table of placeholder embeddings `placeholder_embedder/embedding [max_gamma - 1, E]`.
+One call appends the chunk
+
+    [catch-up tokens S[T - lag .. T] (with the target's features, as `FeatureDraft.extend`),
+     placeholder 1, ..., placeholder G - 1]
+
+to the draft's cache. The logits at the last real token (position T) are q_1, as the feature
+draft's; placeholder k sits at position T + k and its logits are q_{k+1}, the law of the token
+k + 1 positions after S[T]. A placeholder's layer input is its embedding P_k directly (no
+token and no feature exists there: the real rows' `input(concat(embed(z), f))` would only map
+a constant); it attends causally to the committed prefix and to the placeholders before it (the
+cache's normal causal mask), and cross-attends to the target's encoder output. The relative
+position of placeholder k to every key is the true distance of the token it drafts, so the
+warm-started attention biases apply as they are.
+
+Exactness: q_{k+1} depends on S and on the placeholders only, never on the drafted x_1..x_k, so
+x_i ~ q_i can be drawn independently and the existing kernel applies unchanged at every
+temperature (the verifier's p_i is the target's law given S and x_<i, as for any draft).
+Per-position top-b of the block gives a token tree whose nodes at one depth share one q.
+
+Decode contract: `BlockDraftModel` is a `FeatureDraftModel` (`init`, `extend`, `rewind` as
+there; it also works as a chain draft) with one more method, `extend_block(params, state,
+tokens [B, K], features [B, K, F] | None, num_placeholders, num_tokens=None)`. A row whose
+catch-up is shorter than K (the loop pads it to a fixed K) passes `num_tokens [B]`: its junk
+slots are masked for the placeholders, which are placed right after its last real token. The
+state returned holds the real tokens only (`lengths + num_tokens`); the placeholder and junk
+slots are stale (masked), so no rewind is needed (one is harmless).
+
+Training (`training/block_training.py`) is teacher-forced with many anchors in one forward:
+`BlockDraft.block_logits` lays out G copies of the sentence, depth d's copy holding at position
+j the d-th draft of the round whose last real token is j - d + 1 (`block_mask` says who sees
+whom), so one forward gives `[G, B, L, V]` in the layout of `FeatureDraft.__call__`'s unrolled
+logits; `BlockDraftModel.unrolled_logits` returns them, so the per-depth acceptance measured by
+`measure.acceptance` (Table 3's method) is the block draft's own.
+
+Shape legend: B batch, L length, K chunk, G gamma (block size), E the draft's width, F feature
+width, V vocab, H heads, D head dim.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Tuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import linen as nn
+from flax import struct
+
+from speculative.models import feature_draft as fd
+from speculative.models import layers
+
+Array = jax.Array
+PLACEHOLDERS = "placeholder_embedder"  # the only parameters a feature draft does not have
+
+
+def block_mask(length: int, gamma: int) -> np.ndarray:
+    """`[G * L, G * L]` bool: who sees whom in the training forward (True = attend).
+
+    Row `d * L + j` (d = 0 .. G - 1) is the (d + 1)-th draft of position j: d = 0 is the real
+    token z_j (q_1 of the round whose last real token is j), d >= 1 is placeholder d of the
+    round whose last real token is a = j - d (anchor a). It sees the real tokens at positions
+    <= a and the placeholders d' <= d of the same anchor (rows `d' * L + a + d'`). Worked
+    example, L = 4, G = 2, row `1 * 4 + 2` (placeholder 1 after anchor 1, at position 2): real
+    keys 0, 1 and placeholder key `1 * 4 + 2` (itself); not real key 2 (the token it drafts)."""
+    pos = np.arange(length)
+    d = np.repeat(np.arange(gamma), length)  # depth of each row
+    j = np.tile(pos, gamma)  # position of each row
+    anchor = j - d
+    q_d, q_a = d[:, None], anchor[:, None]
+    k_d, k_j, k_a = d[None], j[None], anchor[None]
+    real = (k_d == 0) & (k_j <= q_a)
+    own = (k_d >= 1) & (k_d <= q_d) & (k_a == q_a)
+    # A row with no anchor (j < d) sees itself only: never trained, never NaN.
+    return ((real | own) & (q_a >= 0)) | (np.eye(gamma * length, dtype=bool) & (q_a < 0))
+
+
+class BlockDraft(fd.FeatureDraft):
+    """`FeatureDraft` plus `max_gamma - 1` placeholder embeddings (see the module docstring)."""
+
+    max_gamma: int = 8
+
+    def setup(self):
+        super().setup()
+        if self.max_gamma < 1:
+            raise ValueError(f"BlockDraft.max_gamma={self.max_gamma} must be >= 1.")
+        # At least one row, so a max_gamma of 1 (no placeholder) still has a well-formed tree.
+        self.placeholder_embedder = layers.Embed(max(self.max_gamma - 1, 1),
+                                                 self.config.emb_dim,
+                                                 dtype=self.config.layer_config().compute_dtype)
+
+    def placeholders(self, num: int) -> Array:
+        """`[num, E]` the layer inputs of placeholders 1..num."""
+        if not 0 <= num <= self.max_gamma - 1:
+            raise ValueError(f"num_placeholders={num} must be in [0, {self.max_gamma - 1}] "
+                             f"(max_gamma={self.max_gamma}).")
+        return self.placeholder_embedder(jnp.arange(num))
+
+    # -- training -------------------------------------------------------------------------------
+
+    def block_logits(self, encoded: Optional[Array], encoder_mask: Optional[Array],
+                     tokens: Array, features: Optional[Array], gamma: int) -> Array:
+        """Teacher forcing with every position an anchor: logits `[G, B, L, V]`.
+
+        `tokens [B, L]` are decoder inputs (BOS first) and `features [B, L, F]` the target's
+        state after reading each (as `FeatureDraft.__call__`). `logits[d, :, j]` is the
+        (d + 1)-th draft of position j: the round's last real token is j - d and the rows at
+        positions j - d + 1 .. j are placeholders 1..d (`block_mask`). Positions j < d have no
+        such round (give them zero loss weight). One forward over G * L rows."""
+        cfg = self.config
+        batch, length = tokens.shape
+        if not 1 <= gamma <= self.max_gamma:
+            raise ValueError(f"gamma={gamma} must be in [1, max_gamma={self.max_gamma}].")
+        cross_kv = self.project_cross_kv(encoded)
+        cross_bias = (layers.mask_to_bias(encoder_mask[:, None, None, :])
+                      if cfg.cross_attention else None)
+        if cfg.feature_layers:
+            fused = self.fused(features)
+            feature = jnp.pad(fused[:, :-1], ((0, 0), (1, 0), (0, 0)))
+        else:
+            feature = None
+        x = self.embed(tokens, feature)  # [B, L, E]
+        ph = self.placeholders(gamma - 1)  # [G - 1, E]
+        ph = jnp.broadcast_to(jnp.asarray(ph, x.dtype)[None, :, None],
+                              (batch, gamma - 1, length, x.shape[-1]))
+        x = jnp.concatenate([x, ph.reshape(batch, (gamma - 1) * length, -1)], axis=1)
+        positions = jnp.tile(jnp.arange(length), gamma)[None]  # every copy's row j is at j
+        bias = (self.relpos_bias(positions, positions, bidirectional=False)
+                + layers.mask_to_bias(jnp.asarray(block_mask(length, gamma))[None, None]))
+        for layer, ckv in zip(self.layers, cross_kv):
+            x = layer(x, bias, ckv, cross_bias)
+        logits = self.logits(x)  # [B, G * L, V]
+        return jnp.moveaxis(logits.reshape(batch, gamma, length, -1), 1, 0)
+
+    # -- decode mode ----------------------------------------------------------------------------
+
+    def extend_block(self, cache: fd.FeatureDraftCache, tokens: Array,
+                     features: Optional[Array], num_placeholders: int,
+                     num_tokens: Optional[Array] = None) -> Tuple[Array, fd.FeatureDraftCache]:
+        """Appends `tokens [B, K]` (row b's first `num_tokens[b]` real, default all K; the
+        features as `FeatureDraft.extend`), then `num_placeholders` placeholders right after
+        each row's last real token. Returns logits `[B, K + num_placeholders, V]` (row b's
+        q_1 at index `num_tokens[b] - 1`, q_2.. in the last `num_placeholders` rows) and the
+        cache holding the real tokens only (`lengths + num_tokens`).
+
+        Worked example: lengths 5, K = 3, num_tokens 2, 2 placeholders. Physical slots 5, 6
+        real, 7 junk, 8, 9 placeholders at logical positions 7, 8; slot 7 is masked for every
+        later row; the cache returned has length 7, so slots 7.. are stale."""
+        cfg = self.config
+        batch, num_real = tokens.shape
+        n = (jnp.full((batch,), num_real, jnp.int32) if num_tokens is None
+             else jnp.asarray(num_tokens, jnp.int32))
+        if not cfg.feature_layers:
+            feature = None
+        elif features is None:
+            if num_real != 1:
+                raise ValueError("Without target features the draft extends one token per call.")
+            prev = jnp.maximum(cache.lengths - 1, 0)
+            feature = jnp.take_along_axis(cache.hidden, prev[:, None, None], axis=1)
+        else:
+            feature = self.fused(features)
+        x = self.embed(tokens, feature)
+        if num_placeholders:
+            ph = jnp.asarray(self.placeholders(num_placeholders), x.dtype)
+            x = jnp.concatenate([x, jnp.broadcast_to(ph[None], (batch,) + ph.shape)], axis=1)
+        width = x.shape[1]
+        start = cache.lengths[:, None]  # [B, 1]
+        max_len = cache.hidden.shape[1]
+        rows = jnp.arange(width)[None]
+        query_slot = start + rows  # [B, K + G - 1] physical
+        slot = jnp.arange(max_len)[None]  # [1, L]
+        gap = (num_real - n)[:, None]  # junk slots between the last real token and placeholder 1
+        query_pos = jnp.where(rows >= num_real, query_slot - gap, query_slot)
+        key_pos = jnp.where(slot >= start + num_real, slot - gap, slot)  # [B, L]
+        junk = (slot >= start + n[:, None]) & (slot < start + num_real)
+        visible = (slot[:, None, :] <= query_slot[:, :, None]) & ~junk[:, None, :]
+        self_bias = (self.relpos_bias(query_pos, key_pos, bidirectional=False)
+                     + layers.mask_to_bias(visible[:, None]))
+        cross_bias = layers.mask_to_bias(cache.encoder_mask[:, None, None, :])
+        new_kv = []
+        for layer, kv, ckv in zip(self.layers, cache.self_kv, cache.cross_kv):
+            x, kv = layer.extend(x, kv, cache.lengths, self_bias, ckv, cross_bias)
+            new_kv.append(kv)
+        hidden = layers.write_rows(cache.hidden, jnp.asarray(x, jnp.float32), cache.lengths)
+        cache = cache.replace(lengths=cache.lengths + n, self_kv=tuple(new_kv), hidden=hidden)
+        return self.logits(x), cache
+
+
+def init_params(module: BlockDraft, rng: Array) -> Any:
+    """Fresh parameters of every part (the feature draft's and the placeholders)."""
+    cfg = module.config
+    gamma = module.max_gamma
+    boxed = module.init(rng, jnp.zeros((1, 4, cfg.target_emb_dim)), jnp.ones((1, 4), bool),
+                        jnp.ones((1, 4), jnp.int32), jnp.zeros((1, 4, cfg.feature_dim)), gamma,
+                        method="block_logits")
+    return nn.meta.unbox(boxed["params"])
+
+
+def from_feature_draft(module: BlockDraft, feature_params: Any, rng: Array) -> Any:
+    """A block draft's parameters warm-started from a trained feature draft of the same config
+    (`module.config`): its parameters as they are (either kernel layout), fresh placeholders."""
+    fresh = init_params(module, rng)
+    missing = sorted(set(fresh) - set(feature_params) - {PLACEHOLDERS})
+    if missing:
+        raise ValueError(f"from_feature_draft: the feature draft's parameters lack {missing}; "
+                         "was it trained with another config (hot_ids, target_head)?")
+    return {**feature_params, PLACEHOLDERS: fresh[PLACEHOLDERS]}
+
+
+@struct.dataclass
+class BlockDraftModel(fd.FeatureDraftModel):
+    """A `BlockDraft` + params as a draft (a pytree): a `FeatureDraftModel` (same `init`,
+    `extend`, `rewind`, so it also drafts as a chain) with `extend_block`, the one call a round
+    of a block drafter makes, and `unrolled_logits` in the block's sense."""
+
+    @property
+    def max_gamma(self) -> int:
+        return self.module.max_gamma
+
+    def extend_block(self, params, state, tokens, features, num_placeholders: int,
+                     num_tokens=None):
+        """See `BlockDraft.extend_block`; `num_placeholders` is static (a Python int)."""
+        return self.module.apply({"params": params}, state, tokens, features,
+                                 int(num_placeholders), num_tokens, method="extend_block")
+
+    def unrolled_logits(self, params, context, tokens, features, depth: int):
+        """Logits `[depth, B, L, V]` teacher-forced along `tokens [B, L]` (BOS first) with the
+        target's `features [B, L, F]`: at depth d, position j is the d-th draft of a block
+        whose last real token is j - d + 1 (`BlockDraft.block_logits`), the layout of
+        `FeatureDraftModel.unrolled_logits`, so per-depth acceptance measures the block."""
+        if not 1 <= depth <= self.max_gamma:
+            raise ValueError(f"depth={depth} must be in [1, max_gamma={self.max_gamma}].")
+        encoded, mask = context if self.module.config.cross_attention else (None, None)
+        return self.module.apply({"params": params}, encoded, mask, tokens, features, depth,
+                                 method="block_logits")
+
+    def chain_unrolled_logits(self, params, context, tokens, features, depth: int):
+        """The same parameters drafting as a chain (`FeatureDraftModel.unrolled_logits`)."""
+        return fd.FeatureDraftModel.unrolled_logits(self, params, context, tokens, features,
+                                                    depth)
