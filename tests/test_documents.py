@@ -114,12 +114,17 @@ def _index():
         return [json.loads(line) for line in f if line.strip()]
 
 
+def _provenance(path: str) -> dict:
+    """A results JSON's `provenance` (`host.provenance()`: commit, command, date, host)."""
+    with open(os.path.join(REPO, path), encoding="utf-8") as f:
+        return json.load(f).get("provenance") or {}
+
+
 def test_every_results_json_records_commit_command_date_and_host():
     paths = _results_jsons()
     assert len(paths) >= 30, paths
     for path in paths:
-        with open(os.path.join(REPO, path), encoding="utf-8") as f:
-            report = json.load(f)
+        report = _provenance(path)
         missing = [k for k in ("commit", "command", "date", "host") if not report.get(k)]
         assert not missing, f"{path} lacks {missing}"
         assert re.fullmatch(r"[0-9a-f]{40}(-dirty)?", report["commit"]), path
@@ -135,8 +140,7 @@ def test_runs_index_covers_every_results_json_once_with_its_provenance():
     latest = {r["path"]: r for r in records}
     assert set(latest) == set(_results_jsons()), set(latest) ^ set(_results_jsons())
     for path, record in latest.items():
-        with open(os.path.join(REPO, path), encoding="utf-8") as f:
-            report = json.load(f)
+        report = _provenance(path)
         for key in ("commit", "command", "date"):
             assert record[key] == report[key], (path, key)
         assert record["run_id"].endswith(re.sub(r"\D", "", report["date"])[:8] + "-"

@@ -7,7 +7,7 @@
     bandwidth = measure_bandwidth()                              # streaming reads, GB/s
     load = LoadAverage()      # when a timed run starts ...
     load.record()             # ... and ends: {"before": 0.4, "after": 1.7}, for its results file
-    provenance(load=load)     # {commit, command, date, host}: what every results JSON records
+    provenance(load=load)     # {commit, command, date, host}: a results JSON's "provenance"
 
 Whether speculative decoding pays on a CPU depends on whether the target's weights fit its
 last-level cache: a virtual machine can land on a host whose L3 holds the whole target, and then
@@ -217,7 +217,7 @@ def command_line(argv: Optional[Sequence[str]] = None) -> str:
 
 def provenance(command: Optional[str] = None, *, load: Any = None, bandwidth: bool = False,
                repo_dir: Optional[str] = None) -> Dict[str, Any]:
-    """What every results JSON records about how it was made:
+    """What every results JSON records about how it was made, under its `provenance` key:
 
       commit   git HEAD sha, '-dirty' when the tree had changes; None outside git
       command  `command`, or this process's command line (`command_line`)
