@@ -31,4 +31,4 @@ def main():
 
 
 if __name__ == "__main__":
-    config.run(main)
+    config.run(main, gin_file="configs/runs/benchmark.gin")

@@ -254,4 +254,4 @@ def main(argv):
 
 if __name__ == "__main__":
     define_flags()
-    app.run(config_lib.user_errors(main))
+    config_lib.run_app(main)

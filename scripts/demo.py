@@ -1,13 +1,19 @@
-"""Speculative decoding with the bundled EN->DE models: translations, alpha and the speedup.
+r"""Speculative decoding with the bundled EN->DE models: translations, alpha and the speedup.
 
 Translates sentences of the bundled test split with the trained memory-bound target
 (`large_target`), autoregressively (the baseline) and speculatively with its best bundled
-draft, at batch 1; prints the translations (and whether they equal the target's greedy
-output), then one line per temperature (0, then 1) with `speedup N.NNx`, alpha, tokens per
-target call and the predictions of Theorem 3.8 and the decode-loop cost model. At T = 1 each
+draft (`large_feature_draft`), at batch 1; prints a legend of the terms, the translations (and
+whether they equal the target's greedy output), then one line per temperature (0, then 1) with
+`speedup N.NNx`, alpha, tokens per target call, and Theorem 3.8's prediction (the decode-loop
+model's beside it: the same formula with each decoder's whole loop step timed). At T = 1 each
 sentence is translated `--samples` times (4) with different keys, so that the timing is not one
-draw of a few sampled translations. Takes about 2 minutes on 2 CPU cores; run it with
-nothing else busy on the machine.
+draw of a few sampled translations. Takes about 3 minutes on 2 CPU cores; run it with nothing
+else busy on the machine.
+
+It writes its numbers, with their provenance (commit, command, date, host), to a new run
+directory, results/runs/demo-<draft>-<UTC time>/demo.json (or --output_json), prints the path,
+and appends the run (id, command, headline numbers) to results/runs.jsonl (--runs_index).
+Bad flags are refused before any model is loaded.
 
 Example:
   python scripts/demo.py
@@ -16,24 +22,35 @@ Example:
       --output_json=/tmp/demo.json
 """
 
+import os
+
 from absl import app, flags
 
 from speculative.experiments import demo
 from speculative.runs import config as config_lib
 from speculative.runs.config import flag_numbers
 
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
 _NUM = flags.DEFINE_integer("num_sentences", 8, "Test sentences to translate.")
 _GAMMA = flags.DEFINE_integer("gamma", None, "Draft length; default: Theorem 3.8's best for the "
                               "measured alpha and costs, per temperature.")
 _TEMPERATURES = flags.DEFINE_list("temperatures", ["0", "1"], "0 = greedy; > 0 = sampling.")
 _TARGET = flags.DEFINE_string("target", None, "Bundled target; default: large_target.")
-_DRAFT = flags.DEFINE_string("draft", None, "Bundled draft name; default: the target's best.")
+_DRAFT = flags.DEFINE_string("draft", None, "Bundled draft name; default: the target's best "
+                             "(large_feature_draft for large_target).")
 _REPEATS = flags.DEFINE_integer("repeats", 5, "Timed repeats (medians are reported).")
 _SAMPLES = flags.DEFINE_integer("samples", 4, "At T > 0: sampled translations per sentence "
                                 "(one sample of 8 sentences is too few tokens to time).")
 _INPUT_LENGTH = flags.DEFINE_integer("input_length", None, "Padded source length; default: the "
                                      "longest sentence's tokens rounded up to a multiple of 8.")
-_OUTPUT = flags.DEFINE_string("output_json", None, "Also write the numbers here.")
+_OUTPUT = flags.DEFINE_string("output_json", None, "Write the numbers here; default: "
+                              "<runs_dir>/demo-<draft>-<UTC time>/demo.json.")
+_RUNS_DIR = flags.DEFINE_string("runs_dir", os.path.join(REPO, "results", "runs"),
+                                "Where a new run directory is made when --output_json is not "
+                                "given ('' writes no JSON).")
+_RUNS_INDEX = flags.DEFINE_string("runs_index", os.path.join(REPO, "results", "runs.jsonl"),
+                                  "The run index the run is appended to ('' for none).")
 _SEED = flags.DEFINE_integer("seed", 0, "PRNG seed of the decode keys (batch i: fold_in(seed, i)).")
 
 
@@ -44,8 +61,9 @@ def main(argv):
     demo.run(num_sentences=_NUM.value, gamma=_GAMMA.value, temperatures=temperatures,
              target_name=_TARGET.value, draft_name=_DRAFT.value, repeats=_REPEATS.value,
              input_length=_INPUT_LENGTH.value, output_json=_OUTPUT.value,
-             samples=_SAMPLES.value, seed=_SEED.value)
+             samples=_SAMPLES.value, seed=_SEED.value, runs_dir=_RUNS_DIR.value or None,
+             runs_index=_RUNS_INDEX.value or None)
 
 
 if __name__ == "__main__":
-    app.run(config_lib.user_errors(main))
+    config_lib.run_app(main)

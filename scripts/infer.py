@@ -66,4 +66,4 @@ def main():
 
 
 if __name__ == "__main__":
-    config.run(main)
+    config.run(main, gin_file="configs/runs/infer.gin")

@@ -26,4 +26,4 @@ def main():
 
 
 if __name__ == "__main__":
-    config.run(main)
+    config.run(main, gin_file="configs/runs/measure_alpha.gin")

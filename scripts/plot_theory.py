@@ -64,4 +64,4 @@ def main(argv: Sequence[str]) -> None:
 
 if __name__ == "__main__":
     _define_flags()
-    app.run(config_lib.user_errors(main))
+    config_lib.run_app(main)

@@ -35,6 +35,7 @@ speculative/data/mini/models/MODEL_CARD.md):
 import os
 import re
 import sys
+import tokenize
 from typing import List, Sequence
 
 import gin
@@ -77,12 +78,19 @@ def parse_gin(run: str, gin_files: Sequence[str], bindings: Sequence[str],
     if run == "ngrams":  # train.gin's REQUIRED training macros do not apply; user bindings win
         bindings = [f"{name} = None" for name in NGRAM_UNUSED_MACROS] + bindings
     config_lib.check_macros(gin_files, bindings, search_paths)
-    gin.parse_config_files_and_bindings(list(gin_files), bindings)
+    try:
+        gin.parse_config_files_and_bindings(list(gin_files), bindings)
+    except (SyntaxError, tokenize.TokenError) as e:  # one line naming the fix
+        raise ValueError(config_lib.parse_error_message(e, bindings)) from None
 
 
 def main(argv: Sequence[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+    if not FLAGS.gin_file:
+        raise ValueError("no --gin_file: the run's settings are in configs/runs/train.gin (or "
+                         "train_code.gin, feature_draft.gin); pass it with a model file, as in "
+                         "the example of --help.")
     for path in FLAGS.gin_search_paths:
         gin.add_config_file_search_path(os.path.abspath(path))
     parse_gin(FLAGS.run, FLAGS.gin_file, FLAGS.gin_bindings, FLAGS.gin_search_paths)
@@ -98,4 +106,4 @@ def main(argv: Sequence[str]) -> None:
 
 
 if __name__ == "__main__":
-    app.run(config_lib.user_errors(main), argv=rewrite_gin_args(sys.argv))
+    config_lib.run_app(main, argv=rewrite_gin_args(sys.argv))

@@ -234,14 +234,20 @@ def test_demo_picks_a_tree_only_when_it_is_predicted_faster():
 
 
 def test_demo_runs_on_the_bundled_mini_pair(tmp_path, capsys):
-    """The main job's code path end to end (small): translations identical to the target's
-    greedy output, one row per temperature with its measured and predicted speedups, the JSON
-    written."""
+    """The main job's code path end to end (small): the legend, translations identical to the
+    target's greedy output, one row per temperature with its measured and predicted speedups,
+    the JSON written with its provenance into a new run directory (its path printed) and the
+    run appended to the run index."""
     from speculative.experiments import demo  # pylint: disable=g-import-not-at-top
 
-    out = tmp_path / "demo.json"
+    runs, index = tmp_path / "results" / "runs", tmp_path / "results" / "runs.jsonl"
     summary = demo.run(num_sentences=2, gamma=2, temperatures=(0.0,), target_name=mini.MINI_TARGET,
-                       draft_name="mini_draft_10", repeats=1, output_json=str(out))
+                       draft_name="mini_draft_10", repeats=1, runs_dir=str(runs),
+                       runs_index=str(index), command="python scripts/demo.py --test")
+    [run_dir] = os.listdir(runs)
+    assert run_dir.startswith("demo-mini_draft_10-")
+    out = runs / run_dir / "demo.json"
+    assert summary["json"] == str(out) and os.listdir(runs / run_dir) == ["demo.json"]
     assert summary["identical_to_baseline"] and summary["sentences"] == 2
     # The first two test sentences need 18 tokens each (prefix and EOS): padded to 24.
     assert summary["input_length"] == 24
@@ -269,6 +275,17 @@ def test_demo_runs_on_the_bundled_mini_pair(tmp_path, capsys):
     assert 5e6 < written["cache_regime"]["weight_bytes"] < 20e6
     assert "cache_bytes" in written["environment"]["cpu"]
     printed = capsys.readouterr().out
+    assert demo.LEGEND in printed and f"Wrote {out}" in printed
+    # Provenance, and the run's line in the index.
+    provenance = written["provenance"]
+    assert provenance["command"] == "python scripts/demo.py --test" and provenance["date"]
+    assert "commit" in provenance and "last_level_cache_bytes" in provenance["host"]
+    [line] = index.read_text().splitlines()
+    record = json.loads(line)
+    assert record["run_id"] == run_dir and f"Run {run_dir} added to {index}" in printed
+    assert record["path"] == os.path.join("results", "runs", run_dir, "demo.json")
+    assert record["headline"]["rows"][0]["speedup"] == row["speedup"]
+    assert "Theorem 3.8" in printed and "by the decode-loop model" not in printed
     step_ms = 1e3 * written["target_step_s"]
     assert f"A step took {step_ms:.1f} ms" in printed
     assert f"target step: {step_ms:.2f} ms before the timings" in printed

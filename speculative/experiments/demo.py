@@ -2,12 +2,13 @@
 
 Translates test-split sentences with a bundled EN->DE target (by default `large_target`, the
 memory-bound one), once autoregressively (the baseline) and once speculatively with its best
-bundled draft, at batch 1 as in the paper, at each temperature (default 0, then 1). Prints the
-translations, then one line per temperature with alpha, tokens per target call, c, the verify
-cost, the measured speedup (`speedup N.NNx`) and both predictions (Theorem 3.8 and the decode-
-loop cost model); with `[out, in]` kernels (a CPU's default) also the same target's baseline
-in T5X's layout, timed in the same rounds, and the speedup over the faster baseline. At a
-temperature above 0 each sentence is decoded with `samples` keys
+bundled draft, at batch 1 as in the paper, at each temperature (default 0, then 1). Prints a
+legend of its terms (`LEGEND`), the translations, then one line per temperature with alpha,
+tokens per target call, the measured speedup (`speedup N.NNx`) and Theorem 3.8's prediction,
+with the decode-loop model's beside it, and c and the verify cost after; with `[out, in]`
+kernels (a CPU's default) also the same target's baseline in T5X's layout, timed in the same
+rounds, and the speedup over the faster baseline. At a temperature above 0 each sentence is
+decoded with `samples` keys
 (different translations; the baseline and the speculative decoder get the same keys): one
 sampled translation of 8 sentences is about 115 tokens, and its speedup moved between 1.26x and
 1.92x (2.78 to 4.10 tokens per target call) with the seed alone. gamma is Theorem 3.8's best for
@@ -23,6 +24,10 @@ within minutes, so it also compares the target step timed before the decoders wi
 baseline's loop step while they were timed, and says when the two differ by more than
 `STATE_CHANGE`. Without the bundle (a partial checkout) it falls back to random tiny models and
 says so.
+
+The JSON (`output_json`, or `<runs_dir>/demo-<draft>-<UTC time>/demo.json`) records the run's
+provenance (`host.provenance`: commit, command, date, host), and with `runs_index` the run is
+appended to that index (`results/runs.jsonl`: run id, command, headline numbers).
 """
 
 from __future__ import annotations
@@ -47,6 +52,23 @@ from speculative.models import layers, t5
 from speculative.runs import config as config_lib
 from speculative.runs import mini
 
+# What the printed terms mean (printed before the numbers).
+LEGEND = """\
+How to read the numbers:
+  alpha        the draft's acceptance rate: the mean over drafted positions of sum_x min(p, q),
+               the chance the target keeps a draft token (Cor. 3.6); 1 = always kept
+  tokens per target call   tokens each target forward yields (the baseline: 1; at most gamma + 1)
+  c            the draft's cost per call, in target steps (draft step time / target step time)
+  verify cost  one target call scoring gamma + 1 tokens, in target steps (the paper assumes 1;
+               on a CPU it is more)
+  speedup      baseline time / speculative time on the same sentences, timed in alternating
+               rounds
+  Theorem 3.8  the predicted speedup (1 - alpha^(gamma+1)) / ((1 - alpha)(gamma c + verify cost))
+               with the measured alpha, c and verify cost
+  decode-loop model   the same prediction with each decoder's whole loop step timed on other
+               sentences (sampling and bookkeeping included); usually nearer the speedup
+"""
+
 # The baseline's loop step and the isolated step differ by more than this factor when the
 # host changed state mid-run (by 1.6-1.8x on the Xeon host of docs/limits.md). Within one state
 # they agree to about 25%: the loop adds sampling, the commit and its carry to each step (up
@@ -63,26 +85,32 @@ def _random_pair():
     return loading.load_model(cfg, seed=0), loading.load_model(small, seed=1), "random-tiny"
 
 
-def _regime_line(name: str, regime, step_s: float) -> str:
+def _regime_line(name: str, regime, step_s: float, level: Optional[str] = None) -> str:
     """Whether the target's weights stream from memory on this CPU, and how fast a step read
-    them (`step_s`: the measured target step)."""
+    them (`step_s`: the measured target step). `level`: the last-level cache's name ('L3')."""
     mb = regime["weight_bytes"] / 1e6
     step = (f" A step took {1e3 * step_s:.1f} ms ({regime['weight_bytes'] / step_s / 1e9:.0f} "
             "GB/s of weights).")
     if regime["memory_bound"] is None:
         return (f"{name} reads {mb:.1f} MB of weights per step (this CPU's cache sizes are "
                 "unknown)." + step)
-    cache = regime["last_level_cache_bytes"] / 1e6
+    cache = cache_name(regime["last_level_cache_bytes"], level)
     if regime["memory_bound"]:
         over = regime["weights_over_cache"]
         return (f"{name} reads {mb:.1f} MB of weights per step, {over:.1f}x this CPU's "
-                f"{cache:.0f} MB last-level cache: memory-bound, so verifying gamma + 1 tokens "
-                "costs far less than gamma + 1 steps." + step)
-    return (f"{name} reads {mb:.1f} MB of weights per step, and this CPU's last-level cache "
-            f"holds {cache:.0f} MB, more than the weights." + step + " When the cache serves "
+                f"{cache}: memory-bound, so verifying gamma + 1 tokens costs far less than "
+                "gamma + 1 steps." + step)
+    return (f"{name} reads {mb:.1f} MB of weights per step, and this CPU's {cache} holds more "
+            "than the weights." + step + " When the cache serves "
             "them (a fast step) verification is further from free and the speedup lower than "
             "when they stream from memory; a cache shared with other tenants can switch between "
             "the two within minutes (docs/limits.md).")
+
+
+def cache_name(num_bytes: float, level: Optional[str] = None) -> str:
+    """A cache as its maker names it, in binary megabytes: '32 MB L3' (33554432 bytes), or
+    '32 MB last-level cache' when the level is unknown."""
+    return f"{num_bytes / 2**20:.0f} MB " + (level or "last-level cache")
 
 
 def _state_line(step_s: float, loop_steps_s: Sequence[Optional[float]]) -> str:
@@ -119,13 +147,20 @@ def run(*, num_sentences: int = 8, gamma: Optional[int] = None,
         temperatures: Sequence[float] = (0.0, 1.0), target_name: Optional[str] = None,
         draft_name: Optional[str] = None, repeats: int = 5, input_length: Optional[int] = None,
         max_decode_len: int = 48, output_json: Optional[str] = None, seed: int = 0,
-        samples: int = 4) -> dict:
-    """Runs the comparison and prints it; returns the numbers (also written to `output_json`).
+        samples: int = 4, runs_dir: Optional[str] = None, runs_index: Optional[str] = None,
+        command: Optional[str] = None) -> dict:
+    """Runs the comparison and prints it; returns the numbers, with their provenance.
 
     `input_length` (default: the longest sentence's tokens rounded up to a multiple of 8, so
     that the encoder, which both decoders run once per sentence, does not process padding) is
     the padded source length; the decode-loop model's calibration sentences are the next
-    test sentences that fit it."""
+    test sentences that fit it.
+
+    The JSON goes to `output_json`, else (with `runs_dir`) to a new directory
+    `<runs_dir>/demo-<draft>-<UTC time>/demo.json`, else nowhere; the path is printed and
+    returned as `summary["json"]`. With `runs_index` the run is appended to that index
+    (`files.append_run`). `command`: what provenance records (default: this process's command
+    line). Bad arguments and names are refused before any model is loaded."""
     validation.positive_int(num_sentences, "num_sentences", "test sentences translated")
     validation.positive_int(repeats, "repeats", "timed rounds")
     validation.positive_int(samples, "samples", "sampled translations per sentence at T > 0")
@@ -142,11 +177,17 @@ def run(*, num_sentences: int = 8, gamma: Optional[int] = None,
             SamplingConfig(t)
         except ValueError as e:
             raise ValueError(f"temperatures={list(temperatures)!r}: {e}") from None
-    if output_json:  # an unwritable place fails now, not after the timings
+    # gamma's bound does not depend on the models: refused here, not after loading and timing.
+    validation.check_lengths((), np.zeros((1, 1), np.int32), max_decode_len, gamma)
+    # Unwritable places fail now, not after the timings.
+    if output_json:
         config_lib.check_writable(os.path.dirname(os.path.abspath(output_json)), "output_json")
+    elif runs_dir:
+        config_lib.check_writable(runs_dir, "runs_dir")
+    if runs_index:
+        config_lib.check_writable(os.path.dirname(os.path.abspath(runs_index)), "runs_index")
     if mini.available():
-        target_name = target_name or mini.main_target()
-        draft_name = draft_name or mini.best_draft(target_name)
+        target_name, draft_name = check_names(target_name, draft_name)
         target, draft = mini.load(target_name), mini.load(draft_name)
     else:
         print("No bundled models found: using random tiny models (outputs are gibberish).")
@@ -158,6 +199,8 @@ def run(*, num_sentences: int = 8, gamma: Optional[int] = None,
         longest = max(len(ids) for ids in vocab.encode_inputs([src for src, _ in pairs]))
         input_length = -(-longest // 8) * 8
     batches = [vocab.encode_sources([src], input_length) for src, _ in pairs]
+    # The models' own limits (cache length, memory), before any timing.
+    validation.check_lengths((target, draft), batches[0], max_decode_len, gamma)
     # Other test sentences, on which the decode-loop cost model is fitted.
     calibration = mini.source_batches(8, 1, input_length, skip=num_sentences)
     load = host.LoadAverage()
@@ -178,9 +221,12 @@ def run(*, num_sentences: int = 8, gamma: Optional[int] = None,
     weights = host.step_bytes(target.module.config, target.params, batch_size=1, position=0,
                                 encoder_length=0)["total"]
     environment = host.environment()  # the CPU and its caches, read once
-    regime = host.cache_regime(weights, environment["cpu"]["cache_bytes"])
+    caches = environment["cpu"]["cache_bytes"]
+    regime = host.cache_regime(weights, caches)
     print(f"\nTarget {target_name} | draft {draft_name} | batch 1 | {len(pairs)} test sentences")
-    print(_regime_line(target_name, regime, costs.target_step_s) + "\n")
+    print(_regime_line(target_name, regime, costs.target_step_s,
+                       max(caches, key=caches.get) if caches else None) + "\n")
+    print(LEGEND)
     # With `[out, in]` kernels (a CPU's default) the same target in T5X's layout decodes
     # autoregressively in the same rounds: the speedup is also given over the faster baseline,
     # which is not always the new layout's (docs/limits.md, "The kernel layout").
@@ -212,7 +258,8 @@ def run(*, num_sentences: int = 8, gamma: Optional[int] = None,
         if not gamma:
             g, tree, line = _pick_shape(target, draft, timed, sampling, costs, row_costs,
                                         max_decode_len, seed)
-            print(f"T={temperature:g}: {line}")
+            print(f"T={temperature:g}: the shape, chosen before timing by Theorem 3.8 on the "
+                  f"acceptance along the target's output: {line}")
         [m] = measure.measure(
             target, [draft] * len(timed), timed, sampling=sampling, gammas=[g],
             max_decode_len=max_decode_len, repeats=repeats, lenience=1.0, seed=seed,
@@ -230,8 +277,8 @@ def run(*, num_sentences: int = 8, gamma: Optional[int] = None,
         print(f"T={temperature:g}: speedup {row['speedup']:.2f}x ({drawn}{shape}, alpha "
               f"{row['alpha']:.3f}, {row['tokens_per_target_call']:.2f} tokens per target call; "
               f"baseline {row['baseline_s']:.3f} s, speculative {row['speculative_s']:.3f} s; "
-              f"predicted {row['predicted_speedup']:.2f}x by Theorem 3.8, "
-              f"{row['predicted_speedup_loop']:.2f}x by the decode-loop model)")
+              f"Theorem 3.8 {row['predicted_speedup']:.2f}x, decode-loop model "
+              f"{row['predicted_speedup_loop']:.2f}x)")
         if other_baselines:
             print(f"T={temperature:g}: the baseline with T5X's [in, out] kernels "
                   f"{row['other_baselines_s']['t5x_layout']:.3f} s: "
@@ -252,7 +299,63 @@ def run(*, num_sentences: int = 8, gamma: Optional[int] = None,
         "load_average_1m": load_average,
         "cache_regime": regime,
         "environment": environment,
+        "provenance": host.provenance(command, load=load_average, bandwidth=True),
     }
+    if not output_json and runs_dir:
+        output_json = os.path.join(files.new_run_dir(runs_dir, f"demo-{draft_name}"), "demo.json")
+    summary["json"] = output_json
     if output_json:
-        files.write_atomic(output_json, json.dumps(summary, indent=1))  # never half-written
+        files.write_atomic(output_json, json.dumps(files.json_ready(summary), indent=1))
+        print(f"Wrote {output_json}")
+    else:
+        print("Nothing written (no output_json or runs_dir).")
+    if runs_index:
+        record = index_record(summary, output_json, runs_index)
+        files.append_run(runs_index, record)
+        print(f"Run {record['run_id']} added to {runs_index}")
     return summary
+
+
+def index_record(summary: dict, path: Optional[str], runs_index: str) -> dict:
+    """The run's line in the run index (`results/runs.jsonl`): id, command, commit, date, host
+    and the headline numbers per temperature. `path` is given relative to the index's parent
+    directory's parent (the repository root for `results/runs.jsonl`) when inside it."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(runs_index)))
+    shown = path
+    if path and os.path.abspath(path).startswith(root + os.sep):
+        shown = os.path.relpath(os.path.abspath(path), root)
+    if path and os.path.basename(path) == "demo.json":
+        run_id = os.path.basename(os.path.dirname(os.path.abspath(path)))
+    else:
+        run_id = f"demo-{summary['draft']}-{summary['provenance']['date']}"
+    keys = ("alpha", "gamma", "tree", "tokens_per_target_call", "speedup",
+            "speedup_over_fastest_baseline", "predicted_speedup", "predicted_speedup_loop")
+    rows = [{"T": r["temperature"], **{k: r.get(k) for k in keys}} for r in summary["rows"]]
+    provenance = summary["provenance"]
+    return {"run_id": run_id, "experiment": "demo",
+            "pair": f"{summary['target']}/{summary['draft']}", "path": shown,
+            "command": provenance["command"], "commit": provenance["commit"],
+            "date": provenance["date"], "host": provenance["host"],
+            "headline": {"draft": summary["draft"], "rows": rows}}
+
+
+def check_names(target_name: Optional[str], draft_name: Optional[str]):
+    """The bundled target and draft names (defaults filled in), or ValueError naming the one
+    the bundle lacks, or a draft trained for another target; reads the model card only."""
+    targets = mini.targets()
+    target_name = target_name or mini.main_target()
+    if target_name not in targets:
+        raise ValueError(f"target={target_name!r} is not a bundled target; choose one of "
+                         f"{targets}.")
+    draft_name = draft_name or mini.best_draft(target_name)
+    drafts = mini.drafts(target_name)
+    if draft_name not in drafts:
+        owner = None
+        try:
+            owner = mini.target_of(draft_name)
+        except ValueError:
+            pass
+        raise ValueError(f"draft={draft_name!r} is not a bundled draft of {target_name}"
+                         + (f" (it belongs to {owner})" if owner else "")
+                         + f"; choose one of {drafts}.")
+    return target_name, draft_name
