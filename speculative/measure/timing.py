@@ -213,56 +213,69 @@ class Measurement:
         return out
 
 
-def measure(target, drafts: Sequence[Any], batches: Sequence[np.ndarray], *,
-            sampling: SamplingConfig, gammas: Sequence[int], max_decode_len: int,
-            repeats: int, lenience: float, seed: int, costs: costs_lib.StepCosts,
-            draft_confidence: float = 0.0,
-            calibration: Sequence[np.ndarray] = (),
-            calibration_lengths: Optional[Sequence[int]] = None,
-            tree: Optional[Sequence[int]] = None,
-            other_baselines: Optional[Mapping[str, Any]] = None) -> List[Measurement]:
+@dataclasses.dataclass(frozen=True)
+class MeasureOptions:
+    """How `measure` decodes and times.
+
+    Attributes:
+      sampling: the one sampling setting of every decode.
+      gammas: the speculative decoders' gammas (one `Measurement` each).
+      max_decode_len: N of every decode.
+      repeats: interleaved timed rounds after the compiling first call.
+      lenience: speculative_decode's lenience (1 = exact).
+      seed: the decode keys.
+      draft_confidence: dynamic gamma (0 = always draft gamma tokens).
+      calibration: other input batches (decoded with `drafts[0]`), timed in the same rounds,
+        on which the decode-loop cost model is fitted; () = no loop prediction.
+      calibration_lengths: one max_decode_len per calibration batch (default `max_decode_len`),
+        so that sequences which rarely end still vary in length, which the fit needs.
+      tree: a token tree's branching (`gammas` must be `[len(tree)]`): the speculative
+        decoders draft that tree; its verify cost is the one of its node count, and alpha (the
+        chance of passing a depth) and the predictions read the tree as a chain of its depth.
+      other_baselines: {name: model}: other models of the same target (e.g. its weights in
+        another kernel layout) whose autoregressive decodes are timed in the same rounds; each
+        measurement reports them and its speedup over the fastest baseline.
+    """
+
+    sampling: SamplingConfig
+    gammas: Sequence[int]
+    max_decode_len: int
+    repeats: int
+    lenience: float
+    seed: int
+    draft_confidence: float = 0.0
+    calibration: Sequence[np.ndarray] = ()
+    calibration_lengths: Optional[Sequence[int]] = None
+    tree: Optional[Sequence[int]] = None
+    other_baselines: Optional[Mapping[str, Any]] = None
+
+
+def measure(target, drafts: Sequence[Any], batches: Sequence[np.ndarray],
+            options: Optional[MeasureOptions] = None, *, costs: costs_lib.StepCosts,
+            **fields) -> List[Measurement]:
     """Times the baseline and every gamma on `batches` (interleaved); one `Measurement` per
     gamma.
 
     `drafts[i]` drafts for `batches[i]` (the same model, or synthetic drafts with distinct seeds).
-    With `calibration` batches (other inputs than `batches`, decoded with `drafts[0]`), the
-    decode-loop cost model is fitted from their timings, taken in the same interleaved rounds
-    as the measured decoders, and each measurement gets its prediction; `calibration_lengths`
-    (one max_decode_len per calibration batch; default `max_decode_len`) lets sequences that
-    rarely end vary in length, which the fit needs. `costs` is `costs.measure_costs`' result
-    (c and the verify cost of each gamma).
-
-    With `tree` (a token tree's branching; `gammas` must be `[len(tree)]`) the speculative
-    decoders draft that tree; its verify cost is the one of its node count, and alpha (the
-    chance of passing a depth) and the predictions read the tree as a chain of its depth.
-
-    `other_baselines` ({name: model}): other models of the same target (e.g. its weights in
-    another kernel layout) whose autoregressive decodes are timed in the same rounds; each
-    measurement reports them and its speedup over the fastest baseline.
+    `options` (a `MeasureOptions`) says how; `fields` (its fields by name) replace its values or,
+    without `options`, make it: `measure(target, drafts, batches, sampling=..., gammas=...,
+    costs=...)`. `costs` is `costs.measure_costs`' result (c and the verify cost of each gamma).
+    With `calibration` batches the decode-loop cost model is fitted from their timings and each
+    measurement gets its prediction.
     """
-    if tree is not None and list(gammas) != [len(tree)]:
-        raise ValueError(f"tree={tuple(tree)} is measured alone: gammas must be [{len(tree)}], "
-                         f"got {list(gammas)}.")
-    setting = (() if tree is None else ("constant", None, tuple(tree)))
-    other_baselines = dict(other_baselines or {})
-    programs = costs_lib.decode_programs(
-        target, drafts, batches, {g: (g, draft_confidence, *setting) for g in gammas},
-        sampling=sampling, max_decode_len=max_decode_len, lenience=lenience, seed=seed)
-    programs.update(costs_lib.calibration_programs(
-        target, drafts[0], calibration, gammas, sampling=sampling,
-        max_decode_len=max_decode_len if calibration_lengths is None else calibration_lengths,
-        lenience=lenience, draft_confidence=draft_confidence, seed=seed, tree=tree))
-    for name, model in other_baselines.items():
-        programs[("baseline", name)] = costs_lib.decode_programs(
-            model, drafts, batches, {}, sampling=sampling, max_decode_len=max_decode_len,
-            seed=seed)["baseline"]
+    o = MeasureOptions(**fields) if options is None else dataclasses.replace(options, **fields)
+    if o.tree is not None and list(o.gammas) != [len(o.tree)]:
+        raise ValueError(f"tree={tuple(o.tree)} is measured alone: gammas must be "
+                         f"[{len(o.tree)}], got {list(o.gammas)}.")
+    other_baselines = dict(o.other_baselines or {})
+    programs = _programs(target, drafts, batches, o, other_baselines)
     first, times, outputs = costs_lib.interleaved(
-        programs, repeats,
-        progress=f"batch {batches[0].shape[0]}, T={sampling.temperature:g}: timing")
+        programs, o.repeats,
+        progress=f"batch {batches[0].shape[0]}, T={o.sampling.temperature:g}: timing")
     loop_costs, loop_error = None, None
-    if calibration:
+    if o.calibration:
         try:
-            loop_costs = costs_lib.fit_loop_costs(times, outputs, gammas)
+            loop_costs = costs_lib.fit_loop_costs(times, outputs, o.gammas)
         except ValueError as e:  # e.g. no calibration sequence ended before max_decode_len
             loop_error = str(e)
 
@@ -272,16 +285,17 @@ def measure(target, drafts: Sequence[Any], batches: Sequence[np.ndarray], *,
     baseline = timing("baseline")
     base_tokens = int(sum(np.asarray(r.lengths).sum() for r in outputs["baseline"]))
     base_rounds = [int(r.stats.rounds) for r in outputs["baseline"]]
+    tree = None if o.tree is None else tuple(o.tree)
     results = []
-    for g in gammas:
+    for g in o.gammas:
         stats = stats_lib.merge_stats([r.stats for r in outputs[g]])
         result = Measurement(
-            sampling=sampling, batch_size=int(batches[0].shape[0]), gamma=g,
-            max_decode_len=max_decode_len, baseline=baseline, speculative=timing(g),
+            sampling=o.sampling, batch_size=int(batches[0].shape[0]), gamma=g,
+            max_decode_len=o.max_decode_len, baseline=baseline, speculative=timing(g),
             baseline_tokens=base_tokens, stats=stats, c=costs.c,
             verify_cost=costs.verify_cost[g] if tree is None
             else costs.verify_curve()(theory.tree_nodes(tree)),
-            loop_error=loop_error, tree=None if tree is None else tuple(tree),
+            loop_error=loop_error, tree=tree,
             other_baselines={name: timing(("baseline", name)) for name in other_baselines})
         if loop_costs is not None and math.isfinite(result.alpha):
             walltime = costs_lib.predict_walltime(
@@ -293,3 +307,22 @@ def measure(target, drafts: Sequence[Any], batches: Sequence[np.ndarray], *,
                 walltime=walltime))
         results.append(result)
     return results
+
+
+def _programs(target, drafts, batches, o: MeasureOptions, other_baselines) -> dict:
+    """Every program `measure` times: the baseline, each gamma, the calibration decodes and the
+    other baselines."""
+    setting = (() if o.tree is None else ("constant", None, tuple(o.tree)))
+    programs = costs_lib.decode_programs(
+        target, drafts, batches, {g: (g, o.draft_confidence, *setting) for g in o.gammas},
+        sampling=o.sampling, max_decode_len=o.max_decode_len, lenience=o.lenience, seed=o.seed)
+    programs.update(costs_lib.calibration_programs(
+        target, drafts[0], o.calibration, o.gammas, sampling=o.sampling,
+        max_decode_len=(o.max_decode_len if o.calibration_lengths is None
+                        else o.calibration_lengths),
+        lenience=o.lenience, draft_confidence=o.draft_confidence, seed=o.seed, tree=o.tree))
+    for name, model in other_baselines.items():
+        programs[("baseline", name)] = costs_lib.decode_programs(
+            model, drafts, batches, {}, sampling=o.sampling, max_decode_len=o.max_decode_len,
+            seed=o.seed)["baseline"]
+    return programs

@@ -375,13 +375,48 @@ def run(settings: InferSettings, models: Optional[Tuple[Any, Any]] = None,
                         "their last L_in tokens" if settings.decoder_only
                         else "their first L_in - 1 tokens + EOS")
 
-    key = jax.random.PRNGKey(settings.seed)
     all_batches = list(batches(examples, settings.batch_size, settings.input_length))
     beam_choice = None
     if settings.beam_size is not None and settings.speculative and \
             not settings.force_speculative_beam:
         settings, beam_choice = choose_beam_search(settings, target, draft, all_batches)
+    decoded = _decode_all(settings, target, draft, examples, all_batches, vocabulary)
+    summarise = (predictions.beam_summary if settings.beam_size is not None
+                 else predictions.decode_summary)
+    summary = summarise(decoded.batch_stats, [n for _, n in all_batches])
+    task_metrics = predictions.task_metrics(task, decoded.records)
+    metrics = _metrics(settings, task.name, decoded, summary, task_metrics, examples,
+                       num_truncated, len(all_batches))
+    if beam_choice is not None:  # how the run chose between the plain and speculative search
+        metrics["beam_choice"] = beam_choice.to_json()
+    files = {}
+    if settings.output_dir and config_lib.is_writer():  # multi-process: process 0 writes
+        files = write_outputs(settings.output_dir, decoded.records, metrics)
+    tokens_per_second = metrics["timing"]["tokens_per_second"]
+    _log_summary(settings, len(decoded.records), task_metrics, summary, tokens_per_second)
+    return InferResult(settings=settings, metrics=metrics, records=decoded.records,
+                       output_files=files, task_metrics=task_metrics,
+                       alpha=summary.get("alpha"),
+                       tokens_per_target_call=summary.get("tokens_per_target_call"),
+                       tokens_per_second=tokens_per_second)
 
+
+@dataclasses.dataclass
+class _Decoded:
+    """What decoding every batch gave: the records, each batch's stats (or beam results), the
+    decode seconds (compilation excluded) and the compile seconds (the untimed first batch)."""
+
+    records: List[Dict[str, Any]]
+    batch_stats: List[Any]
+    decode_seconds: float
+    compile_seconds: float
+
+
+def _decode_all(settings: InferSettings, target, draft, examples: List[Example], all_batches,
+                vocabulary) -> _Decoded:
+    """Decodes the first batch once untimed (the compile), then every batch timed; stops at the
+    first batch whose decode met a non-finite distribution (no text from NaN)."""
+    key = jax.random.PRNGKey(settings.seed)
     start = time.perf_counter()  # compile (and one decode of the first batch), untimed below
     first = _gathered(jax.block_until_ready(decode_batch(
         settings, target, draft, all_batches[0][0], jax.random.fold_in(key, 0))))
@@ -407,29 +442,32 @@ def run(settings: InferSettings, models: Optional[Tuple[Any, Any]] = None,
         if beams:
             batch_stats.append(result)
             records += predictions.beam_records(rows, result, vocabulary,
-                                                  settings.max_decode_len)
+                                                settings.max_decode_len)
         else:
             result.stats.check_finite(f"{settings.mode} decoding, batch {i}")  # no text from NaN
             batch_stats.append(result.stats)
             records += predictions.row_records(rows, result, vocabulary, settings.max_decode_len)
         offset += num_real
+    return _Decoded(records, batch_stats, decode_seconds, compile_seconds)
 
-    summarise = predictions.beam_summary if beams else predictions.decode_summary
-    summary = summarise(batch_stats, [n for _, n in all_batches])
-    task_metrics = predictions.task_metrics(task, records)
-    tokens_per_second = summary["generated_tokens"] / decode_seconds if decode_seconds else None
-    metrics = {
-        "task": task.name,
+
+def _metrics(settings: InferSettings, task_name: str, decoded: _Decoded, summary, task_metrics,
+             examples: List[Example], num_truncated: int, num_batches: int) -> Dict[str, Any]:
+    """metrics.json's contents (without `files` and `beam_choice`)."""
+    records, seconds = decoded.records, decoded.decode_seconds
+    tokens_per_second = summary["generated_tokens"] / seconds if seconds else None
+    return {
+        "task": task_name,
         "split": settings.split,
         "mode": settings.mode,
         "num_examples": len(records),
         "metrics": task_metrics,
         "timing": {
-            "decode_seconds": decode_seconds,
-            "compile_seconds": compile_seconds,
+            "decode_seconds": seconds,
+            "compile_seconds": decoded.compile_seconds,
             "tokens_per_second": tokens_per_second,
-            "examples_per_second": len(records) / decode_seconds if decode_seconds else None,
-            "num_batches": len(all_batches),
+            "examples_per_second": len(records) / seconds if seconds else None,
+            "num_batches": num_batches,
             "note": "decode_seconds excludes compilation: the first batch is decoded once "
                     "untimed (compile_seconds) and then timed with the others.",
         },
@@ -441,11 +479,10 @@ def run(settings: InferSettings, models: Optional[Tuple[Any, Any]] = None,
                     "num_hit_max_decode_len": sum(r["hit_max_decode_len"] for r in records)},
         "settings": settings.to_json(),
     }
-    if beam_choice is not None:  # how the run chose between the plain and speculative search
-        metrics["beam_choice"] = beam_choice.to_json()
-    files = {}
-    if settings.output_dir and config_lib.is_writer():  # multi-process: process 0 writes
-        files = write_outputs(settings.output_dir, records, metrics)
+
+
+def _log_summary(settings: InferSettings, num_records: int, task_metrics, summary,
+                 tokens_per_second: Optional[float]) -> None:
     if settings.beam_size is not None:
         calls = (f"{summary['target_calls']} target forwards against "
                  f"{summary['target_alone_forwards']} for the target's own beam search"
@@ -453,12 +490,8 @@ def run(settings: InferSettings, models: Optional[Tuple[Any, Any]] = None,
     else:
         calls = (f"alpha {summary.get('alpha')}, "
                  f"{summary.get('tokens_per_target_call') or 0.0:.2f} tokens/target call")
-    logging.info("%s: %d examples, %s, %s, %.1f tokens/s", settings.mode, len(records),
+    logging.info("%s: %d examples, %s, %s, %.1f tokens/s", settings.mode, num_records,
                  task_metrics, calls, tokens_per_second or 0.0)
-    return InferResult(settings=settings, metrics=metrics, records=records, output_files=files,
-                       task_metrics=task_metrics, alpha=summary.get("alpha"),
-                       tokens_per_target_call=summary.get("tokens_per_target_call"),
-                       tokens_per_second=tokens_per_second)
 
 
 def write_outputs(output_dir: str, records, metrics) -> Dict[str, str]:

@@ -81,6 +81,7 @@ from speculative.training.evaluation import bleu, decoder_flops_per_token, draft
 from speculative.training.objectives import distill_targets, teacher_distributions
 from speculative.training.trainer import (
     ResumableRun,
+    TrainState,
     evaluate_loss,
     init_state,
     make_eval_step,
@@ -246,15 +247,7 @@ def train(run: TrainRun) -> dict:
     config, model, model_dir, decoder_only = run.config, run.model, run.model_dir, run.decoder_only
     name = run.name or os.path.basename(os.path.normpath(model_dir))
     data_dir = run.data_dir or (code_corpus.CODE_DIR if decoder_only else MINI_DIR)
-    max_len = config.max_length
-    if decoder_only and (run.distill or run.distill_sources or config.objective != "ce"):
-        raise ValueError(
-            f"decoder_only=True trains a language model on the corpus itself, but distill="
-            f"{run.distill}, distill_sources={run.distill_sources!r}, objective="
-            f"{config.objective!r} distill an encoder-decoder draft; use distill=False and "
-            "objective='ce'.")
-    if decoder_only and run.target_checkpoint:
-        check_prompt_length(run.prompt_length, max_len)
+    _check_run(run)
     os.makedirs(model_dir, exist_ok=True)
     if run.gin_config is not None:
         with open(os.path.join(model_dir, "config.gin"), "w") as f:
@@ -264,6 +257,37 @@ def train(run: TrainRun) -> dict:
         raise ValueError(f"Model vocab_size={model.vocab_size} but the vocabulary in {data_dir} "
                          f"has {tokenizer.vocab_size} pieces; set vocab_size="
                          f"{tokenizer.vocab_size}.")
+    data = _read_data(run, tokenizer, data_dir)
+    module = models_lib.make_module(model, decoder_only=decoder_only)
+    teacher = (_load_target(run.target_model, run.target_checkpoint, decoder_only)
+               if run.target_checkpoint else None)
+    if run.distill:
+        _distill(run, teacher, data)
+    alpha_rng, fitted = _fit(run, module, data)
+    params = jax.device_get(fitted.state.params)
+    checkpoints.save_t5x(params, model_dir, step=config.steps, overwrite=True)
+    summary = _summary(run, name, module, params, data, fitted, tokenizer)
+    if teacher is not None:
+        _measure_as_draft(run, summary, teacher, module, params, data, alpha_rng)
+    summary["total_wall_s"] = round(time.time() - start, 1)
+    if run.export_dir:
+        _export(run, name, summary, module, params, data, fitted.eval_step, tokenizer)
+    _write_json(os.path.join(model_dir, "summary.json"), summary)
+    fitted.resume.finish(config.steps, fitted.train_s)
+    return summary
+
+
+def _check_run(run: TrainRun) -> None:
+    """Refuses settings that cannot work together, before any work."""
+    config = run.config
+    if run.decoder_only and (run.distill or run.distill_sources or config.objective != "ce"):
+        raise ValueError(
+            f"decoder_only=True trains a language model on the corpus itself, but distill="
+            f"{run.distill}, distill_sources={run.distill_sources!r}, objective="
+            f"{config.objective!r} distill an encoder-decoder draft; use distill=False and "
+            "objective='ce'.")
+    if run.decoder_only and run.target_checkpoint:
+        check_prompt_length(run.prompt_length, config.max_length)
     if run.distill and not (run.target_model and run.target_checkpoint):
         raise ValueError("distill=True needs target_model and target_checkpoint (the teacher).")
     if run.distill_sources and not run.distill:
@@ -273,61 +297,96 @@ def train(run: TrainRun) -> dict:
         raise ValueError(f"objective={config.objective!r} learns the teacher's distributions on "
                          "its own outputs: set distill=True with target_model and "
                          "target_checkpoint (or use objective='ce').")
-    if decoder_only:
+
+
+@dataclasses.dataclass
+class _Data:
+    """A run's examples: training, valid, the card's valid subset, the valid pairs (BLEU; empty
+    for a decoder-only run), the pairs dropped as too long, and the teacher's extra sources."""
+
+    train: list
+    valid: list
+    subset: list
+    valid_pairs: list
+    dropped: int
+    mono: list
+
+
+def _read_data(run: TrainRun, tokenizer: Tokenizer, data_dir: str) -> _Data:
+    """The corpus as examples: chunks of the code corpus (`decoder_only`) or tokenized pairs,
+    plus the `distill_sources` inputs (their targets are filled in by the teacher)."""
+    config, max_len = run.config, run.config.max_length
+    if run.decoder_only:
         train_ex = lm_examples(data_dir, "train", tokenizer, max_len)[:run.max_train_pairs]
         valid_ex = lm_examples(data_dir, "valid", tokenizer, max_len)
-        subset_ex, dropped = valid_ex[:run.card_subset], 0
         logging.info("train: %d chunks of up to %d tokens; valid: %d", len(train_ex), max_len,
                      len(valid_ex))
-    else:
-        valid_pairs = load_pairs(os.path.join(data_dir, "valid.tsv"))
-        train_ex, dropped = tokenize_pairs(
-            load_pairs(os.path.join(data_dir, "train.tsv"))[:run.max_train_pairs], tokenizer,
-            config)
-        valid_ex, valid_dropped = tokenize_pairs(valid_pairs, tokenizer, config)
-        subset_ex, _ = tokenize_pairs(valid_pairs[:run.card_subset], tokenizer,
-                                      dataclasses.replace(config, truncate=True))
-        logging.info("train: %d pairs (%d longer than %d dropped); valid: %d (%d dropped)",
-                     len(train_ex), dropped, max_len, len(valid_ex), valid_dropped)
-    module = models_lib.make_module(model, decoder_only=decoder_only)
-    teacher = (_load_target(run.target_model, run.target_checkpoint, decoder_only)
-               if run.target_checkpoint else None)
+        return _Data(train_ex, valid_ex, valid_ex[:run.card_subset], [], 0, [])
+    valid_pairs = load_pairs(os.path.join(data_dir, "valid.tsv"))
+    train_ex, dropped = tokenize_pairs(
+        load_pairs(os.path.join(data_dir, "train.tsv"))[:run.max_train_pairs], tokenizer,
+        config)
+    valid_ex, valid_dropped = tokenize_pairs(valid_pairs, tokenizer, config)
+    subset_ex, _ = tokenize_pairs(valid_pairs[:run.card_subset], tokenizer,
+                                  dataclasses.replace(config, truncate=True))
+    logging.info("train: %d pairs (%d longer than %d dropped); valid: %d (%d dropped)",
+                 len(train_ex), dropped, max_len, len(valid_ex), valid_dropped)
     mono_ex = []
     if run.distill_sources:
         mono_ex, _ = make_examples(  # the placeholder target is replaced by the teacher's
             tokenizer.encode_inputs(load_sources(os.path.join(data_dir, run.distill_sources))),
             itertools.repeat([EOS_ID]), max_len)
-    if run.distill:
-        if run.distill_pairs:  # greedy decoding costs ~15 ms per sentence for mini_target on CPU
-            pick = np.random.default_rng(run.seed).permutation(len(train_ex))[:run.distill_pairs]
-            train_ex = [train_ex[i] for i in np.sort(pick)]
-        stem, ext = os.path.splitext(run.distill_cache) if run.distill_cache else (None, None)
-        train_ex = _teach(teacher, train_ex, config, run.distill_cache)
-        if mono_ex:
-            mono_ex = _teach(teacher, mono_ex, config, stem and f"{stem}.mono{ext}")
-            logging.info("%d distillation pairs from the training sources, %d from %s",
-                         len(train_ex), len(mono_ex), run.distill_sources)
-            train_ex = train_ex + mono_ex
+    return _Data(train_ex, valid_ex, subset_ex, valid_pairs, dropped, mono_ex)
 
+
+def _distill(run: TrainRun, teacher, data: _Data) -> None:
+    """Replaces the training targets (and the extra sources') by the teacher's (`_teach`)."""
+    if run.distill_pairs:  # greedy decoding costs ~15 ms per sentence for mini_target on CPU
+        pick = np.random.default_rng(run.seed).permutation(len(data.train))[:run.distill_pairs]
+        data.train = [data.train[i] for i in np.sort(pick)]
+    stem, ext = os.path.splitext(run.distill_cache) if run.distill_cache else (None, None)
+    data.train = _teach(teacher, data.train, run.config, run.distill_cache)
+    if data.mono:
+        data.mono = _teach(teacher, data.mono, run.config, stem and f"{stem}.mono{ext}")
+        logging.info("%d distillation pairs from the training sources, %d from %s",
+                     len(data.train), len(data.mono), run.distill_sources)
+        data.train = data.train + data.mono
+
+
+@dataclasses.dataclass
+class _Fitted:
+    """The trained state, the last metrics record, the training seconds, the eval step and
+    the run's resumable state."""
+
+    state: TrainState
+    record: dict
+    train_s: float
+    eval_step: object
+    resume: ResumableRun
+
+
+def _fit(run: TrainRun, module, data: _Data):
+    """The training loop (resumable; module docstring) -> `(alpha_rng, _Fitted)`."""
+    config, model = run.config, run.model
     optimizer = make_optimizer(config)
     init_rng, dropout_rng, alpha_rng = jax.random.split(jax.random.PRNGKey(run.seed), 3)
     state = init_state(module, optimizer, init_rng, run.init_checkpoint)
-    resume = ResumableRun(model_dir, {"model": dataclasses.asdict(model), "seed": run.seed,
-                                      "train_config": dataclasses.asdict(config),
-                                      "distill": run.distill, "train_pairs": len(train_ex),
-                                      "distill_sources": run.distill_sources,
-                                      "init_checkpoint": run.init_checkpoint,
-                                      **({"decoder_only": True} if decoder_only else {})})
+    resume = ResumableRun(run.model_dir, {
+        "model": dataclasses.asdict(model), "seed": run.seed,
+        "train_config": dataclasses.asdict(config), "distill": run.distill,
+        "train_pairs": len(data.train), "distill_sources": run.distill_sources,
+        "init_checkpoint": run.init_checkpoint,
+        **({"decoder_only": True} if run.decoder_only else {})})
     state, first_step, prior_s = resume.restore(state)
     train_step, eval_step = make_train_step(module, optimizer, config), make_eval_step(module)
     data_rng = np.random.default_rng(run.seed)
     stream = (b for _ in itertools.count()  # endless epochs, reshuffled each time
-              for b in batches(train_ex, config.buckets, config.batch_tokens, rng=data_rng))
+              for b in batches(data.train, config.buckets, config.batch_tokens, rng=data_rng))
     for _ in range(first_step - 1):  # replay the batches a resumed run has already trained on
         next(stream)
     pending, window, record = [], [], {}
     train_start = last_log = time.time() - prior_s
-    with open(os.path.join(model_dir, "metrics.jsonl"), "a" if first_step > 1 else "w") as log:
+    with open(os.path.join(run.model_dir, "metrics.jsonl"), "a" if first_step > 1 else "w") as log:
         for step in range(first_step, config.steps + 1):
             inputs, targets, *teacher_dists = next(stream)
             state, metrics = train_step(state, inputs, targets, dropout_rng, *teacher_dists)
@@ -344,7 +403,8 @@ def train(run: TrainRun) -> dict:
                 window, pending = window + jax.device_get(pending), []  # steps not logged yet
                 record = {"step": step, "train_loss": float(
                     sum(m["ce"] for m in window) / sum(m["tokens"] for m in window)),
-                          "valid_loss": evaluate_loss(eval_step, state.params, valid_ex, config),
+                          "valid_loss": evaluate_loss(eval_step, state.params, data.valid,
+                                                      config),
                           "elapsed_s": time.time() - train_start}
                 window = []
                 log.write(json.dumps(record) + "\n")
@@ -356,79 +416,133 @@ def train(run: TrainRun) -> dict:
         record = resume.last_record()
     # A finished run reloaded (to export) trained nothing: its time is the recorded one.
     train_s = prior_s if first_step > config.steps else time.time() - train_start
-    params = jax.device_get(state.params)
-    checkpoints.save_t5x(params, model_dir, step=config.steps, overwrite=True)
+    return alpha_rng, _Fitted(state, record, train_s, eval_step, resume)
 
+
+def _flops_kw(run: TrainRun) -> dict:
     # Decoding a prompt_length continuation after a prompt_length prompt attends to 1.5x that.
-    flops_kw = dict(decoder_only=True, self_len=run.prompt_length * 3 // 2) if decoder_only else {}
-    flops = decoder_flops_per_token(model, **flops_kw)
+    return (dict(decoder_only=True, self_len=run.prompt_length * 3 // 2) if run.decoder_only
+            else {})
+
+
+def _summary(run: TrainRun, name: str, module, params, data: _Data, fitted: _Fitted,
+             tokenizer: Tokenizer) -> dict:
+    """summary.json's entry: the model, its training, losses, and (not decoder-only) BLEU,
+    whose greedy valid outputs go to `valid_greedy.txt`."""
+    config, model, record = run.config, run.model, fitted.record
     summary = {
         "name": name, "config": dataclasses.asdict(model),
         "train_config": dataclasses.asdict(config),
-        "params": num_params(params), "decoder_flops_per_token": flops, "steps": config.steps,
-        "seed": run.seed,
+        "params": num_params(params),
+        "decoder_flops_per_token": decoder_flops_per_token(model, **_flops_kw(run)),
+        "steps": config.steps, "seed": run.seed,
         "init_checkpoint": run.init_checkpoint and _run_name(run.init_checkpoint),
-        "train_wall_s": round(train_s, 1), "final_train_loss": record["train_loss"],
+        "train_wall_s": round(fitted.train_s, 1), "final_train_loss": record["train_loss"],
         "final_valid_loss": record["valid_loss"],
     }
-    subset_loss = evaluate_loss(eval_step, params, subset_ex, config)
-    if decoder_only:
+    subset_loss = evaluate_loss(fitted.eval_step, params, data.subset, config)
+    if run.decoder_only:
         summary.update({
-            "decoder_only": True, "train_chunks": len(train_ex), "valid_chunks": len(valid_ex),
-            "chunk_length": max_len,
+            "decoder_only": True, "train_chunks": len(data.train),
+            "valid_chunks": len(data.valid), "chunk_length": config.max_length,
             "valid_subset": {"first_n_valid_chunks": run.card_subset,
                              "loss_float32": subset_loss}})
-    else:
-        bleu_pairs = valid_pairs[:run.bleu_sentences] if run.bleu_sentences else valid_pairs
-        bleu_score, hyps = bleu(module, params, bleu_pairs, tokenizer, max_len)
-        with open(os.path.join(model_dir, "valid_greedy.txt"), "w", encoding="utf-8") as f:
-            f.write("\n".join(hyps) + "\n")
-        logging.info("valid BLEU %.2f on %d sentences", bleu_score, len(bleu_pairs))
-        summary.update({
-            "distilled": run.distill, "train_pairs": len(train_ex), "train_dropped": dropped,
-            "distill_sources": run.distill_sources and {"file": run.distill_sources,
-                                                        "pairs": len(mono_ex)},
-            "valid_bleu": bleu_score, "bleu_sentences": len(bleu_pairs),
-            "valid_subset": {"first_n_valid_pairs": run.card_subset, "truncate": True,
-                             "loss_float32": subset_loss}})
-    if teacher is not None:
-        if decoder_only:
-            inputs, alpha_len = lm_prompts(valid_ex, run.prompt_length), run.prompt_length
-        else:
-            inputs, alpha_len = [x for x, _ in valid_ex], max_len
-        summary["alpha"] = draft_alpha(
-            teacher, models_lib.as_decode_model(module, params), inputs[:run.alpha_sentences],
-            rng=alpha_rng, gamma=run.alpha_gamma, max_length=alpha_len)
-        summary["target"] = _run_name(run.target_checkpoint)
-        summary["flops_ratio_to_target"] = flops["total"] / decoder_flops_per_token(
-            run.target_model, **flops_kw)["total"]
-        logging.info("alpha %s", summary["alpha"])
-    summary["total_wall_s"] = round(time.time() - start, 1)
-    if run.export_dir:
-        exported = jax.tree_util.tree_map(lambda x: np.asarray(x, run.export_dtype), params)
-        path = checkpoints.save_t5x(exported, os.path.join(run.export_dir, name),
-                                    step=config.steps, overwrite=True)
-        bundled = checkpoints.load_params(path, dtype="float32")
-        summary["valid_subset"]["loss_" + run.export_dtype] = evaluate_loss(
-            eval_step, bundled, subset_ex, config)
-        if not decoder_only:  # what users decode is the stored copy (upcast): its BLEU too
-            summary["valid_bleu_" + run.export_dtype] = bleu(module, bundled, bleu_pairs,
-                                                             tokenizer, max_len)[0]
-        summary["checkpoint"] = os.path.relpath(path, run.export_dir)
-        update_card(run.export_dir, name, summary)
-    _write_json(os.path.join(model_dir, "summary.json"), summary)
-    resume.finish(config.steps, train_s)
+        return summary
+    bleu_pairs = _bleu_pairs(run, data)
+    bleu_score, hyps = bleu(module, params, bleu_pairs, tokenizer, config.max_length)
+    with open(os.path.join(run.model_dir, "valid_greedy.txt"), "w", encoding="utf-8") as f:
+        f.write("\n".join(hyps) + "\n")
+    logging.info("valid BLEU %.2f on %d sentences", bleu_score, len(bleu_pairs))
+    summary.update({
+        "distilled": run.distill, "train_pairs": len(data.train), "train_dropped": data.dropped,
+        "distill_sources": run.distill_sources and {"file": run.distill_sources,
+                                                    "pairs": len(data.mono)},
+        "valid_bleu": bleu_score, "bleu_sentences": len(bleu_pairs),
+        "valid_subset": {"first_n_valid_pairs": run.card_subset, "truncate": True,
+                         "loss_float32": subset_loss}})
     return summary
 
 
-def fit_ngram_drafts(*, export_dir: str, target_model: t5.T5Config, target_checkpoint: str,
-                     seed: int, model_dir: str, data_dir: Optional[str] = None,
-                     max_length: int = 48, smoothing: float = 0.01, alpha_sentences: int = 256,
-                     alpha_gamma: int = 4, decoder_only: bool = False, prompt_length: int = 64,
-                     gin_config: Optional[str] = None) -> dict:
+def _bleu_pairs(run: TrainRun, data: _Data) -> list:
+    return data.valid_pairs[:run.bleu_sentences] if run.bleu_sentences else data.valid_pairs
+
+
+def _measure_as_draft(run: TrainRun, summary: dict, teacher, module, params, data: _Data,
+                      alpha_rng) -> None:
+    """Adds the model's alpha as a draft of the target, the target's name and the FLOPs ratio."""
+    if run.decoder_only:
+        inputs, alpha_len = lm_prompts(data.valid, run.prompt_length), run.prompt_length
+    else:
+        inputs, alpha_len = [x for x, _ in data.valid], run.config.max_length
+    summary["alpha"] = draft_alpha(
+        teacher, models_lib.as_decode_model(module, params), inputs[:run.alpha_sentences],
+        rng=alpha_rng, gamma=run.alpha_gamma, max_length=alpha_len)
+    summary["target"] = _run_name(run.target_checkpoint)
+    summary["flops_ratio_to_target"] = (
+        summary["decoder_flops_per_token"]["total"]
+        / decoder_flops_per_token(run.target_model, **_flops_kw(run))["total"])
+    logging.info("alpha %s", summary["alpha"])
+
+
+def _export(run: TrainRun, name: str, summary: dict, module, params, data: _Data, eval_step,
+            tokenizer: Tokenizer) -> None:
+    """Saves the `export_dtype` copy, records its loss (and BLEU) and updates the card."""
+    exported = jax.tree_util.tree_map(lambda x: np.asarray(x, run.export_dtype), params)
+    path = checkpoints.save_t5x(exported, os.path.join(run.export_dir, name),
+                                step=run.config.steps, overwrite=True)
+    bundled = checkpoints.load_params(path, dtype="float32")
+    summary["valid_subset"]["loss_" + run.export_dtype] = evaluate_loss(
+        eval_step, bundled, data.subset, run.config)
+    if not run.decoder_only:  # what users decode is the stored copy (upcast): its BLEU too
+        summary["valid_bleu_" + run.export_dtype] = bleu(
+            module, bundled, _bleu_pairs(run, data), tokenizer, run.config.max_length)[0]
+    summary["checkpoint"] = os.path.relpath(path, run.export_dir)
+    update_card(run.export_dir, name, summary)
+
+
+@dataclasses.dataclass(frozen=True)
+class NgramRun:
+    """One `fit_ngram_drafts` run (configs/runs/train.gin binds every field).
+
+    Attributes:
+      export_dir: where the drafts' `.npz` files and their `model_card.json` entries go.
+      target_model, target_checkpoint: the target their alpha is measured against.
+      seed: the alpha measurement's keys.
+      model_dir: gets `config.gin` (`gin_config`, if given) and `summary.json`.
+      data_dir: the corpus (default: the bundled `speculative/data/mini/`; with `decoder_only`,
+        `speculative/data/code/`).
+      max_length: pairs over it are dropped (the chunk length with `decoder_only`).
+      smoothing: added to every count before normalising.
+      alpha_sentences, alpha_gamma: alpha on the first this many valid sentences (prompts with
+        `decoder_only`), at this gamma.
+      decoder_only: fit on the code corpus' language-model chunks (below).
+      prompt_length: the decoder-only alpha's prompt and continuation length.
+      gin_config: written to `model_dir/config.gin` if given.
+    """
+
+    export_dir: str
+    target_model: t5.T5Config
+    target_checkpoint: str
+    seed: int
+    model_dir: str
+    data_dir: Optional[str] = None
+    max_length: int = 48
+    smoothing: float = 0.01
+    alpha_sentences: int = 256
+    alpha_gamma: int = 4
+    decoder_only: bool = False
+    prompt_length: int = 64
+    gin_config: Optional[str] = None
+
+
+def fit_ngram_drafts(run: Optional[NgramRun] = None, **fields) -> dict:
     """Fits unigram and bigram drafts (models/ngram.py), saves them compressed in `export_dir`
     (`ngram.load` reads them) and records them, with their alpha against the target, in its
     `model_card.json`; `model_dir` gets `config.gin` and `summary.json`.
+
+    `run` is an `NgramRun`; `fields` (its fields by name) replace its values or, without `run`,
+    make it: `fit_ngram_drafts(export_dir=..., ...)` and gin bindings on `fit_ngram_drafts`
+    itself work as on the settings.
 
     Encoder-decoder (the EN->DE bundle): `mini_{unigram,bigram}.npz`, fitted on the tokenized
     training references (target side, EOS included; pairs over `max_length` dropped); alpha on
@@ -439,47 +553,50 @@ def fit_ngram_drafts(*, export_dir: str, target_model: t5.T5Config, target_check
     continued for `prompt_length` tokens, as `train` measures a decoder-only draft."""
     from speculative.models import ngram  # pylint: disable=g-import-not-at-top
 
-    data_dir = data_dir or (code_corpus.CODE_DIR if decoder_only else MINI_DIR)
+    run = NgramRun(**fields) if run is None else dataclasses.replace(run, **fields)
+    max_length, decoder_only = run.max_length, run.decoder_only
+    data_dir = run.data_dir or (code_corpus.CODE_DIR if decoder_only else MINI_DIR)
     tokenizer = Tokenizer(os.path.join(data_dir, "spm.model"))
     if decoder_only:
-        check_prompt_length(prompt_length, max_length)
+        check_prompt_length(run.prompt_length, max_length)
         train_ex, dropped = lm_examples(data_dir, "train", tokenizer, max_length), 0
         prompts = lm_prompts(lm_examples(data_dir, "valid", tokenizer, max_length),
-                             prompt_length)
-        alpha_inputs, alpha_len, prefix = prompts[:alpha_sentences], prompt_length, "code"
+                             run.prompt_length)
+        alpha_inputs, alpha_len = prompts[:run.alpha_sentences], run.prompt_length
+        prefix = "code"
     else:
         config = TrainConfig(steps=1, buckets=(max_length,))
         train_ex, dropped = tokenize_pairs(load_pairs(os.path.join(data_dir, "train.tsv")),
                                            tokenizer, config)
         valid_ex, _ = tokenize_pairs(load_pairs(os.path.join(data_dir, "valid.tsv")), tokenizer,
                                      config)
-        alpha_inputs = [x for x, _ in valid_ex[:alpha_sentences]]
+        alpha_inputs = [x for x, _ in valid_ex[:run.alpha_sentences]]
         alpha_len, prefix = max_length, "mini"
-    target = _load_target(target_model, target_checkpoint, decoder_only)
-    os.makedirs(export_dir, exist_ok=True)
-    os.makedirs(model_dir, exist_ok=True)
-    if gin_config is not None:
-        with open(os.path.join(model_dir, "config.gin"), "w") as f:
-            f.write(gin_config)
+    target = _load_target(run.target_model, run.target_checkpoint, decoder_only)
+    os.makedirs(run.export_dir, exist_ok=True)
+    os.makedirs(run.model_dir, exist_ok=True)
+    if run.gin_config is not None:
+        with open(os.path.join(run.model_dir, "config.gin"), "w") as f:
+            f.write(run.gin_config)
     summaries = {}
     for k, (kind, fit) in enumerate((("unigram", ngram.fit_unigram), ("bigram", ngram.fit_bigram))):
         start, name = time.time(), f"{prefix}_{kind}"
-        draft = fit([y for _, y in train_ex], tokenizer.vocab_size, smoothing)
-        path = os.path.join(export_dir, name + ".npz")
+        draft = fit([y for _, y in train_ex], tokenizer.vocab_size, run.smoothing)
+        path = os.path.join(run.export_dir, name + ".npz")
         np.savez_compressed(path, kind=np.asarray(kind),
                             log_probs=np.asarray(draft.params["log_probs"], np.float32))
         summaries[name] = {
-            "name": name, "kind": kind, "file": os.path.basename(path), "smoothing": smoothing,
-            "params": num_params(draft.params),
+            "name": name, "kind": kind, "file": os.path.basename(path),
+            "smoothing": run.smoothing, "params": num_params(draft.params),
             ("train_chunks" if decoder_only else "train_pairs"): len(train_ex),
             "train_dropped": dropped, "fit_wall_s": round(time.time() - start, 1),
             "alpha": draft_alpha(target, type(draft).load(path, decoder_only=decoder_only),
                                  alpha_inputs,
-                                 rng=jax.random.fold_in(jax.random.PRNGKey(seed), k),
-                                 gamma=alpha_gamma, max_length=alpha_len)}
+                                 rng=jax.random.fold_in(jax.random.PRNGKey(run.seed), k),
+                                 gamma=run.alpha_gamma, max_length=alpha_len)}
         if decoder_only:
             summaries[name].update(decoder_only=True, chunk_length=max_length)
         logging.info("%s: %s", name, summaries[name])
-        update_card(export_dir, name, summaries[name])
-    _write_json(os.path.join(model_dir, "summary.json"), summaries)
+        update_card(run.export_dir, name, summaries[name])
+    _write_json(os.path.join(run.model_dir, "summary.json"), summaries)
     return summaries
