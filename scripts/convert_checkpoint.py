@@ -12,7 +12,9 @@ the msgpack file; legacy or Orbax) and writes <hf_dir>/model.safetensors and
 shape comes from --preset or from an HF --config_json; the checkpoint is checked
 against it before anything is written.
 
-All logic is in speculative/checkpoints.py; a progress bar counts parameters.
+All logic is in speculative/checkpoints/; a progress bar counts parameters. Refused before any
+work: the same directory for both, a negative --step, a --t5x_dir that is a file, an output
+directory that already holds the other format.
 
 Examples (from the repository root, in the activated venv; t5_1_1_small in float32 is ~300 MB
 either way):
@@ -43,7 +45,8 @@ FLAGS = flags.FLAGS
 
 flags.DEFINE_string("hf_dir", None, "HF T5 directory (input, or output with --to_hf).")
 flags.DEFINE_string("t5x_dir", None, "T5X model dir (output), or checkpoint (input with --to_hf).")
-flags.DEFINE_integer("step", 0, "Step of the written T5X checkpoint (checkpoint_<step>).")
+flags.DEFINE_integer("step", 0, "Step of the written T5X checkpoint (checkpoint_<step>), "
+                     ">= 0.")
 flags.DEFINE_bool("to_hf", False, "Convert T5X -> HF instead of HF -> T5X.")
 flags.DEFINE_string("preset", None, f"With --to_hf: model preset, one of {sorted(t5.PRESETS)}, "
                     "or a bundled model's name.")
@@ -80,7 +83,19 @@ def main(argv):
     if not FLAGS.hf_dir or not FLAGS.t5x_dir:
         raise app.UsageError("Both --hf_dir and --t5x_dir are required (or, with --to_hf, "
                              "--model=<bundled name> and --hf_dir).")
+    if FLAGS.step < 0:
+        raise app.UsageError(f"--step={FLAGS.step} is invalid: T5X steps are >= 0 (the "
+                             "checkpoint is <t5x_dir>/checkpoint_<step>).")
+    if os.path.realpath(FLAGS.hf_dir) == os.path.realpath(FLAGS.t5x_dir):
+        raise app.UsageError(
+            f"--hf_dir and --t5x_dir are the same directory {FLAGS.hf_dir}: T5X's "
+            "checkpoint_<step> and the HF model would share it, which load_params refuses as "
+            "ambiguous. Give each its own directory.")
     if not FLAGS.to_hf:
+        if os.path.exists(FLAGS.t5x_dir) and not os.path.isdir(FLAGS.t5x_dir):
+            raise app.UsageError(f"--t5x_dir={FLAGS.t5x_dir} is a file; give the T5X model "
+                                 "directory to write checkpoint_<step>/ into (created if missing).")
+        checkpoints.check_t5x_target(FLAGS.t5x_dir, FLAGS.step, FLAGS.overwrite)  # before work
         if not os.path.isfile(os.path.join(FLAGS.hf_dir, "config.json")):
             raise FileNotFoundError(
                 f"--hf_dir={FLAGS.hf_dir}: no config.json there; give an HF T5 directory (as "

@@ -476,3 +476,92 @@ def test_hf_export_refuses_a_used_directory_and_leaves_no_stale_files(saved, tmp
     checkpoints.save_hf_t5(params, config, hf_dir, overwrite=True)
     assert sorted(os.listdir(hf_dir)) == ["config.json", "model.safetensors"]
     assert sorted(os.listdir(tmp_path)) == ["hf"]  # no staging directory left behind
+
+
+# ---------------------------------------------------------------- ambiguous and impossible paths
+
+def test_convert_script_refuses_impossible_targets_before_work(saved, tmp_path, convert_script):
+    """The same directory for both formats, a negative step, a --t5x_dir that is a file (or
+    lies under one) or holds an HF model: each refused by name, nothing written."""
+    from absl import app  # pylint: disable=import-outside-toplevel
+    hf = tmp_path / "hf"
+    checkpoints.save_hf_t5(saved[0], CFG, hf)
+    (tmp_path / "notes.txt").write_text("not a directory")
+    before = snapshot(tmp_path)
+    cases = [
+        ([f"--hf_dir={hf}", f"--t5x_dir={hf}", "--step=3"], app.UsageError,
+         r"--hf_dir and --t5x_dir are the same directory .*ambiguous"),
+        ([f"--hf_dir={hf}", f"--t5x_dir={tmp_path}/t5x", "--step=-1"], app.UsageError,
+         r"--step=-1 is invalid: T5X steps are >= 0"),
+        ([f"--hf_dir={hf}", f"--t5x_dir={tmp_path}/notes.txt"], app.UsageError,
+         r"--t5x_dir=.*notes.txt is a file; give the T5X model directory"),
+        ([f"--hf_dir={hf}", f"--t5x_dir={tmp_path}/notes.txt/run"], NotADirectoryError,
+         r"notes.txt is a file, not a directory"),
+        ([f"--hf_dir={hf}", f"--t5x_dir={hf}/"], app.UsageError, r"the same directory"),
+        (["--to_hf", f"--t5x_dir={hf}", f"--hf_dir={hf}", "--preset=t5_1_1_tiny"],
+         app.UsageError, r"the same directory"),
+    ]
+    for argv, error, match in cases:
+        with pytest.raises(error, match=match):
+            _run(convert_script, argv)
+        assert snapshot(tmp_path) == before, argv  # nothing written
+    other = tmp_path / "other_hf"
+    shutil.copytree(hf, other)
+    with pytest.raises(CheckpointError, match=r"holds an HF model .*directory of its own"):
+        checkpoints.save_t5x(saved[0], other, step=1)
+    for step in (-1, True, 1.5):
+        with pytest.raises(ValueError, match=rf"step={step!r} is invalid: give an int >= 0"):
+            checkpoints.save_t5x(saved[0], tmp_path / "t5x", step=step)
+    assert not (tmp_path / "t5x").exists()
+
+
+def test_a_directory_with_an_hf_model_and_a_t5x_checkpoint_is_refused_naming_both(tmp_path):
+    model_a, model_b = random_params(seed=1), random_params(seed=2)
+    mixed = tmp_path / "mixed"
+    checkpoints.save_t5x(model_b, mixed, step=3)
+    checkpoints.save_hf_t5(model_a, CFG, tmp_path / "hf")
+    for name in ("model.safetensors", "config.json"):
+        shutil.copy(tmp_path / "hf" / name, mixed / name)
+    for call in (checkpoints.load_params, checkpoints.load_metadata):
+        with pytest.raises(CheckpointError, match=r"holds both an HF model \(model.safetensors "
+                                                  r"\+ config.json\) and a T5X checkpoint "
+                                                  r"\(checkpoint_3\)"):
+            call(mixed)
+    # Each is read when named.
+    assert_identical(checkpoints.load_params(mixed / "checkpoint_3"), model_b)
+    hf = checkpoints.load_params(mixed / "model.safetensors")
+    np.testing.assert_array_equal(hf["token_embedder"]["embedding"],
+                                  model_a["token_embedder"]["embedding"])
+    # A negative step's directory is named as such, not just listed.
+    (tmp_path / "neg" / "checkpoint_-1").mkdir(parents=True)
+    with pytest.raises(FileNotFoundError, match=r"checkpoint_-1'\] are interrupted saves .* or "
+                                                r"not a step >= 0"):
+        checkpoints.load_params(tmp_path / "neg")
+
+
+@pytest.mark.parametrize("how", ["orbax", "orbax_target", "flax_msgpack"])
+def test_a_cpu_loaded_models_params_saved_as_they_are_load_in_t5x_names(tmp_path, how):
+    """A model loaded on a CPU holds `kernel_t [out, in]` (layers.transpose_kernels). Saved as
+    a T5X user would (Orbax, or flax's msgpack), they load back with T5X's names and layout;
+    an in-memory tree with kernel_t is refused with the fix named."""
+    from speculative.checkpoints import factory  # pylint: disable=import-outside-toplevel
+    from speculative.models import layers  # pylint: disable=import-outside-toplevel
+    model = factory.load_model(CFG, seed=0)
+    assert layers.kernel_layout(model.params) == "transposed"
+    want = jax.tree_util.tree_map(np.asarray, layers.untranspose_kernels(model.params))
+    if how == "flax_msgpack":
+        path = tmp_path / "params.msgpack"
+        path.write_bytes(serialization.to_bytes(model.params))
+    else:
+        import orbax.checkpoint as ocp  # pylint: disable=import-outside-toplevel
+        path = tmp_path / "checkpoint_1" / "state"
+        tree = {"target": model.params} if how == "orbax_target" else model.params
+        ocp.PyTreeCheckpointer().save(str(path), tree)
+        path = tmp_path  # the model dir: its latest step's Orbax item
+    checkpoints.validate_params(checkpoints.load_metadata(path), CFG, source=str(path))
+    assert_identical(checkpoints.load_params(path), want)
+    loaded = factory.load_model(CFG, str(path), kernel_layout="t5x")
+    assert layers.kernel_layout(loaded.params) == "t5x"
+    with pytest.raises(CheckpointError, match=r"kernel_t is a dense kernel stored \[out, in\].*"
+                                              r"save_t5x\(params, dir\).*untranspose_kernels"):
+        checkpoints.validate_params(model.params, CFG)

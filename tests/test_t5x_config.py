@@ -78,7 +78,7 @@ def test_config_gin_found_at_beside_and_above_a_checkpoint(tmp_path):
 
 def test_load_model_from_a_t5x_dir_decodes_identically(tmp_path, caplog):
     model_dir, original = _run_dir(tmp_path, RUN_GIN, RUN_CONFIG)
-    with caplog.at_level(logging.INFO):
+    with caplog.at_level(logging.INFO, logger="absl"):
         loaded = loading.load_model(None, model_dir)
     assert isinstance(loaded, decoding.EncoderDecoderModel)
     assert loaded.module.config == RUN_CONFIG

@@ -93,7 +93,12 @@ def validate_params(params, module_or_config, *, source: Optional[str] = None) -
     if any(len(k) > 2 and k[-2] in ("wi", "wi_0") for k in odd):
         hints.append("one MLP activation ('relu',) has mlp/wi, two ('gelu', 'linear') have "
                      "mlp/wi_0 and mlp/wi_1")
-    if wrong or any(len(k) > 1 and k[1].startswith("layers_") for k in odd):
+    if any(k[-1] == "kernel_t" for k in extra):
+        hints.append("kernel_t is a dense kernel stored [out, in], as a model loaded on a CPU "
+                     "holds it (layers.transpose_kernels); T5X names it kernel, [in, out]. Save "
+                     "such params with speculative.checkpoints.save_t5x(params, dir), or pass "
+                     "speculative.models.layers.untranspose_kernels(params)")
+    elif wrong or any(len(k) > 1 and k[1].startswith("layers_") for k in odd):
         hints.append("check emb_dim, num_heads, head_dim, mlp_dim, vocab_size and the layer "
                      "counts, or pick the matching preset")
     raise CheckpointError(

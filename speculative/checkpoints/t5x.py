@@ -37,6 +37,7 @@ import ml_dtypes
 import msgpack
 import numpy as np
 import tensorstore as ts
+from absl import logging
 from flax import serialization
 from tqdm import tqdm
 
@@ -56,6 +57,7 @@ from speculative.decode import validation
 from speculative.models import layers, t5
 
 __all__ = ["CheckpointError", "load_params", "load_metadata", "validate_params", "save_t5x",
+           "check_t5x_target",
            "from_hf_t5", "to_hf_t5", "config_from_hf", "hf_config_dict", "load_hf_config",
            "check_hf_target", "save_hf_t5"]
 
@@ -240,14 +242,19 @@ def _orbax_leaves(item_dir: str, context) -> Dict[Key, Any]:
                 from None
     ocdbt = meta.get("use_ocdbt", True) and "manifest.ocdbt" in (paths.listdir(item_dir) or [])
     base = item_dir if item_dir.startswith("gs://") else "file://" + os.path.abspath(item_dir)
+    # T5X's train state keeps the parameters under `target` (its `state.*`, the optimizer, is
+    # never opened); a tree saved directly is the parameters, or a flax `{'params': ...}`.
+    tops = {keys[0] for keys in entries}
+    top = "target" if "target" in tops else "params" if tops == {"params"} else None
     leaves = {}
     for keys in entries:
-        if keys[0] == "target":  # `state.*` (optimizer) is never opened
+        if top is None or keys[0] == top:
             name = ".".join(keys)
             kv = ({"driver": "ocdbt", "base": base, "path": name + "/"} if ocdbt
                   else paths.kvstore(item_dir + "/" + name))
             spec = {"driver": "zarr3" if meta.get("use_zarr3") else "zarr", "kvstore": kv}
-            leaves[tuple(keys[1:])] = _TsLeaf(_name(keys[1:]), spec, item_dir, context=context)
+            keys = keys if top is None else keys[1:]
+            leaves[tuple(keys)] = _TsLeaf(_name(keys), spec, item_dir, context=context)
     return leaves
 
 
@@ -261,22 +268,38 @@ def _locate(path: str) -> Tuple[str, str]:
         raise FileNotFoundError(
             f"Checkpoint path {path} does not exist. Pass a T5X model dir, a checkpoint_<step> "
             "dir, its msgpack `checkpoint` file, or an HF dir (model.safetensors + config.json).")
+    hf = "config.json" in entries and bool(set(_HF_WEIGHTS) & set(entries))
+    steps = [(int(m.group(1)), e) for e in entries if (m := re.fullmatch(r"checkpoint_(\d+)", e))]
+    t5x = [e for e in ("checkpoint", "_METADATA") if e in entries]
+    t5x += ["state/"] if "state" in entries and "_METADATA" in (
+        paths.listdir(path + "/state") or []) else []
+    t5x += [max(steps)[1]] if steps else []
+    if hf and t5x:
+        raise CheckpointError(
+            f"{path} holds both an HF model ({', '.join(e for e in entries if e in _HF_WEIGHTS)} "
+            f"+ config.json) and a T5X checkpoint ({', '.join(t5x)}), which may be different "
+            f"models. Pass the one you mean: {path}/{t5x[-1].rstrip('/')} (T5X) or "
+            f"{path}/model.safetensors (HF); better, move one into a directory of its own.")
     if "checkpoint" in entries and paths.is_file(path + "/checkpoint"):
         return "legacy", path + "/checkpoint"
     if "_METADATA" in entries:
         return "orbax", path
-    if "state" in entries and "_METADATA" in (paths.listdir(path + "/state") or []):
+    if "state/" in t5x:
         return "orbax", path + "/state"
-    if "config.json" in entries and {"model.safetensors", "model.safetensors.index.json"} & set(
-            entries):
+    if hf:
         return "hf", path
-    steps = [(int(m.group(1)), e) for e in entries if (m := re.fullmatch(r"checkpoint_(\d+)", e))]
     if steps:
         return _locate(path + "/" + max(steps)[1])
+    unfinished = [e for e in entries if re.fullmatch(r"checkpoint_-?\d+(\.tmp-.*)?", e)]
     raise FileNotFoundError(
         f"{path} holds no checkpoint: expected a msgpack `checkpoint` file, an Orbax `state/` "
         f"item, checkpoint_<step> dirs, or model.safetensors + config.json (an HF model saved "
-        f"as pytorch_model.bin needs save_pretrained again); found {entries[:10]}.")
+        f"as pytorch_model.bin needs save_pretrained again); found {entries[:10]}."
+        + (f" {unfinished[:3]} are interrupted saves (.tmp-) or not a step >= 0: save again."
+           if unfinished else ""))
+
+
+_HF_WEIGHTS = ("model.safetensors", "model.safetensors.index.json")
 
 
 def _leaves(path):
@@ -285,7 +308,38 @@ def _leaves(path):
     if fmt == "hf":
         return (*_hf_leaves(where), where)
     reader = _legacy_leaves if fmt == "legacy" else _orbax_leaves
-    return reader(where, ts.Context()), None, where
+    return _t5x_layout(reader(where, ts.Context()), where), None, where
+
+
+class _TransposedLeaf:
+    """A stored `kernel_t [out, in]` read as T5X's `kernel [in, out]`."""
+
+    def __init__(self, leaf):
+        self.leaf, self.shape, self.dtype = leaf, tuple(leaf.shape)[::-1], leaf.dtype
+
+    def read(self, dtype=None, index=None) -> np.ndarray:
+        block = self.leaf.read(dtype, None if index is None else tuple(index)[::-1])
+        return np.ascontiguousarray(block.T)
+
+
+def _t5x_layout(leaves: Dict[Key, Any], where: str) -> Dict[Key, Any]:
+    """Leaves with T5X's names: `kernel_t` (a CPU-loaded model's `[out, in]` kernels,
+    `layers.transpose_kernels`, saved as they were) read back as `kernel [in, out]`."""
+    moved = [k for k in leaves if k[-1] == layers.TRANSPOSED_KERNEL and len(leaves[k].shape) == 2]
+    if not moved:
+        return leaves
+    both = [_name(k[:-1]) for k in moved if k[:-1] + ("kernel",) in leaves]
+    if both:
+        raise CheckpointError(f"{where} holds both kernel and kernel_t under {both[:3]}: not "
+                              "one model's parameters. Save the model again with save_t5x.")
+    logging.warning(
+        "%s holds %d dense kernels as kernel_t [out, in] (a CPU-loaded model's layout, saved "
+        "as it was): read here as T5X's kernel [in, out]. T5X itself cannot read it: save with "
+        "speculative.checkpoints.save_t5x(params, dir), or save "
+        "speculative.models.layers.untranspose_kernels(params).", where, len(moved))
+    out = {k: v for k, v in leaves.items() if k not in moved}
+    out.update({k[:-1] + ("kernel",): _TransposedLeaf(leaves[k]) for k in moved})
+    return out
 
 
 # ---------------------------------------------------------------- public API
@@ -369,6 +423,38 @@ def _choose_chunk_shape(shape, target_elements: int) -> list:
     return [d[-1] for d in divisors]
 
 
+def check_t5x_target(path, step: int, overwrite: bool = False) -> str:
+    """Refuses, before any work, where `save_t5x(..., path, step)` cannot or must not write;
+    returns the step dir `path/checkpoint_<step>`. `step` is an int >= 0; `path` a local
+    directory (or one to create) that holds no HF model (a directory holding both is ambiguous
+    to `load_params`); an existing step dir needs `overwrite`."""
+    if isinstance(step, bool) or not isinstance(step, (int, np.integer)) or step < 0:
+        raise ValueError(f"step={step!r} is invalid: give an int >= 0 (the checkpoint is "
+                         "checkpoint_<step>; load_params reads the largest step).")
+    path = os.fspath(path)
+    if path.startswith("gs://"):
+        raise CheckpointError(f"save_t5x writes local dirs only: save locally, then copy it to "
+                              f"{path} with `gsutil -m cp -r`.")
+    node = os.path.abspath(path)
+    while not os.path.exists(node) and os.path.dirname(node) != node:
+        node = os.path.dirname(node)
+    if not os.path.isdir(node):
+        raise NotADirectoryError(
+            f"{path}: {node} is a file, not a directory. A T5X checkpoint is a directory "
+            f"<model dir>/checkpoint_<step>/: give a model directory (created if missing).")
+    if os.path.isdir(path):
+        entries = os.listdir(path)
+        if "config.json" in entries and set(_HF_WEIGHTS) & set(entries):
+            raise CheckpointError(
+                f"{path} holds an HF model (config.json + model.safetensors): a T5X "
+                f"checkpoint_{step} beside it would make the directory ambiguous to load_params. "
+                "Write the T5X checkpoint into a directory of its own.")
+    final = os.path.join(path, f"checkpoint_{int(step)}")
+    if os.path.exists(final) and not overwrite:
+        raise FileExistsError(f"{final} exists; pick another step or pass overwrite=True.")
+    return final
+
+
 def save_t5x(params, path, step: int = 0, *, overwrite: bool = False,
              progress: bool = False) -> str:
     """Writes `params` as a T5X legacy (version 3) checkpoint `path/checkpoint_<step>`.
@@ -378,16 +464,11 @@ def save_t5x(params, path, step: int = 0, *, overwrite: bool = False,
     zarr v2 dir `target.<dotted name>` per array, chunked to <= 64 MiB, in the array's own dtype
     (float32, bfloat16, ...). Written to `checkpoint_<step>.tmp-<time>`, renamed when complete.
     Returns the step dir. Kernels are written in T5X's `[in, out]` layout whichever layout the
-    params decode in (`layers.transpose_kernels`, the default on a CPU).
+    params decode in (`layers.transpose_kernels`, the default on a CPU). Where it cannot write
+    (`check_t5x_target`) is refused before anything is written.
     """
+    final = check_t5x_target(path, step, overwrite)
     params = layers.untranspose_kernels(params)
-    path = os.fspath(path)
-    if path.startswith("gs://"):
-        raise CheckpointError(f"save_t5x writes local dirs only: save locally, then copy it to "
-                              f"{path} with `gsutil -m cp -r`.")
-    final = os.path.join(path, f"checkpoint_{int(step)}")
-    if os.path.exists(final) and not overwrite:
-        raise FileExistsError(f"{final} exists; pick another step or pass overwrite=True.")
     flat = _flatten(params)
     bad = [_name(k) for k in flat if any("." in p or "/" in p for p in k)]
     if bad:
