@@ -38,6 +38,13 @@ from speculative.training import distillation as training
 from speculative.training.data import pad_rows
 from speculative.training.evaluation import num_params
 
+if __name__ == "__main__":
+    # `python -m`: run the library module's cli (it exits), so the gin configurables below are
+    # registered once, under speculative.runs.block_draft (the gin file imports that name).
+    from speculative.runs import block_draft as _library  # pylint: disable=g-import-not-at-top
+
+    _library.cli()
+
 BLOCK_DRAFT = "block_draft"  # the card's `kind` of a block draft
 
 gin.external_configurable(block_training.BlockTrainConfig, module="block_draft")
@@ -128,27 +135,25 @@ def train_block_draft(*, model_dir: str, cache_dir: str,
     return summary
 
 
-FLAGS = flags.FLAGS
-flags.DEFINE_multi_string("gin_file", [], "Gin files to parse, in order.")
-flags.DEFINE_multi_string("gin_bindings", [], "Gin bindings, e.g. 'MODEL_DIR = \"/tmp/x\"'.")
+def cli() -> None:
+    """`python -m speculative.runs.block_draft --gin_file=... --gin.NAME=VALUE` (T5X style)."""
+    import re  # pylint: disable=g-import-not-at-top
 
-
-def main(argv) -> None:
-    if len(argv) > 1:
-        raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
     from speculative.runs import config as config_lib  # pylint: disable=g-import-not-at-top
 
-    gin.add_config_file_search_path(os.path.abspath("."))
-    config_lib.check_macros(FLAGS.gin_file, FLAGS.gin_bindings)
-    gin.parse_config_files_and_bindings(FLAGS.gin_file, FLAGS.gin_bindings)
-    gin.get_configurable(train_block_draft)(
-        gin_config=gin.config_str(), command=" ".join(["python -m speculative.runs.block_draft"]
-                                                      + sys.argv[1:]))
+    flags.DEFINE_multi_string("gin_file", [], "Gin files to parse, in order.")
+    flags.DEFINE_multi_string("gin_bindings", [], "Gin bindings, e.g. 'MODEL_DIR = \"/x\"'.")
 
-
-if __name__ == "__main__":
-    import re  # pylint: disable=g-import-not-at-top
+    def main(argv) -> None:
+        if len(argv) > 1:
+            raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+        gin.add_config_file_search_path(os.path.abspath("."))
+        config_lib.check_macros(flags.FLAGS.gin_file, flags.FLAGS.gin_bindings)
+        gin.parse_config_files_and_bindings(flags.FLAGS.gin_file, flags.FLAGS.gin_bindings)
+        command = " ".join(["python -m speculative.runs.block_draft"] + sys.argv[1:])
+        gin.get_configurable(train_block_draft)(gin_config=gin.config_str(), command=command)
 
     args = [re.sub(r"^--gin\.([^=]+)=(.*)$", r"--gin_bindings=\1 = \2", a, flags=re.DOTALL)
             for a in sys.argv]
-    app.run(main, argv=args)
+    app.run(config_lib.user_errors(main), argv=args)
+
