@@ -153,8 +153,10 @@ def check_writable(directory: str, what: str) -> None:
         with open(probe, "w") as f:
             f.write("ok")
         os.remove(probe)
-    except OSError as e:
-        raise PermissionError(f"{what}={directory!r} cannot be written ({e}); choose a "
+    except OSError as e:  # the reason in words, without Python's "[Errno N]" prefix
+        reason = f"{e.strerror.lower()}: {e.filename}" if e.strerror and e.filename else (
+            e.strerror or str(e))
+        raise PermissionError(f"{what}={directory!r} cannot be written ({reason}); choose a "
                               "writable directory.") from e
 
 

@@ -21,6 +21,7 @@ transformers = pytest.importorskip("transformers")
 
 from speculative import decoding, loading  # noqa: E402
 from speculative.checkpoints import t5x as checkpoints  # noqa: E402
+from speculative.data import bundles  # noqa: E402
 from speculative.experiments import peers  # noqa: E402
 from speculative.models import t5  # noqa: E402
 from speculative.runs import mini  # noqa: E402
@@ -111,6 +112,27 @@ def test_bad_values_fail_before_any_work(tmp_path, override, message):
     with pytest.raises(ValueError, match=message):
         peers.run(output_dir=str(tmp_path / "out"), **kwargs)
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.skipif(not bundles.CODE.available(), reason="needs the bundled code models")
+def test_a_model_of_the_code_bundle_is_named_as_such(tmp_path):
+    """code_target is bundled, just not in the EN->DE bundle the comparison runs: the error
+    says so and lists what can be compared, instead of 'No bundled model'."""
+    for call in (lambda: peers.run(output_dir=str(tmp_path / "out"),
+                                   pairs=[("code_target", "code_draft")]),
+                 lambda: peers.config_for("code_target", str(tmp_path))):
+        with pytest.raises(ValueError, match="'code_target' is a model of the 'code' bundle") as e:
+            call()
+        assert "No bundled model" not in str(e.value) and "large_target" in str(e.value)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_run_records_its_provenance(result):
+    out, data = result
+    provenance = json.loads((out / peers.RESULTS_FILE).read_text())["provenance"]
+    assert provenance["command"].startswith("python ") and provenance["date"]
+    assert set(provenance["host"]["load"]) == {"before", "after"}
+    assert provenance == json.loads(json.dumps(data["provenance"]))
 
 
 def test_parity_error_names_the_difference(tmp_path, small):

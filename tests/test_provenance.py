@@ -9,6 +9,7 @@ import subprocess
 import pytest
 
 from speculative import files
+from speculative.experiments import record
 from speculative.measure import host
 
 
@@ -89,3 +90,49 @@ def test_git_commit_clean_dirty_and_outside_git(tmp_path):
     lone = tmp_path.parent / (tmp_path.name + "_nogit")  # beside the repository, not in it
     lone.mkdir()
     assert host.git_commit(str(lone)) is None
+
+
+def test_check_writable_names_the_setting_without_a_raw_errno(tmp_path):
+    (tmp_path / "file").write_text("x")
+    for bad in (str(tmp_path / "file" / "sub"), "/proc/forbidden"):
+        with pytest.raises(PermissionError) as e:
+            files.check_writable(bad, "output_dir")
+        message = str(e.value)
+        assert message.startswith(f"output_dir={bad!r} cannot be written (")
+        assert "Errno" not in message and "\n" not in message
+        assert message.endswith("choose a writable directory.")
+
+
+def _report(date="2026-12-04T17:26:38+00:00"):
+    return {"rows": [{"temperature": 0.0, "chain": {"speedup": 1.57},
+                      "most_tokens": {"speedup": 1.47}, "tree_over_chain_tokens": 1.16}],
+            "provenance": {"commit": "a" * 40, "command": "python scripts/tree_benchmark.py",
+                           "date": date, "host": {"cpu_model": "x"}}}
+
+
+def test_index_run_appends_runs_written_under_results_only(tmp_path):
+    index = tmp_path / "repo" / "results" / "runs.jsonl"
+    inside = tmp_path / "repo" / "results" / "large" / "trees" / "trees.json"
+    rec = record.index_run("trees", "large_target/large_draft_kdtv", str(inside), _report(),
+                           index_path=str(index))
+    assert rec["run_id"] == "trees-large_target-large_draft_kdtv-20261204-172638"
+    assert rec["path"] == os.path.join("results", "large", "trees", "trees.json")
+    assert rec["commit"] == "a" * 40 and rec["command"].startswith("python scripts/tree")
+    assert rec["headline"] == {"rows": [{"T": 0.0, "chain_speedup": 1.57,
+                                         "widest_tree_speedup": 1.47,
+                                         "tree_over_chain_tokens": 1.16}]}
+    assert record.index_run("trees", "x", str(tmp_path / "elsewhere" / "trees.json"),
+                            _report(), index_path=str(index)) is None
+    lines = index.read_text().splitlines()
+    assert [json.loads(line)["run_id"] for line in lines] == [rec["run_id"]]
+
+
+def test_headline_numbers_of_tables():
+    report = {"table2": [
+        {"draft": "a", "temperature": 0.0, "gamma": 3, "alpha": 0.7, "speedup": 1.2},
+        {"draft": "b", "temperature": 0.0, "gamma": 5, "alpha": 0.8, "speedup": 1.5},
+        {"draft": "a", "temperature": 1.0, "gamma": 2, "alpha": 0.6, "speedup": 1.1}]}
+    assert record.headline_numbers("tables", report) == {
+        "best_T0": {"draft": "b", "gamma": 5, "alpha": 0.8, "speedup": 1.5},
+        "best_T1": {"draft": "a", "gamma": 2, "alpha": 0.6, "speedup": 1.1}}
+    assert record.headline_numbers("unknown", report) == {}

@@ -9,7 +9,8 @@ text that is:
     python scripts/alpha_by_confidence.py --target=large_target \
         --drafts=large_draft_kdtv,large_feature_draft
 
-writes `alpha_by_confidence.json` and `.md` into `results/large/alpha_by_confidence/`.
+writes `alpha_by_confidence.json` and `.md` into `results/large/target_aware/alpha_by_confidence/`
+(`--output_dir`; the default is `<the target's results dir>/alpha_by_confidence`).
 Nothing is timed: the numbers do not depend on the machine or its load.
 """
 
@@ -22,6 +23,7 @@ from speculative import files
 from speculative.data import bundles
 from speculative.decode import validation
 from speculative.decode.sampling import SamplingConfig
+from speculative.experiments import record
 from speculative.measure import acceptance, host
 
 TEMPERATURES = (0.0, 1.0)
@@ -60,8 +62,10 @@ def run(drafts: Sequence[str], target_name: str = bundles.LARGE_TARGET,
             print(_line(rows[-1]), flush=True)
     report = {"target": target_name, "alpha_tokens": num_alpha_tokens, "seed": seed,
               "edges": [float(e) for e in edges], "rows": rows,
-              "environment": host.environment()}
+              "environment": host.environment(), "provenance": host.provenance()}
     files.write_report(output_dir, "alpha_by_confidence", report, markdown(report))
+    record.index_run("alpha_by_confidence", target_name,
+                     os.path.join(output_dir, "alpha_by_confidence.json"), report)
     return report
 
 

@@ -17,6 +17,7 @@ with the same scores on every sentence.
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Dict, Sequence
 
@@ -27,6 +28,7 @@ from speculative.beam import reference as beam_reference
 from speculative.beam import search as beam_lib
 from speculative.data import bundles
 from speculative.decode import validation
+from speculative.experiments import record
 from speculative.measure import costs as costs_lib
 from speculative.measure import host
 from speculative.runs import mini
@@ -117,7 +119,10 @@ def run(output_dir: str, target_name: str = mini.LARGE_TARGET, draft_name: str =
               "max_decode_len": MAX_LEN, "rows": rows, "seconds": round(time.time() - start, 1),
               "load_average_1m": load.record(),
               "environment": host.environment()}
+    result["provenance"] = host.provenance(load=result["load_average_1m"])
     files.write_report(output_dir, "beam", result, markdown(result))
+    record.index_run("beam", f"{target_name}/{draft_name}",
+                     os.path.join(output_dir, "beam.json"), result)
     return result
 
 

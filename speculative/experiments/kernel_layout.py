@@ -31,6 +31,7 @@ from speculative.data import bundles
 from speculative.decode import stats as stats_lib
 from speculative.decode import validation
 from speculative.decode.sampling import SamplingConfig
+from speculative.experiments import record
 from speculative.measure import costs as costs_lib
 from speculative.measure import host
 
@@ -104,7 +105,10 @@ def run(output_dir: Optional[str] = None, target_name: str = bundles.LARGE_TARGE
               "seconds": round(time.time() - start, 1),
               "load_average_1m": load.record(),
               "environment": host.environment()}
+    report["provenance"] = host.provenance(load=report["load_average_1m"])
     files.write_report(output_dir, "kernel_layout", report, markdown(report))
+    record.index_run("kernel_layout", f"{target_name}/{draft_name}",
+                     os.path.join(output_dir, "kernel_layout.json"), report)
     return report
 
 

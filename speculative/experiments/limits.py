@@ -75,6 +75,7 @@ from speculative.data import bundles
 from speculative.decode import sampling as sampling_lib
 from speculative.decode import validation
 from speculative.decode.sampling import SamplingConfig
+from speculative.experiments import record
 from speculative.measure import costs as costs_lib
 from speculative.measure import host, plots, theory
 from speculative.measure import timing as measure
@@ -332,11 +333,13 @@ def run_depth_sweep(output_dir: str, depths: Sequence[int], *, target: str = "la
     environment = host.environment()
     environment["load_average"] = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
     results = {"schema": SCHEMA, "settings": {"depths": list(depths), **settings},
-               "environment": environment, "bandwidth": bandwidth, "rows": rows}
+               "environment": environment, "bandwidth": bandwidth, "rows": rows,
+               "provenance": _provenance(bandwidth)}
     files.write_atomic(os.path.join(output_dir, "depth_sweep.md"), format_depth_table(rows))
     files.write_atomic(path, json.dumps(files.json_ready(results), indent=1, allow_nan=False)
                        + "\n")
     print(f"wrote {path}", flush=True)
+    record.index_run("depth_sweep", target, path, results)
     return results
 
 
@@ -443,8 +446,17 @@ def run(output_dir: str = DEFAULT_DIR, *, targets: Optional[Sequence[str]] = Non
         "crossover": crossovers,
         "benchmark_bounds": [r for path in benchmark_jsons
                              for r in benchmark_bounds(path, bandwidth)]}
-    write_results(results, output_dir)
+    results["provenance"] = _provenance(bandwidth)
+    path = write_results(results, output_dir)
+    record.index_run("limits", "+".join(targets), path, results)
     return results
+
+
+def _provenance(bandwidth: Dict[str, Any]) -> Dict[str, Any]:
+    """`host.provenance()` with the bandwidth this run measured (1 GiB reads)."""
+    provenance = host.provenance()
+    provenance["host"]["bandwidth_gb_per_s"] = bandwidth["gb_per_s"]
+    return provenance
 
 
 # ----------------------------------------------------------------------------------------------

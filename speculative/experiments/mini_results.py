@@ -48,6 +48,7 @@ from speculative.data import bundles
 from speculative.decode import stats as stats_lib
 from speculative.decode import validation
 from speculative.decode.sampling import SamplingConfig
+from speculative.experiments import record
 from speculative.measure import acceptance, host, plots, theory
 from speculative.measure import costs as costs_lib
 from speculative.measure import timing as measure
@@ -191,7 +192,7 @@ def run(output_dir: Optional[str] = None, num_alpha_tokens: int = 10_000,
         raise FileExistsError(f"{partial} holds the finished stages of a stopped run; pass "
                               "resume=True (--resume) to continue it, overwrite=True "
                               "(--overwrite) to start again, or another output_dir.")
-    os.makedirs(output_dir, exist_ok=True)
+    files.check_writable(output_dir, "output_dir")  # one clear line, before any work
     load = host.LoadAverage()  # a busy second core slows every timing (results/README)
     inputs = bundles.bundle(target_name)
     max_decode_len = inputs.max_decode_len
@@ -273,6 +274,7 @@ def run(output_dir: Optional[str] = None, num_alpha_tokens: int = 10_000,
     results = {k: v for k, v in stages.results.items() if not k.startswith("dynamic_")}
     results["dynamic"] = [r for t in TEMPERATURES if dynamic for r in stages[f"dynamic_{t:g}"]]
     results["load_average_1m"] = load.record()
+    results["provenance"] = host.provenance(load=results["load_average_1m"])
     # Tables, plot and results.json are written as one group (results.json last): a run
     # interrupted before the end leaves the earlier run's files as they were, and its stages.
     contents = {os.path.join(output_dir, name): text for name, text in _tables(results).items()}
@@ -285,6 +287,7 @@ def run(output_dir: Optional[str] = None, num_alpha_tokens: int = 10_000,
     contents[final] = json.dumps(files.json_ready(results), indent=1)
     files.write_atomic_group(contents)
     os.remove(stages.path)
+    record.index_run("tables", target_name, final, results)
     return results
 
 

@@ -71,10 +71,12 @@ import numpy as np
 
 from speculative import files, loading
 from speculative.checkpoints import t5x as checkpoints
+from speculative.data import bundles
 from speculative.decode import contract, validation
 from speculative.decode import loops as decoding
 from speculative.decode import stats as stats_lib
 from speculative.decode.sampling import SamplingConfig
+from speculative.experiments import record
 from speculative.measure import costs as costs_lib
 from speculative.measure import host
 from speculative.measure import timing as measure
@@ -130,6 +132,18 @@ def import_hf():
     return torch, transformers
 
 
+def _refuse_other_bundles(name: str) -> None:
+    """A model of another bundle (the decoder-only code pair) is named as such, not as
+    missing: the comparison runs EN->DE encoder-decoder T5 models on the EN->DE test
+    sentences."""
+    found = bundles.bundled(name)
+    if found is not None and found.bundle is not bundles.ENDE:
+        raise ValueError(
+            f"{name!r} is a model of the {found.bundle.name!r} bundle; compare_peers compares "
+            f"encoder-decoder T5 models on the EN->DE test sentences: use {mini.targets()} or "
+            f"their drafts {[d for t in mini.targets() for d in mini.t5_drafts(t)]}.")
+
+
 def config_for(spec: str, checkpoint: str) -> t5.T5Config:
     """The `T5Config` of a given checkpoint: a preset name (`t5.PRESETS`), a bundled model's
     name (its card config) or an HF `config.json` (checked against the checkpoint)."""
@@ -138,6 +152,7 @@ def config_for(spec: str, checkpoint: str) -> t5.T5Config:
     if spec.endswith(".json"):
         with open(spec) as f:
             return checkpoints.config_from_hf(json.load(f), checkpoints.load_metadata(checkpoint))
+    _refuse_other_bundles(spec)
     try:
         return mini.config(spec)
     except (ValueError, FileNotFoundError, KeyError) as e:
@@ -150,6 +165,7 @@ def _check_spec(spec: Spec) -> None:
         return
     if not isinstance(spec, str):
         raise TypeError(f"Model {spec!r} is invalid: give a bundled model name or peers.Given.")
+    _refuse_other_bundles(spec)
     if not mini.is_t5(spec):  # unknown names raise here, with the bundle's list
         raise ValueError(f"{spec!r} is an n-gram draft; transformers runs T5 models only. Use "
                          f"a bundled T5 model: {mini.targets()} or their drafts "
@@ -483,12 +499,15 @@ def run(*, output_dir: str, pairs: Optional[Sequence[Tuple[Spec, Spec]]] = None,
         "pairs": [[r["target"], r["draft"]] for r in results], "num_sentences": num_sentences,
         "repeats": repeats, "gamma": gamma, "temperatures": [float(t) for t in temperatures],
         "max_decode_len": max_decode_len, "input_length": input_length,
-        "parity_atol": parity_atol, "seed": seed}, "environment": env, "pairs": results}
+        "parity_atol": parity_atol, "seed": seed}, "environment": env, "pairs": results,
+        "provenance": host.provenance(load=env["load_average_1m"])}
     os.makedirs(output_dir, exist_ok=True)
     files.write_atomic(os.path.join(output_dir, TABLE_FILE), format_markdown(data))
     files.write_atomic(os.path.join(output_dir, RESULTS_FILE), json.dumps(
         files.json_ready(data), indent=1, allow_nan=False) + "\n")  # last: complete when present
     print(f"wrote {os.path.join(output_dir, RESULTS_FILE)} and {TABLE_FILE}", flush=True)
+    record.index_run("peers", "+".join(r["target"] for r in results),
+                     os.path.join(output_dir, RESULTS_FILE), data)
     return data
 
 

@@ -19,6 +19,7 @@ Run it with nothing else busy on the machine:
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Dict
 
@@ -29,6 +30,7 @@ from speculative.data import bundles
 from speculative.decode import stats as stats_lib
 from speculative.decode import validation
 from speculative.decode.sampling import SamplingConfig
+from speculative.experiments import record
 from speculative.measure import acceptance, host, theory
 from speculative.measure import costs as costs_lib
 from speculative.runs import mini
@@ -116,7 +118,10 @@ def run(output_dir: str, target_name: str = mini.LARGE_TARGET, draft_name: str =
               "seconds": round(time.time() - start, 1),
               "load_average_1m": load.record(),
               "environment": host.environment()}
+    result["provenance"] = host.provenance(load=result["load_average_1m"])
     files.write_report(output_dir, "trees", result, markdown(result))
+    record.index_run("trees", f"{target_name}/{draft_name}",
+                     os.path.join(output_dir, "trees.json"), result)
     return result
 
 
