@@ -7,6 +7,7 @@ plot is drawn. Runs with the bundled large pair when installed, else with the ra
 `python tests/test_notebook.py` executes it and saves the outputs into the committed copy.
 """
 
+import importlib.metadata
 import json
 import os
 import re
@@ -98,6 +99,42 @@ def test_committed_copy_keeps_its_outputs_and_shows_a_speedup():
     # The install cell and the device cell are there for Colab.
     assert "pip" in cells["install"].source and "jax.devices()" in cells["setup"].source
     assert "colab.research.google.com/github/" in cells["intro"].source
+
+
+def test_install_cell_keeps_a_recent_runtime_jax_and_replaces_an_older_one(capsys):
+    """The Colab install cell: a runtime JAX at or above what the package's flax needs is kept
+    (pinned, so pip cannot swap it for a build for another device); an older one, or none, gets
+    CI's JAX for the runtime's device through setup.py's [cuda] / [tpu] extras. The cell runs
+    here as in a checkout (the package is importable, so it installs nothing)."""
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    [cell] = [c for c in nb.cells if c.id == "install"]
+    namespace = {}
+    exec(compile(cell.source, "install-cell", "exec"), namespace)  # pylint: disable=exec-used
+    assert "speculative is importable: True" in capsys.readouterr().out
+    targets = namespace["pip_targets"]
+    assert targets("speculative", "0.10.2", "0.10.2", "cuda") == [
+        "speculative", "jax==0.10.2", "jaxlib==0.10.2"]
+    assert targets("speculative", "0.11.0", None, "cpu") == ["speculative", "jax==0.11.0"]
+    assert targets("speculative", "0.6.2", "0.6.2", "cuda") == ["speculative[cuda]"]
+    assert targets("speculative", "0.4.33", "0.4.33", "tpu") == ["speculative[tpu]"]
+    assert targets("speculative", None, None, "cpu") == ["speculative"]
+    assert namespace["runtime_device"]() in ("cuda", "tpu", "cpu")
+    # The floor is the one the installed flax declares, and the extras the cell names exist.
+    [need] = [r for r in importlib.metadata.requires("flax") if re.match(r"jax\s*>=", r)]
+    assert namespace["MIN_JAX"] == tuple(int(n) for n in re.findall(r"\d+", need)[:2]), need
+    with open(os.path.join(REPO, "setup.py"), encoding="utf-8") as f:
+        setup = f.read()
+    assert '"cuda": [f"jax[cuda12]==' in setup and '"tpu": [f"jax[tpu]==' in setup
+
+
+def test_the_tour_names_the_main_jobs_default_draft():
+    """The tour replays rounds with a separate T5 draft, and says that the main job's default
+    (the README's) is large_feature_draft."""
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    cells = {c.id: c for c in nb.cells}
+    assert "`large_feature_draft`" in cells["intro"].source
+    assert "best separate T5 draft" in cells["intro"].source
+    assert "large_feature_draft" in cells["models-md"].source
 
 
 def test_models_are_bundled_or_the_fallback_says_so(executed):
