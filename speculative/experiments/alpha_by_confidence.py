@@ -10,7 +10,7 @@ text that is:
         --drafts=large_draft_kdtv,large_feature_draft
 
 writes `alpha_by_confidence.json` and `.md` into `results/large/target_aware/alpha_by_confidence/`
-(`--output_dir`; the default is `<the target's results dir>/alpha_by_confidence`).
+(by default `<the target's results dir>/target_aware/alpha_by_confidence`).
 Nothing is timed: the numbers do not depend on the machine or its load.
 """
 
@@ -34,7 +34,8 @@ def run(drafts: Sequence[str], target_name: str = bundles.LARGE_TARGET,
         edges: Sequence[float] = acceptance.CONFIDENCE_EDGES, seed: int = 0,
         overwrite: bool = False) -> Dict:
     """Bins every draft's Table 3 alpha at T = 0 and 1; writes the report (see the module
-    docstring) into `output_dir` (default `<the target's results dir>/alpha_by_confidence`)."""
+    docstring) into `output_dir` (default `<the target's results dir>/target_aware/
+    alpha_by_confidence`)."""
     validation.positive_int(num_alpha_tokens, "num_alpha_tokens", "positions per alpha")
     inputs = bundles.bundle(target_name)  # (a ValueError naming the bundled targets)
     if not drafts:
@@ -45,7 +46,7 @@ def run(drafts: Sequence[str], target_name: str = bundles.LARGE_TARGET,
     if unknown:
         raise ValueError(f"drafts {unknown} are not bundled drafts of {target_name}; "
                          f"use some of {known}.")
-    output_dir = output_dir or os.path.join(bundles.RESULT_DIRS[target_name],
+    output_dir = output_dir or os.path.join(bundles.RESULT_DIRS[target_name], "target_aware",
                                             "alpha_by_confidence")
     files.check_report(output_dir, "alpha_by_confidence", overwrite)
     os.makedirs(output_dir, exist_ok=True)

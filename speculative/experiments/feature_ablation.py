@@ -17,7 +17,7 @@ features (depth 1, no training-time test); + training-time test (3 unrolled step
 
 Run with nothing else busy on the machine:
 
-    python scripts/feature_ablation.py --output_dir=results/large/feature_ablation \
+    python scripts/feature_ablation.py --output_dir=results/large/target_aware/feature_ablation \
         --drafts=large_draft_kdtv,enc=out/feature/enc,feat=out/feature/feat,ttt=large_feature_draft
 """
 

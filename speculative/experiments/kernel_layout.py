@@ -13,9 +13,11 @@ bundled pair at batch 1:
    T > 0 each sentence is decoded `samples` times, as in the demo.
 3. **Outputs**: at T = 0 every decode of both layouts must be the target's greedy output.
 
-    python scripts/kernel_layout_benchmark.py --output_dir=results/large/kernel_layout
+    python scripts/kernel_layout_benchmark.py --output_dir=results/limits/kernel_layout/large_target
 
-writes `kernel_layout.json` and `.md`. Run it with nothing else busy on the machine.
+writes `kernel_layout.json` and `.md` (by default into `results/limits/kernel_layout/<target>`:
+the comparison depends on the host, and docs/limits.md's host table reads these runs). Run it
+with nothing else busy on the machine.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from speculative.measure import costs as costs_lib
 from speculative.measure import host
 
 LAYOUTS = ("t5x", "transposed")
+DEFAULT_ROOT = os.path.join("results", "limits", "kernel_layout")  # one run per target
 
 
 def run(output_dir: Optional[str] = None, target_name: str = bundles.LARGE_TARGET,
@@ -43,7 +46,7 @@ def run(output_dir: Optional[str] = None, target_name: str = bundles.LARGE_TARGE
         temperatures: Sequence[float] = (0.0, 1.0), samples: int = 4, repeats: int = 5,
         overwrite: bool = False, seed: int = 0) -> Dict:
     """Times both layouts (see the module docstring); writes the report into `output_dir`
-    (default `<the target's results dir>/kernel_layout`)."""
+    (default `results/limits/kernel_layout/<target>`)."""
     validation.positive_int(num_sentences, "num_sentences", "test sentences timed")
     validation.positive_int(samples, "samples", "decodes per sentence at T > 0")
     validation.positive_int(repeats, "repeats", "timed rounds")
@@ -55,7 +58,7 @@ def run(output_dir: Optional[str] = None, target_name: str = bundles.LARGE_TARGE
         SamplingConfig(float(t))  # a bad temperature is refused before any work
     inputs = bundles.bundle(target_name)  # (a ValueError naming the bundled targets)
     draft_name = draft_name or inputs.best_draft(target_name)
-    output_dir = output_dir or os.path.join(bundles.RESULT_DIRS[target_name], "kernel_layout")
+    output_dir = output_dir or os.path.join(DEFAULT_ROOT, target_name)
     files.check_report(output_dir, "kernel_layout", overwrite)
     models = {layout: (inputs.load(target_name, kernel_layout=layout),
                        inputs.load(draft_name, kernel_layout=layout)) for layout in LAYOUTS}
