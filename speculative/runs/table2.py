@@ -58,7 +58,7 @@ import itertools
 import json
 import math
 import os
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import gin
 import numpy as np
@@ -368,27 +368,12 @@ def reproduce(
     Returns:
       one `RowResult` per row. The gin config is replaced by each row's in turn.
     """
-    from speculative.runs import infer  # pylint: disable=g-import-not-at-top
+    from speculative.runs import infer as infer_lib  # pylint: disable=g-import-not-at-top
 
-    if output_dir and not dry_run and not overwrite and os.path.exists(
-            os.path.join(output_dir, "table2.json")):
-        raise FileExistsError(f"{output_dir} holds an earlier table2.json; choose another "
-                              "--output_dir or pass --overwrite to replace that run.")
     if overwrite:
         row_bindings = list(row_bindings) + ["OVERWRITE = True"]
-    if isinstance(rows, str):
-        rows = [r.strip() for r in rows.split(",") if r.strip()]
-    rows = list_rows(rows_dir) if list(rows) == ["all"] else list(rows)
-    if not rows:
-        raise ValueError("reproduce: no rows given; e.g. rows=['ende_small_t0'] or 'all'.")
-    if c is not None and c != "paper" and (not isinstance(c, (int, float)) or c < 0):
-        raise ValueError(f"c={c!r} is invalid: None (measure), a number >= 0, or 'paper'.")
-    paths = [row_file(name, rows_dir) for name in rows]  # a typo fails before any decoding
-    names = [row_name(p) for p in paths]
-    if len(set(names)) != len(names):
-        raise ValueError(f"rows={rows!r}: two rows share a name ({names}); each row's runs go to "
-                         "output_dir/<row name>, so give rows with different file names.")
-
+    names, paths = _check_rows(rows, output_dir, rows_dir=rows_dir, c=c, dry_run=dry_run,
+                               overwrite=overwrite)
     results = []
     for name, row in zip(names, paths):
         row_out = os.path.join(output_dir, name) if output_dir else None
@@ -405,72 +390,21 @@ def reproduce(
         results.append(result)
         if dry_run:
             continue
-        # Each run's settings come from gin again, so its config.gin reruns it with
-        # scripts/infer.py (SPECULATIVE and INFER_OUTPUT_DIR as that run used them).
-        spec_settings = _rebind(True, row_out)
-        task, examples = infer.load_examples(spec_settings)  # data check before models
-        models = infer.load_models(spec_settings)
-        spec = infer.run(spec_settings, models, task=task, examples=examples)
-        base_settings = _rebind(False, row_out)
-        base = infer.run(base_settings, models, task=task, examples=examples)
-
-        result.alpha = spec.alpha
-        result.tokens_per_target_call = spec.tokens_per_target_call
-        result.speculative_tokens_per_second = spec.tokens_per_second
-        result.baseline_tokens_per_second = base.tokens_per_second
-        result.task_metrics = {"speculative": spec.task_metrics, "baseline": base.task_metrics}
-        result.output_dirs = {"speculative": spec_settings.output_dir,
-                              "baseline": base_settings.output_dir}
-
+        models, examples = _decode_row(result, row_out)
         batches = [b for b, _ in itertools.islice(
-            infer.batches(examples, settings.batch_size, settings.input_length), speed_batches)]
-        # With choose_trees, verify costs up to acceptance.TREE_MAX_NODES tokens price token trees.
-        widths = sorted({settings.gamma, *(acceptance.TREE_VERIFY_WIDTHS if choose_trees
-                                           else ())})
-        result.costs = costs_lib.measure_costs(
-            models[0], models[1], np.asarray(batches[0]), widths,
-            max_decode_len=settings.max_decode_len, num_steps=8, repeats=cost_repeats, seed=0)
-        if choose_trees:
-            row_costs = functools.partial(  # timed only if a tree could win (choose_tree)
-                costs_lib.draft_row_costs, models[0], models[1], np.asarray(batches[0]),
-                acceptance.TREE_DRAFT_ROWS, c=result.costs.c,
-                max_decode_len=settings.max_decode_len, repeats=cost_repeats)
-            result.tree_choice = acceptance.choose_tree(
-                models[0], models[1], batches, settings.sampling, result.costs, row_costs,
-                max_decode_len=settings.max_decode_len, max_nodes=acceptance.TREE_MAX_NODES)
-            print(f"row {name}: token trees: {result.tree_choice.line()} "
-                  f"(the row times its own GAMMA={settings.gamma} chain"
-                  + (", and the tree)" if result.tree_choice.tree else ")"))
-        mesh = getattr(models[0], "mesh", None)
-        timed_batches = [partitioning.shard_batch(b, mesh) if mesh is not None else b
-                         for b in batches]
-        tree = result.tree_choice.tree if result.tree_choice else None
-        for shape in (None, tree) if tree else (None,):  # the row's chain, then the tree
-            [timed] = measure.measure(
-                models[0], [models[1]] * len(batches), timed_batches,
-                sampling=settings.sampling, gammas=[len(shape) if shape else settings.gamma],
-                max_decode_len=settings.max_decode_len, repeats=speed_repeats,
-                lenience=settings.lenience, seed=settings.seed, costs=result.costs, tree=shape)
-            if shape is None:
-                result.speed, result.speed_spread = timed.speedup, timed.speedup_spread
-            else:
-                result.tree_speed = timed.speedup
-                result.tree_tokens_per_target_call = timed.tokens_per_target_call
-        if c is None:
-            result.c = result.costs.c
-            result.verify_cost = result.costs.verify_cost[settings.gamma]
-            result.c_source = "measured"
-        elif c == "paper":
-            result.c, result.c_source = info.paper_c, "paper Table 4"
-        else:
-            result.c, result.c_source = float(c), "given"
-        if result.alpha is not None and result.c is not None:
-            result.predicted = theory.speedup(result.alpha, settings.gamma, result.c)
-            if result.verify_cost is not None:
-                result.predicted_measured_verify = theory.speedup(
-                    result.alpha, settings.gamma, result.c, verify_cost=result.verify_cost)
+            infer_lib.batches(examples, settings.batch_size, settings.input_length),
+            speed_batches)]
+        _price_row(result, models, batches, cost_repeats=cost_repeats, choose_trees=choose_trees)
+        _time_row(result, models, batches, speed_repeats)
+        _predict_row(result, c)
 
-    c_note = _c_note(c, c is None, cost_repeats, dry_run)
+    _write_table(results, output_dir, _c_note(c, c is None, cost_repeats, dry_run), dry_run)
+    return results
+
+
+def _write_table(results: List[RowResult], output_dir: Optional[str], c_note: str,
+                 dry_run: bool) -> None:
+    """Prints the table; with `output_dir`, writes table2.md and table2.json (the JSON last)."""
     table = markdown(results, c_note)
     print(table)
     if output_dir:  # the table and its JSON together, the JSON last
@@ -479,4 +413,111 @@ def reproduce(
             os.path.join(output_dir, "table2.json"): json.dumps(
                 {"c_source": c_note, "dry_run": dry_run, "rows": [r.to_json() for r in results]},
                 indent=2)})
-    return results
+
+
+def _check_rows(rows, output_dir: Optional[str], *, rows_dir: str, c, dry_run: bool,
+                overwrite: bool) -> Tuple[List[str], List[str]]:
+    """Refuses an earlier table, no rows, a bad `c`, a misspelt row or two rows of one name
+    before any work -> `(names, paths)` of the rows."""
+    if output_dir and not dry_run and not overwrite and os.path.exists(
+            os.path.join(output_dir, "table2.json")):
+        raise FileExistsError(f"{output_dir} holds an earlier table2.json; choose another "
+                              "--output_dir or pass --overwrite to replace that run.")
+    if isinstance(rows, str):
+        rows = [r.strip() for r in rows.split(",") if r.strip()]
+    rows = list_rows(rows_dir) if list(rows) == ["all"] else list(rows)
+    if not rows:
+        raise ValueError("reproduce: no rows given; e.g. rows=['ende_small_t0'] or 'all'.")
+    if c is not None and c != "paper" and (not isinstance(c, (int, float)) or c < 0):
+        raise ValueError(f"c={c!r} is invalid: None (measure), a number >= 0, or 'paper'.")
+    paths = [row_file(name, rows_dir) for name in rows]  # a typo fails before any decoding
+    names = [row_name(p) for p in paths]
+    if len(set(names)) != len(names):
+        raise ValueError(f"rows={rows!r}: two rows share a name ({names}); each row's runs go to "
+                         "output_dir/<row name>, so give rows with different file names.")
+    return names, paths
+
+
+def _decode_row(result: RowResult, row_out: Optional[str]):
+    """Decodes the row speculatively and with the baseline (`infer.run`, both into `row_out`)
+    and records alpha, tokens per call, tokens/s and the task metrics -> `(models, examples)`."""
+    from speculative.runs import infer as infer_lib  # pylint: disable=g-import-not-at-top
+
+    # Each run's settings come from gin again, so its config.gin reruns it with
+    # scripts/infer.py (SPECULATIVE and INFER_OUTPUT_DIR as that run used them).
+    spec_settings = _rebind(True, row_out)
+    task, examples = infer_lib.load_examples(spec_settings)  # data check before models
+    models = infer_lib.load_models(spec_settings)
+    spec = infer_lib.run(spec_settings, models, task=task, examples=examples)
+    base_settings = _rebind(False, row_out)
+    base = infer_lib.run(base_settings, models, task=task, examples=examples)
+    result.alpha = spec.alpha
+    result.tokens_per_target_call = spec.tokens_per_target_call
+    result.speculative_tokens_per_second = spec.tokens_per_second
+    result.baseline_tokens_per_second = base.tokens_per_second
+    result.task_metrics = {"speculative": spec.task_metrics, "baseline": base.task_metrics}
+    result.output_dirs = {"speculative": spec_settings.output_dir,
+                          "baseline": base_settings.output_dir}
+    return models, examples
+
+
+def _price_row(result: RowResult, models, batches, *, cost_repeats: int,
+               choose_trees: bool) -> None:
+    """The row's step costs (c, verify costs) and, with `choose_trees`, its token-tree choice."""
+    settings = result.settings
+    # With choose_trees, verify costs up to acceptance.TREE_MAX_NODES tokens price token trees.
+    widths = sorted({settings.gamma, *(acceptance.TREE_VERIFY_WIDTHS if choose_trees
+                                       else ())})
+    result.costs = costs_lib.measure_costs(
+        models[0], models[1], np.asarray(batches[0]), widths,
+        max_decode_len=settings.max_decode_len, num_steps=8, repeats=cost_repeats, seed=0)
+    if not choose_trees:
+        return
+    row_costs = functools.partial(  # timed only if a tree could win (choose_tree)
+        costs_lib.draft_row_costs, models[0], models[1], np.asarray(batches[0]),
+        acceptance.TREE_DRAFT_ROWS, c=result.costs.c,
+        max_decode_len=settings.max_decode_len, repeats=cost_repeats)
+    result.tree_choice = acceptance.choose_tree(
+        models[0], models[1], batches, settings.sampling, result.costs, row_costs,
+        max_decode_len=settings.max_decode_len, max_nodes=acceptance.TREE_MAX_NODES)
+    print(f"row {result.name}: token trees: {result.tree_choice.line()} "
+          f"(the row times its own GAMMA={settings.gamma} chain"
+          + (", and the tree)" if result.tree_choice.tree else ")"))
+
+
+def _time_row(result: RowResult, models, batches, speed_repeats: int) -> None:
+    """Speed: the row's chain (and its chosen tree) against the baseline, interleaved."""
+    settings = result.settings
+    mesh = getattr(models[0], "mesh", None)
+    timed_batches = [partitioning.shard_batch(b, mesh) if mesh is not None else b
+                     for b in batches]
+    tree = result.tree_choice.tree if result.tree_choice else None
+    for shape in (None, tree) if tree else (None,):  # the row's chain, then the tree
+        [timed] = measure.measure(
+            models[0], [models[1]] * len(batches), timed_batches,
+            sampling=settings.sampling, gammas=[len(shape) if shape else settings.gamma],
+            max_decode_len=settings.max_decode_len, repeats=speed_repeats,
+            lenience=settings.lenience, seed=settings.seed, costs=result.costs, tree=shape)
+        if shape is None:
+            result.speed, result.speed_spread = timed.speedup, timed.speedup_spread
+        else:
+            result.tree_speed = timed.speedup
+            result.tree_tokens_per_target_call = timed.tokens_per_target_call
+
+
+def _predict_row(result: RowResult, c) -> None:
+    """c (measured, the paper's or given) and Theorem 3.8's predictions."""
+    gamma = result.settings.gamma
+    if c is None:
+        result.c = result.costs.c
+        result.verify_cost = result.costs.verify_cost[gamma]
+        result.c_source = "measured"
+    elif c == "paper":
+        result.c, result.c_source = result.info.paper_c, "paper Table 4"
+    else:
+        result.c, result.c_source = float(c), "given"
+    if result.alpha is not None and result.c is not None:
+        result.predicted = theory.speedup(result.alpha, gamma, result.c)
+        if result.verify_cost is not None:
+            result.predicted_measured_verify = theory.speedup(
+                result.alpha, gamma, result.c, verify_cost=result.verify_cost)
