@@ -15,6 +15,7 @@ import sys
 from absl import app, flags
 
 from speculative.experiments import headline
+from speculative.runs import config as config_lib
 
 _WRITE = flags.DEFINE_bool("write", False, "Rewrite the tables in the documents.")
 _CHECK = flags.DEFINE_bool("check", False, "Exit 1 if a document's table is out of date.")
@@ -39,4 +40,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    config_lib.run_app(main)
