@@ -179,6 +179,48 @@ _UNUSED = ["--gin.TARGET_MODEL=None", "--gin.DRAFT_MODEL=None", "--gin.TARGET_CH
            "--gin.DRAFT_CHECKPOINT=None", '--gin.OUTPUT_DIR="/nonexistent/unused"']
 
 
+# A child that compiles a large program (thousands of ops: seconds of XLA compilation).
+_COMPILE_CHILD = textwrap.dedent('''
+    import signal
+    import sys
+    import jax
+    import jax.numpy as jnp
+    from speculative.runs import config
+
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal
+
+
+    def main(argv):
+        def f(x):
+            for i in range(3000):
+                x = jnp.sin(x) * (i + 1.0) + jnp.cos(x[::-1])
+            return x
+
+        lowered = jax.jit(f).lower(jnp.ones((64,), jnp.float32))
+        print("compiling", flush=True)
+        lowered.compile()
+        print("compiled", flush=True)
+
+
+    config.run_app(main, argv=sys.argv[:1])
+''')
+
+
+def test_ctrl_c_during_xla_compilation_exits_cleanly(tmp_path):
+    """Ctrl-C while XLA compiles (scripts/benchmark.py compiles for minutes): one line and
+    128 + SIGINT, never "Fatal Python error: Segmentation fault" (rc 139) from an interpreter
+    shutting down under XLA's threads."""
+    child = tmp_path / "compile_child.py"
+    child.write_text(_COMPILE_CHILD)
+    rc, out, err, seconds = _stop([sys.executable, str(child)], "compiling",
+                                  signum=signal.SIGINT, delay=0.5)
+    assert "compiled" not in out
+    assert rc == 128 + signal.SIGINT and seconds < 15, (rc, seconds, err[-3000:])
+    lines = _lines(err)
+    assert len(lines) == 1 and lines[0].startswith("KeyboardInterrupt: stopped by SIGINT"), err
+    assert "Fatal Python error" not in err
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
