@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax import struct
 
 from speculative import decoding
 from speculative.decode import sampling
@@ -212,6 +213,72 @@ def test_an_unaffordable_cache_is_refused_with_its_size(models):
     with pytest.raises(ValueError, match=r"KV cache .* needs [0-9.]+ GiB"):
         decoding.autoregressive_decode(target, INPUTS, rng=jax.random.PRNGKey(0),
                                        sampling=SamplingConfig(0.0), max_decode_len=10 ** 10)
+
+
+@struct.dataclass
+class _NoEos(decoding.EncoderDecoderModel):
+    """The tiny target with EOS masked out of every distribution: no row ever stops early."""
+
+    def extend(self, params, state, tokens):
+        logits, state = super().extend(params, state, tokens)
+        return logits.at[..., t5.EOS_ID].set(-1e9), state
+
+
+@pytest.mark.skipif(jax.default_backend() != "cpu", reason="the estimate is sized by CPU rates")
+def test_a_length_that_cannot_finish_is_refused_before_work(models):
+    """max_decode_len=10**6 on a tiny model that never emits EOS: the KV cache fits in memory,
+    but each step would attend over 10**6 slots for 10**6 steps (hours). Each of the four
+    decoders refuses it within seconds, naming max_decode_len, the estimate, the longest
+    length that fits and the way to lift the cap."""
+    import re  # pylint: disable=g-import-not-at-top
+    import time  # pylint: disable=g-import-not-at-top
+
+    from speculative.decode import validation  # pylint: disable=g-import-not-at-top
+
+    target, draft = (_NoEos(m.module, m.params) for m in models)
+    key, greedy, n = jax.random.PRNGKey(0), SamplingConfig(0.0), 10**6
+    calls = {
+        "autoregressive_decode": lambda: decoding.autoregressive_decode(
+            target, INPUTS, rng=key, sampling=greedy, max_decode_len=n),
+        "speculative_decode": lambda: decoding.speculative_decode(
+            target, draft, INPUTS, rng=key, gamma=4, sampling=greedy, max_decode_len=n),
+        "beam search": lambda: decoding.beam_search(target, INPUTS, beam_size=2,
+                                                     max_decode_len=n),
+        "speculative beam search": lambda: decoding.speculative_beam_search(
+            target, draft, INPUTS, beam_size=2, draft_beam=2, gamma=3, max_decode_len=n),
+    }
+    fits = {}
+    for name, call in calls.items():
+        start = time.monotonic()
+        with pytest.raises(ValueError, match=rf"max_decode_len=1000000 is more than {name} can "
+                                             r"finish .* at least [0-9.]+ hours on \d+ CPU "
+                                             r"core.*TIME_LIMIT_S = None") as e:
+            call()
+        assert time.monotonic() - start < 30, name
+        fits[name] = int(re.search(r"at most (\d+) fits", str(e.value)).group(1))
+    # The longest length that fits is itself accepted (checks only: nothing runs).
+    validation.check_lengths((target,), jnp.asarray(INPUTS), fits["autoregressive_decode"])
+    with pytest.raises(ValueError, match="max_decode_len"):
+        validation.check_lengths((target,), jnp.asarray(INPUTS), fits["autoregressive_decode"] + 1)
+    assert 1000 < fits["beam search"] < fits["autoregressive_decode"] < n
+    # The cap is stated and lifts: per check, or for every call.
+    validation.check_lengths((target, draft), jnp.asarray(INPUTS), n, 4, time_limit_s=None)
+    with pytest.raises(ValueError, match=r"time_limit_s=0 is invalid"):
+        validation.check_lengths((target,), jnp.asarray(INPUTS), 8, time_limit_s=0)
+
+
+def test_beam_search_takes_numpy_length_penalties(models):
+    """`length_penalty=np.float32(0.6)` is a finite float: accepted, same result as 0.6."""
+    target = models[0]
+    want = decoding.beam_search(target, INPUTS, beam_size=2, max_decode_len=4)
+    for penalty in (np.float32(0.6), np.float64(0.6)):
+        got = decoding.beam_search(target, INPUTS, beam_size=2, max_decode_len=4,
+                                   length_penalty=penalty)
+        np.testing.assert_array_equal(got.sequences, want.sequences)
+    for bad in (np.float32("nan"), np.bool_(True), "0.6"):
+        with pytest.raises(ValueError, match="length_penalty=.* is invalid: give a finite float"):
+            decoding.beam_search(target, INPUTS, beam_size=2, max_decode_len=4,
+                                 length_penalty=bad)
 
 
 # ----------------------------------------------------------------------------------------------

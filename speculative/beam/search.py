@@ -79,13 +79,17 @@ def brevity_penalty(alpha: float, length: int) -> float:
 
 
 def _check(inputs, beam_size: int, max_decode_len: int, length_penalty: float,
-           model=None, cached: bool = False) -> np.ndarray:
+           model=None, cached: bool = False, *, draft=None, gamma: Optional[int] = None,
+           time_limit_s=validation.DEFAULT_LIMIT) -> np.ndarray:
     """The decode loops' input rules (`validation`), before any forward: ids in the model's
-    vocabulary, a token in every row, counts >= 1, and a forward (or, `cached`, the jitted
-    search's KV cache and sequences) that fits in memory."""
+    vocabulary, a token in every row, counts >= 1, a forward (or, `cached`, the jitted
+    search's KV cache and sequences) that fits in memory, and a worst case (no beam ends)
+    within `time_limit_s` (`validation.bounded_work`; with `draft` and `gamma`, the
+    speculative search's rounds)."""
     validation.positive_int(beam_size, "beam_size", "beams kept per input")
     validation.positive_int(max_decode_len, "max_decode_len", "tokens generated at most")
-    if isinstance(length_penalty, bool) or not isinstance(length_penalty, (int, float)) or \
+    if isinstance(length_penalty, (bool, np.bool_)) or not isinstance(
+            length_penalty, (int, float, np.integer, np.floating)) or \
             not np.isfinite(length_penalty):
         raise ValueError(f"length_penalty={length_penalty!r} is invalid: give a finite float "
                          "(T5X uses 0.6; 0 = no length penalty).")
@@ -102,6 +106,13 @@ def _check(inputs, beam_size: int, max_decode_len: int, length_penalty: float,
             ids.shape[0] * beam_size * max_decode_len * vocab * 4,
             f"beam search over batch {ids.shape[0]} x beam {beam_size} x "
             f"max_decode_len={max_decode_len}", "lower max_decode_len or the batch size")
+    if model is not None and hasattr(model, "prefix_length"):
+        models = (model,) if draft is None else (model, draft)
+        validation.bounded_work(
+            models, ids.shape[0], ids.shape[1], max_decode_len,
+            ("speculative " if draft is not None else "") + "beam search",
+            time_limit_s=time_limit_s, gamma=None if draft is None else gamma, beams=beam_size,
+            gather=cached, recompute=not cached)
     return ids
 
 
@@ -496,8 +507,9 @@ def _jitted_result(s, *, target_calls: int, rounds: int = 0,
 def _check_speculative(target, draft, inputs, beam_size, draft_beam, gamma, max_decode_len,
                        length_penalty, cached: bool, min_draft_beam) -> np.ndarray:
     """`min_draft_beam`: (the least draft_beam the search takes, the message saying why)."""
-    inputs = _check(inputs, beam_size, max_decode_len, length_penalty, target, cached=cached)
     validation.positive_int(gamma, "gamma", "draft steps per round")
+    inputs = _check(inputs, beam_size, max_decode_len, length_penalty, target, cached=cached,
+                    draft=draft, gamma=gamma)
     least, why = min_draft_beam
     if isinstance(draft_beam, bool) or not isinstance(draft_beam, (int, np.integer)) or (
             draft_beam < least):

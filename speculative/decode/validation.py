@@ -3,12 +3,20 @@
 One rule set and one wording for `decoding.autoregressive_decode`, `speculative_decode`,
 `beam_search` and `speculative_beam_search`: each message names the argument, the value and
 the fix. Nothing is truncated, wrapped or clipped.
+
+Bounded work: a `max_decode_len` the call could not finish is refused before any work. Its
+buffers must fit in memory (`fits_memory`), and its worst case (no row stops at EOS, so every
+step runs and attends over the whole `max_decode_len` cache) must take at most `TIME_LIMIT_S`
+seconds by `decode_seconds`, a lower bound from the model's size and the length at this
+machine's best rate. `TIME_LIMIT_S = None` (or a larger number) lifts the cap for every call;
+the checks also take `time_limit_s=`.
 """
 
 from __future__ import annotations
 
+import math
 import os
-from typing import List, Optional
+from typing import Any, List, Mapping, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -19,6 +27,13 @@ from speculative.decode import sampling as sampling_lib
 
 PAD_ID = 0
 MAX_MEMORY_FRACTION = 0.5  # of physical memory, for one buffer a call would allocate
+TIME_LIMIT_S: Optional[float] = 600.0  # the most worst-case seconds a decode call may take
+# Best rates, so that `decode_seconds` is a lower bound: a CPU core streams at most ~12 GB/s
+# of memory and computes ~100 GFLOP/s in float32 (a socket at most ~150 GB/s); an accelerator
+# device at most 8 TB/s (HBM3e) and 2.5 PFLOP/s.
+CPU_BYTES_PER_S_PER_CORE, CPU_BYTES_PER_S_MAX, CPU_FLOPS_PER_CORE = 12e9, 150e9, 100e9
+DEVICE_BYTES_PER_S, DEVICE_FLOPS = 8e12, 2.5e15
+DEFAULT_LIMIT = object()  # a check's time_limit_s default: TIME_LIMIT_S when it runs
 
 
 def positive_int(value, name: str, what: str = "") -> int:
@@ -203,10 +218,14 @@ def _shape_of(inputs) -> tuple:
         return ()
 
 
-def check_lengths(models, inputs, max_decode_len, gamma=None, target_width=None):
-    """`target_width`: drafted tokens the target verifies per round when it is not gamma (the
-    nodes of a token tree)."""
-    if not isinstance(max_decode_len, (int, np.integer)) or max_decode_len < 1:
+def check_lengths(models, inputs, max_decode_len, gamma=None, target_width=None, *,
+                  time_limit_s=DEFAULT_LIMIT):
+    """The lengths of a decode call, before any work: `max_decode_len` and `gamma` ints >= 1,
+    the models' caches long enough, the KV caches within memory and the worst case within
+    `time_limit_s` (`bounded_work`). `target_width`: drafted tokens the target verifies per
+    round when it is not gamma (the nodes of a token tree)."""
+    if isinstance(max_decode_len, bool) or not isinstance(max_decode_len, (int, np.integer)) \
+            or max_decode_len < 1:
         raise ValueError(f"max_decode_len={max_decode_len!r} is invalid: it must be an int >= 1.")
     if gamma is not None and (not isinstance(gamma, (int, np.integer)) or isinstance(gamma, bool)
                               or gamma < 1):
@@ -244,3 +263,114 @@ def check_lengths(models, inputs, max_decode_len, gamma=None, target_width=None)
                 cache, f"The {name}'s KV cache for batch {inputs.shape[0]} x {need + 1} "
                 f"positions (max_decode_len={max_decode_len})",
                 "lower max_decode_len or the batch size")
+    bounded_work(models, inputs.shape[0], inputs.shape[1], max_decode_len,
+                 "speculative_decode" if len(models) == 2 else "autoregressive_decode",
+                 time_limit_s=time_limit_s, gamma=gamma if len(models) == 2 else None,
+                 target_width=target_width)
+
+
+# ----------------------------------------------------------------------------------------------
+# Bounded work: a worst-case time estimate from the model's size and the length.
+
+
+def _params(model) -> Any:
+    """The parameters a decode step reads: the decoder's (a T5's encoder runs once)."""
+    params = getattr(model, "params", None)
+    return params.get("decoder", params) if isinstance(params, Mapping) else params
+
+
+def _rates(models) -> tuple:
+    """(bytes/s, flops/s, words): this machine's best rates for `models`' device(s)."""
+    leaves = [x for m in models for x in jax.tree_util.tree_leaves(getattr(m, "params", None))
+              if isinstance(x, jax.Array) and not isinstance(x, jax.core.Tracer)]
+    devices = leaves[0].sharding.device_set if leaves else jax.local_devices()[:1]
+    platform = next(iter(devices)).platform
+    if platform == "cpu":
+        try:
+            cores = len(os.sched_getaffinity(0))
+        except AttributeError:  # not Linux
+            cores = os.cpu_count() or 1
+        return (min(cores * CPU_BYTES_PER_S_PER_CORE, CPU_BYTES_PER_S_MAX),
+                cores * CPU_FLOPS_PER_CORE, f"{cores} CPU core{'s' * (cores > 1)}")
+    return (len(devices) * DEVICE_BYTES_PER_S, len(devices) * DEVICE_FLOPS,
+            f"{len(devices)} {platform.upper()} device{'s' * (len(devices) > 1)}")
+
+
+def _call_seconds(model, rows: int, tokens: int, length: int, rates, gather: bool = False):
+    """Least seconds of one call of `model` on `rows` x `tokens` new tokens over a cache of
+    `length` slots: its parameters and its cache (read, and with `gather` reordered by beam:
+    read and written again) at the best bandwidth, or its multiply-adds at the best rate."""
+    leaves = jax.tree_util.tree_leaves(_params(model))
+    sizes = [(math.prod(np.shape(x)), np.dtype(getattr(x, "dtype", np.float32)).itemsize)
+             for x in leaves]
+    param_bytes, num_params = sum(n * i for n, i in sizes), sum(n for n, _ in sizes)
+    cache = model.cache_bytes(rows, length) if hasattr(model, "cache_bytes") and length else 0
+    flops = rows * tokens * (2 * num_params + 2 * cache / 4 / max(rows, 1))  # QK^T and PV
+    return max((param_bytes + cache * (3 if gather else 1)) / rates[0], flops / rates[1])
+
+
+def decode_seconds(models: Sequence[Any], batch: int, input_length: int, max_decode_len: int,
+                   gamma: Optional[int] = None, target_width: Optional[int] = None,
+                   beams: int = 1, gather: bool = False, recompute: bool = False) -> float:
+    """A lower bound on the seconds a decode call takes when no row stops at EOS.
+
+    `models` = (target,) decodes one token per step (autoregressive, beam search with `beams`
+    beams and, with `gather`, the cache reordered at every step); (target, draft) with `gamma`
+    verifies `target_width` (default gamma) drafted tokens per round after gamma draft calls,
+    so it takes at least max_decode_len / (gamma + 1) rounds. `recompute`: every step runs a
+    full forward over max_decode_len positions (the host-driven reference searches). The jitted
+    loops attend over the whole cache at every step, so a cache sized for a long
+    `max_decode_len` costs at every step, however short the real output.
+    """
+    rates, rows, n = _rates(models), batch * beams, int(max_decode_len)
+    target = models[0]
+    if recompute:
+        steps = n if gamma is None else math.ceil(n / (gamma + 1))
+        return steps * _call_seconds(target, rows, n, 0, rates)
+    width = target_width if target_width is not None else gamma
+    extra = 0 if width is None else width + 1
+    length = target.prefix_length(input_length) + n + extra + 1
+    if gamma is None:
+        return n * _call_seconds(target, rows, 1, length, rates, gather)
+    per_round = _call_seconds(target, rows, width + 1, length, rates, gather)
+    if len(models) > 1:
+        draft = models[1]
+        prefix = draft.prefix_length(input_length) if hasattr(draft, "prefix_length") else 0
+        per_round += gamma * _call_seconds(draft, rows, 1, prefix + n + gamma + 2, rates, gather)
+    return math.ceil(n / (gamma + 1)) * per_round
+
+
+def _duration(seconds: float) -> str:
+    for unit, size in (("days", 86400), ("hours", 3600), ("minutes", 60)):
+        if seconds >= 2 * size:
+            return f"{seconds / size:.1f} {unit}"
+    return f"{seconds:.0f} s"
+
+
+def bounded_work(models: Sequence[Any], batch: int, input_length: int, max_decode_len: int,
+                 what: str, *, time_limit_s=DEFAULT_LIMIT, **kwargs) -> None:
+    """Refuses, naming max_decode_len, a call whose `decode_seconds(...)` exceeds
+    `time_limit_s` (default `TIME_LIMIT_S`; None: no limit). The message gives the estimate,
+    the largest max_decode_len that fits and the ways to lift the cap."""
+    limit = TIME_LIMIT_S if time_limit_s is DEFAULT_LIMIT else time_limit_s
+    if limit is None:
+        return
+    if isinstance(limit, bool) or not isinstance(limit, (int, float, np.number)) or limit <= 0:
+        raise ValueError(f"time_limit_s={limit!r} is invalid: give seconds > 0, or None for no "
+                         "limit.")
+    estimate = decode_seconds(models, batch, input_length, max_decode_len, **kwargs)
+    if estimate <= limit:
+        return
+    lo, hi = 0, int(max_decode_len)  # the largest length within the limit (monotone)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if decode_seconds(models, batch, input_length, mid,
+                                             **kwargs) <= limit else (lo, mid)
+    raise ValueError(
+        f"max_decode_len={max_decode_len} is more than {what} can finish in reasonable time: if "
+        f"no row stops at EOS it takes at least {_duration(estimate)} on {_rates(models)[2]} "
+        f"(estimated from the model's size and the length: every step attends over the whole "
+        f"max_decode_len cache), over the {_duration(limit)} limit. Lower max_decode_len "
+        + (f"(at most {lo} fits)" if lo else "(even 1 does not fit: use a smaller model)")
+        + ", or lift the cap: speculative.decode.validation.TIME_LIMIT_S = None (or more "
+        "seconds).")
