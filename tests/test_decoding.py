@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from speculative.decode import drafters, sampling
 from speculative.decode import loops as decoding
-from speculative.decode import sampling
 from speculative.decode import sampling as sampling_lib
 from speculative.decode import stats as stats_lib
 from speculative.decode.sampling import SamplingConfig
@@ -92,9 +92,9 @@ def test_greedy_identity_with_dynamic_gamma(encdec, confidence):
     ar = decoding.autoregressive_decode(target, inputs, rng=jax.random.PRNGKey(0),
                                         sampling=GREEDY, max_decode_len=16)
     for d in (draft, target):
-        sp = decoding.speculative_decode(target, d, inputs, rng=jax.random.PRNGKey(0), gamma=5,
-                                         sampling=GREEDY, max_decode_len=16,
-                                         draft_confidence=confidence)
+        sp = decoding.speculative_decode(target, drafters.ChainDrafter(d, 5, confidence),
+                                         inputs, rng=jax.random.PRNGKey(0), gamma=5,
+                                         sampling=GREEDY, max_decode_len=16)
         np.testing.assert_array_equal(sp.tokens, ar.tokens)
         drafted, rounds = int(jnp.sum(sp.stats.drafted)), int(jnp.sum(sp.stats.target_calls))
         assert rounds <= drafted <= 5 * rounds
@@ -164,10 +164,13 @@ def _joint_pvalue(samples, probs):
     return stats.chisquare(obs, exp).pvalue
 
 
-def _sample_three(target, draft, enc, cfg, gamma, seed, **kw):
+def _sample_three(target, draft, enc, cfg, gamma, seed, **drafting):
+    """`drafting`: ChainDrafter settings (confidence, schedule, initial_gamma)."""
     inputs = np.repeat(enc, N_SAMPLES, 0)
+    if drafting:
+        draft, gamma = drafters.ChainDrafter(draft, gamma, **drafting), None
     out = decoding.speculative_decode(target, draft, inputs, rng=jax.random.PRNGKey(seed),
-                                      gamma=gamma, sampling=cfg, max_decode_len=3, **kw)
+                                      gamma=gamma, sampling=cfg, max_decode_len=3)
     return np.asarray(out.tokens), out.stats
 
 
@@ -192,12 +195,11 @@ def test_joint_law_of_three_tokens_matches_target(joint_models, name, gamma):
 
 
 def test_joint_law_with_dynamic_gamma(joint_models):
-    """Rows stop drafting when the draft is unsure (draft_confidence): still the target's law."""
+    """Rows stop drafting when the draft is unsure (`confidence`): still the target's law."""
     module, target, draft, enc = joint_models
     cfg = JOINT_CONFIGS["t1"]
     probs = _exact_joint(module, target.params, enc, cfg)
-    samples, stats = _sample_three(target, draft, enc, cfg, gamma=3, seed=9,
-                                   draft_confidence=0.4)
+    samples, stats = _sample_three(target, draft, enc, cfg, gamma=3, seed=9, confidence=0.4)
     drafted, rounds = int(jnp.sum(stats.drafted)), int(jnp.sum(stats.target_calls))
     assert rounds <= drafted < 3 * rounds, "the threshold should stop some rows early"
     assert _joint_pvalue(samples, probs) > 1e-6
@@ -209,7 +211,7 @@ def test_joint_law_with_the_heuristic_gamma_schedule(joint_models):
     cfg = JOINT_CONFIGS["t1"]
     probs = _exact_joint(module, target.params, enc, cfg)
     samples, stats = _sample_three(target, draft, enc, cfg, gamma=3, seed=11,
-                                   gamma_schedule="heuristic", initial_gamma=1)
+                                   schedule="heuristic", initial_gamma=1)
     drafted, rounds = int(jnp.sum(stats.drafted)), int(jnp.sum(stats.target_calls))
     assert rounds <= drafted < 3 * rounds  # budgets of 1 (the start) and more after accepts
     assert _joint_pvalue(samples, probs) > 1e-6
@@ -221,23 +223,26 @@ def test_heuristic_schedule_greedy_identity_and_budget_rule(encdec):
     ar = decoding.autoregressive_decode(target, inputs, rng=jax.random.PRNGKey(0),
                                         sampling=GREEDY, max_decode_len=16)
     for d in (draft, target):
-        sp = decoding.speculative_decode(target, d, inputs, rng=jax.random.PRNGKey(0), gamma=6,
-                                         sampling=GREEDY, max_decode_len=16,
-                                         gamma_schedule="heuristic", initial_gamma=2)
+        drafter = drafters.ChainDrafter(d, 6, schedule="heuristic", initial_gamma=2)
+        sp = decoding.speculative_decode(target, drafter, inputs, rng=jax.random.PRNGKey(0),
+                                         gamma=None, sampling=GREEDY, max_decode_len=16)
         np.testing.assert_array_equal(sp.tokens, ar.tokens)
     # With the target as its own draft every draft is accepted: 2, 4, 6, 6, ... per round.
     rounds = int(sp.stats.rounds)
     assert int(sp.stats.drafted[0]) <= 2 + 4 + 6 * (rounds - 2)
-    got = decoding._next_budget(jnp.array([2, 2, 5, 1]), jnp.array([2, 1, 5, 0]),
-                                jnp.array([2, 2, 5, 1]), 6, "heuristic")
+    got = drafter._next_budget(jnp.array([2, 2, 5, 1]), jnp.array([2, 1, 5, 0]),
+                               jnp.array([2, 2, 5, 1]))
     np.testing.assert_array_equal(got, [4, 1, 6, 1])  # +2, -1, capped at gamma, floor 1
-    with pytest.raises(ValueError, match="gamma_schedule='linear'"):
-        decoding.speculative_decode(target, draft, inputs, rng=jax.random.PRNGKey(0), gamma=3,
-                                    sampling=GREEDY, max_decode_len=4, gamma_schedule="linear")
+    kw = dict(rng=jax.random.PRNGKey(0), gamma=None, sampling=GREEDY, max_decode_len=4)
+    with pytest.raises(ValueError, match="schedule='linear'"):
+        decoding.speculative_decode(
+            target, drafters.ChainDrafter(draft, 3, schedule="linear"), inputs, **kw)
     with pytest.raises(ValueError, match="initial_gamma=7"):
-        decoding.speculative_decode(target, draft, inputs, rng=jax.random.PRNGKey(0), gamma=3,
-                                    sampling=GREEDY, max_decode_len=4, initial_gamma=7,
-                                    gamma_schedule="heuristic")
+        decoding.speculative_decode(target, drafters.ChainDrafter(
+            draft, 3, schedule="heuristic", initial_gamma=7), inputs, **kw)
+    with pytest.raises(ValueError, match="gamma=4 but the drafter drafts 3"):
+        decoding.speculative_decode(target, drafters.ChainDrafter(draft, 3), inputs,
+                                    **{**kw, "gamma": 4})
 
 
 _EXACT_KERNEL = sampling.speculative_sample
@@ -255,7 +260,7 @@ def test_negative_control_wrong_residual_fails(joint_models, monkeypatch):
     cfg = JOINT_CONFIGS["t1"]
     probs = _exact_joint(module, target.params, enc, cfg)
     jax.clear_caches()
-    monkeypatch.setattr(sampling_lib.sampling_lib, "speculative_sample", _kernel_resampling_from_p)
+    monkeypatch.setattr(sampling_lib, "speculative_sample", _kernel_resampling_from_p)
     try:
         samples, _ = _sample_three(target, draft, enc, cfg, gamma=3, seed=5)
     finally:
@@ -317,7 +322,7 @@ def test_a_verifier_object_replaces_the_policy_sampling_chooses(encdec):
 
     with pytest.raises(TypeError, match="not hashable"):
         decoding.speculative_decode(target, draft, inputs, **kw, verifier=Unhashable())
-    with pytest.raises(TypeError, match=r"lacks \['split', 'split_step'"):
+    with pytest.raises(TypeError, match=r"lacks \['propose', 'top_probability'"):
         decoding.speculative_decode(target, draft, inputs, **kw, verifier=object())
     with pytest.raises(ValueError, match="give the lenience to the verifier"):
         decoding.speculative_decode(target, draft, inputs, **kw, lenience=0.5,
@@ -365,9 +370,9 @@ def test_bad_inputs_raise_clear_errors(encdec, deconly):
     with pytest.raises(ValueError, match="lenience"):
         decoding.speculative_decode(target, draft, inputs, gamma=2, max_decode_len=4,
                                     lenience=1.5, **kw)
-    with pytest.raises(ValueError, match="draft_confidence"):
-        decoding.speculative_decode(target, draft, inputs, gamma=2, max_decode_len=4,
-                                    draft_confidence=-0.1, **kw)
+    with pytest.raises(ValueError, match="confidence"):
+        decoding.speculative_decode(target, drafters.ChainDrafter(draft, 2, confidence=-0.1),
+                                    inputs, gamma=None, max_decode_len=4, **kw)
     other = t5.Transformer(tiny_config(vocab_size=17))
     big_draft = adapters.EncoderDecoderModel(other, random_params(other, 0))
     with pytest.raises(ValueError, match="vocabularies differ"):

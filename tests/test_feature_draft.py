@@ -11,6 +11,7 @@ import pytest
 from flax import struct
 
 from speculative.beam import search as beam_lib
+from speculative.decode import drafters
 from speculative.decode import loops as decoding
 from speculative.decode import sampling as sampling_lib
 from speculative.decode.sampling import SamplingConfig
@@ -163,9 +164,9 @@ def test_greedy_identity_batch4_prompts_of_different_lengths(kind, feature_layer
     np.testing.assert_array_equal(sp.tokens, ar.tokens)
     np.testing.assert_array_equal(sp.lengths, ar.lengths)
     if tree is None:
-        for extra in (dict(draft_confidence=0.5),
-                      dict(gamma_schedule="heuristic", initial_gamma=1)):
-            other = decoding.speculative_decode(target, draft, inputs, gamma=gamma, **kw, **extra)
+        for extra in (dict(confidence=0.5), dict(schedule="heuristic", initial_gamma=1)):
+            drafter = drafters.TargetAwareDrafter(draft, gamma, **extra)
+            other = decoding.speculative_decode(target, drafter, inputs, gamma=gamma, **kw)
             np.testing.assert_array_equal(other.tokens, ar.tokens)
 
 
@@ -418,7 +419,7 @@ def _check_control_fails(law, target, draft, inputs, seed, monkeypatch):
     probs = law(SamplingConfig(1.0))
     import test_decoding
     jax.clear_caches()
-    monkeypatch.setattr(sampling_lib.sampling_lib, "speculative_sample",
+    monkeypatch.setattr(sampling_lib, "speculative_sample",
                         test_decoding._kernel_resampling_from_p)
     try:
         samples, _ = _sample(target, draft, inputs, SamplingConfig(1.0), seed=seed)

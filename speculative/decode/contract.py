@@ -9,9 +9,14 @@ A model the loops can drive (a `DecodeModel`) is a pytree with
 
 and `params`, `vocab_size`, `max_length` (None = unbounded). A state exposes `lengths [B]`
 (tokens in its cache) and `pending [B]` (the last prefix token, not yet in the cache). Optional:
-`cache_bytes(batch, length)` (sizes the cache before anything is allocated), and, for a target
-that a target-aware draft reads, `init_for_draft`, `context`, `pending_features`,
-`extend_with_features` and `feature_dim` (`check_target_aware`; docs/design.md).
+`cache_bytes(batch, length)` (sizes the cache before anything is allocated).
+
+What some drafters need beyond that is declared as a capability, a small Protocol checked once
+per call by `require` (an error names the missing methods):
+
+    FeatureTarget   a target a target-aware draft reads: init_for_draft, context,
+                    pending_features, extend_with_features, feature_dim
+    TreeTarget      a target that verifies a token tree in one forward: extend_tree, keep_path
 
 Token conventions (T5's): id 0 is padding and BOS, id 1 is EOS.
 
@@ -21,7 +26,7 @@ target-aware draft implement the contract themselves.
 
 from __future__ import annotations
 
-from typing import Any, Optional, Protocol, Tuple
+from typing import Any, Optional, Protocol, Sequence, Tuple
 
 import jax
 import jax.numpy as jnp
@@ -49,22 +54,63 @@ class DecodeModel(Protocol):
     def prefix_length(self, input_length: int) -> int: ...
 
 
+class FeatureTarget(Protocol):
+    """A target whose hidden states a target-aware draft reads (docs/design.md)."""
+
+    def init_for_draft(self, params, inputs: Array, max_len: int,
+                       feature_layers: Sequence[int] = ()) -> Any: ...
+
+    def context(self, state) -> Any: ...
+
+    def pending_features(self, state, feature_layers: Sequence[int]) -> Array: ...
+
+    def extend_with_features(self, params, state, tokens: Array,
+                             feature_layers: Sequence[int]) -> Tuple[Array, Array, Any]: ...
+
+    def feature_dim(self, feature_layers: Sequence[int]) -> int: ...
+
+
+class TreeTarget(Protocol):
+    """A target that scores a token tree in one forward and keeps one path of it."""
+
+    def extend_tree(self, params, state, tokens: Array, tree,
+                    feature_layers: Sequence[int] = ()) -> Tuple[Array, Any, Any]: ...
+
+    def keep_path(self, state, starts: Array, offsets: Array) -> Any: ...
+
+
+def missing(obj, capability) -> Tuple[str, ...]:
+    """The methods of Protocol `capability` that `obj` lacks."""
+    names = [n for n in capability.__dict__ if not n.startswith("_")]
+    return tuple(n for n in names if not callable(getattr(obj, n, None)))
+
+
+def require(target, capability, needed_for: str) -> None:
+    """TypeError naming what `target` lacks of `capability` (e.g. `TreeTarget`), if anything."""
+    lacks = missing(target, capability)
+    if lacks:
+        raise TypeError(
+            f"{needed_for} needs a target with {capability.__name__}'s methods; "
+            f"{type(target).__name__} lacks {', '.join(lacks)}. The T5 adapters "
+            "(EncoderDecoderModel, DecoderOnlyModel) have them.")
+
+
 def reads_target(draft) -> bool:
     """Whether `draft` is target-aware (reads the target's context and features)."""
     return bool(getattr(draft, "reads_target", False))
 
 
 def check_target_aware(target, draft) -> None:
-    """A target-aware draft needs a target that returns its context and features, of the
-    width and depth the draft was built for (the speculative loops check this first)."""
-    needs = ("init_for_draft", "context", "pending_features", "extend_with_features",
-             "feature_dim")
-    if not all(hasattr(target, name) for name in needs):
-        raise TypeError(f"The draft reads the target's features, but the target "
-                        f"({type(target).__name__}) lacks {', '.join(needs)}; the T5 adapters "
-                        "(EncoderDecoderModel, DecoderOnlyModel) have them.")
+    """A target-aware draft needs a target that returns its context and features
+    (`FeatureTarget`), of the width and depth the draft was built for."""
+    require(target, FeatureTarget, "A draft that reads the target's features")
     layers = tuple(draft.feature_layers)
-    width = target.feature_dim(layers)  # (ValueError naming a layer the target lacks)
+    try:
+        width = target.feature_dim(layers)
+    except ValueError as e:  # a layer this target lacks: the draft belongs to another target
+        raise ValueError(f"{e} The draft reads target layers {layers}: it was trained for "
+                         "another target (a bundled draft's card names its target, e.g. "
+                         "large_feature_draft belongs to large_target).") from None
     if layers and draft.feature_dim != width:
         raise ValueError(
             f"The target-aware draft reads {draft.feature_dim} features from target layers "

@@ -45,11 +45,12 @@ class DecodeStats:
     accepted_per_position: Array  # [B, G] (G = 0 for the baseline)
     nonfinite: Array  # [B] bool: the target's distribution went NaN/inf; the row was stopped
 
-    def update(self, active, accepted, drafted, fed, beta, generated, broken) -> "DecodeStats":
+    def update(self, active, accepted, drafted, draft_calls, beta, generated,
+               broken) -> "DecodeStats":
         """The counters after one speculative round (traced, inside the loop).
 
         `active [B]` rows decoding this round; `accepted [B]` n; `drafted [B]` drafts
-        proposed; `fed [B]` single-token draft steps after the first; `beta [B, G]`;
+        proposed; `draft_calls [B]` draft forwards this round; `beta [B, G]`;
         `generated [B]` tokens emitted so far; `broken [B]` rows stopped on NaN/inf. The
         accept test examined min(n + 1, drafted) positions: the accepted ones and the first
         rejected one."""
@@ -60,7 +61,7 @@ class DecodeStats:
         return DecodeStats(
             rounds=self.rounds + 1,
             target_calls=self.target_calls + a,
-            draft_calls=self.draft_calls + a * (fed + 1),
+            draft_calls=self.draft_calls + a * draft_calls,
             drafted=self.drafted + a * drafted,
             accepted=self.accepted + a * accepted,
             generated=generated,
@@ -104,6 +105,8 @@ class DecodeStats:
             "rounds": int(self.rounds),
             "target_calls": target_calls,
             "draft_calls": int(np.sum(np.asarray(self.draft_calls))),
+            "draft_calls_per_round": (int(np.sum(np.asarray(self.draft_calls))) / target_calls
+                                      if target_calls else float("nan")),
             "drafted": int(np.sum(np.asarray(self.drafted))),
             "accepted": int(np.sum(np.asarray(self.accepted))),
             "generated": int(np.sum(np.asarray(self.generated))),

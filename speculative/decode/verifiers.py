@@ -1,11 +1,12 @@
 """Verification policies: how drafts are drawn and how the target accepts them.
 
-One small frozen dataclass per policy (hashable, so static under jit), each with the same four
-methods, so the decode loops have no per-policy branches:
+One small frozen dataclass per policy (hashable, so static under jit), each with every method
+the loops call (the `Verifier` Protocol), so the loops have no per-policy branches. The loops
+split the keys (decode/rounds.py `RoundKeys`) and hand every method a real key; the greedy
+policy ignores it:
 
-    split(rng, gamma)          -> (next loop key, draft keys [G] or None, accept key)
-    split_step(rng)            -> (next loop key, the autoregressive step's key)
     propose(logits, rng)       -> (x [B], q [B, V] or its size-1 summary [B, 1])
+    top_probability(logits, q) -> [B] the draft's confidence in x (dynamic gamma)
     verify(logits, q, x, num_drafted, rng) -> Verdict
     next_token(logits, rng)    -> (token [B], finite [B])    (the autoregressive step)
 
@@ -21,7 +22,7 @@ methods, so the decode loops have no per-policy branches:
     verify_tree(tree, logits, q, node_tokens, valid, rng) -> the accepted path (trees.py)
 
 `for_sampling(sampling, lenience)` picks the policy. Another acceptance rule is one more class
-with these methods.
+with these methods (docs/extending.md).
 
 Shape legend: B batch, G gamma, V vocab.
 """
@@ -29,7 +30,7 @@ Shape legend: B batch, G gamma, V vocab.
 from __future__ import annotations
 
 import dataclasses
-from typing import Union
+from typing import Protocol, Tuple
 
 import jax
 import jax.numpy as jnp
@@ -75,13 +76,8 @@ class GreedyVerifier:
     def __post_init__(self):
         sampling_lib.validate_lenience(self.lenience)
 
-    def split(self, rng, gamma):
-        return rng, None, rng  # deterministic: no keys consumed
-
-    def split_step(self, rng):
-        return rng, rng
-
     def propose(self, logits, rng):
+        del rng  # deterministic
         x = jnp.argmax(logits, axis=-1).astype(jnp.int32)
         return x, jnp.ones(x.shape + (1,), jnp.float32)  # q is one-hot: only its max, 1, is kept
 
@@ -115,29 +111,19 @@ class GreedyVerifier:
         return trees.greedy_walk(tree, logits, node_tokens, valid)
 
 
-@dataclasses.dataclass(frozen=True)
-class ExactVerifier:
-    """Speculative sampling under `sampling` (temperature > 0), exact."""
+class _Sampled:
+    """The methods exact and lenient verification share: drafts drawn from the adjusted q,
+    the target's law p under the same `sampling`. Subclasses set `sampling` and `lenience`."""
 
     sampling: SamplingConfig
-
-    @property
-    def lenience(self) -> float:
-        return 1.0
-
-    def split(self, rng, gamma):
-        rng, draft_rng, accept_rng = jax.random.split(rng, 3)
-        return rng, jax.random.split(draft_rng, gamma), accept_rng
-
-    def split_step(self, rng):
-        rng, step_rng = jax.random.split(rng)
-        return rng, step_rng
+    lenience: float
 
     def propose(self, logits, rng):
         q = sampling_lib.adjusted_probs(logits, self.sampling)
         return sampling_lib.sample(rng, q), q
 
     def top_probability(self, logits, q):
+        del logits
         return jnp.max(q, axis=-1)
 
     def verify(self, logits, q, x, num_drafted, rng) -> Verdict:
@@ -169,20 +155,44 @@ class ExactVerifier:
 
 
 @dataclasses.dataclass(frozen=True)
-class LenientVerifier(ExactVerifier):
+class ExactVerifier(_Sampled):
+    """Speculative sampling under `sampling` (temperature > 0), exact."""
+
+    sampling: SamplingConfig
+    lenience: float = dataclasses.field(default=1.0, init=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class LenientVerifier(_Sampled):
     """Speculative sampling with lenience l < 1 (paper A.5): more drafts kept, not exact."""
 
-    lenience_value: float = 1.0
+    sampling: SamplingConfig
+    lenience: float = 1.0
 
     def __post_init__(self):
-        sampling_lib.validate_lenience(self.lenience_value)
-
-    @property
-    def lenience(self) -> float:
-        return self.lenience_value
+        sampling_lib.validate_lenience(self.lenience)
 
 
-Verifier = Union[GreedyVerifier, ExactVerifier, LenientVerifier]
+class Verifier(Protocol):
+    """Every method the decode loops call on a verification policy (module docstring)."""
+
+    lenience: float
+
+    def propose(self, logits: Array, rng: Array) -> Tuple[Array, Array]: ...
+
+    def top_probability(self, logits: Array, q: Array) -> Array: ...
+
+    def verify(self, logits: Array, q: Array, x: Array, num_drafted: Array,
+               rng: Array) -> Verdict: ...
+
+    def next_token(self, logits: Array, rng: Array) -> Tuple[Array, Array]: ...
+
+    def children(self, logits: Array, num: int, rng: Array) -> Tuple[Array, Array, Array]: ...
+
+    def verify_tree(self, tree, logits: Array, q: Array, node_tokens: Array, valid: Array,
+                    rng: Array): ...
+
+
 
 
 def for_sampling(sampling: SamplingConfig, lenience: float = 1.0) -> Verifier:
@@ -195,7 +205,7 @@ def for_sampling(sampling: SamplingConfig, lenience: float = 1.0) -> Verifier:
     return LenientVerifier(sampling, lenience)
 
 
-POLICY_METHODS = ("split", "split_step", "propose", "verify", "next_token")
+POLICY_METHODS = ("propose", "top_probability", "verify", "next_token", "children", "verify_tree")
 
 
 def check_policy(verifier, lenience) -> None:
@@ -204,7 +214,8 @@ def check_policy(verifier, lenience) -> None:
     missing = [m for m in POLICY_METHODS if not callable(getattr(verifier, m, None))]
     if missing:
         raise TypeError(f"verifier={verifier!r} lacks {missing}: a verification policy has the "
-                        f"methods {list(POLICY_METHODS)} (see speculative/verification.py).")
+                        f"methods {list(POLICY_METHODS)} (the Verifier Protocol in "
+                        "speculative/decode/verifiers.py).")
     try:
         hash(verifier)
     except TypeError:

@@ -33,7 +33,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from speculative.decode import contract
+from speculative.decode import contract, drafters
 from speculative.decode import loops as decoding
 from speculative.decode.sampling import SamplingConfig
 from speculative.measure import theory
@@ -263,11 +263,12 @@ def decode_programs(target, drafts: Sequence[Any], batches: Sequence[np.ndarray]
                 for x, k in zip(batches, keys)]
 
     def run(gamma, confidence, schedule="constant", initial_gamma=None, tree=None):
+        drafter = [drafters.as_drafter(draft, gamma, tree, confidence=confidence,
+                                       schedule=schedule, initial_gamma=initial_gamma)
+                   for draft in drafts]
         return lambda: [decoding.speculative_decode(
-            target, draft, x, rng=k, gamma=gamma, sampling=sampling,
-            max_decode_len=max_decode_len, lenience=lenience, draft_confidence=confidence,
-            gamma_schedule=schedule, initial_gamma=initial_gamma, tree=tree)
-            for draft, x, k in zip(drafts, batches, keys)]
+            target, d, x, rng=k, gamma=None, sampling=sampling, max_decode_len=max_decode_len,
+            lenience=lenience) for d, x, k in zip(drafter, batches, keys)]
 
     return {"baseline": baseline, **{name: run(*setting) for name, setting in speculative.items()}}
 

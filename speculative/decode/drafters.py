@@ -1,0 +1,404 @@
+"""Drafters: who proposes the G tokens of a round, and how a draft catches up with the text.
+
+A drafter is a pytree (its draft model's parameters are traced; its settings are static) with
+
+    layout                          ChainLayout(G) or TreeLayout(tree)    (decode/rounds.py)
+    view(target) -> TargetView      the target calls its rounds need
+    check(target) -> None           refuses, by name, a target that lacks a capability
+    start(view, inputs, max_decode_len, target_width) -> (target state, drafter state)
+    propose(state, last, start, keys [G], verifier) -> (Proposal, state)
+    advance(state, outcome, proposal, last, moving [B]) -> state
+
+and owns its state: a struct with named fields, made by `start` and carried by the loop. The
+loop (decode/loops.py) never asks which kind of drafter it drives.
+
+    ChainDrafter(model, gamma)          any DecodeModel (T5, n-gram, prompt lookup): G drafts,
+                                        one draft call each; dynamic gamma (`confidence`) and
+                                        the +2/-1 schedule (`schedule='heuristic'`).
+    TargetAwareDrafter(model, gamma)    a draft that reads the target (models/feature_draft.py):
+                                        it starts from the target's context and re-reads each
+                                        round's committed tokens with the target's features.
+    TreeDrafter(base, tree)             a token tree whose nodes' laws come from any chain
+                                        drafter's model (`base`): one draft call per level.
+
+The catch-up rule (invariants at the start of a round: the target's cache holds S[:-1], length
+T, and `last` = S[-1]):
+
+  ChainDrafter: the draft's cache holds S[:-1] (`behind` = 0) or S[:-2] (`behind` = 1: the last
+    round accepted every draft and the draft never read x_G). The round's first call rewinds it
+    to T - behind and feeds [S[-2], S[-1]] (behind) or [S[-1], a junk copy]; the logits at index
+    `behind` are q_1 and the cache then holds S.
+  TargetAwareDrafter: the draft's own entries for last round's accepted drafts were made from
+    its own hidden states; it rewinds to T - `reread` (the n drafts accepted) and re-reads
+    S[T - reread .. T] with the target's features of the positions before them (`tokens`,
+    `features`), replacing them; the logits at index `reread` are q_1.
+
+Shape legend: B batch, G gamma, V vocab, F feature width.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Protocol, Tuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+
+from speculative.decode import contract, rounds, trees, validation
+from speculative.decode import sampling as sampling_lib
+from speculative.decode.contract import take_rows
+
+Array = jax.Array
+
+SCHEDULES = ("constant", "heuristic")
+
+
+class Drafter(Protocol):
+    """What the speculative loop calls on a drafter (module docstring)."""
+
+    @property
+    def layout(self) -> Any: ...
+
+    @property
+    def gamma(self) -> int: ...
+
+    def view(self, target) -> rounds.TargetView: ...
+
+    def check(self, target) -> None: ...
+
+    def start(self, view, inputs: Array, max_decode_len: int,
+              target_width: int) -> Tuple[Any, Any]: ...
+
+    def propose(self, state, last: Array, start: Array, keys: Array,
+                verifier) -> Tuple[rounds.Proposal, Any]: ...
+
+    def advance(self, state, outcome: rounds.Outcome, proposal: rounds.Proposal, last: Array,
+                moving: Array) -> Any: ...
+
+
+def cache_length(model, inputs: Array, max_decode_len: int, width: int) -> int:
+    """Cache slots a model needs: its prefix, the output, and one round's `width` + 2."""
+    return model.prefix_length(inputs.shape[1]) + max_decode_len + width + 2
+
+
+# ----------------------------------------------------------------------------------------------
+# A chain of drafts from any DecodeModel.
+
+
+@struct.dataclass
+class ChainState:
+    """A chain drafter's state.
+
+    Attributes:
+      model: the draft's decode state (its cache holds S[:-1] or S[:-2], see `behind`).
+      prev: `[B]` S[-2] (fed first when `behind`).
+      behind: `[B]` int32, 1 when the draft never read the last accepted draft x_G.
+      budget: `[B]` drafts each row may propose this round (the schedule; gamma if constant).
+    """
+
+    model: Any
+    prev: Array
+    behind: Array
+    budget: Array
+
+
+@struct.dataclass
+class ChainDrafter:
+    """G drafts per round from any `DecodeModel`, one draft call each (module docstring).
+
+    `confidence > 0`: a row stops drafting before x_i (i >= 2) when the draft's top
+    probability for it is below `confidence` (dynamic gamma, as transformers'
+    `assistant_confidence_threshold`). `schedule='heuristic'` adapts each row's drafts per
+    round as transformers does for assistant models: start at `initial_gamma` (default gamma),
+    +2 after a round whose drafts were all accepted, -1 otherwise, within [1, gamma]. Both rules
+    look only at the draft and at past rounds, so the output stays exact."""
+
+    model: Any
+    gamma: int = struct.field(pytree_node=False)
+    confidence: float = struct.field(pytree_node=False, default=0.0)
+    schedule: str = struct.field(pytree_node=False, default="constant")
+    initial_gamma: Optional[int] = struct.field(pytree_node=False, default=None)
+
+    @property
+    def layout(self):
+        return rounds.ChainLayout(self.gamma)
+
+    def view(self, target) -> rounds.TargetView:
+        return rounds.TargetView(target)
+
+    def check(self, target) -> None:
+        """Refuses bad settings or a target that lacks what this drafter needs, by name."""
+        validation.schedule(self.confidence, self.schedule, self.initial_gamma, self.gamma)
+        self.layout.require(target)
+
+    def start(self, view, inputs, max_decode_len, target_width):
+        """The target's state (room for `target_width` scored drafts a round) and the
+        drafter's."""
+        tstate = view.start(inputs, cache_length(view.model, inputs, max_decode_len,
+                                                 target_width))
+        dstate = self.model.init(self.model.params, inputs,
+                                 cache_length(self.model, inputs, max_decode_len, self.gamma))
+        return tstate, self._memory(dstate, tstate.pending)
+
+    def _memory(self, dstate, pending):
+        batch = pending.shape[0]
+        budget = self.gamma if self.initial_gamma is None else self.initial_gamma
+        return ChainState(model=dstate, prev=pending, behind=jnp.zeros((batch,), jnp.int32),
+                          budget=jnp.full((batch,), budget, jnp.int32))
+
+    def catch_up(self, state, last: Array, start: Array) -> Tuple[Array, Any]:
+        """The round's first draft call: `(q_1's logits [B, V], draft state holding S)`."""
+        behind = state.behind
+        dstate = self.model.rewind(state.model, start - behind)
+        first = jnp.stack([jnp.where(behind > 0, state.prev, last), last], axis=1)
+        logits, dstate = self.model.extend(self.model.params, dstate, first)
+        dstate = self.model.rewind(dstate, start + 1)  # holds S; the junk slot is masked
+        return jnp.take_along_axis(logits, behind[:, None, None], axis=1)[:, 0], dstate
+
+    def step(self, dstate, tokens: Array) -> Tuple[Array, Any]:
+        """One single-token draft call: `(logits [B, V], state)`."""
+        logits, dstate = self.model.extend(self.model.params, dstate, tokens[:, None])
+        return logits[:, 0], dstate
+
+    def propose(self, state, last, start, keys, verifier):
+        """Up to G drafts per row; a row's drafts end before the first draft distribution
+        holding NaN/inf (a token drawn from non-finite numbers is never offered), at its budget,
+        or below `confidence`. The loop of single-token calls exits once every row has stopped,
+        so stopped rows save draft calls. Drafts past `num_drafted` are junk the kernel ignores;
+        the draft's cache holds S + x_1..x_read."""
+        logits, dstate = self.catch_up(state, last, start)
+        x1, q1 = verifier.propose(logits, keys[0])
+        batch, gamma = x1.shape[0], self.gamma
+        x = jnp.zeros((batch, gamma), jnp.int32).at[:, 0].set(x1)
+        q = jnp.zeros((batch, gamma) + q1.shape[1:], q1.dtype).at[:, 0].set(q1)
+        going = sampling_lib.finite_rows(logits)
+        num = going.astype(jnp.int32)
+
+        def cond(carry):
+            i, _, _, _, _, going = carry
+            return (i < gamma) & jnp.any(going)
+
+        def body(carry):
+            i, dstate, x, q, num, going = carry
+            logits, dstate = self.step(dstate, jax.lax.dynamic_index_in_dim(x, i - 1, 1, False))
+            xi, qi = verifier.propose(logits, keys[i])
+            if self.confidence > 0.0:  # static: no cost without dynamic gamma
+                going = going & (verifier.top_probability(logits, qi) >= self.confidence)
+            going = going & sampling_lib.finite_rows(logits) & (i < state.budget)
+            x = jax.lax.dynamic_update_slice_in_dim(x, xi[:, None], i, axis=1)
+            q = jax.lax.dynamic_update_slice_in_dim(q, qi[:, None], i, axis=1)
+            return i + 1, dstate, x, q, num + going.astype(jnp.int32), going
+
+        calls, dstate, x, q, num, _ = jax.lax.while_loop(
+            cond, body, (jnp.ones((), jnp.int32), dstate, x, q, num, going))
+        proposal = rounds.Proposal(
+            tokens=x, q=q, valid=jnp.arange(gamma)[None] < num[:, None], num_drafted=num,
+            draft_calls=jnp.broadcast_to(calls, (batch,)), drafts_read=calls - 1)
+        return proposal, state.replace(model=dstate)
+
+    def advance(self, state, outcome, proposal, last, moving):
+        """After the round: the draft is behind when it never read the last accepted draft."""
+        n = outcome.accepted
+        prev = jnp.where(n > 0, jnp.take_along_axis(
+            outcome.drafts, jnp.maximum(n - 1, 0)[:, None], 1)[:, 0], last)
+        return state.replace(
+            prev=jnp.where(moving, prev, state.prev),
+            behind=jnp.where(moving, (n > proposal.drafts_read).astype(jnp.int32), state.behind),
+            budget=self._next_budget(state.budget, n, proposal.num_drafted))
+
+    def _next_budget(self, budget, accepted, drafted):
+        if self.schedule == "constant":
+            return budget
+        all_accepted = (accepted >= drafted) & (drafted > 0)
+        return jnp.clip(jnp.where(all_accepted, budget + 2, budget - 1), 1, self.gamma)
+
+
+# ----------------------------------------------------------------------------------------------
+# A draft that reads the target.
+
+
+@struct.dataclass
+class FeatureState:
+    """A target-aware drafter's state.
+
+    Attributes:
+      model: the draft's decode state.
+      reread: `[B]` committed tokens before S[-1] whose draft entries are re-read with the
+        target's features next round (last round's n accepted drafts).
+      tokens: `[B, G + 1]` S[T - reread .. T], zero-padded: the catch-up chunk.
+      features: `[B, G + 1, F]` the target's features of the positions before those tokens
+        (last round's verification), or None for a draft that reads no hidden states.
+      budget: `[B]` as `ChainState.budget`.
+    """
+
+    model: Any
+    reread: Array
+    tokens: Array
+    features: Optional[Array]
+    budget: Array
+
+
+@struct.dataclass
+class TargetAwareDrafter(ChainDrafter):
+    """A chain from a draft that reads the target's context and hidden states (EAGLE-style;
+    models/feature_draft.py). The verify call returns the target's features of every scored
+    position, and the next round's first call re-reads the committed tokens with them."""
+
+    @property
+    def layers(self) -> Tuple[int, ...]:
+        return tuple(self.model.feature_layers)
+
+    def view(self, target) -> rounds.TargetView:
+        return rounds.FeatureView(target, self.layers)
+
+    def check(self, target) -> None:
+        contract.check_target_aware(target, self.model)
+        super().check(target)
+
+    def draft_cache_length(self, inputs, max_decode_len) -> int:
+        return cache_length(self.model, inputs, max_decode_len, self.gamma)
+
+    def start(self, view, inputs, max_decode_len, target_width):
+        target = view.model
+        tstate = view.start(inputs, cache_length(target, inputs, max_decode_len, target_width))
+        dstate = self.model.init(self.model.params, inputs,
+                                 self.draft_cache_length(inputs, max_decode_len),
+                                 context=target.context(tstate))
+        batch, width = tstate.pending.shape[0], self.gamma + 1
+        features = None
+        if self.layers:  # the first round reads the pending token with the feature before it
+            first = target.pending_features(tstate, self.layers)
+            features = jnp.zeros((batch, width, self.model.feature_dim),
+                                 jnp.float32).at[:, 0].set(first)
+        budget = self.gamma if self.initial_gamma is None else self.initial_gamma
+        return tstate, FeatureState(
+            model=dstate, reread=jnp.zeros((batch,), jnp.int32),
+            tokens=jnp.zeros((batch, width), jnp.int32).at[:, 0].set(tstate.pending),
+            features=features, budget=jnp.full((batch,), budget, jnp.int32))
+
+    def catch_up(self, state, last, start):
+        del last  # the chunk ends with it
+        dstate = self.model.rewind(state.model, start - state.reread)
+        logits, dstate = self.model.extend(self.model.params, dstate, state.tokens,
+                                           state.features)
+        dstate = self.model.rewind(dstate, start + 1)  # holds S; the padding slots are masked
+        return jnp.take_along_axis(logits, state.reread[:, None, None], axis=1)[:, 0], dstate
+
+    def advance(self, state, outcome, proposal, last, moving):
+        """Next round re-reads x_1..x_n, t with the features the verification just gave."""
+        del last
+        features = state.features
+        if features is not None:  # static: a draft that reads hidden states
+            features = jnp.where(moving[:, None, None], outcome.features, features)
+        return state.replace(
+            reread=jnp.where(moving, outcome.accepted, state.reread),
+            tokens=jnp.where(moving[:, None], outcome.emitted(), state.tokens),
+            features=features,
+            budget=self._next_budget(state.budget, outcome.accepted, proposal.num_drafted))
+
+
+# ----------------------------------------------------------------------------------------------
+# Token trees from any chain drafter's distributions.
+
+
+@struct.dataclass
+class TreeDrafter:
+    """A token tree (decode/trees.py) whose nodes' laws come from `base`'s model: after
+    `base`'s catch-up call (batch B) the draft state is repeated once per root-to-leaf path
+    (B * M rows) and each path is extended as a chain, one call per level; a node's children
+    are drawn from the draft's distribution on its first path (the verifier's `children`: the
+    top-b tokens at temperature 0, b drawn without replacement at T > 0). After verification
+    the kept path's rows are the draft's state, and `base`'s catch-up rule applies."""
+
+    base: Any
+    tree: trees.Tree = struct.field(pytree_node=False)
+
+    @property
+    def layout(self):
+        return rounds.TreeLayout(self.tree)
+
+    @property
+    def gamma(self) -> int:
+        return self.tree.depth
+
+    @property
+    def model(self):
+        return self.base.model
+
+    def view(self, target) -> rounds.TargetView:
+        return self.base.view(target)
+
+    def check(self, target) -> None:
+        if self.base.confidence or self.base.schedule != "constant":
+            raise ValueError(f"tree={self.tree.branching} drafts a fixed shape: its base drafter "
+                             "needs confidence=0 and schedule='constant'.")
+        self.base.check(target)
+        self.layout.require(target)
+
+    def start(self, view, inputs, max_decode_len, target_width):
+        return self.base.start(view, inputs, max_decode_len, target_width)
+
+    def propose(self, state, last, start, keys, verifier):
+        tree = self.tree
+        logits, dstate = self.base.catch_up(state, last, start)
+        batch, paths = logits.shape[0], tree.num_leaves
+        tokens, valid, q = verifier.children(logits, tree.branching[0], keys[0])
+        levels, valids, qs = [tokens], [valid], [q[:, None]]
+        dstate = take_rows(dstate, jnp.repeat(jnp.arange(batch), paths))
+        for level in range(1, tree.depth):
+            under = tree.leaves_under(level)
+            feed = levels[-1][:, np.arange(paths) // under]  # each path's node at this level
+            step_logits, dstate = self.base.step(dstate, feed.reshape(batch * paths))
+            step_logits = step_logits.reshape(batch, paths, -1)[
+                :, np.arange(tree.level_sizes[level]) * under]  # [B, nodes at this level, V]
+            tokens, valid, q = verifier.children(step_logits, tree.branching[level], keys[level])
+            valid = valid & valids[-1][:, :, None]  # below an invalid node nothing is valid
+            levels.append(tokens.reshape(batch, -1))
+            valids.append(valid.reshape(batch, -1))
+            qs.append(q)
+        proposal = rounds.Proposal(
+            tokens=jnp.concatenate(levels, 1), q=jnp.concatenate(qs, 1),
+            valid=jnp.concatenate(valids, 1),
+            num_drafted=jnp.full((batch,), tree.depth, jnp.int32),
+            draft_calls=jnp.full((batch,), tree.depth, jnp.int32),
+            drafts_read=jnp.asarray(tree.depth - 1, jnp.int32))
+        return proposal, state.replace(model=dstate)
+
+    def advance(self, state, outcome, proposal, last, moving):
+        """The kept path's draft rows, then `base`'s catch-up rule."""
+        batch = outcome.accepted.shape[0]
+        rows = jnp.arange(batch) * self.tree.num_leaves + outcome.leaf
+        state = state.replace(model=take_rows(state.model, rows))
+        return self.base.advance(state, outcome, proposal, last, moving)
+
+
+# ----------------------------------------------------------------------------------------------
+# Choosing a drafter from `speculative_decode`'s arguments.
+
+
+def is_drafter(obj) -> bool:
+    """Whether `obj` is already a drafter (has `propose` and `layout`), not a DecodeModel."""
+    return not contract.missing(obj, _DrafterMethods)
+
+
+class _DrafterMethods(Protocol):
+    def propose(self, state, last, start, keys, verifier): ...
+
+    def advance(self, state, outcome, proposal, last, moving): ...
+
+    def start(self, view, inputs, max_decode_len, target_width): ...
+
+
+def as_drafter(draft, gamma: int, tree: Optional[trees.Tree] = None, *,
+               confidence: float = 0.0, schedule: str = "constant",
+               initial_gamma: Optional[int] = None) -> Drafter:
+    """The drafter for a draft model: `TargetAwareDrafter` for a draft that reads the target
+    (`reads_target`), else `ChainDrafter` (with dynamic gamma and the schedule as given);
+    wrapped in a `TreeDrafter` when `tree` is given. A drafter is returned as it is."""
+    if is_drafter(draft):
+        return draft
+    kind = TargetAwareDrafter if contract.reads_target(draft) else ChainDrafter
+    base = kind(draft, int(gamma), confidence=confidence, schedule=schedule,
+                initial_gamma=initial_gamma)
+    return base if tree is None else TreeDrafter(base, trees.as_tree(tree))
