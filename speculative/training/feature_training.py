@@ -319,62 +319,10 @@ def train(*, draft_config: fd.FeatureDraftConfig, config: FeatureTrainConfig, ca
     (the last ones) is scored every checkpoint. `stop_at` ends this call after that step (a
     piece of the run; call again to go on). Returns the final metrics."""
     manifest = feature_data.read_manifest(cache_dir)
-    for extra in config.extra_caches:
-        other = feature_data.read_manifest(extra)
-        diff = {k: (manifest.get(k), other.get(k)) for k in
-                ("format", "target", "feature_layers", "emb_dim", "top_k")
-                if manifest.get(k) != other.get(k)}
-        if diff:
-            raise ValueError(f"extra_caches: {extra} was written with other settings than "
-                             f"{cache_dir} (main, extra: {diff}); build it with the same "
-                             "target, feature layers and top_k.")
-    if not set(draft_config.feature_layers) <= set(manifest["feature_layers"]):
-        raise ValueError(f"The draft reads target layers {draft_config.feature_layers}; the "
-                         f"cache in {cache_dir} holds {manifest['feature_layers']}.")
-    if draft_config.target_emb_dim != manifest["emb_dim"]:
-        raise ValueError(f"target_emb_dim={draft_config.target_emb_dim} but the cached target "
-                         f"has width {manifest['emb_dim']}.")
-    if config.state_loss_weight and not draft_config.target_head:
-        raise ValueError(f"state_loss_weight={config.state_loss_weight} regresses a "
-                         "target_head draft's state guesses; set target_head=True or 0.")
-    if draft_config.target_head:
-        if target is None:
-            raise ValueError("A target_head draft copies the target's output layer: pass "
-                             "target= (the cache's target model).")
-        top = target.module.config.num_decoder_layers
-        if not draft_config.feature_layers or draft_config.feature_layers[-1] != top:
-            raise ValueError(f"A target_head draft reads the target's top layer ({top}) as "
-                             f"its last feature layer; feature_layers="
-                             f"{draft_config.feature_layers}.")
+    _check_setup(draft_config, config, cache_dir, manifest, target)
     os.makedirs(model_dir, exist_ok=True)
-    settings = dict(draft=dataclasses.asdict(draft_config), train=dataclasses.asdict(config),
-                    cache_dir=os.path.abspath(cache_dir), valid_fraction=valid_fraction)
-    settings = json.loads(json.dumps(settings))
-    settings_path = os.path.join(model_dir, "train_config.json")
-    if os.path.exists(settings_path):
-        with open(settings_path) as f:
-            old = json.load(f)
-        # A field added since that run, at its default, is the same setting.
-        for key, cls in (("train", FeatureTrainConfig), ("draft", fd.FeatureDraftConfig)):
-            defaults = json.loads(json.dumps({f.name: f.default for f in dataclasses.fields(cls)
-                                              if f.default is not dataclasses.MISSING}))
-            old[key] = {**defaults, **old.get(key, {})}
-        if old != settings:
-            diff = {k: (old.get(k), v) for k, v in settings.items() if old.get(k) != v}
-            raise ValueError(f"{model_dir} holds a run with other settings; pass another "
-                             f"model_dir. Differences: {diff}")
-    else:
-        files.write_atomic(settings_path, json.dumps(settings, indent=1).encode())
-
-    corpus = Corpus.load(cache_dir, config.max_shards, config.extra_caches)
-    selected = _select_layers(manifest, draft_config.feature_layers)
-    if selected is not None:  # no layers (the encoder-output-only draft): no feature columns
-        corpus.feat = (np.concatenate([corpus.feat[:, s] for s in selected], axis=1)
-                       if selected else corpus.feat[:, :0])
-    longest = int(np.max(np.maximum(corpus.src_len, corpus.out_len)))
-    if longest > config.buckets[-1]:
-        raise ValueError(f"The cache holds sentences of {longest} tokens, more than the largest "
-                         f"bucket {config.buckets[-1]}; add a bucket of at least {longest}.")
+    _check_or_write_settings(draft_config, config, cache_dir, model_dir, valid_fraction)
+    corpus = _load_corpus(draft_config, config, cache_dir, manifest)
     train_rows, valid_rows = corpus.split(valid_fraction)
     logging.info("feature training: %d train / %d valid sentences", len(train_rows),
                  len(valid_rows))
@@ -386,16 +334,8 @@ def train(*, draft_config: fd.FeatureDraftConfig, config: FeatureTrainConfig, ca
     if draft_config.target_head:
         params = fd.with_target_head(draft_config, params, target.params,
                                      target.module.config)
-    opt_state = optimizer.init(params)
-    step, seconds = 0, 0.0
     state_path = os.path.join(model_dir, "train_state.msgpack")
-    if os.path.exists(state_path):
-        with open(state_path, "rb") as f:
-            restored = flax.serialization.from_bytes(
-                {"params": params, "opt_state": opt_state, "step": 0, "seconds": 0.0}, f.read())
-        params, opt_state = restored["params"], restored["opt_state"]
-        step, seconds = int(restored["step"]), float(restored["seconds"])
-        logging.info("resumed %s at step %d", model_dir, step)
+    params, opt_state, step, seconds = _restore(state_path, params, optimizer.init(params))
     train_step, eval_step = _step_fns(module, optimizer, config)
 
     def batches_from(epoch):
@@ -440,6 +380,90 @@ def train(*, draft_config: fd.FeatureDraftConfig, config: FeatureTrainConfig, ca
         files.write_atomic(os.path.join(model_dir, "params.msgpack"),
                            flax.serialization.to_bytes(params))
     return {"step": step, "seconds": seconds, "valid": valid, "done": step == config.steps}
+
+
+def _restore(state_path: str, params, opt_state):
+    """`(params, opt_state, step, seconds)` of the run saved at `state_path`, or of a new run."""
+    if not os.path.exists(state_path):
+        return params, opt_state, 0, 0.0
+    with open(state_path, "rb") as f:
+        restored = flax.serialization.from_bytes(
+            {"params": params, "opt_state": opt_state, "step": 0, "seconds": 0.0}, f.read())
+    step = int(restored["step"])
+    logging.info("resumed %s at step %d", os.path.dirname(state_path), step)
+    return restored["params"], restored["opt_state"], step, float(restored["seconds"])
+
+
+def _check_setup(draft_config: fd.FeatureDraftConfig, config: FeatureTrainConfig,
+                 cache_dir: str, manifest: dict, target) -> None:
+    """Refuses extra caches written with other settings and a draft the cache (or the target)
+    cannot feed, before any work."""
+    for extra in config.extra_caches:
+        other = feature_data.read_manifest(extra)
+        diff = {k: (manifest.get(k), other.get(k)) for k in
+                ("format", "target", "feature_layers", "emb_dim", "top_k")
+                if manifest.get(k) != other.get(k)}
+        if diff:
+            raise ValueError(f"extra_caches: {extra} was written with other settings than "
+                             f"{cache_dir} (main, extra: {diff}); build it with the same "
+                             "target, feature layers and top_k.")
+    if not set(draft_config.feature_layers) <= set(manifest["feature_layers"]):
+        raise ValueError(f"The draft reads target layers {draft_config.feature_layers}; the "
+                         f"cache in {cache_dir} holds {manifest['feature_layers']}.")
+    if draft_config.target_emb_dim != manifest["emb_dim"]:
+        raise ValueError(f"target_emb_dim={draft_config.target_emb_dim} but the cached target "
+                         f"has width {manifest['emb_dim']}.")
+    if config.state_loss_weight and not draft_config.target_head:
+        raise ValueError(f"state_loss_weight={config.state_loss_weight} regresses a "
+                         "target_head draft's state guesses; set target_head=True or 0.")
+    if draft_config.target_head:
+        if target is None:
+            raise ValueError("A target_head draft copies the target's output layer: pass "
+                             "target= (the cache's target model).")
+        top = target.module.config.num_decoder_layers
+        if not draft_config.feature_layers or draft_config.feature_layers[-1] != top:
+            raise ValueError(f"A target_head draft reads the target's top layer ({top}) as "
+                             f"its last feature layer; feature_layers="
+                             f"{draft_config.feature_layers}.")
+
+
+def _check_or_write_settings(draft_config: fd.FeatureDraftConfig, config: FeatureTrainConfig,
+                             cache_dir: str, model_dir: str, valid_fraction: float) -> None:
+    """Writes `model_dir/train_config.json`, or refuses a run there with other settings."""
+    settings = dict(draft=dataclasses.asdict(draft_config), train=dataclasses.asdict(config),
+                    cache_dir=os.path.abspath(cache_dir), valid_fraction=valid_fraction)
+    settings = json.loads(json.dumps(settings))
+    settings_path = os.path.join(model_dir, "train_config.json")
+    if not os.path.exists(settings_path):
+        files.write_atomic(settings_path, json.dumps(settings, indent=1).encode())
+        return
+    with open(settings_path) as f:
+        old = json.load(f)
+    # A field added since that run, at its default, is the same setting.
+    for key, cls in (("train", FeatureTrainConfig), ("draft", fd.FeatureDraftConfig)):
+        defaults = json.loads(json.dumps({f.name: f.default for f in dataclasses.fields(cls)
+                                          if f.default is not dataclasses.MISSING}))
+        old[key] = {**defaults, **old.get(key, {})}
+    if old != settings:
+        diff = {k: (old.get(k), v) for k, v in settings.items() if old.get(k) != v}
+        raise ValueError(f"{model_dir} holds a run with other settings; pass another "
+                         f"model_dir. Differences: {diff}")
+
+
+def _load_corpus(draft_config: fd.FeatureDraftConfig, config: FeatureTrainConfig,
+                 cache_dir: str, manifest: dict) -> Corpus:
+    """The cache's sentences with the draft's feature columns only; refuses sentences longer
+    than the largest bucket."""
+    corpus = Corpus.load(cache_dir, config.max_shards, config.extra_caches)
+    selected = _select_layers(manifest, draft_config.feature_layers)
+    if selected is not None:  # no layers (the encoder-output-only draft): no feature columns
+        corpus.feat = (np.concatenate([corpus.feat[:, s] for s in selected], axis=1)
+                       if selected else corpus.feat[:, :0])
+    longest = int(np.max(np.maximum(corpus.src_len, corpus.out_len)))
+    if longest > config.buckets[-1]:
+        raise ValueError(f"The cache holds sentences of {longest} tokens, more than the largest "
+                         f"bucket {config.buckets[-1]}; add a bucket of at least {longest}.")
+    return corpus
 
 
 def _select_layers(manifest, layers) -> Optional[List[slice]]:
