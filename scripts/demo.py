@@ -12,7 +12,8 @@ else busy on the machine.
 
 It writes its numbers, with their provenance (commit, command, date, host), to a new run
 directory, results/runs/demo-<draft>-<UTC time>/demo.json (or --output_json), prints the path,
-and appends the run (id, command, headline numbers) to results/runs.jsonl (--runs_index).
+and appends the run (id, command, headline numbers) to results/runs.jsonl (--runs_index; a
+JSON written outside results/, e.g. --output_json=/tmp/demo.json, is not indexed).
 Bad flags are refused before any model is loaded.
 
 Example:
@@ -50,7 +51,8 @@ _RUNS_DIR = flags.DEFINE_string("runs_dir", os.path.join(REPO, "results", "runs"
                                 "Where a new run directory is made when --output_json is not "
                                 "given ('' writes no JSON).")
 _RUNS_INDEX = flags.DEFINE_string("runs_index", os.path.join(REPO, "results", "runs.jsonl"),
-                                  "The run index the run is appended to ('' for none).")
+                                  "The run index the run is appended to when its JSON "
+                                  "lies under the index's directory ('' for none).")
 _SEED = flags.DEFINE_integer("seed", 0, "PRNG seed of the decode keys (batch i: fold_in(seed, i)).")
 
 

@@ -71,7 +71,7 @@ def test_the_cache_is_named_as_its_maker_names_it():
 def test_the_index_line_names_the_run_its_command_and_headline(tmp_path):
     """`index_record`: the run id is the run directory's name, the path is relative to the
     repository (the index's parent's parent), and each temperature's headline numbers are
-    there; `files.append_run` writes it as one JSON line."""
+    there; `add_to_index` appends it as one JSON line."""
     run_dir = files.new_run_dir(str(tmp_path / "results" / "runs"), "demo-mini_draft_10")
     path = os.path.join(run_dir, "demo.json")
     index = str(tmp_path / "results" / "runs.jsonl")
@@ -91,7 +91,11 @@ def test_the_index_line_names_the_run_its_command_and_headline(tmp_path):
     [headline] = record["headline"]["rows"]
     assert headline["T"] == 0.0 and headline["speedup"] == 1.25 and headline["gamma"] == 2
     assert "baseline_s" not in headline  # headline numbers only
-    files.append_run(index, record)
-    files.append_run(index, record)
+    # Indexed when the JSON lies under the index's results/ directory, twice for two runs.
+    assert demo.add_to_index(summary, path, index) == record
+    assert demo.add_to_index(summary, path, index) == record
     lines = open(index, encoding="utf-8").read().splitlines()
     assert len(lines) == 2 and json.loads(lines[0]) == json.loads(json.dumps(record))
+    # A JSON written elsewhere is not: the index lists the runs whose files are in results/.
+    assert demo.add_to_index(summary, str(tmp_path / "elsewhere" / "demo.json"), index) is None
+    assert len(open(index, encoding="utf-8").read().splitlines()) == 2

@@ -159,8 +159,9 @@ def run(*, num_sentences: int = 8, gamma: Optional[int] = None,
     The JSON goes to `output_json`, else (with `runs_dir`) to a new directory
     `<runs_dir>/demo-<draft>-<UTC time>/demo.json`, else nowhere; the path is printed and
     returned as `summary["json"]`. With `runs_index` the run is appended to that index
-    (`files.append_run`). `command`: what provenance records (default: this process's command
-    line). Bad arguments and names are refused before any model is loaded."""
+    (`files.append_run`) when its JSON lies under the index's directory (`results/`: the index
+    lists the runs whose files are there). `command`: what provenance records (default: this
+    process's command line). Bad arguments and names are refused before any model is loaded."""
     validation.positive_int(num_sentences, "num_sentences", "test sentences translated")
     validation.positive_int(repeats, "repeats", "timed rounds")
     validation.positive_int(samples, "samples", "sampled translations per sentence at T > 0")
@@ -177,8 +178,13 @@ def run(*, num_sentences: int = 8, gamma: Optional[int] = None,
             SamplingConfig(t)
         except ValueError as e:
             raise ValueError(f"temperatures={list(temperatures)!r}: {e}") from None
-    # gamma's bound does not depend on the models: refused here, not after loading and timing.
-    validation.check_lengths((), np.zeros((1, 1), np.int32), max_decode_len, gamma)
+    # The decode loops' bounds that do not depend on the models (`validation.check_lengths`),
+    # refused here rather than after loading and timing them.
+    validation.positive_int(max_decode_len, "max_decode_len", "tokens per translation")
+    if gamma is not None and gamma > max(max_decode_len, 64):
+        raise ValueError(f"gamma={gamma} drafts more tokens per round than max_decode_len="
+                         f"{max_decode_len} (and 64) allow; Theorem 3.8's best gamma is far "
+                         "smaller (leave --gamma unset to use it).")
     # Unwritable places fail now, not after the timings.
     if output_json:
         config_lib.check_writable(os.path.dirname(os.path.abspath(output_json)), "output_json")
@@ -309,11 +315,23 @@ def run(*, num_sentences: int = 8, gamma: Optional[int] = None,
         print(f"Wrote {output_json}")
     else:
         print("Nothing written (no output_json or runs_dir).")
-    if runs_index:
-        record = index_record(summary, output_json, runs_index)
-        files.append_run(runs_index, record)
-        print(f"Run {record['run_id']} added to {runs_index}")
+    if runs_index and output_json:
+        add_to_index(summary, output_json, runs_index)
     return summary
+
+
+def add_to_index(summary: dict, path: str, runs_index: str) -> Optional[dict]:
+    """Appends the run whose JSON is `path` to the run index (`index_record`'s line) and
+    returns the line, when `path` lies under the index's directory (`results/`: the index lists
+    the runs whose files are there); else says so and returns None."""
+    results_dir = os.path.dirname(os.path.abspath(runs_index))
+    if not os.path.abspath(path).startswith(results_dir + os.sep):
+        print(f"Not added to {runs_index}: it lists the runs written under {results_dir}.")
+        return None
+    record = index_record(summary, path, runs_index)
+    files.append_run(runs_index, record)
+    print(f"Run {record['run_id']} added to {runs_index}")
+    return record
 
 
 def index_record(summary: dict, path: Optional[str], runs_index: str) -> dict:
