@@ -8,6 +8,8 @@ c = draft step / target step time with single-token extend calls (or takes --c=0
 --c=paper for Table 4's values), and writes OUTPUT_DIR/table2.md and table2.json in the paper's
 format (Task, M_q, Temp, gamma, alpha, Speed) with Theorem 3.8 beside each row, plus every run's
 predictions.jsonl / metrics.json / config.gin under OUTPUT_DIR/<row>/{speculative,baseline}/.
+A ★ after M_q marks the best draft for that task and temperature: the paper's (its Table 2's
+star), or for a bundled row the one its gin file names (`table2.RowInfo.best = True`).
 
 Rows that run anywhere, with the bundled models and no checkpoint flags (large, mini and code
 pairs, each draft at T = 0 and T = 1; a row takes 1-3 minutes on 2 CPU cores):
