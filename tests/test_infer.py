@@ -717,3 +717,23 @@ def test_model_forms_none_with_a_checkpoint_passes_and_a_bundled_name_with_one_s
         InferSettings(target_config="large_target", target_checkpoint="out/large_t5x", **base)
     assert ('--gin_file=configs/models/large_target.gin '
             '--gin.TARGET_MODEL="@large_target/t5.T5Config()"') in str(err.value)
+
+
+def test_run_settings_take_fields_bound_on_the_run_or_passed_as_keywords():
+    """infer.infer, benchmark.run and alpha.run take a settings dataclass; fields given on the
+    run itself (a gin binding or a keyword) replace its values, and an unknown one is named."""
+    from speculative.runs.infer_settings import InferSettings, with_overrides
+
+    tiny = t5.T5Config(**_TINY, num_encoder_layers=1, num_decoder_layers=1)
+    base = dict(target_config=tiny, draft_config=tiny,
+                target_checkpoint=None, draft_checkpoint=None, mixture_or_task_name="mini_ende",
+                task_feature_lengths={"inputs": 8, "targets": 8}, output_dir=None)
+    settings = InferSettings(**base)
+    assert with_overrides(InferSettings, settings, {}, "infer.infer") is settings
+    changed = with_overrides(InferSettings, settings, {"gamma": 3, "mesh_shape": [1, 1]},
+                             "infer.infer")
+    assert (changed.gamma, changed.mesh_shape, changed.batch_size) == (3, (1, 1), 1)
+    assert with_overrides(InferSettings, None, base, "infer.infer") == settings
+    with pytest.raises(TypeError, match=r"infer.infer: unknown settings \['gama'\]"):
+        with_overrides(InferSettings, settings, {"gama": 3}, "infer.infer")
+    assert infer.infer(settings, dry_run=True, gamma=2).gamma == 2
