@@ -112,6 +112,23 @@ def test_decoder_only_run_dir_loads_as_decoder_only(tmp_path):
         loading.build_model(None, model_dir, decoder_only=False)
 
 
+def test_a_t5x_decoder_only_checkpoint_loads(tmp_path):
+    """T5X's decoder-only network keeps its embedding under `decoder/token_embedder`; such a
+    checkpoint beside its config.gin loads as our DecoderOnly, unchanged."""
+    model_dir = tmp_path / "lm"
+    model_dir.mkdir()
+    shutil.copy(LM_GIN, model_dir / "config.gin")
+    original = factory.load_model(LM_CONFIG, decoder_only=True, seed=2, kernel_layout="t5x")
+    params = dict(original.params)
+    params["decoder"] = {**params["decoder"], "token_embedder": params.pop("token_embedder")}
+    checkpoints.save_t5x(params, str(model_dir), step=1)
+    loaded = loading.load_model(None, str(model_dir), kernel_layout="t5x")
+    assert isinstance(loaded, decoding.DecoderOnlyModel)
+    for a, b in zip(jax.tree_util.tree_leaves(loaded.params),
+                    jax.tree_util.tree_leaves(original.params)):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_no_config_gin_names_the_two_ways(tmp_path):
     model = factory.load_model(RUN_CONFIG, seed=0)
     step = checkpoints.save_t5x(model.params, str(tmp_path / "bare"), step=0)

@@ -323,8 +323,13 @@ class _TransposedLeaf:
 
 
 def _t5x_layout(leaves: Dict[Key, Any], where: str) -> Dict[Key, Any]:
-    """Leaves with T5X's names: `kernel_t` (a CPU-loaded model's `[out, in]` kernels,
-    `layers.transpose_kernels`, saved as they were) read back as `kernel [in, out]`."""
+    """Leaves with the names `t5.Transformer` / `t5.DecoderOnly` use: T5X's decoder-only
+    network keeps its embedding at `decoder/token_embedder` (ours: `token_embedder`, as the
+    encoder-decoder's), and `kernel_t` (a CPU-loaded model's `[out, in]` kernels,
+    `layers.transpose_kernels`, saved as they were) is read back as `kernel [in, out]`."""
+    if not any(k[0] == "token_embedder" for k in leaves):
+        leaves = {(k[1:] if k[:2] == ("decoder", "token_embedder") else k): v
+                  for k, v in leaves.items()}
     moved = [k for k in leaves if k[-1] == layers.TRANSPOSED_KERNEL and len(leaves[k].shape) == 2]
     if not moved:
         return leaves
