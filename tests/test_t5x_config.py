@@ -70,6 +70,11 @@ def test_config_gin_found_at_beside_and_above_a_checkpoint(tmp_path):
     for path in (model_dir, step, os.path.join(step, "checkpoint"),
                  os.path.join(model_dir, "config.gin"), model_dir + "/"):
         assert t5x_config(path) == RUN_CONFIG, path
+    # Not from the parent of a model dir: that may be another run's.
+    shutil.copy(RUN_GIN, tmp_path / "config.gin")
+    (tmp_path / "other_run").mkdir()
+    with pytest.raises(config_gin.ConfigGinError, match="No T5X config.gin"):
+        t5x_config(str(tmp_path / "other_run"))
     # An Orbax item dir two levels down.
     os.makedirs(os.path.join(model_dir, "checkpoint_7", "state"))
     assert config_gin.find_config_gin(os.path.join(model_dir, "checkpoint_7", "state")) == \
@@ -200,8 +205,7 @@ def test_gs_paths_read_through_one_file_function(monkeypatch):
     opened = []
     monkeypatch.setattr(paths, "is_file", lambda p: p in store)
     monkeypatch.setattr(paths, "open_file", lambda p: opened.append(p) or io.BytesIO(store[p]))
-    assert config_gin.config_gin_candidates("gs://bucket/runs/tiny/checkpoint_5/checkpoint")[:2] \
-        == ["gs://bucket/runs/tiny/checkpoint_5/checkpoint/config.gin",
-            "gs://bucket/runs/tiny/checkpoint_5/config.gin"]
+    assert config_gin.config_gin_candidates("gs://bucket/runs/tiny/checkpoint_5/state") == [
+        "gs://bucket/runs/tiny/checkpoint_5/state/config.gin", "gs://bucket/runs/tiny/config.gin"]
     assert t5x_config("gs://bucket/runs/tiny/checkpoint_5") == RUN_CONFIG
     assert opened == ["gs://bucket/runs/tiny/config.gin"]

@@ -21,9 +21,10 @@ A `T5Config` field this project does not model is refused by name rather than dr
 `dropout_rate` left `%gin.REQUIRED` (T5X's model files leave it to the run file) becomes 0.0:
 decoding uses no dropout.
 
-A config.gin is looked for at `path` (a .gin file), in `path` (a model dir), beside `path` (a
-`checkpoint` file, or a `checkpoint_N` dir in a model dir), and above a `checkpoint_N` (or
-Orbax `N`) dir that `path` lies in. Local and gs:// paths read through `paths.open_file`.
+A config.gin is looked for at `path` (a .gin file), in `path` (a model dir), beside `path` (the
+msgpack `checkpoint` file), and above a `checkpoint_N` (or Orbax `N`) dir that `path` is or
+lies in; never in the parent of a model dir. Local and gs:// paths read through
+`paths.open_file`.
 """
 
 from __future__ import annotations
@@ -88,7 +89,9 @@ def config_gin_candidates(path) -> List[str]:
     path = os.fspath(path).rstrip("/") or "/"
     if path.endswith(".gin"):
         return [path]
-    out = [paths.join(path, CONFIG_GIN), paths.join(paths.parent(path), CONFIG_GIN)]
+    # In a directory, or beside a file (the msgpack `checkpoint`); never beside a directory
+    # that is not a step: a model dir's parent may hold another run's config.gin.
+    out = [paths.join(paths.parent(path) if paths.is_file(path) else path, CONFIG_GIN)]
     node = path
     for _ in range(3):  # .../run/checkpoint_N/state, .../checkpoint_N/checkpoint
         name, up = node.rstrip("/").rsplit("/", 1)[-1], paths.parent(node)
