@@ -55,10 +55,8 @@ def test_every_script_enters_through_the_shared_entry_point():
     for name in sorted(n for n in os.listdir(scripts) if n.endswith(".py")):
         with open(os.path.join(scripts, name), encoding="utf-8") as f:
             main = f.read().split('if __name__ == "__main__":')[-1]
-        if name in OLD_ENTRY:
-            assert "user_errors(main)" in main, name
-        else:
-            assert re.search(r"\bconfig(_lib)?\.(run|run_app)\(main", main), (name, main)
+        shared = re.search(r"\bconfig(_lib)?\.(run|run_app)\(main", main)
+        assert shared or (name in OLD_ENTRY and "user_errors(main)" in main), (name, main)
 
 
 def test_infer_without_a_gin_file_names_the_run_file():
