@@ -188,6 +188,8 @@ def test_t5x_model_gin_files(tmp_path):
     ("network.T5Config.vocab_size = = 3\n", r"config.gin:1: not a gin file"),
     ("network.T5Config.vocab_size = 8\nnetwork.T5Config.num_heads = 0\n",
      r"do not make a T5Config.*num_heads"),
+    ("a/t5.T5Config.vocab_size = 8\nb/t5.T5Config.vocab_size = 9\n",
+     r"binds t5.T5Config in several scopes \(a, b\)"),
 ])
 def test_bad_config_gin_is_refused_by_name(tmp_path, text, match):
     (tmp_path / "config.gin").write_text(text)

@@ -265,6 +265,12 @@ def _config_ref(b: _Bindings, decoder_only: Optional[bool]) -> Tuple[str, str]:
                     isinstance(ref, _Ref) and ref.name.rsplit("/", 1)[-1].endswith(short):
                 return ref.name, ref.name.rsplit("/", 1)[-1]
         found = sorted(b.find(short))  # the unscoped binding first
+        scopes = sorted({scope for scope, _ in found})
+        if len(scopes) > 1 and found[0][0]:
+            raise ConfigGinError(
+                f"{b.source} binds {found[0][1]} in several scopes ({', '.join(scopes)}) and "
+                "nothing says which builds the model (no network.Transformer.config = "
+                "@scope/...): give a T5Config instead.")
         if found:
             scope, selector = found[0]
             return (f"{scope}/{selector}" if scope else selector), selector
