@@ -14,8 +14,9 @@ from speculative.beam import search as beam_lib
 from speculative.decode import drafters
 from speculative.decode import loops as decoding
 from speculative.decode import sampling as sampling_lib
+from speculative.decode.contract import write_rows
 from speculative.decode.sampling import SamplingConfig
-from speculative.models import adapters, layers, t5
+from speculative.models import adapters, t5
 from speculative.models import feature_draft as fd
 
 from conftest import random_params, tiny_config
@@ -210,7 +211,7 @@ class _CheckingSelfDraft:
             wrong = jnp.any(jnp.abs(expected - features) > 1e-3 * (1 + jnp.abs(expected)), -1)
             logits = jnp.where(wrong[..., None], jnp.zeros_like(logits).at[..., 0].set(9.0),
                                logits)
-        feats = layers.write_rows(feats, own, start)
+        feats = write_rows(feats, own, start)
         return logits, (cache, feats)
 
     def rewind(self, state, lengths):

@@ -12,14 +12,13 @@ prefix): for tests and for the walltime comparison of `experiments/beam.py`, not
 from __future__ import annotations
 
 import dataclasses
-import functools
 from typing import List, Optional
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from speculative.beam.search import (
+from speculative.beam.checks import (
     EOS_ID,
     NEG_INF,
     BeamSearchResult,
@@ -27,15 +26,17 @@ from speculative.beam.search import (
     _check_speculative,
     brevity_penalty,
 )
-from speculative.models import t5
+from speculative.decode import contract
 
 
-@functools.partial(jax.jit, static_argnums=0)
-def _log_probs(module, params, encoder_inputs, decoder_tokens):
-    """Log-softmax of teacher-forcing logits `[R, N, V]`; position t is the distribution of the
-    token after `decoder_tokens[:, :t]` (BOS first)."""
-    decoder_inputs = jnp.pad(decoder_tokens[:, :-1], ((0, 0), (1, 0)))
-    logits = module.apply({"params": params}, encoder_inputs, decoder_inputs)
+@jax.jit
+def _log_probs(model, encoder_inputs, decoder_tokens):
+    """Log-softmax of teacher-forcing logits `[R, N, V]` through the decode contract (one
+    `extend` of the whole prefix); position t is the distribution of the token after
+    `decoder_tokens[:, :t]` (BOS first)."""
+    state = model.init(model.params, encoder_inputs, decoder_tokens.shape[1] + 1)
+    tokens = jnp.concatenate([state.pending[:, None], decoder_tokens[:, :-1]], axis=1)
+    logits, _ = model.extend(model.params, state, tokens)
     return jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
 
 
@@ -43,11 +44,11 @@ class _Scorer:
     """Fixed-shape forwards of one model: `rows` sequences of length `length` per call."""
 
     def __init__(self, model, inputs: np.ndarray, rows: int, length: int):
-        module = getattr(model, "module", None)
-        if not isinstance(module, t5.Transformer):
-            raise TypeError(f"beam search needs encoder-decoder T5 models "
-                            f"(EncoderDecoderModel); got {type(model).__name__}.")
-        self.module, self.params = module, model.params
+        if contract.reads_target(model) or model.prefix_length(np.shape(inputs)[1]) != 0:
+            raise TypeError(f"beam search needs encoder-decoder models whose decoder starts "
+                            f"empty (EncoderDecoderModel, or a separate draft); got "
+                            f"{type(model).__name__}.")
+        self.model = model
         self.inputs, self.rows, self.length = np.asarray(inputs, np.int32), rows, length
         self.calls = 0
 
@@ -62,7 +63,7 @@ class _Scorer:
             enc[r] = self.inputs[b]
             dec[r, :len(seq)] = seq
         self.calls += 1
-        return np.asarray(_log_probs(self.module, self.params, enc, dec))[:len(sequences)]
+        return np.asarray(_log_probs(self.model, enc, dec))[:len(sequences)]
 
 
 @dataclasses.dataclass

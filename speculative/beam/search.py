@@ -39,7 +39,6 @@ below a measured 1.1x).
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, Optional
 
 import jax
@@ -47,73 +46,17 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from speculative.decode import validation
-from speculative.decode.contract import check_target_aware, reads_target, take_rows
-from speculative.models import t5
+from speculative.beam.checks import (
+    EOS_ID,
+    NEG_INF,
+    BeamSearchResult,
+    _check,
+    _check_speculative,
+)
+from speculative.decode import contract, validation
+from speculative.decode.contract import reads_target, reorder_rows, take_rows
 
-EOS_ID = t5.EOS_ID
-NEG_INF = -1.0e7  # T5X's decoding.NEG_INF
 Array = jax.Array
-
-
-@dataclasses.dataclass
-class BeamSearchResult:
-    """`sequences [B, w, N]` int32 (best beam first, 0 after EOS), `scores [B, w]` (the
-    length-penalised log-probability of finished beams; the log-probability of alive beams
-    for a row where none finished), `target_calls` (target forwards of the whole batch) and
-    `steps` (beam-search steps taken, summed over rows); `row_steps [B]` per row: the target
-    alone makes `max(row_steps)` forwards for the batch."""
-
-    sequences: np.ndarray
-    scores: np.ndarray
-    target_calls: int
-    steps: int
-    rounds: int = 0
-    draft_calls: int = 0
-    row_steps: Optional[np.ndarray] = None
-
-
-def brevity_penalty(alpha: float, length: int) -> float:
-    """T5X's length penalty: ((5 + length) / 6) ** alpha."""
-    return ((5.0 + length) / 6.0) ** alpha
-
-
-def _check(inputs, beam_size: int, max_decode_len: int, length_penalty: float,
-           model=None, cached: bool = False, *, draft=None, gamma: Optional[int] = None,
-           time_limit_s=validation.DEFAULT_LIMIT) -> np.ndarray:
-    """The decode loops' input rules (`validation`), before any forward: ids in the model's
-    vocabulary, a token in every row, counts >= 1, a forward (or, `cached`, the jitted
-    search's KV cache and sequences) that fits in memory, and a worst case (no beam ends)
-    within `time_limit_s` (`validation.bounded_work`; with `draft` and `gamma`, the
-    speculative search's rounds)."""
-    validation.positive_int(beam_size, "beam_size", "beams kept per input")
-    validation.positive_int(max_decode_len, "max_decode_len", "tokens generated at most")
-    if isinstance(length_penalty, (bool, np.bool_)) or not isinstance(
-            length_penalty, (int, float, np.integer, np.floating)) or \
-            not np.isfinite(length_penalty):
-        raise ValueError(f"length_penalty={length_penalty!r} is invalid: give a finite float "
-                         "(T5X uses 0.6; 0 = no length penalty).")
-    vocab = getattr(model, "vocab_size", None)
-    ids = validation.token_ids(inputs, vocab if vocab is not None else np.iinfo(np.int32).max,
-                               needs_token_per_row=True)
-    if cached and hasattr(model, "cache_bytes"):
-        validation.fits_memory(
-            model.cache_bytes(ids.shape[0] * beam_size, max_decode_len + 1),
-            f"the KV cache of beam search over batch {ids.shape[0]} x beam {beam_size} x "
-            f"max_decode_len={max_decode_len}", "lower max_decode_len or the batch size")
-    elif vocab is not None:  # each forward returns [rows, max_decode_len, V] float32 log-probs
-        validation.fits_memory(
-            ids.shape[0] * beam_size * max_decode_len * vocab * 4,
-            f"beam search over batch {ids.shape[0]} x beam {beam_size} x "
-            f"max_decode_len={max_decode_len}", "lower max_decode_len or the batch size")
-    if model is not None and hasattr(model, "prefix_length"):
-        models = (model,) if draft is None else (model, draft)
-        validation.bounded_work(
-            models, ids.shape[0], ids.shape[1], max_decode_len,
-            ("speculative " if draft is not None else "") + "beam search",
-            time_limit_s=time_limit_s, gamma=None if draft is None else gamma, beams=beam_size,
-            gather=cached, recompute=not cached)
-    return ids
 
 
 @struct.dataclass
@@ -153,16 +96,15 @@ def _top(scores: Array, k: int) -> Array:
     return jax.lax.top_k(scores, k)[1]
 
 
-def _reorder(cache, rows: Array, cross_kv=None):
-    """Rows `rows` of a decode state, for beams (or proposed paths) of the same inputs. Its
-    cross-attention keys and values, the same for every beam of one input, do not move: they
-    are `cross_kv`, already in the result's row order (default: the cache's own, for a reorder
-    within its rows). Everything else moves (the self-attention entries, lengths, a draft's
-    hidden states); a state without cross-attention keys and values moves whole."""
-    if getattr(cache, "cross_kv", None):
-        kept = cache.cross_kv if cross_kv is None else cross_kv
-        return take_rows(cache.replace(cross_kv=()), rows).replace(cross_kv=kept)
-    return take_rows(cache, rows)
+def _shared(model, state):
+    """`model`'s shared state parts (`contract.SharedRows`), or None (the state moves whole)."""
+    return None if contract.missing(model, contract.SharedRows) else model.shared(state)
+
+
+def _shared_rows(model, state, rows: Array):
+    """The shared parts of rows `rows` of `state` (None when nothing is shared)."""
+    shared = _shared(model, state)
+    return None if shared is None else take_rows(shared, rows)
 
 
 _SETS = ("alive", "alive_scores", "finished", "finished_scores")
@@ -239,7 +181,7 @@ def _jitted_search(target, inputs, *, beam_size: int, max_decode_len: int,
             s, log_probs, jnp.full((batch,), i), length_penalty, longest)
         broken &= ~s.done
         # The cache follows the kept beams (T5X's cache_gather_beams).
-        cache = _reorder(cache, (jnp.arange(batch)[:, None] * w + parent).reshape(-1))
+        cache = reorder_rows(target, cache, (jnp.arange(batch)[:, None] * w + parent).reshape(-1))
         keep_old = s.done | broken
         return s.replace(
             cache=cache, last=tokens, **_pick(keep_old, s, new), step=i + 1,
@@ -347,6 +289,11 @@ def _draft_paths_jit(draft, s: _SpecBeamState, gamma: int, draft_beam: int, bran
 def _jitted_speculative_search(target, draft, inputs, *, beam_size: int, draft_beam: int,
                                draft_branch: int, gamma: int, max_decode_len: int,
                                length_penalty: float):
+    """Exact speculative beam search (paper A.4) as one jitted program (`speculative_beam_search`
+    documents it). Long, on purpose: the round body (draft the paths, score them in one target
+    forward, replay the target's beam steps along them, reorder and rewind both caches) closes
+    over a dozen per-call constants and reads best as one labelled block, like t5x's
+    `beam_search`."""
     w, u, g, n = beam_size, draft_beam, gamma, max_decode_len
     p_rows, batch = w * draft_branch + u, inputs.shape[0]
     per_beam = jnp.repeat(jnp.arange(batch), w)
@@ -360,7 +307,7 @@ def _jitted_speculative_search(target, draft, inputs, *, beam_size: int, draft_b
         draft_cache = take_rows(draft.init(draft.params, inputs, n + g + 2,
                                            context=target.context(first)), per_beam)
         last_feature = take_rows(target.pending_features(first, layers), per_beam)
-        cache = take_rows(first.replace(encoded=None), per_beam)
+        cache = take_rows(target.release_context(first), per_beam)
     init = _SpecBeamState(
         cache=cache, draft_cache=draft_cache, last=cache.pending.reshape(batch, w),
         alive=jnp.zeros((batch, w, n), jnp.int32),
@@ -376,8 +323,8 @@ def _jitted_speculative_search(target, draft, inputs, *, beam_size: int, draft_b
     # Path k is beam k's greedy path (one path per beam): the verify reads the beams' own rows.
     own_rows = u == 0 and draft_branch == 1
     # Otherwise: the target's cross-attention keys and values for the P path rows of each input.
-    path_cross_kv = None if own_rows else take_rows(
-        cache.cross_kv, jnp.repeat(jnp.arange(batch) * w, p_rows))
+    path_shared = None if own_rows else _shared_rows(target, cache,
+                                                    jnp.repeat(jnp.arange(batch) * w, p_rows))
 
     def cond(s):
         return jnp.any(~s.done) & (s.rounds < n)
@@ -385,8 +332,8 @@ def _jitted_speculative_search(target, draft, inputs, *, beam_size: int, draft_b
     def body(s):
         # 1. The draft proposes P paths per input; 2. the target scores them in one forward.
         paths, roots, dstate = _draft_paths_jit(draft, s, g, u, draft_branch)
-        tstate = s.cache if own_rows else _reorder(s.cache, (flat * w + roots).reshape(-1),
-                                                   path_cross_kv)
+        tstate = s.cache if own_rows else reorder_rows(
+            target, s.cache, (flat * w + roots).reshape(-1), path_shared)
         root_last = jnp.take_along_axis(s.last, roots, axis=1)
         verify = jnp.concatenate([root_last[:, :, None], paths], axis=2)  # [B, P, g + 1]
         if layers is None:
@@ -435,8 +382,8 @@ def _jitted_speculative_search(target, draft, inputs, *, beam_size: int, draft_b
         # Every alive beam's caches: its parent's path row, rewound to the replayed tokens.
         rows = (flat * p_rows + rows_of).reshape(-1)
         back = jnp.repeat(g + 1 - replayed, w)
-        tstate = _reorder(tstate, rows, s.cache.cross_kv)
-        dstate = _reorder(dstate, rows, getattr(s.draft_cache, "cross_kv", None))
+        tstate = reorder_rows(target, tstate, rows, _shared(target, s.cache))
+        dstate = reorder_rows(draft, dstate, rows, _shared(draft, s.draft_cache))
         full = tstate.lengths  # both caches hold the round's start + root's last + path
         last_feature = None
         if layers is not None:
@@ -502,30 +449,6 @@ def _jitted_result(s, *, target_calls: int, rounds: int = 0,
     row_steps = np.asarray(s.row_steps, np.int64)
     return BeamSearchResult(sequences, scores.astype(np.float32), target_calls,
                             int(row_steps.sum()), rounds, draft_calls, row_steps)
-
-
-def _check_speculative(target, draft, inputs, beam_size, draft_beam, gamma, max_decode_len,
-                       length_penalty, cached: bool, min_draft_beam) -> np.ndarray:
-    """`min_draft_beam`: (the least draft_beam the search takes, the message saying why)."""
-    validation.positive_int(gamma, "gamma", "draft steps per round")
-    inputs = _check(inputs, beam_size, max_decode_len, length_penalty, target, cached=cached,
-                    draft=draft, gamma=gamma)
-    least, why = min_draft_beam
-    if isinstance(draft_beam, bool) or not isinstance(draft_beam, (int, np.integer)) or (
-            draft_beam < least):
-        raise ValueError(f"draft_beam={draft_beam!r} is invalid: give an int >= {why}.")
-    if draft.vocab_size != target.vocab_size:
-        raise ValueError(f"draft vocab_size={draft.vocab_size} differs from the target's "
-                         f"{target.vocab_size}.")
-    if reads_target(draft) and not cached:
-        raise TypeError(
-            f"The host-driven speculative beam search takes a draft with a model of its own; "
-            f"this {type(draft).__name__} reads the target's states, which the jitted "
-            "speculative_beam_search feeds it. Use that, or a separate draft (a bundle's "
-            "best_t5_draft, e.g. large_draft_kdtv).")
-    if reads_target(draft):
-        check_target_aware(target, draft)
-    return inputs
 
 
 def speculative_beam_search(target, draft, inputs, *, beam_size: int, draft_beam: int,

@@ -15,8 +15,11 @@ What some drafters need beyond that is declared as a capability, a small Protoco
 per call by `require` (an error names the missing methods):
 
     FeatureTarget   a target a target-aware draft reads: init_for_draft, context,
-                    pending_features, extend_with_features, feature_dim
+                    pending_features, extend_with_features, feature_dim, release_context
     TreeTarget      a target that verifies a token tree in one forward: extend_tree, keep_path
+    SharedRows      a model whose state has parts every row of one input shares (an
+                    encoder-decoder's cross-attention keys and values): shared, reorder; beam
+                    search reorders beams without moving them (`reorder_rows`)
 
 Token conventions (T5's): id 0 is padding and BOS, id 1 is EOS.
 
@@ -69,6 +72,8 @@ class FeatureTarget(Protocol):
 
     def feature_dim(self, feature_layers: Sequence[int]) -> int: ...
 
+    def release_context(self, state) -> Any: ...
+
 
 class TreeTarget(Protocol):
     """A target that scores a token tree in one forward and keeps one path of it."""
@@ -77,6 +82,14 @@ class TreeTarget(Protocol):
                     feature_layers: Sequence[int] = ()) -> Tuple[Array, Any, Any]: ...
 
     def keep_path(self, state, starts: Array, offsets: Array) -> Any: ...
+
+
+class SharedRows(Protocol):
+    """A model whose decode state has parts shared by all rows of one input."""
+
+    def shared(self, state) -> Any: ...
+
+    def reorder(self, state, rows: Array, shared) -> Any: ...
 
 
 def missing(obj, capability) -> Tuple[str, ...]:
@@ -98,6 +111,11 @@ def require(target, capability, needed_for: str) -> None:
 def reads_target(draft) -> bool:
     """Whether `draft` is target-aware (reads the target's context and features)."""
     return bool(getattr(draft, "reads_target", False))
+
+
+def drafts_blocks(draft) -> bool:
+    """Whether `draft` proposes a whole block of drafts in one call (models/block_draft.py)."""
+    return bool(getattr(draft, "drafts_blocks", False))
 
 
 def check_target_aware(target, draft) -> None:
@@ -137,3 +155,13 @@ def write_rows(cache: Array, update: Array, starts: Array, axis: int = 1) -> Arr
         return jax.lax.dynamic_update_slice_in_dim(c, u.astype(c.dtype), s, axis=axis - 1)
 
     return jax.vmap(one)(cache, update, starts)
+
+
+def reorder_rows(model, state: Any, rows: Array, shared: Any = None) -> Any:
+    """Rows `rows` of `model`'s decode state, for beams (or proposed paths) of the same inputs.
+    With `SharedRows` the shared parts do not move: they are `shared`, already in the result's
+    row order (default: the state's own, for a reorder within its rows). Otherwise the state
+    moves whole."""
+    if missing(model, SharedRows):
+        return take_rows(state, rows)
+    return model.reorder(state, rows, model.shared(state) if shared is None else shared)

@@ -2,6 +2,8 @@
 
 A drafter is a pytree (its draft model's parameters are traced; its settings are static) with
 
+    model                           the draft model (None for a drafter without one)
+    gamma                           the most drafts per round (a tree's depth)
     layout                          ChainLayout(G) or TreeLayout(tree)    (decode/rounds.py)
     view(target) -> TargetView      the target calls its rounds need
     check(target) -> None           refuses, by name, a target that lacks a capability
@@ -20,6 +22,9 @@ loop (decode/loops.py) never asks which kind of drafter it drives.
                                         round's committed tokens with the target's features.
     TreeDrafter(base, tree)             a token tree whose nodes' laws come from any chain
                                         drafter's model (`base`): one draft call per level.
+    BlockDrafter(model, gamma)          a block draft (models/block_draft.py): all G laws from
+                                        one draft call per round; `tree=` fills a token tree
+                                        from the same call.
 
 The catch-up rule (invariants at the start of a round: the target's cache holds S[:-1], length
 T, and `last` = S[-1]):
@@ -55,7 +60,11 @@ SCHEDULES = ("constant", "heuristic")
 
 
 class Drafter(Protocol):
-    """What the speculative loop calls on a drafter (module docstring)."""
+    """What the speculative loop calls on a drafter (module docstring). `model` is the draft
+    model whose vocabulary and cache `speculative_decode` checks (None for a drafter without
+    one)."""
+
+    model: Any
 
     @property
     def layout(self) -> Any: ...
@@ -299,6 +308,95 @@ class TargetAwareDrafter(ChainDrafter):
 
 
 # ----------------------------------------------------------------------------------------------
+# A whole block in one draft call.
+
+
+@struct.dataclass
+class BlockDrafter(TargetAwareDrafter):
+    """G drafts from ONE draft call per round (models/block_draft.py): the call re-reads the
+    committed tokens with the target's features, as `TargetAwareDrafter`'s catch-up does, and
+    appends G - 1 learned placeholders; the logits at the last committed token are q_1 and the
+    placeholders' are q_2..q_G, the laws of the tokens 2..G positions ahead given the committed
+    text only. Each x_i ~ q_i is drawn independently, so q_i is exactly the law x_i was drawn
+    from and the verifiers apply unchanged (exact at any temperature).
+
+    With `tree=(b_1, ..., b_d)` (d = gamma) the block fills a token tree with no extra call:
+    every node at depth i - 1 gets as children b_i tokens from q_i (its top-b_i at temperature
+    0, drawn without replacement at T > 0), q_i being the same law whatever the path."""
+
+    tree: Optional[trees.Tree] = struct.field(pytree_node=False, default=None)
+
+    @property
+    def layout(self):
+        return rounds.ChainLayout(self.gamma) if self.tree is None else rounds.TreeLayout(
+            self.tree)
+
+    def check(self, target) -> None:
+        if self.gamma > self.model.max_gamma:
+            raise ValueError(f"gamma={self.gamma}: this block draft has placeholders for "
+                             f"gamma <= {self.model.max_gamma}.")
+        if self.confidence or self.schedule != "constant":
+            raise ValueError("A block draft proposes its whole block in one call: it takes "
+                             "confidence=0 and schedule='constant'.")
+        if self.tree is not None and self.tree.depth != self.gamma:
+            raise ValueError(f"tree={self.tree.branching} has depth {self.tree.depth}; the "
+                             f"block drafter's gamma is {self.gamma}.")
+        super().check(target)
+
+    def draft_cache_length(self, inputs, max_decode_len) -> int:
+        # the call holds the catch-up chunk (G + 1 slots) and G - 1 placeholders at once
+        return cache_length(self.model, inputs, max_decode_len, 2 * self.gamma)
+
+    def block_logits(self, state, start) -> Tuple[Array, Any]:
+        """The round's one draft call: `(logits [B, G, V] of q_1..q_G, state holding S)`."""
+        gamma = self.gamma
+        dstate = self.model.rewind(state.model, start - state.reread)
+        logits, dstate = self.model.extend_block(self.model.params, dstate, state.tokens,
+                                                 state.features, gamma - 1,
+                                                 num_tokens=state.reread + 1)
+        first = jnp.take_along_axis(logits, state.reread[:, None, None], axis=1)
+        return jnp.concatenate([first, logits[:, logits.shape[1] - (gamma - 1):]], 1), dstate
+
+    def propose(self, state, last, start, keys, verifier):
+        del last  # the catch-up chunk ends with it
+        logits, dstate = self.block_logits(state, start)
+        batch = logits.shape[0]
+        ones = jnp.ones((batch,), jnp.int32)
+        if self.tree is not None:  # static
+            tokens, q, valid = self._fill_tree(logits, keys, verifier)
+            proposal = rounds.Proposal(
+                tokens=tokens, q=q, valid=valid,
+                num_drafted=jnp.full((batch,), self.gamma, jnp.int32), draft_calls=ones,
+                drafts_read=jnp.zeros((), jnp.int32))
+            return proposal, state.replace(model=dstate)
+        drawn = [verifier.propose(logits[:, i], keys[i]) for i in range(self.gamma)]
+        x = jnp.stack([d[0] for d in drawn], axis=1)
+        q = jnp.stack([d[1] for d in drawn], axis=1)
+        # A row's drafts end before the first non-finite draft distribution.
+        num = jnp.sum(jnp.cumprod(sampling_lib.finite_rows(logits), axis=1), axis=1)
+        proposal = rounds.Proposal(
+            tokens=x, q=q, valid=jnp.arange(self.gamma)[None] < num[:, None], num_drafted=num,
+            draft_calls=ones, drafts_read=jnp.zeros((), jnp.int32))
+        return proposal, state.replace(model=dstate)
+
+    def _fill_tree(self, logits, keys, verifier):
+        """Each level's children from that depth's q (`verifier.children`), for every node."""
+        tree, levels, valids, qs = self.tree, [], [], []
+        for level in range(tree.depth):
+            nodes = tree.level_sizes[level]
+            level_logits = jnp.broadcast_to(logits[:, level, None],
+                                            (logits.shape[0], nodes, logits.shape[-1]))
+            tokens, valid, q = verifier.children(level_logits, tree.branching[level],
+                                                 keys[level])
+            if valids:  # below an invalid node nothing is valid
+                valid = valid & valids[-1][:, :, None]
+            levels.append(tokens.reshape(tokens.shape[0], -1))
+            valids.append(valid.reshape(valid.shape[0], -1))
+            qs.append(q)
+        return (jnp.concatenate(levels, 1), jnp.concatenate(qs, 1), jnp.concatenate(valids, 1))
+
+
+# ----------------------------------------------------------------------------------------------
 # Token trees from any chain drafter's distributions.
 
 
@@ -398,6 +496,8 @@ def as_drafter(draft, gamma: int, tree: Optional[trees.Tree] = None, *,
     wrapped in a `TreeDrafter` when `tree` is given. A drafter is returned as it is."""
     if is_drafter(draft):
         return draft
+    if contract.drafts_blocks(draft):  # the whole block in one call
+        return BlockDrafter(draft, int(gamma), tree=None if tree is None else trees.as_tree(tree))
     kind = TargetAwareDrafter if contract.reads_target(draft) else ChainDrafter
     base = kind(draft, int(gamma), confidence=confidence, schedule=schedule,
                 initial_gamma=initial_gamma)

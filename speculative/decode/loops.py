@@ -10,33 +10,22 @@ A state exposes `lengths [B]` (tokens in its cache) and `pending [B]` (the last 
 yet in the cache: BOS for an encoder-decoder, the prompt's last token for a decoder-only model).
 
 Speculative decoding (Leviathan et al. 2023, Algorithm 1), one loop iteration = one round, rows
-independent. Let S be a row's committed sequence (BOS, prompt, generated tokens). Invariants at the
-start of a round: the target cache holds S[:-1] (length T) and `last = S[-1]`; the draft cache
-holds S[:-1], or S[:-2] when the previous round accepted all G drafts (`lag`, the draft never saw
-x_G). A round:
+independent. Let S be a row's committed sequence (BOS, prompt, generated tokens); at the start of
+a round the target's cache holds S[:-1] (length T) and `last = S[-1]`. A round (`_round`):
 
-    draft:   rewind the draft to T - lag and feed two tokens, [S[-2], S[-1]] if lag else
-             [S[-1], S[-1]] (the second copy is a junk slot overwritten next); the logits at index
-             `lag` are q_1 and the draft now holds S. Then G - 1 single-token steps (`lax.scan`)
-             give q_2..q_G. x_i ~ q_i.                                   -> G draft calls
-    verify:  target.extend([last, x_1, .., x_G]) -> p_1..p_{G+1}         -> 1 target call
-    accept:  n, t = speculative_sample(p, q, x)   (sampling.py)
-    commit:  S += x_1..x_n, t  (cut at EOS and at max_decode_len); rewind the target to T + n + 1;
-             lag = (n == G).
+    1. draft:   proposal = drafter.propose(...)       x_i ~ q_i, i = 1..G   (decode/drafters.py)
+    2. verify:  layout.score(...)                     one target forward over [last, x_1..x_G]
+    3. accept:  layout.accept(verifier, ...)          n leading drafts kept, then t ~ the
+                                                      residual, or the bonus from p_{G+1}
+    4. commit:  S += x_1..x_n, t                      cut at EOS and at max_decode_len
+    5. advance: rewind the target to T + n + 1; the drafter updates its catch-up state
 
 Example (G = 3): S = [BOS, a], T = 1. Drafts [b, c, d]; the target scores [a, b, c, d]; n = 1,
-t = e: S = [BOS, a, b, e], the target is rewound to 3 (holds BOS, a, b), last = e; the draft held
-[BOS, a, b, c] and will be rewound to 3 as well.
+t = e: S = [BOS, a, b, e], the target is rewound to 3 (holds BOS, a, b), last = e.
 
-The accept step is a verification policy (`verification.py`: greedy, exact or lenient), chosen
-once per call from the sampling settings; the loop has no per-policy branches.
-
-A target-aware draft (`reads_target`, models/feature_draft.py) is initialised with the target's
-context (an encoder-decoder's encoder output; a decoder-only model's features of the prompt,
-`init_for_draft`) and reads the target's hidden states: the verify call also returns them
-(`extend_with_features`), and the next round's first draft call re-reads the accepted tokens
-x_1..x_n, t with them (`lag = n`, `catch_tokens`, `catch_features`), replacing the entries the
-draft made from its own states (docs/design.md, "Target-aware drafts", has a worked example).
+Which drafter (a chain, a draft that reads the target, a token tree, a block), which layout
+(chain or tree) and which verifier (greedy, exact, lenient: decode/verifiers.py) are objects
+chosen once per call; the loop body has no branch on any of them.
 
 The baseline, `autoregressive_decode`, is the same machinery with one target `extend` of one token
 per step, so speedups compare equally optimised programs.
@@ -55,12 +44,9 @@ from flax import struct
 
 from speculative.decode import drafters, trees, validation, verifiers
 from speculative.decode import sampling as sampling_lib
-from speculative.decode.contract import EOS_ID as EOS_ID
-from speculative.decode.contract import DecodeModel as DecodeModel
-from speculative.decode.contract import write_rows
+from speculative.decode.contract import EOS_ID, DecodeModel, write_rows
 from speculative.decode.rounds import RoundKeys
-from speculative.decode.stats import DecodeStats as DecodeStats  # re-exported: the decoding API
-from speculative.decode.stats import merge_stats as merge_stats
+from speculative.decode.stats import DecodeStats
 
 Array = jax.Array
 
@@ -328,10 +314,11 @@ def speculative_decode(
     independently and stop at EOS (id 1) or after `max_decode_len` tokens. Compiles once per
     (input shapes, drafter settings, verifier, max_decode_len).
     """
-    inputs = validation.check_call((target, _model_of(draft)), inputs, rng, sampling)
     drafter = _drafter(draft, gamma, tree, lenience)
-    validation.check_lengths((target, _model_of(drafter)), inputs, max_decode_len,
-                             drafter.gamma, drafter.layout.width)
+    models = (target,) if drafter.model is None else (target, drafter.model)
+    inputs = validation.check_call(models, inputs, rng, sampling)
+    validation.check_lengths(models, inputs, max_decode_len, drafter.gamma,
+                             drafter.layout.width)
     if verifier is None:
         sampling_lib.validate_lenience(lenience)
         verifier = verifiers.for_sampling(sampling, lenience)
@@ -342,11 +329,6 @@ def speculative_decode(
     if debug:
         return _speculative_impl(target, drafter, inputs, rng, debug=True, **kwargs)
     return _SPEC_JIT(target, drafter, inputs, rng, **kwargs)
-
-
-def _model_of(draft):
-    """The draft model a drafter (or a tree of one) drafts with."""
-    return draft.model if drafters.is_drafter(draft) else draft
 
 
 def _drafter(draft, gamma, tree, lenience) -> drafters.Drafter:

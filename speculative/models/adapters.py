@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from speculative.decode.contract import DecodeModel
+from speculative.decode.contract import DecodeModel, take_rows
 from speculative.models import partitioning, t5
 
 
@@ -68,6 +68,22 @@ class _T5Model:
 
     def rewind(self, state, lengths):
         return t5.rewind(state, lengths)
+
+    def shared(self, state):
+        """The state's parts every beam of one input shares: the cross-attention keys and
+        values (`()` for a decoder-only model)."""
+        return state.cross_kv
+
+    def reorder(self, state, rows, shared):
+        """Rows `rows` of `state` with cross-attention keys and values `shared` (`SharedRows`)."""
+        if not state.cross_kv:
+            return self._pin(take_rows(state, rows))
+        return self._pin(take_rows(state.replace(cross_kv=()), rows).replace(cross_kv=shared))
+
+    def release_context(self, state):
+        """`state` without what only a target-aware draft's start reads (the encoder output,
+        the prompt's features): the beams do not carry it."""
+        return state.replace(encoded=None, prefix_features=None)
 
     def extend_tree(self, params, state, tokens, tree, feature_layers=()):
         """Verifies a token tree in one forward: `tokens [B, K]` are its nodes and

@@ -51,6 +51,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
+from speculative.decode.contract import write_rows
 from speculative.models import layers, t5
 
 Array = jax.Array
@@ -335,7 +336,7 @@ class FeatureDraft(nn.Module):
         for layer, kv, ckv in zip(self.layers, cache.self_kv, cache.cross_kv):
             x, kv = layer.extend(x, kv, cache.lengths, self_bias, ckv, cross_bias)
             new_kv.append(kv)
-        hidden = layers.write_rows(cache.hidden, jnp.asarray(x, jnp.float32), cache.lengths)
+        hidden = write_rows(cache.hidden, jnp.asarray(x, jnp.float32), cache.lengths)
         cache = cache.replace(lengths=cache.lengths + num_new, self_kv=tuple(new_kv),
                               hidden=hidden)
         return self.logits(x), cache
@@ -442,6 +443,18 @@ class FeatureDraftModel:
 
     def rewind(self, state, lengths):
         return state.replace(lengths=jnp.asarray(lengths, jnp.int32))
+
+    def shared(self, state):
+        """The cross-attention keys and values every beam of one sentence shares."""
+        return state.cross_kv
+
+    def reorder(self, state, rows, shared):
+        """Rows `rows` with cross-attention keys and values `shared` (`SharedRows`)."""
+        if not state.cross_kv:
+            return jax.tree_util.tree_map(lambda x: jnp.take(x, rows, axis=0), state)
+        moved = state.replace(cross_kv=())
+        moved = jax.tree_util.tree_map(lambda x: jnp.take(x, rows, axis=0), moved)
+        return moved.replace(cross_kv=shared)
 
     def unrolled_logits(self, params, context, tokens, features, depth: int):
         """Logits `[depth, B, L, V]` teacher-forced along `tokens [B, L]` (BOS first), with the

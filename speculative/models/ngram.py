@@ -52,7 +52,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from speculative.models import layers
+from speculative.decode.contract import write_rows
 
 Array = jax.Array
 
@@ -122,7 +122,7 @@ class _HistoryDraft:
     def _write(state: NgramState, tokens: Array) -> NgramState:
         """Writes `tokens [B, K]` at each row's `lengths` and advances it by K."""
         tokens = jnp.asarray(tokens, jnp.int32)
-        history = layers.write_rows(state.history, tokens, state.lengths)
+        history = write_rows(state.history, tokens, state.lengths)
         return state.replace(history=history, lengths=state.lengths + tokens.shape[1])
 
 

@@ -42,6 +42,7 @@ from flax import struct
 from speculative.decode.contract import BOS_ID as BOS_ID
 from speculative.decode.contract import EOS_ID as EOS_ID
 from speculative.decode.contract import PAD_ID as PAD_ID
+from speculative.decode.contract import write_rows
 from speculative.models import layers
 
 Array = jax.Array
@@ -212,7 +213,7 @@ def keep_path(cache: DecodeCache, starts: Array, offsets: Array) -> DecodeCache:
 
     def move(kv):  # [B, H, L, D]
         picked = jnp.take_along_axis(kv, src[:, None, :, None], axis=2)
-        return layers.write_rows(kv, picked, starts, axis=2)
+        return write_rows(kv, picked, starts, axis=2)
 
     return cache.replace(self_kv=tuple((move(k), move(v)) for k, v in cache.self_kv))
 
