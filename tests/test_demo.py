@@ -75,7 +75,7 @@ def test_the_index_line_names_the_run_its_command_and_headline(tmp_path):
     run_dir = files.new_run_dir(str(tmp_path / "results" / "runs"), "demo-mini_draft_10")
     path = os.path.join(run_dir, "demo.json")
     index = str(tmp_path / "results" / "runs.jsonl")
-    row = {"temperature": 0.0, "gamma": 2, "tree": None, "alpha": 0.5, "speedup": 1.25,
+    row = {"temperature": 0.0, "gamma": 2, "tree": None, "alpha": 0.5, "speedup": 1.2504,
            "tokens_per_target_call": 1.9, "speedup_over_fastest_baseline": 1.2,
            "predicted_speedup": 1.4, "predicted_speedup_loop": 1.3, "baseline_s": 1.0}
     provenance = {"commit": "abc", "command": "python scripts/demo.py", "date": "2026-12-04",
@@ -89,7 +89,7 @@ def test_the_index_line_names_the_run_its_command_and_headline(tmp_path):
     assert record["command"] == "python scripts/demo.py" and record["commit"] == "abc"
     assert record["pair"] == "mini_target/mini_draft_10" and record["experiment"] == "demo"
     [headline] = record["headline"]["rows"]
-    assert headline["T"] == 0.0 and headline["speedup"] == 1.25 and headline["gamma"] == 2
+    assert headline["T"] == 0.0 and headline["speedup"] == 1.25 and headline["gamma"] == 2  # 3 d.p.
     assert "baseline_s" not in headline  # headline numbers only
     # Indexed when the JSON lies under the index's results/ directory, twice for two runs.
     assert demo.add_to_index(summary, path, index) == record

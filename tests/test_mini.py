@@ -284,7 +284,7 @@ def test_demo_runs_on_the_bundled_mini_pair(tmp_path, capsys):
     record = json.loads(line)
     assert record["run_id"] == run_dir and f"Run {run_dir} added to {index}" in printed
     assert record["path"] == os.path.join("results", "runs", run_dir, "demo.json")
-    assert record["headline"]["rows"][0]["speedup"] == row["speedup"]
+    assert record["headline"]["rows"][0]["speedup"] == round(row["speedup"], 3)
     assert "Theorem 3.8" in printed and "by the decode-loop model" not in printed
     step_ms = 1e3 * written["target_step_s"]
     assert f"A step took {step_ms:.1f} ms" in printed

@@ -348,13 +348,19 @@ def index_record(summary: dict, path: Optional[str], runs_index: str) -> dict:
         run_id = f"demo-{summary['draft']}-{summary['provenance']['date']}"
     keys = ("alpha", "gamma", "tree", "tokens_per_target_call", "speedup",
             "speedup_over_fastest_baseline", "predicted_speedup", "predicted_speedup_loop")
-    rows = [{"T": r["temperature"], **{k: r.get(k) for k in keys}} for r in summary["rows"]]
+    rows = [{"T": r["temperature"], **{k: _rounded(r.get(k)) for k in keys}}
+            for r in summary["rows"]]
     provenance = summary["provenance"]
     return {"run_id": run_id, "experiment": "demo",
             "pair": f"{summary['target']}/{summary['draft']}", "path": shown,
             "command": provenance["command"], "commit": provenance["commit"],
             "date": provenance["date"], "host": provenance["host"],
             "headline": {"draft": summary["draft"], "rows": rows}}
+
+
+def _rounded(value, digits: int = 3):
+    """Floats to `digits` decimals for the index (other values as they are)."""
+    return round(value, digits) if isinstance(value, float) else value
 
 
 def check_names(target_name: Optional[str], draft_name: Optional[str]):
