@@ -37,6 +37,7 @@ import os
 from absl import app, flags, logging
 
 from speculative import loading
+from speculative.checkpoints import hf as hf_checkpoints
 from speculative.checkpoints import t5x as checkpoints
 from speculative.models import t5
 from speculative.runs import config as config_lib
@@ -100,7 +101,7 @@ def main(argv):
             raise FileNotFoundError(
                 f"--hf_dir={FLAGS.hf_dir}: no config.json there; give an HF T5 directory (as "
                 "written by save_pretrained), or add --to_hf to convert T5X -> HF into it.")
-        config = checkpoints.load_hf_config(FLAGS.hf_dir)
+        config = hf_checkpoints.load_hf_config(FLAGS.hf_dir)
         params = checkpoints.load_params(FLAGS.hf_dir, FLAGS.dtype, config, progress=True)
         step_dir = checkpoints.save_t5x(params, FLAGS.t5x_dir, FLAGS.step,
                                         overwrite=FLAGS.overwrite, progress=True)
@@ -111,16 +112,16 @@ def main(argv):
     if FLAGS.config_json and not os.path.isfile(FLAGS.config_json):
         raise FileNotFoundError(f"--config_json={FLAGS.config_json} does not exist; give an HF "
                                 "T5 config.json for the model's shape (or --preset).")
-    checkpoints.check_hf_target(FLAGS.hf_dir, FLAGS.overwrite, FLAGS.t5x_dir)  # before work
+    hf_checkpoints.check_hf_target(FLAGS.hf_dir, FLAGS.overwrite, FLAGS.t5x_dir)  # before work
     if FLAGS.preset:  # a T5 1.x preset, or a bundled model's name (its card's config)
         config = (_bundled(FLAGS.preset).config if loading.bundled(FLAGS.preset)
                   else t5.preset(FLAGS.preset))
     else:
         with open(FLAGS.config_json) as f:
-            config = checkpoints.config_from_hf(json.load(f), checkpoints.load_metadata(
+            config = hf_checkpoints.config_from_hf(json.load(f), checkpoints.load_metadata(
                 FLAGS.t5x_dir))
     params = checkpoints.load_params(FLAGS.t5x_dir, FLAGS.dtype, config, progress=True)
-    checkpoints.save_hf_t5(params, config, FLAGS.hf_dir, overwrite=FLAGS.overwrite,
+    hf_checkpoints.save_hf_t5(params, config, FLAGS.hf_dir, overwrite=FLAGS.overwrite,
                            source=FLAGS.t5x_dir)
     logging.info("Wrote %s for %s", FLAGS.hf_dir, config)
 

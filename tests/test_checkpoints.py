@@ -18,8 +18,10 @@ import numpy as np
 import pytest
 from flax import serialization
 
+from speculative.checkpoints import hf as hf_checkpoints
+from speculative.checkpoints import param_trees
 from speculative.checkpoints import t5x as checkpoints
-from speculative.checkpoints.t5x import CheckpointError
+from speculative.checkpoints.param_trees import CheckpointError
 from speculative.models import t5
 
 from conftest import load_script, run_interrupted, snapshot
@@ -178,22 +180,22 @@ def _hf_model(tied: bool, seed: int = 0):
 def test_hf_directory_loads(tmp_path, tied):
     model = _hf_model(tied)
     model.save_pretrained(tmp_path)
-    config = checkpoints.load_hf_config(tmp_path)
+    config = hf_checkpoints.load_hf_config(tmp_path)
     assert config == t5.T5Config(
         vocab_size=40, emb_dim=8, num_heads=2, head_dim=3, mlp_dim=12, num_encoder_layers=2,
         num_decoder_layers=2, mlp_activations=("relu",) if tied else ("gelu", "linear"),
         logits_via_embedding=tied, dropout_rate=0.0, relative_attention_max_distance=40)
     params = checkpoints.load_params(tmp_path)
-    checkpoints.validate_params(params, config)
+    param_trees.validate_params(params, config)
     state = {k: v.detach().numpy() for k, v in model.state_dict().items()}
-    assert_identical(params, checkpoints.from_hf_t5(state, model.config.to_dict()))
+    assert_identical(params, hf_checkpoints.from_hf_t5(state, model.config.to_dict()))
     np.testing.assert_array_equal(params["encoder"]["layers_1"]["attention"]["query"]["kernel"],
                                   state["encoder.block.1.layer.0.SelfAttention.q.weight"].T)
     np.testing.assert_array_equal(params["decoder"]["relpos_bias"]["rel_embedding"],
                                   state["decoder.block.0.layer.0.SelfAttention."
                                         "relative_attention_bias.weight"].T)
     assert ("logits_dense" in params["decoder"]) == (not tied)
-    back = checkpoints.to_hf_t5(params, config)  # the inverse gives back HF's own tensors
+    back = hf_checkpoints.to_hf_t5(params, config)  # the inverse gives back HF's own tensors
     for name, value in back.items():
         np.testing.assert_array_equal(value, state[name], err_msg=name)
     assert set(state) - set(back) <= {"encoder.embed_tokens.weight", "decoder.embed_tokens.weight",
@@ -205,15 +207,15 @@ def test_config_from_hf_rejects_inconsistent_configs():
           "vocab_size": 40, "feed_forward_proj": "gated-gelu"}
     with pytest.raises(CheckpointError, match=r"num_heads \* d_kv = 2 \* 4 = 8.*"
                                               r"encoder/layers_0/attention/query/kernel has 6"):
-        checkpoints.config_from_hf(hf, random_params())
+        hf_checkpoints.config_from_hf(hf, random_params())
     with pytest.raises(CheckpointError, match="Unsupported .* feed_forward_proj='gated-swish'"):
-        checkpoints.config_from_hf({**hf, "feed_forward_proj": "gated-swish"})
-    assert checkpoints.config_from_hf({**hf, "d_kv": 3}, random_params()) == t5.T5Config(
+        hf_checkpoints.config_from_hf({**hf, "feed_forward_proj": "gated-swish"})
+    assert hf_checkpoints.config_from_hf({**hf, "d_kv": 3}, random_params()) == t5.T5Config(
         vocab_size=40, emb_dim=8, num_heads=2, head_dim=3, mlp_dim=12, num_encoder_layers=2,
         num_decoder_layers=2, mlp_activations=("gelu", "linear"), logits_via_embedding=False)
     # transformers 4.x: tie_word_embeddings; 5.x: scale_decoder_outputs (wins when present).
-    assert checkpoints.config_from_hf({**hf, "tie_word_embeddings": True}).logits_via_embedding
-    assert not checkpoints.config_from_hf({**hf, "tie_word_embeddings": False,
+    assert hf_checkpoints.config_from_hf({**hf, "tie_word_embeddings": True}).logits_via_embedding
+    assert not hf_checkpoints.config_from_hf({**hf, "tie_word_embeddings": False,
                                            "scale_decoder_outputs": False}).logits_via_embedding
 
 
@@ -351,7 +353,7 @@ def test_xxl_metadata_is_validated_without_allocating(tmp_path):
     meta = checkpoints.load_metadata(tmp_path)
     assert meta["token_embedder"]["embedding"] == jax.ShapeDtypeStruct((32128, 4096), np.float32)
     with pytest.raises(CheckpointError) as err:
-        checkpoints.validate_params(meta, t5.Transformer(t5.preset("t5_1_1_xxl")))
+        param_trees.validate_params(meta, t5.Transformer(t5.preset("t5_1_1_xxl")))
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 500 * 1024
     assert "(0 missing, 0 extra, 1 mis-shaped)" in str(err.value)
     assert "decoder/layers_3/mlp/wi_0/kernel: expected (4096, 10240), got (4096, 10000)" in str(
@@ -422,8 +424,8 @@ def test_convert_script_round_trips_a_bundled_model_by_name(tmp_path, convert_sc
     for (key, a), (_, b) in zip(flat_before, flat_after):
         assert a.dtype == b.dtype, key
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=str(key))
-    assert checkpoints.load_hf_config(tmp_path / "hf") == dataclasses.replace(
-        bundled.config, dropout_rate=checkpoints.load_hf_config(tmp_path / "hf").dropout_rate)
+    assert hf_checkpoints.load_hf_config(tmp_path / "hf") == dataclasses.replace(
+        bundled.config, dropout_rate=hf_checkpoints.load_hf_config(tmp_path / "hf").dropout_rate)
     # A bundled name is also a --preset; a decoder-only bundled model is refused by name.
     with pytest.raises(ValueError, match="'code_target' is a decoder-only model"):
         _run(convert_script, ["--to_hf", "--model=code_target", f"--hf_dir={tmp_path}/x"])
@@ -472,8 +474,8 @@ def test_hf_export_refuses_a_used_directory_and_leaves_no_stale_files(saved, tmp
     hf_dir.mkdir()
     (hf_dir / "model.safetensors.index.json").write_text("{}")  # an older sharded model
     with pytest.raises(FileExistsError, match="overwrite"):
-        checkpoints.save_hf_t5(params, config, hf_dir)
-    checkpoints.save_hf_t5(params, config, hf_dir, overwrite=True)
+        hf_checkpoints.save_hf_t5(params, config, hf_dir)
+    hf_checkpoints.save_hf_t5(params, config, hf_dir, overwrite=True)
     assert sorted(os.listdir(hf_dir)) == ["config.json", "model.safetensors"]
     assert sorted(os.listdir(tmp_path)) == ["hf"]  # no staging directory left behind
 
@@ -485,7 +487,7 @@ def test_convert_script_refuses_impossible_targets_before_work(saved, tmp_path, 
     lies under one) or holds an HF model: each refused by name, nothing written."""
     from absl import app  # pylint: disable=import-outside-toplevel
     hf = tmp_path / "hf"
-    checkpoints.save_hf_t5(saved[0], CFG, hf)
+    hf_checkpoints.save_hf_t5(saved[0], CFG, hf)
     (tmp_path / "notes.txt").write_text("not a directory")
     before = snapshot(tmp_path)
     cases = [
@@ -519,7 +521,7 @@ def test_a_directory_with_an_hf_model_and_a_t5x_checkpoint_is_refused_naming_bot
     model_a, model_b = random_params(seed=1), random_params(seed=2)
     mixed = tmp_path / "mixed"
     checkpoints.save_t5x(model_b, mixed, step=3)
-    checkpoints.save_hf_t5(model_a, CFG, tmp_path / "hf")
+    hf_checkpoints.save_hf_t5(model_a, CFG, tmp_path / "hf")
     for name in ("model.safetensors", "config.json"):
         shutil.copy(tmp_path / "hf" / name, mixed / name)
     for call in (checkpoints.load_params, checkpoints.load_metadata):
@@ -558,10 +560,10 @@ def test_a_cpu_loaded_models_params_saved_as_they_are_load_in_t5x_names(tmp_path
         tree = {"target": model.params} if how == "orbax_target" else model.params
         ocp.PyTreeCheckpointer().save(str(path), tree)
         path = tmp_path  # the model dir: its latest step's Orbax item
-    checkpoints.validate_params(checkpoints.load_metadata(path), CFG, source=str(path))
+    param_trees.validate_params(checkpoints.load_metadata(path), CFG, source=str(path))
     assert_identical(checkpoints.load_params(path), want)
     loaded = factory.load_model(CFG, str(path), kernel_layout="t5x")
     assert layers.kernel_layout(loaded.params) == "t5x"
     with pytest.raises(CheckpointError, match=r"kernel_t is a dense kernel stored \[out, in\].*"
                                               r"save_t5x\(params, dir\).*untranspose_kernels"):
-        checkpoints.validate_params(model.params, CFG)
+        param_trees.validate_params(model.params, CFG)

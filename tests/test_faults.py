@@ -287,6 +287,7 @@ def test_beam_search_takes_numpy_length_penalties(models):
 
 def _run_settings_cases(tmp_path):
     from speculative import loading
+    from speculative.checkpoints import hf as hf_checkpoints
     from speculative.checkpoints import t5x as checkpoints
     from speculative.data import tasks
     from speculative.experiments import demo, limits, mini_results
@@ -382,15 +383,15 @@ def _run_settings_cases(tmp_path):
          "TEMPERATUR is set but nothing reads it.*did you mean TEMPERATURES"),
         ("gin missing file", lambda: config_lib.parse_gin([str(tmp_path / "none.gin")]),
          FileNotFoundError, "none.gin"),
-        ("converter used dir", lambda: checkpoints.check_hf_target(used), FileExistsError,
+        ("converter used dir", lambda: hf_checkpoints.check_hf_target(used), FileExistsError,
          "overwrite"),
-        ("converter over a user's files", lambda: checkpoints.check_hf_target(
+        ("converter over a user's files", lambda: hf_checkpoints.check_hf_target(
             notes, True), FileExistsError, r"holds \['notes.txt'\], which are not an HF"),
         # Replacing the HF directory would delete the checkpoint being converted: refused even
         # with overwrite, whether the output holds the source or lies inside it.
-        ("converter over its source", lambda: checkpoints.check_hf_target(
+        ("converter over its source", lambda: hf_checkpoints.check_hf_target(
             used, True, source=used / "checkpoint_1"), ValueError, "overlap"),
-        ("converter inside its source", lambda: checkpoints.check_hf_target(
+        ("converter inside its source", lambda: hf_checkpoints.check_hf_target(
             used / "hf", True, source=used), ValueError, "overlap"),
         ("checkpoint path", lambda: checkpoints.load_params(tmp_path / "nope"),
          FileNotFoundError, "nope"),

@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 from absl import logging
 
-from speculative.checkpoints import config_gin
+from speculative.checkpoints import config_gin, param_trees
 from speculative.decode import validation
 from speculative.decode.contract import DecodeModel
 from speculative.models import layers, partitioning, t5
@@ -70,7 +70,7 @@ def load_model(
             t5x as checkpoints,  # tensorstore/orbax only when a checkpoint is read
         )
 
-        checkpoints.validate_params(checkpoints.load_metadata(checkpoint), module,
+        param_trees.validate_params(checkpoints.load_metadata(checkpoint), module,
                                     source=checkpoint)  # names and shapes, before any read
         if mesh is not None:  # each device's block read straight into its place
             params = checkpoints.load_params(
