@@ -164,13 +164,13 @@ def _joint_pvalue(samples, probs):
     return stats.chisquare(obs, exp).pvalue
 
 
-def _sample_three(target, draft, enc, cfg, gamma, seed, **drafting):
+def _sample_three(target, draft, enc, cfg, gamma, seed, tree=None, **drafting):
     """`drafting`: ChainDrafter settings (confidence, schedule, initial_gamma)."""
     inputs = np.repeat(enc, N_SAMPLES, 0)
     if drafting:
         draft, gamma = drafters.ChainDrafter(draft, gamma, **drafting), None
     out = decoding.speculative_decode(target, draft, inputs, rng=jax.random.PRNGKey(seed),
-                                      gamma=gamma, sampling=cfg, max_decode_len=3)
+                                      gamma=gamma, sampling=cfg, max_decode_len=3, tree=tree)
     return np.asarray(out.tokens), out.stats
 
 
