@@ -178,6 +178,30 @@ def test_t5x_model_gin_files(tmp_path):
     assert made == small.config
 
 
+def test_a_t5x_model_gin_file_as_gin_file(caplog):
+    """`--gin_file=t5x/examples/t5/t5_1_1/tiny_test.gin` (T5X's layout, including base.gin) next
+    to a run file: its network.T5Config is ours in the `network` scope, picked with
+    `--gin.TARGET_MODEL=@network/t5.T5Config()`; the trainer's configurables are named once."""
+    import gin  # pylint: disable=g-import-not-at-top
+
+    from speculative.runs import config as config_lib  # pylint: disable=g-import-not-at-top
+
+    tiny = "t5x/examples/t5/t5_1_1/tiny_test.gin"
+    with caplog.at_level(logging.INFO):
+        try:
+            config_lib.parse_gin(["configs/runs/infer.gin", tiny],
+                                 ["TARGET_MODEL = @network/t5.T5Config()"],
+                                 search_paths=(".", config_lib.REPO_ROOT, T5X_TREE))
+            made = gin.query_parameter("%TARGET_MODEL").scoped_configurable_fn()
+        finally:
+            gin.clear_config()
+    assert made == config_gin.read_t5x_gin(os.path.join(T5X_TREE, tiny)).config
+    assert made.emb_dim == 16 and made.num_decoder_layers == 2 and made.vocab_size == 32
+    notes = [r.getMessage() for r in caplog.records if r.getMessage().startswith(tiny)]
+    assert any("@network/t5.T5Config()" in n for n in notes)
+    assert any("skipped" in n and "adafactor.Adafactor" in n for n in notes)
+
+
 @pytest.mark.parametrize("text, match", [
     ("network.T5Config.vocab_size = 8\nnetwork.T5Config.num_experts = 4\n",
      r"network.T5Config.num_experts is not a field"),

@@ -32,7 +32,7 @@ import gin
 from absl import app, flags
 
 from speculative import files
-from speculative.files import check_writable as check_writable
+from speculative.checkpoints import config_gin
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -146,18 +146,35 @@ def check_macros(gin_files: Sequence[str], gin_bindings: Sequence[str],
 def parse_gin(gin_files: Sequence[str], gin_bindings: Sequence[str] = (),
               search_paths: Sequence[str] = (".", REPO_ROOT)) -> None:
     """Parses gin files and bindings; a missing file raises with the paths that were searched,
-    and a binding of an unknown macro raises with the closest known name."""
+    and a binding of an unknown macro raises with the closest known name.
+
+    One of T5X's own model gin files (e.g. `t5x/examples/t5/t5_1_1/tiny.gin`, which includes
+    base.gin) is read, not executed: its `network.T5Config` becomes our T5Config bound in the
+    `network` scope, picked as `--gin.TARGET_MODEL=@network/t5.T5Config()`; what only T5X's
+    trainer reads (optimizer, vocabulary, losses) is skipped with a one-line note."""
     for path in search_paths:
         gin.add_config_file_search_path(path)
+    ours, t5x_models = [], []
     for name in gin_files:
-        if _find(name, search_paths) is None:
+        path = _find(name, search_paths)
+        if path is None:
             raise FileNotFoundError(
                 f"Gin file {name!r} not found in {list(search_paths)}; pass a path relative to "
                 "one of them or an absolute path.")
-    check_macros(gin_files, gin_bindings, search_paths)
+        if config_gin.is_t5x_gin(path):
+            model = config_gin.read_t5x_gin(path, search_paths)
+            logging.info("%s is a T5X model gin file: %s; pick it as @network/t5.T5Config()",
+                         name, model.describe())
+            for note in model.skipped:
+                logging.info("%s: %s", name, note)
+            t5x_models.append(config_gin.gin_bindings(model))
+        else:
+            ours.append(name)
+    check_macros(ours, gin_bindings, search_paths)
     try:
-        gin.parse_config_files_and_bindings(list(gin_files), list(gin_bindings),
-                                            finalize_config=False)
+        for text in t5x_models:
+            gin.parse_config(text)
+        gin.parse_config_files_and_bindings(ours, list(gin_bindings), finalize_config=False)
     except (SyntaxError, tokenize.TokenError) as e:
         raise ValueError(parse_error_message(e, gin_bindings)) from None
 
