@@ -49,7 +49,6 @@ from speculative.measure import acceptance, host
 from speculative.measure import costs as costs_lib
 from speculative.measure import timing as measure
 from speculative.models import layers, t5
-from speculative.runs import config as config_lib
 from speculative.runs import mini
 
 # What the printed terms mean (printed before the numbers).
@@ -187,11 +186,11 @@ def run(*, num_sentences: int = 8, gamma: Optional[int] = None,
                          "smaller (leave --gamma unset to use it).")
     # Unwritable places fail now, not after the timings.
     if output_json:
-        config_lib.check_writable(os.path.dirname(os.path.abspath(output_json)), "output_json")
+        files.check_writable(os.path.dirname(os.path.abspath(output_json)), "output_json")
     elif runs_dir:
-        config_lib.check_writable(runs_dir, "runs_dir")
+        files.check_writable(runs_dir, "runs_dir")
     if runs_index:
-        config_lib.check_writable(os.path.dirname(os.path.abspath(runs_index)), "runs_index")
+        files.check_writable(os.path.dirname(os.path.abspath(runs_index)), "runs_index")
     if mini.available():
         target_name, draft_name = check_names(target_name, draft_name)
         target, draft = mini.load(target_name), mini.load(draft_name)
