@@ -17,6 +17,7 @@ per call by `require` (an error names the missing methods):
     FeatureTarget   a target a target-aware draft reads: init_for_draft, context,
                     pending_features, extend_with_features, feature_dim, release_context
     TreeTarget      a target that verifies a token tree in one forward: extend_tree, keep_path
+    BlockDraft      a draft that gives a whole block's laws in one call: extend_block
     SharedRows      a model whose state has parts every row of one input shares (an
                     encoder-decoder's cross-attention keys and values): shared, reorder; beam
                     search reorders beams without moving them (`reorder_rows`)
@@ -113,9 +114,18 @@ def reads_target(draft) -> bool:
     return bool(getattr(draft, "reads_target", False))
 
 
+class BlockDraft(Protocol):
+    """A draft that gives the laws of a whole block of drafts in one call
+    (models/block_draft.py)."""
+
+    def extend_block(self, params, state, tokens: Array, features: Optional[Array],
+                     num_placeholders: int, num_tokens: Optional[Array] = None
+                     ) -> Tuple[Array, Any]: ...
+
+
 def drafts_blocks(draft) -> bool:
-    """Whether `draft` proposes a whole block of drafts in one call (models/block_draft.py)."""
-    return bool(getattr(draft, "drafts_blocks", False))
+    """Whether `draft` proposes a whole block of drafts in one call (`BlockDraft`)."""
+    return not missing(draft, BlockDraft)
 
 
 def check_target_aware(target, draft) -> None:
