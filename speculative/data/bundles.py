@@ -49,6 +49,8 @@ DATA_DIR = os.path.dirname(os.path.abspath(__file__))
 BUNDLE_DIR = os.path.join(DATA_DIR, "mini")  # the EN->DE corpus, vocabulary and models
 CARD_FILE = "model_card.json"  # written by training.train / fit_ngram_drafts
 FEATURE_DRAFT = "feature_draft"  # the card's `kind` of a target-aware draft
+BLOCK_DRAFT = "block_draft"  # a target-aware draft that proposes a whole block per call
+READS_TARGET = (FEATURE_DRAFT, BLOCK_DRAFT)  # kinds that read the target's features
 PROMPT_LOOKUP = "prompt_lookup"  # a draft spec: copy from the context (ngram.PromptLookupDraft)
 
 MINI_TARGET = "mini_target"  # compute-bound on a CPU: the contrast
@@ -231,7 +233,7 @@ class Bundle:
             return ngram.PromptLookupDraft(vocab_size=self.config(self.default_target).vocab_size,
                                            decoder_only=self.decoder_only)
         entry = self.entry(name)
-        if entry.get("kind") == FEATURE_DRAFT:
+        if entry.get("kind") in READS_TARGET:
             return load_feature_draft(entry, self.models_dir, kernel_layout)
         if not self.is_t5(name):
             return ngram.load(os.path.join(self.models_dir, entry["file"]),
@@ -254,7 +256,7 @@ class Bundle:
         built-in drafts, which fit the shared vocabulary)."""
         if name in self.target_names or name in self.built_in:
             return None
-        if self.entry(name).get("kind") == FEATURE_DRAFT:
+        if self.entry(name).get("kind") in READS_TARGET:
             return self.entry(name)["target"]
         if not self.is_t5(name):
             return None
@@ -368,17 +370,24 @@ def feature_draft_config(entry: dict):
 
 def load_feature_draft(entry: dict, models_dir: str = ENDE.models_dir,
                        kernel_layout: str = "auto"):
-    """A bundled target-aware draft (bfloat16 T5X checkpoint, decoded in float32)."""
+    """A bundled target-aware draft (bfloat16 T5X checkpoint, decoded in float32); a block
+    draft (kind 'block_draft') as a `BlockDraftModel`."""
     # pylint: disable=g-import-not-at-top
     from speculative.checkpoints import t5x as checkpoints
-    from speculative.models import feature_draft, layers
+    from speculative.models import block_draft, feature_draft, layers
 
-    module = feature_draft.FeatureDraft(feature_draft_config(entry))
+    if entry.get("kind") == BLOCK_DRAFT:
+        module = block_draft.BlockDraft(feature_draft_config(entry),
+                                        max_gamma=int(entry["max_gamma"]))
+    else:
+        module = feature_draft.FeatureDraft(feature_draft_config(entry))
     params = checkpoints.load_params(os.path.join(models_dir, entry["checkpoint"]),
                                      dtype="float32")
     if layers.resolve_kernel_layout(kernel_layout) == "transposed":
         params = layers.transpose_kernels(params)
-    return feature_draft.FeatureDraftModel(module, params)
+    kind = (block_draft.BlockDraftModel if entry.get("kind") == BLOCK_DRAFT
+            else feature_draft.FeatureDraftModel)
+    return kind(module, params)
 
 
 # ----------------------------------------------------------------------------------------------

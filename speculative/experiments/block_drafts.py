@@ -1,0 +1,213 @@
+"""Block drafts against chains: one draft call per round against gamma calls.
+
+    python scripts/block_draft_benchmark.py                 # ~10-15 minutes on 2 CPU cores
+
+For each draft of the large pair (the block draft, the target-aware chain, the best separate
+T5) and each gamma: the draft's cost per round c_round (one `propose`, timed, in target steps),
+the verify cost, per-depth acceptance along the target's text (Table 3's method:
+`acceptance.rank_acceptance`), tokens per target call, and the speedup over the baseline at
+T = 0 and T = 1 (each sentence sampled 4 times), every program timed in the same interleaved
+rounds in one process. Theorem 3.8 with the round's cost: speedup = E[tokens](alpha, gamma) /
+(c_round + verify_cost(gamma)), which is the paper's gamma c + 1 with the draft's measured
+cost per round in place of gamma c and the verify's in place of 1.
+
+Writes `<output_dir>/block_drafts.json` and `.md` (provenance included) and indexes the run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+from typing import Any, Dict, List, Tuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from speculative import files
+from speculative.decode import drafters, verifiers
+from speculative.decode import stats as stats_lib
+from speculative.decode.rounds import RoundKeys
+from speculative.decode.sampling import SamplingConfig
+from speculative.experiments import record
+from speculative.measure import acceptance, host, theory
+from speculative.measure import costs as costs_lib
+from speculative.runs import mini
+
+
+@dataclasses.dataclass(frozen=True)
+class BlockBenchSettings:
+    """What `run` measures (defaults: the demo's pair and sentences)."""
+
+    target: str = "large_target"
+    drafts: Tuple[str, ...] = ("large_block_draft", "large_feature_draft", "large_draft_kdtv")
+    gammas: Tuple[int, ...] = (2, 3, 5, 7)
+    temperatures: Tuple[float, ...] = (0.0, 1.0)
+    num_sentences: int = 8
+    samples_at_t1: int = 4
+    max_decode_len: int = 48
+    repeats: int = 3
+    round_steps: int = 16
+    output_dir: str = os.path.join(record.REPO, "results", "large", "block_drafts")
+    seed: int = 0
+
+
+@functools.partial(jax.jit, static_argnames=("verifier", "num_steps", "max_decode_len"))
+def _proposals(target, drafter, inputs, rng, *, verifier, num_steps, max_decode_len):
+    """`num_steps` proposals from the decode's first state (0: the start alone)."""
+    view = drafter.view(target)
+    tstate, state = drafter.start(view, inputs, max_decode_len, drafter.layout.width)
+
+    def body(i, acc):
+        keys = RoundKeys.split(jax.random.fold_in(rng, i), drafter.gamma)
+        proposal, _ = drafter.propose(state, tstate.pending, tstate.lengths, keys.draft,
+                                      verifier)
+        return acc + jnp.sum(proposal.q) + jnp.sum(proposal.tokens)
+
+    return jax.lax.fori_loop(0, num_steps, body, jnp.zeros((), jnp.float32))
+
+
+def _round_programs(target, drafts: Dict[str, Any], inputs, s: BlockBenchSettings):
+    """Thunks: the target's one-token step, its verify of gamma + 1 tokens, and each drafter's
+    start alone and start + `round_steps` proposals (their difference is c_round)."""
+    x = jnp.asarray(inputs, jnp.int32)
+    cache = target.prefix_length(x.shape[1]) + s.max_decode_len + max(s.gammas) + 2
+    kw = dict(cache_len=cache, num_steps=s.round_steps, seed=s.seed)
+    programs = {("target", 1): costs_lib._extend_program(target, inputs, 1, **kw)}
+    for g in s.gammas:
+        programs[("verify", g)] = costs_lib._extend_program(target, inputs, g + 1, **kw)
+    greedy, rng = verifiers.GreedyVerifier(), jax.random.PRNGKey(s.seed)
+    for name, draft in drafts.items():
+        for g in s.gammas:
+            drafter = drafters.as_drafter(draft, g)
+            for steps in (0, s.round_steps):
+                programs[(name, g, steps)] = functools.partial(
+                    _proposals, target, drafter, x, rng, verifier=greedy, num_steps=steps,
+                    max_decode_len=s.max_decode_len)
+    return programs
+
+
+def round_costs(target, drafts, inputs, s: BlockBenchSettings) -> Dict[str, Any]:
+    """Target step (s), verify cost and c_round per (draft, gamma), in target steps."""
+    _, times, _ = costs_lib.interleaved(_round_programs(target, drafts, inputs, s), s.repeats)
+    med = {k: float(np.median(v)) for k, v in times.items()}
+    step = med[("target", 1)] / s.round_steps
+    out = {"target_step_s": step,
+           "verify_cost": {g: med[("verify", g)] / s.round_steps / step for g in s.gammas},
+           "c_round": {}}
+    for name in drafts:
+        out["c_round"][name] = {g: max(med[(name, g, s.round_steps)] - med[(name, g, 0)], 0.0)
+                                / s.round_steps / step for g in s.gammas}
+    return out
+
+
+def _decode_rows(target, drafts, batches, sampling, s: BlockBenchSettings):
+    """Interleaved timing of the baseline and every (draft, gamma) decode of `batches`."""
+    programs = {}
+    for name, draft in drafts.items():
+        spec = costs_lib.decode_programs(
+            target, [draft] * len(batches), batches, {g: (g, 0.0) for g in s.gammas},
+            sampling=sampling, max_decode_len=s.max_decode_len, seed=s.seed)
+        programs.setdefault("baseline", spec.pop("baseline"))
+        programs.update({(name, g): fn for g, fn in spec.items()})
+    _, times, outputs = costs_lib.interleaved(programs, s.repeats)
+    base = float(np.median(times["baseline"]))
+    rows = []
+    for (name, g), outs in ((k, v) for k, v in outputs.items() if k != "baseline"):
+        merged = stats_lib.merge_stats([o.stats for o in outs]).summary()
+        speedup = base / float(np.median(times[(name, g)]))
+        rows.append({"draft": name, "gamma": g, "speedup": speedup,
+                     "alpha": merged["alpha"],
+                     "tokens_per_target_call": merged["tokens_per_target_call"],
+                     "draft_calls_per_round": merged["draft_calls_per_round"],
+                     "accepted_per_position_rate": merged["accepted_per_position_rate"]})
+    return base, rows
+
+
+def _batches(s: BlockBenchSettings, temperature: float) -> List[np.ndarray]:
+    sources = [src for src, _ in mini.test_pairs(s.num_sentences)]
+    copies = 1 if temperature == 0.0 else s.samples_at_t1
+    x = mini.Vocabulary().encode_sources(sources, 32)
+    return [x[i:i + 1] for i in range(len(sources)) for _ in range(copies)]
+
+
+def run(s: BlockBenchSettings = BlockBenchSettings(), overwrite: bool = False) -> Dict[str, Any]:
+    """Measures every draft and gamma (module docstring); returns the report it writes."""
+    check(s)
+    files.check_report(s.output_dir, "block_drafts", overwrite)
+    load = host.LoadAverage()
+    target = mini.load(s.target)
+    drafts = {name: mini.load(name) for name in s.drafts}
+    costs = round_costs(target, drafts, _batches(s, 0.0)[0], s)
+    result = {"settings": dataclasses.asdict(s), "costs": costs, "temperatures": []}
+    for t in s.temperatures:
+        sampling = SamplingConfig(temperature=t)
+        base_s, rows = _decode_rows(target, drafts, _batches(s, t), sampling, s)
+        for name, draft in drafts.items():
+            rates = acceptance.rank_acceptance(
+                target, draft, _batches(s, 0.0), sampling, max_rank=1,
+                max_decode_len=s.max_decode_len, max_depth=max(s.gammas), seed=s.seed)
+            depth = [float(r[0]) for r in np.asarray(rates.depth_rates)]
+            for row in (r for r in rows if r["draft"] == name):
+                g = row["gamma"]
+                row["depth_rates"] = depth[:g]
+                row["c_round"] = costs["c_round"][name][g]
+                row["verify_cost"] = costs["verify_cost"][g]
+                row["theorem_3_8_round_cost"] = theory.speedup(
+                    row["alpha"], g, row["c_round"] / g, costs["verify_cost"][g])
+        result["temperatures"].append({"temperature": t, "baseline_s": base_s, "rows": rows})
+    result["provenance"] = host.provenance(load=load, bandwidth=True)
+    files.write_report(s.output_dir, "block_drafts", result, markdown(result))
+    record.index_run("block_drafts", s.target, os.path.join(s.output_dir, "block_drafts.json"),
+                     result)
+    return result
+
+
+def best_rows(result: Dict[str, Any]) -> List[Dict[str, Any]]:
+    """Each draft's fastest gamma at each temperature."""
+    out = []
+    for block in result["temperatures"]:
+        for name in result["settings"]["drafts"]:
+            rows = [r for r in block["rows"] if r["draft"] == name]
+            out.append({"temperature": block["temperature"],
+                        **max(rows, key=lambda r: r["speedup"])})
+    return out
+
+
+def markdown(result: Dict[str, Any]) -> str:
+    """The report's tables: every (draft, gamma) row, then each draft's best."""
+    header = ["T", "draft", "γ", "speedup", "α", "tokens / target call", "draft calls / round",
+              "c_round", "verify cost", "Thm 3.8 (c_round)", "per-depth acceptance"]
+    body = [[b["temperature"], r["draft"], r["gamma"], f"{r['speedup']:.2f}x",
+             f"{r['alpha']:.3f}", f"{r['tokens_per_target_call']:.2f}",
+             f"{r['draft_calls_per_round']:.2f}", f"{r['c_round']:.3f}",
+             f"{r['verify_cost']:.2f}", f"{r['theorem_3_8_round_cost']:.2f}x",
+             " ".join(f"{x:.2f}" for x in r["depth_rates"])]
+            for b in result["temperatures"] for r in b["rows"]]
+    best = [[r["temperature"], r["draft"], r["gamma"], f"{r['speedup']:.2f}x",
+             f"{r['tokens_per_target_call']:.2f}", f"{r['c_round']:.3f}"]
+            for r in best_rows(result)]
+    prov = result["provenance"]
+    return "\n".join([
+        "# Block drafts against chains", "",
+        f"`{prov['command']}` at {prov['commit']}, {prov['date']}; target step "
+        f"{result['costs']['target_step_s'] * 1e3:.2f} ms. c_round: the draft's cost per round "
+        "in target steps (one `propose`); per-depth acceptance: the d-th draft's rate along "
+        "the target's text; Thm 3.8 (c_round): E[tokens] / (c_round + verify cost).", "",
+        "## Each draft at its fastest γ", "",
+        files.markdown_table(["T", "draft", "γ", "speedup", "tokens / target call",
+                              "c_round"], best), "",
+        "## Every row", "", files.markdown_table(header, body), ""])
+
+
+def check(s: BlockBenchSettings) -> None:
+    """Refuses bad settings before any model loads."""
+    bad = [g for g in s.gammas if isinstance(g, bool) or not isinstance(g, int) or g < 1]
+    if bad or not s.gammas:
+        raise ValueError(f"gammas={s.gammas!r}: give ints >= 1.")
+    unknown = [d for d in s.drafts if d not in mini.drafts(s.target)]
+    if unknown:
+        raise ValueError(f"drafts {unknown} are not bundled drafts of {s.target!r}: choose from "
+                         f"{sorted(mini.drafts(s.target))}.")
+
