@@ -38,7 +38,7 @@
 #
 # Command:
 #   bash scripts/gpu_benchmark.sh [--dry-run | --no-install]
-#       [--steps=synthetic,limits,pairs,trees,beam,feature]
+#       [--steps=synthetic,limits,pairs,trees,beam,feature,block]
 #       [OUT_DIR]
 # OUT_DIR: default $OUT (the device machine's result folder), else /tmp/gpu_benchmark.
 # Expected: a few minutes to install (tensorflow comes with seqio, the CUDA wheels with jax),
@@ -66,7 +66,7 @@ usage() { sed -n '2,/^$/s/^# \{0,1\}//p' "$0"; }
 DRY_RUN=0
 NO_INSTALL=0
 OUT_DIR=""
-STEPS_WANTED="synthetic,limits,pairs,trees,beam,feature"
+STEPS_WANTED="synthetic,limits,pairs,trees,beam,feature,block"
 for arg in "$@"; do
   case "$arg" in
     --dry-run) DRY_RUN=1 ;;
@@ -85,8 +85,8 @@ if (( DRY_RUN && NO_INSTALL )); then
   exit 2
 fi
 for s in ${STEPS_WANTED//,/ }; do
-  if [[ ! "$s" =~ ^(synthetic|limits|pairs|trees|beam|feature)$ ]]; then
-    echo "gpu_benchmark.sh: --steps=$STEPS_WANTED names '$s'; choose from synthetic,limits,pairs,trees,beam,feature." >&2
+  if [[ ! "$s" =~ ^(synthetic|limits|pairs|trees|beam|feature|block)$ ]]; then
+    echo "gpu_benchmark.sh: --steps=$STEPS_WANTED names '$s'; choose from synthetic,limits,pairs,trees,beam,feature,block." >&2
     exit 2
   fi
 done
@@ -147,6 +147,7 @@ if (( DRY_RUN )); then
   LIMITS=(--batch_sizes=1 --num_sentences=2 --gammas=2 --repeats=1 --max_decode_len=8
           --bandwidth_mb=16)
   TREES=(--num_sentences=2 --num_rank_sentences=4 --repeats=1 --max_nodes=4 --temperatures=0)
+  BLOCK=()  # the block step loads the large pair: not part of the CPU dry run
   BEAM=(--num_sentences=2 --beam_sizes=1,2 --repeats=1 --split_sentences=2 --split_batch=2)
   FEATURE_TARGET=mini_target FEATURE_NAME=mini_draft_feature
   FEATURE=(--gin.FEATURE_LAYERS="(1,2,3)" --gin.feature_cache.feature_layers="(1,2,3)"
@@ -164,6 +165,7 @@ else
   PAIR=(--gin.NUM_BATCHES=16 --gin.GAMMAS=[2,4,6] --gin.CALIBRATION_BATCHES=8)
   LIMITS=(--batch_sizes=1,4,16,64 --num_sentences=64 --gammas=2,4,6)
   TREES=(--num_sentences=16 --num_rank_sentences=64 --repeats=3 --max_nodes=32)
+  BLOCK=(--num_sentences=8 --repeats=3 --gammas=2,3,5,7)
   BEAM=(--num_sentences=16 --beam_sizes=1,2,4 --repeats=3 --split_batch=64)
   FEATURE_TARGET=large_target FEATURE_NAME=large_draft_feature
   FEATURE=()
@@ -231,6 +233,18 @@ for target in "${PAIRS[@]}"; do
   step "${target}_beam" "$PY" scripts/beam_benchmark.py --target="$target" \
     --output_dir="$OUT_DIR/${target}_beam" "${BEAM[@]}" "${OVERWRITE_FLAG[@]}"
 done
+
+# Block drafts against chains on the large pair, with XLA's GPU command buffers covering the
+# decode loop's while/conditional bodies and without them (launch costs are what a block saves).
+if wanted block && (( ${#BLOCK[@]} )); then
+  CMD_BUFFERS="--xla_gpu_enable_command_buffer=FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL,WHILE,CONDITIONAL"
+  step block_command_buffers env XLA_FLAGS="${XLA_FLAGS:-} $CMD_BUFFERS" \
+    "$PY" scripts/block_draft_benchmark.py --output_dir="$OUT_DIR/block/command_buffers" \
+    "${BLOCK[@]}" "${OVERWRITE_FLAG[@]}"
+  step block_no_command_buffers env XLA_FLAGS="${XLA_FLAGS:-} --xla_gpu_enable_command_buffer=" \
+    "$PY" scripts/block_draft_benchmark.py --output_dir="$OUT_DIR/block/no_command_buffers" \
+    "${BLOCK[@]}" "${OVERWRITE_FLAG[@]}"
+fi
 
 if wanted feature; then
   FCACHE="${FEATURE_CACHE:-/tmp/feature_cache}/$FEATURE_TARGET"
