@@ -5,17 +5,13 @@ import json
 
 import jax
 import jax.numpy as jnp
+import ml_dtypes
 import numpy as np
 import pytest
 
-from speculative.decode import loops as decoding
-from speculative.decode.sampling import SamplingConfig
-from speculative.models import adapters, t5
 from speculative.models import block_draft as bd
 from speculative.models import feature_draft as fd
 from speculative.training import block_training, feature_data
-
-from conftest import random_params, tiny_config
 
 GAMMA = 4
 
@@ -155,8 +151,12 @@ def test_warm_start_keeps_the_feature_drafts_parameters():
     module, _ = _draft()
     feature = fd.init_params(fd.FeatureDraft(module.config), jax.random.PRNGKey(3))
     params = bd.from_feature_draft(module, feature, jax.random.PRNGKey(0))
-    assert set(params) == set(feature) | {bd.PLACEHOLDERS}
+    assert set(params) == set(feature) | {bd.PLACEHOLDERS, "block_norm", "block_layers_0"}
     assert params[bd.PLACEHOLDERS]["embedding"].shape == (GAMMA - 1, 8)
+    np.testing.assert_array_equal(params["block_layers_0"]["mlp"]["wo"]["kernel"],
+                                  feature["layers_0"]["mlp"]["wo"]["kernel"])
+    # the stream shares the real stream's projected encoder output (no kernels of its own)
+    assert set(params["block_layers_0"]["encoder_decoder_attention"]) == {"query", "out"}
     with pytest.raises(ValueError, match="lack"):
         bd.from_feature_draft(module, {k: v for k, v in feature.items() if k != "fuse"},
                               jax.random.PRNGKey(0))
@@ -169,25 +169,42 @@ def test_warm_start_keeps_the_feature_drafts_parameters():
 
 @pytest.fixture(scope="module")
 def tiny_cache(tmp_path_factory):
-    """A random target whose EOS logit copies (x 1.5) that of its most emitted token, so its
-    outputs end, and its feature cache."""
-    module = t5.Transformer(tiny_config(vocab_size=16))
-    params = random_params(module, 0)
+    """A feature cache in `feature_data`'s format with a learnable text: each output token is
+    a function of the one before and of the source's first token (features and encoder output
+    random), the teacher's top-4 puts 0.7 on it."""
     rng = np.random.default_rng(0)
-    sources = np.zeros((12, 6), np.int32)
-    for b in range(12):
-        k = int(rng.integers(1, 7))
-        sources[b, :k] = rng.integers(2, 16, k)
-    ar = decoding.autoregressive_decode(
-        adapters.EncoderDecoderModel(module, params), sources, rng=jax.random.PRNGKey(0),
-        sampling=SamplingConfig(0.0), max_decode_len=30)
-    common = int(np.argmax(np.bincount(np.asarray(ar.tokens).ravel(), minlength=16)[2:])) + 2
-    kernel = params["decoder"]["logits_dense"]["kernel"]
-    params["decoder"]["logits_dense"] = {
-        "kernel": kernel.at[:, t5.EOS_ID].set(kernel[:, common] * 1.5)}
+    n, width, k, emb = 24, 12, 4, 16
+    src = np.zeros((n, 6), np.int16)
+    out = np.zeros((n, width), np.int16)
+    out_len = rng.integers(6, width, n).astype(np.int32)
+    top_ids, top_probs = [], []
+    for i in range(n):
+        m = int(rng.integers(3, 7))
+        src[i, :m] = rng.integers(2, 16, m)
+        prev = 0
+        for j in range(out_len[i]):
+            token = 1 if j == out_len[i] - 1 else (prev * 3 + int(src[i, 0])) % 14 + 2
+            others = [t for t in range(16) if t != token][:k - 1]
+            top_ids.append([token] + others)
+            top_probs.append([0.7] + [0.1] * (k - 1))
+            out[i, j] = prev = token
+    src_len = np.sum(src > 0, 1)
+    bits = lambda x: x.astype(ml_dtypes.bfloat16).view(np.uint16)  # noqa: E731
     path = tmp_path_factory.mktemp("cache")
-    feature_data.build(str(path), module, params, sources, target_name="tiny",
-                       feature_layers=(1, 2), top_k=4, max_len=30, shard_size=6)
+    (path / "manifest.json").write_text(json.dumps(dict(
+        format=feature_data.FORMAT, target="synthetic", feature_layers=[1, 2], emb_dim=emb,
+        top_k=k, max_len=width, temperature=0.0, shard_size=12)))
+    starts = np.concatenate([[0], np.cumsum(out_len)])
+    enc_starts = np.concatenate([[0], np.cumsum(src_len)])
+    for shard in range(2):
+        rows = slice(12 * shard, 12 * shard + 12)
+        lo, hi = starts[12 * shard], starts[12 * shard + 12]
+        elo, ehi = enc_starts[12 * shard], enc_starts[12 * shard + 12]
+        np.savez(path / f"shard_{shard:05d}.npz", src=src[rows], out=out[rows],
+                 out_len=out_len[rows], enc=bits(rng.normal(size=(ehi - elo, emb))),
+                 feat=bits(rng.normal(size=(hi - lo, 2 * emb))),
+                 top_ids=np.asarray(top_ids[lo:hi], np.int16),
+                 top_probs=np.asarray(top_probs[lo:hi], np.float16), dropped=np.asarray(0))
     return str(path)
 
 
@@ -197,12 +214,18 @@ def test_training_lowers_the_loss_and_resumes_to_the_same_state(tmp_path, tiny_c
                                 relative_attention_num_buckets=8,
                                 relative_attention_max_distance=16)
     module = bd.BlockDraft(cfg, max_gamma=3)
-    config = block_training.BlockTrainConfig(steps=30, gamma=3, batch_tokens=96, buckets=(32,),
+    config = block_training.BlockTrainConfig(steps=30, gamma=3, batch_tokens=48, buckets=(12,),
                                              checkpoint_every=10, warmup_steps=3,
-                                             learning_rate=0.02, valid_sentences=2)
+                                             learning_rate=0.02, valid_sentences=4)
     kw = dict(module=module, config=config, cache_dir=tiny_cache, log=lambda s: None,
               init_params=lambda: bd.init_params(module, jax.random.PRNGKey(0)))
     full = block_training.train(model_dir=str(tmp_path / "a"), **kw)
+    start = bd.init_params(module, jax.random.PRNGKey(0))
+    trained = block_training.load_params(str(tmp_path / "a"), module)
+    for name in trained:  # only the placeholder stream trains (freeze_feature_draft)
+        same = all(np.array_equal(x, y) for x, y in zip(
+            jax.tree_util.tree_leaves(start[name]), jax.tree_util.tree_leaves(trained[name])))
+        assert same != bd.is_block_param(name), name
     rows = [json.loads(x) for x in open(tmp_path / "a" / "metrics.jsonl")]
     assert rows[-1]["train"]["kl"] < rows[0]["train"]["kl"]
     assert {"top1_d3", "accept_d3"} <= set(rows[-1]["valid"])

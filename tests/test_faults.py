@@ -17,7 +17,7 @@ import pytest
 from flax import struct
 
 from speculative import decoding
-from speculative.decode import sampling
+from speculative.decode import contract, drafters, sampling
 from speculative.decode.sampling import SamplingConfig
 from speculative.models import t5
 
@@ -155,10 +155,20 @@ def _bad_calls(target, draft):
         ("gamma in the millions", (INPUTS,), {**spec, "gamma": 5_000_000}, ValueError,
          "gamma=5000000"),
         ("gamma 0", (INPUTS,), {**spec, "gamma": 0}, ValueError, "gamma=0"),
-        ("initial_gamma with the constant schedule", (INPUTS,), {**spec, "initial_gamma": 1},
+        # Dynamic gamma is a ChainDrafter's settings, passed as the draft (it brings gamma).
+        ("initial_gamma with the constant schedule", (INPUTS,),
+         {**spec, "gamma": None, "draft": drafters.ChainDrafter(draft, 2, initial_gamma=1)},
          ValueError, "applies to gamma_schedule='heuristic'"),
-        ("draft_confidence str", (INPUTS,), {**spec, "draft_confidence": "0.4"}, TypeError,
-         "draft_confidence='0.4'"),
+        ("initial_gamma beyond gamma", (INPUTS,),
+         {**spec, "gamma": None,
+          "draft": drafters.ChainDrafter(draft, 2, schedule="heuristic", initial_gamma=3)},
+         ValueError, r"initial_gamma=3 is invalid: an int in \[1, gamma=2\]"),
+        ("unknown schedule", (INPUTS,),
+         {**spec, "gamma": None, "draft": drafters.ChainDrafter(draft, 2, schedule="adaptive")},
+         ValueError, "gamma_schedule='adaptive' is invalid"),
+        ("draft confidence str", (INPUTS,),
+         {**spec, "gamma": None, "draft": drafters.ChainDrafter(draft, 2, confidence="0.4")},
+         TypeError, "draft_confidence='0.4'"),
         ("tree with another gamma", (INPUTS,), {**spec, "tree": (2, 2, 1)}, ValueError,
          "disagrees with tree"),
         ("tree of zeros", (INPUTS,), {**spec, "tree": (0,)}, ValueError, r"tree=\(0,\)"),
@@ -173,10 +183,13 @@ def _bad_calls(target, draft):
 def test_bad_arguments_are_refused_with_the_argument_named(models):
     target, draft = models
     for name, args, kw, error, message in _bad_calls(target, draft):
+        kw = dict(kw)
+        drafter = kw.pop("draft", None)
         with pytest.raises(error, match=message):
-            decoding.speculative_decode(target, draft, *args, **kw)
-        speculative_only = {"gamma", "initial_gamma", "draft_confidence", "tree"}
-        if not speculative_only & (set(kw) - {"gamma"}) and "gamma" not in name:
+            decoding.speculative_decode(target, draft if drafter is None else drafter, *args,
+                                        **kw)
+        # A drafter's settings, a tree or gamma are speculative decoding's only.
+        if drafter is None and "tree" not in kw and "gamma" not in name:
             kw = {k: v for k, v in kw.items() if k != "gamma"}  # the baseline: the same checks
             with pytest.raises(error, match=message):
                 decoding.autoregressive_decode(target, *args, **kw)
@@ -221,7 +234,7 @@ class _NoEos(decoding.EncoderDecoderModel):
 
     def extend(self, params, state, tokens):
         logits, state = super().extend(params, state, tokens)
-        return logits.at[..., t5.EOS_ID].set(-1e9), state
+        return logits.at[..., contract.EOS_ID].set(-1e9), state
 
 
 @pytest.mark.skipif(jax.default_backend() != "cpu", reason="the estimate is sized by CPU rates")

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from speculative import decoding
+from speculative.decode import contract
 from speculative.decode.sampling import SamplingConfig
 from speculative.models import feature_draft as fd
 from speculative.models import t5
@@ -30,7 +31,7 @@ def tiny_target():
     common = int(np.argmax(np.bincount(np.asarray(ar.tokens).ravel(), minlength=16)[2:])) + 2
     kernel = params["decoder"]["logits_dense"]["kernel"]
     params["decoder"]["logits_dense"] = {
-        "kernel": kernel.at[:, t5.EOS_ID].set(kernel[:, common] * 1.5)}
+        "kernel": kernel.at[:, contract.EOS_ID].set(kernel[:, common] * 1.5)}
     return module, params
 
 

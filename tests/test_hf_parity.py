@@ -14,7 +14,9 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from speculative.checkpoints import t5x as checkpoints  # noqa: E402
+from speculative.checkpoints import hf as hf_checkpoints  # noqa: E402
+from speculative.checkpoints import param_trees  # noqa: E402
+from speculative.decode import contract  # noqa: E402
 from speculative.models import t5  # noqa: E402
 
 ATOL = 1e-4
@@ -44,7 +46,7 @@ def _inputs(seed: int, dec_len: int):
     for row, length in enumerate((40, 23, 5)):
         enc[row, length:] = 0  # padding
     dec = rng.integers(1, 48, size=(3, dec_len)).astype(np.int32)
-    dec[:, 0] = t5.BOS_ID
+    dec[:, 0] = contract.BOS_ID
     return enc, dec
 
 
@@ -58,9 +60,9 @@ def _hf_logits(model, enc, dec):
 
 def _ours(model):
     hf_config = model.config.to_dict()
-    params = checkpoints.from_hf_t5(model.state_dict(), hf_config)
-    config = checkpoints.config_from_hf(hf_config, params)
-    checkpoints.validate_params(params, config)
+    params = hf_checkpoints.from_hf_t5(model.state_dict(), hf_config)
+    config = hf_checkpoints.config_from_hf(hf_config, params)
+    param_trees.validate_params(params, config)
     return config, params
 
 
@@ -107,7 +109,7 @@ def test_decoder_only_matches_hf_with_zeroed_cross_attention(kind):
     is exactly 0, so the HF decoder computes precisely a decoder-only T5 stack (causal
     self-attention with the unidirectional relative bias, MLP, final norm, output layer) and the
     encoder and its input do not matter. Our random `DecoderOnly` params are mapped to HF names by
-    `checkpoints.to_hf_t5` (which maps whatever subset of the tree it gets), loaded over a random
+    `checkpoints.hf.to_hf_t5` (which maps whatever subset of the tree it gets), loaded over a random
     HF model, and the logits compared.
     """
     model = _hf_model(kind, seed=2)
@@ -117,7 +119,7 @@ def test_decoder_only_matches_hf_with_zeroed_cross_attention(kind):
     shapes = t5.param_shapes(module)
     params = jax.tree_util.tree_map(
         lambda s: (rng.standard_normal(s.shape) * 0.5).astype(np.float32), shapes)
-    state = {k: torch.from_numpy(v.copy()) for k, v in checkpoints.to_hf_t5(params).items()}
+    state = {k: torch.from_numpy(v.copy()) for k, v in hf_checkpoints.to_hf_t5(params).items()}
     missing, unexpected = model.load_state_dict(state, strict=False)
     assert not unexpected
     assert all(k.startswith("encoder.") or "EncDecAttention" in k or "layer.1.layer_norm" in k

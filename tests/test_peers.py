@@ -20,7 +20,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from speculative import decoding, loading  # noqa: E402
-from speculative.checkpoints import t5x as checkpoints  # noqa: E402
+from speculative.checkpoints import hf as hf_checkpoints  # noqa: E402
 from speculative.data import bundles  # noqa: E402
 from speculative.experiments import peers  # noqa: E402
 from speculative.models import t5  # noqa: E402
@@ -40,7 +40,7 @@ def _given(name: str, config: t5.T5Config, directory, seed: int) -> peers.Given:
     params = jax.tree_util.tree_map(
         lambda s: (rng.standard_normal(s.shape) * 0.3).astype(np.float32),
         t5.param_shapes(t5.Transformer(config)))
-    return peers.Given(name, config, checkpoints.save_hf_t5(params, config, directory / name))
+    return peers.Given(name, config, hf_checkpoints.save_hf_t5(params, config, directory / name))
 
 
 @pytest.fixture(scope="module")

@@ -25,6 +25,7 @@ import pytest
 from speculative import decoding
 from speculative.checkpoints import t5x as checkpoints
 from speculative.data import text
+from speculative.decode import contract
 from speculative.models import ngram, t5
 from speculative.training import data as training_data
 from speculative.training import distillation as training
@@ -34,7 +35,7 @@ from speculative.training.config import TrainConfig
 from conftest import load_script, tiny_config
 
 BUNDLE = os.path.join(text.MINI_DIR, "models")
-EOS = text.EOS_ID
+EOS = contract.EOS_ID
 
 
 def _card():

@@ -34,6 +34,7 @@ from speculative.checkpoints.param_trees import (
     _unflatten,
     validate_params,
 )
+from speculative.decode import contract
 from speculative.models import layers, t5
 
 __all__ = ["from_hf_t5", "to_hf_t5", "config_from_hf", "hf_config_dict", "load_hf_config",
@@ -219,8 +220,8 @@ def hf_config_dict(config: t5.T5Config) -> Dict[str, Any]:
     return {"architectures": ["T5ForConditionalGeneration"], "model_type": "t5",
             **{hf: getattr(config, ours) for hf, (ours, _) in _HF_FIELDS.items()},
             "feed_forward_proj": ffp, "layer_norm_epsilon": 1e-6, "is_encoder_decoder": True,
-            "pad_token_id": t5.PAD_ID, "eos_token_id": t5.EOS_ID,
-            "decoder_start_token_id": t5.BOS_ID, "tie_word_embeddings": tied,
+            "pad_token_id": contract.PAD_ID, "eos_token_id": contract.EOS_ID,
+            "decoder_start_token_id": contract.BOS_ID, "tie_word_embeddings": tied,
             "scale_decoder_outputs": tied}
 
 

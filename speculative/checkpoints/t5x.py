@@ -43,12 +43,6 @@ from tqdm import tqdm
 
 from speculative.checkpoints import paths
 from speculative.checkpoints.hf import _hf_leaves, config_from_hf
-
-# Until experiments/peers.py, tests/test_hf_parity.py and tests/test_peers.py import them from
-# speculative.checkpoints.hf, where they live (then delete these three lines).
-from speculative.checkpoints.hf import from_hf_t5 as from_hf_t5
-from speculative.checkpoints.hf import save_hf_t5 as save_hf_t5
-from speculative.checkpoints.hf import to_hf_t5 as to_hf_t5
 from speculative.checkpoints.param_trees import (
     CheckpointError,
     Key,

@@ -16,13 +16,12 @@ from typing import List, Optional, Sequence, Tuple
 import numpy as np
 
 from speculative.data import code_corpus
-from speculative.models import t5
+from speculative.decode.contract import EOS_ID, PAD_ID
 
 Example = Tuple[np.ndarray, np.ndarray]  # (input ids, target ids), each ending in EOS
 NO_INPUTS = np.zeros((0,), np.int32)  # the inputs of a decoder-only (language model) example
 PREFIX = "translate English to German: "  # == tasks.EN_DE_PREFIX (the mini_ende task)
 MINI_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "mini")
-PAD_ID, EOS_ID = t5.PAD_ID, t5.EOS_ID
 
 
 def load_pairs(path: str) -> List[Tuple[str, str]]:

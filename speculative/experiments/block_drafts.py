@@ -49,7 +49,7 @@ class BlockBenchSettings:
     max_decode_len: int = 48
     repeats: int = 3
     round_steps: int = 16
-    output_dir: str = os.path.join(record.REPO, "results", "large", "block_drafts")
+    output_dir: str = os.path.join(record.REPO, "results", "large", "target_aware", "block_drafts")
     seed: int = 0
 
 

@@ -2,7 +2,7 @@
 
 For each (target, draft) pair, `run`
 
-  1. converts both models with the project's converter (`checkpoints.save_hf_t5`: `to_hf_t5` +
+  1. converts both models with the project's converter (`checkpoints.hf.save_hf_t5`: `to_hf_t5` +
      `hf_config_dict`) into a temporary directory and loads them as transformers'
      `T5ForConditionalGeneration` (PyTorch, float32);
   2. checks logits parity: our `Transformer` and theirs, teacher-forced on the same encoder inputs
@@ -70,6 +70,7 @@ import jax
 import numpy as np
 
 from speculative import files, loading
+from speculative.checkpoints import hf as hf_checkpoints
 from speculative.checkpoints import t5x as checkpoints
 from speculative.data import bundles
 from speculative.decode import contract, validation
@@ -151,7 +152,8 @@ def config_for(spec: str, checkpoint: str) -> t5.T5Config:
         return t5.preset(spec)
     if spec.endswith(".json"):
         with open(spec) as f:
-            return checkpoints.config_from_hf(json.load(f), checkpoints.load_metadata(checkpoint))
+            return hf_checkpoints.config_from_hf(json.load(f),
+                                                 checkpoints.load_metadata(checkpoint))
     _refuse_other_bundles(spec)
     try:
         return mini.config(spec)
@@ -190,9 +192,10 @@ def default_pairs() -> List[Tuple[str, str]]:
 
 
 def to_transformers(model: contract.DecodeModel, hf_dir: str):
-    """`model` (a T5 DecodeModel) written by `checkpoints.save_hf_t5` and loaded by transformers."""
+    """`model` (a T5 DecodeModel) written by `checkpoints.hf.save_hf_t5` and loaded by
+    transformers."""
     _, transformers = import_hf()
-    checkpoints.save_hf_t5(model.params, model.module.config, hf_dir)
+    hf_checkpoints.save_hf_t5(model.params, model.module.config, hf_dir)
     return transformers.T5ForConditionalGeneration.from_pretrained(hf_dir).eval()
 
 
@@ -224,8 +227,9 @@ def hf_program(hf_model, batches: Sequence[np.ndarray], counter: List[int], *,
     `assistant_config` when given); returns (new tokens [B, <= N] per batch, target calls)."""
     torch, _ = import_hf()
     inputs = [torch.from_numpy(np.asarray(b)).long() for b in batches]
-    kwargs = dict(max_new_tokens=max_decode_len, eos_token_id=t5.EOS_ID, pad_token_id=t5.PAD_ID,
-                  decoder_start_token_id=t5.BOS_ID, do_sample=not sampling.greedy)
+    kwargs = dict(max_new_tokens=max_decode_len, eos_token_id=contract.EOS_ID,
+                  pad_token_id=contract.PAD_ID, decoder_start_token_id=contract.BOS_ID,
+                  do_sample=not sampling.greedy)
     if not sampling.greedy:  # top_k=0 turns transformers' default top-k of 50 off, as ours
         kwargs.update(temperature=sampling.temperature, top_k=sampling.top_k,
                       top_p=sampling.top_p)
@@ -240,7 +244,7 @@ def hf_program(hf_model, batches: Sequence[np.ndarray], counter: List[int], *,
                 # and the "heuristic" schedule writes its state back there: a fresh copy per
                 # call keeps every call (and repeat) the same program.
                 assistant.generation_config = copy.deepcopy(assistant_config)
-            seq = hf_model.generate(x, attention_mask=(x != t5.PAD_ID).long(),
+            seq = hf_model.generate(x, attention_mask=(x != contract.PAD_ID).long(),
                                     assistant_model=assistant, **_fresh_cache(), **kwargs)
             out.append(seq[:, 1:].numpy())  # without the decoder start token
         return out, counter[0] - start
@@ -266,7 +270,7 @@ def _sequences(tokens: np.ndarray, lengths: Optional[np.ndarray] = None) -> List
     """Rows of tokens up to and including the first EOS (or `lengths` tokens)."""
     rows = []
     for b, row in enumerate(np.asarray(tokens).tolist()):
-        end = row.index(t5.EOS_ID) + 1 if t5.EOS_ID in row else len(row)
+        end = row.index(contract.EOS_ID) + 1 if contract.EOS_ID in row else len(row)
         rows.append(row[:end if lengths is None else int(lengths[b])])
     return rows
 
@@ -294,7 +298,7 @@ def check_parity(models_: Dict[str, Tuple[Any, Any]], batches: Sequence[np.ndarr
         mine = np.asarray(jax.jit(ours.module.apply)({"params": ours.params}, enc, dec))
         with torch.no_grad():
             ref = theirs(input_ids=torch.from_numpy(enc).long(),
-                         attention_mask=torch.from_numpy(enc != t5.PAD_ID).long(),
+                         attention_mask=torch.from_numpy(enc != contract.PAD_ID).long(),
                          decoder_input_ids=torch.from_numpy(dec).long()).logits.numpy()
         out[name] = float(np.max(np.abs(mine - ref)))
         out[f"{name}_max_abs_logit"] = float(np.max(np.abs(ref)))
@@ -302,7 +306,7 @@ def check_parity(models_: Dict[str, Tuple[Any, Any]], batches: Sequence[np.ndarr
             raise ParityError(
                 f"Logits of the {name} differ from transformers' by {out[name]:.3g} (max |logit| "
                 f"{out[f'{name}_max_abs_logit']:.3g}) > parity_atol={atol:g} on the same weights: "
-                "the conversion (checkpoints.to_hf_t5 / hf_config_dict) or one of the two T5 "
+                "the conversion (checkpoints.hf.to_hf_t5 / hf_config_dict) or one of the two T5 "
                 "implementations is wrong. Timings of different models would mean nothing.")
     return out
 

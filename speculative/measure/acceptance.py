@@ -53,7 +53,6 @@ from speculative.decode import sampling as sampling_lib
 from speculative.decode.sampling import SamplingConfig
 from speculative.measure import costs as costs_lib
 from speculative.measure import theory
-from speculative.models import t5
 
 TREE_DRAWS = 8  # sibling tests simulated per position for rank_acceptance at T > 0
 TREE_MAX_NODES = 12  # the largest token tree (drafted nodes) the demo and Table 2 consider
@@ -138,7 +137,7 @@ def _after_prompt(inputs, tstate, prefix_features, fed, feats):
     position (`prefix_features [B, P + 1, F]`, then `feats [B, N, F]`), and where each row's
     fed tokens start (`[B]`). Positions past a row's end repeat its last fed token."""
     cached = tstate.lengths
-    seq = jnp.concatenate([jnp.full((inputs.shape[0], 1), t5.BOS_ID, jnp.int32), inputs], 1)
+    seq = jnp.concatenate([jnp.full((inputs.shape[0], 1), contract.BOS_ID, jnp.int32), inputs], 1)
     position = jnp.arange(inputs.shape[1] + fed.shape[1])[None]
     in_prompt = position < cached[:, None]
     from_prompt = jnp.minimum(position, seq.shape[1] - 1)

@@ -46,7 +46,7 @@ width, V vocab, H heads, D head dim.
 
 from __future__ import annotations
 
-from typing import Any, Optional, Tuple
+from typing import Any, Mapping, Optional, Tuple
 
 import jax
 import jax.numpy as jnp
@@ -55,7 +55,7 @@ from flax import linen as nn
 from flax import struct
 
 from speculative.models import feature_draft as fd
-from speculative.models import layers
+from speculative.models import layers, t5
 
 Array = jax.Array
 PLACEHOLDERS = "placeholder_embedder"  # the only parameters a feature draft does not have
@@ -92,9 +92,15 @@ class BlockDraft(fd.FeatureDraft):
         if self.max_gamma < 1:
             raise ValueError(f"BlockDraft.max_gamma={self.max_gamma} must be >= 1.")
         # At least one row, so a max_gamma of 1 (no placeholder) still has a well-formed tree.
+        lcfg = self.config.layer_config()
         self.placeholder_embedder = layers.Embed(max(self.max_gamma - 1, 1),
-                                                 self.config.emb_dim,
-                                                 dtype=self.config.layer_config().compute_dtype)
+                                                 self.config.emb_dim, dtype=lcfg.compute_dtype)
+        # The placeholder stream's own layers and final norm (warm-started as copies of the
+        # feature draft's); it shares the cross-attention keys/values, the relative position
+        # biases and the output table of the real stream.
+        self.block_layers = [t5.DecoderLayer(lcfg, self.config.cross_attention)
+                             for _ in range(self.config.num_layers)]
+        self.block_norm = layers.RMSNorm(dtype=lcfg.compute_dtype)
 
     def placeholders(self, num: int) -> Array:
         """`[num, E]` the layer inputs of placeholders 1..num."""
@@ -102,6 +108,14 @@ class BlockDraft(fd.FeatureDraft):
             raise ValueError(f"num_placeholders={num} must be in [0, {self.max_gamma - 1}] "
                              f"(max_gamma={self.max_gamma}).")
         return self.placeholder_embedder(jnp.arange(num))
+
+    def placeholder_logits(self, x: Array) -> Array:
+        """The placeholder stream's logits of its top states `x [..., E]` (its own final norm,
+        then the feature draft's output layer)."""
+        y = self.block_norm(x)
+        if self.config.target_head:
+            return self.state_logits(self.head_proj(y))
+        return self._output(self.hot_output if self.config.hot_ids else self.token_embedder, y)
 
     # -- training -------------------------------------------------------------------------------
 
@@ -126,18 +140,25 @@ class BlockDraft(fd.FeatureDraft):
             feature = jnp.pad(fused[:, :-1], ((0, 0), (1, 0), (0, 0)))
         else:
             feature = None
-        x = self.embed(tokens, feature)  # [B, L, E]
-        ph = self.placeholders(gamma - 1)  # [G - 1, E]
-        ph = jnp.broadcast_to(jnp.asarray(ph, x.dtype)[None, :, None],
-                              (batch, gamma - 1, length, x.shape[-1]))
-        x = jnp.concatenate([x, ph.reshape(batch, (gamma - 1) * length, -1)], axis=1)
+        x = self.embed(tokens, feature)  # [B, L, E] the real stream
+        ph = jnp.asarray(self.placeholders(gamma - 1), x.dtype)  # [G - 1, E]
+        y = jnp.broadcast_to(ph[None, :, None], (batch, gamma - 1, length, x.shape[-1]))
+        y = y.reshape(batch, (gamma - 1) * length, -1)  # the placeholder stream, by depth
         positions = jnp.tile(jnp.arange(length), gamma)[None]  # every copy's row j is at j
         bias = (self.relpos_bias(positions, positions, bidirectional=False)
                 + layers.mask_to_bias(jnp.asarray(block_mask(length, gamma))[None, None]))
-        for layer, ckv in zip(self.layers, cross_kv):
-            x = layer(x, bias, ckv, cross_bias)
-        logits = self.logits(x)  # [B, G * L, V]
-        return jnp.moveaxis(logits.reshape(batch, gamma, length, -1), 1, 0)
+        real_bias, ph_bias = bias[:, :, :length, :length], bias[:, :, length:]
+        for layer, block_layer, ckv in zip(self.layers, self.block_layers, cross_kv):
+            key, value = layer.project_self_kv(x)  # the real tokens' keys, as in the cache
+            ph_key, ph_value = block_layer.project_self_kv(y)
+            y = block_layer.attend(y, jnp.concatenate([key, ph_key], 2),
+                                   jnp.concatenate([value, ph_value], 2), ph_bias, ckv,
+                                   cross_bias)
+            x = layer.attend(x, key, value, real_bias, ckv, cross_bias)
+        logits = jnp.concatenate([self.logits(x)[:, None],
+                                  self.placeholder_logits(y).reshape(batch, gamma - 1, length,
+                                                                     -1)], 1)
+        return jnp.moveaxis(logits, 1, 0)  # [G, B, L, V]
 
     # -- decode mode ----------------------------------------------------------------------------
 
@@ -167,30 +188,39 @@ class BlockDraft(fd.FeatureDraft):
         else:
             feature = self.fused(features)
         x = self.embed(tokens, feature)
-        if num_placeholders:
-            ph = jnp.asarray(self.placeholders(num_placeholders), x.dtype)
-            x = jnp.concatenate([x, jnp.broadcast_to(ph[None], (batch,) + ph.shape)], axis=1)
-        width = x.shape[1]
         start = cache.lengths[:, None]  # [B, 1]
         max_len = cache.hidden.shape[1]
-        rows = jnp.arange(width)[None]
-        query_slot = start + rows  # [B, K + G - 1] physical
         slot = jnp.arange(max_len)[None]  # [1, L]
-        gap = (num_real - n)[:, None]  # junk slots between the last real token and placeholder 1
-        query_pos = jnp.where(rows >= num_real, query_slot - gap, query_slot)
-        key_pos = jnp.where(slot >= start + num_real, slot - gap, slot)  # [B, L]
-        junk = (slot >= start + n[:, None]) & (slot < start + num_real)
-        visible = (slot[:, None, :] <= query_slot[:, :, None]) & ~junk[:, None, :]
-        self_bias = (self.relpos_bias(query_pos, key_pos, bidirectional=False)
-                     + layers.mask_to_bias(visible[:, None]))
         cross_bias = layers.mask_to_bias(cache.encoder_mask[:, None, None, :])
+        # The real stream: FeatureDraft.extend (placeholders never reach these rows).
+        query_slot = start + jnp.arange(num_real)[None]
+        visible = slot[:, None, :] <= query_slot[:, :, None]
+        self_bias = (self.relpos_bias(query_slot, slot, bidirectional=False)
+                     + layers.mask_to_bias(visible[:, None]))
         new_kv = []
         for layer, kv, ckv in zip(self.layers, cache.self_kv, cache.cross_kv):
             x, kv = layer.extend(x, kv, cache.lengths, self_bias, ckv, cross_bias)
             new_kv.append(kv)
+        logits = self.logits(x)
         hidden = layers.write_rows(cache.hidden, jnp.asarray(x, jnp.float32), cache.lengths)
+        if num_placeholders:
+            # The placeholder stream, written after the chunk (slots start + K ..) at the
+            # logical positions right after each row's last real token; junk slots masked.
+            y = jnp.asarray(self.placeholders(num_placeholders), x.dtype)
+            y = jnp.broadcast_to(y[None], (batch,) + y.shape)
+            gap = (num_real - n)[:, None]
+            query_slot = start + num_real + jnp.arange(num_placeholders)[None]
+            key_pos = jnp.where(slot >= start + num_real, slot - gap, slot)  # [B, L]
+            junk = (slot >= start + n[:, None]) & (slot < start + num_real)
+            visible = (slot[:, None, :] <= query_slot[:, :, None]) & ~junk[:, None, :]
+            ph_bias = (self.relpos_bias(query_slot - gap, key_pos, bidirectional=False)
+                       + layers.mask_to_bias(visible[:, None]))
+            for li, (layer, ckv) in enumerate(zip(self.block_layers, cache.cross_kv)):
+                y, _ = layer.extend(y, new_kv[li], cache.lengths + num_real, ph_bias, ckv,
+                                    cross_bias)
+            logits = jnp.concatenate([logits, self.placeholder_logits(y)], 1)
         cache = cache.replace(lengths=cache.lengths + n, self_kv=tuple(new_kv), hidden=hidden)
-        return self.logits(x), cache
+        return logits, cache
 
 
 def init_params(module: BlockDraft, rng: Array) -> Any:
@@ -203,15 +233,35 @@ def init_params(module: BlockDraft, rng: Array) -> Any:
     return nn.meta.unbox(boxed["params"])
 
 
+def is_block_param(name: str) -> bool:
+    """Whether a top-level parameter belongs to the placeholder stream (the rest is the
+    feature draft's: trained with `freeze_feature_draft=False` only)."""
+    return name in (PLACEHOLDERS, "block_norm") or name.startswith("block_layers_")
+
+
 def from_feature_draft(module: BlockDraft, feature_params: Any, rng: Array) -> Any:
     """A block draft's parameters warm-started from a trained feature draft of the same config
-    (`module.config`): its parameters as they are (either kernel layout), fresh placeholders."""
+    (`module.config`): its parameters (in T5X's kernel layout), the placeholder stream's
+    layers and final norm as copies of its own, fresh placeholders."""
     fresh = init_params(module, rng)
-    missing = sorted(set(fresh) - set(feature_params) - {PLACEHOLDERS})
+    missing = sorted(k for k in set(fresh) - set(feature_params) if not is_block_param(k))
     if missing:
         raise ValueError(f"from_feature_draft: the feature draft's parameters lack {missing}; "
                          "was it trained with another config (hot_ids, target_head)?")
-    return {**feature_params, PLACEHOLDERS: fresh[PLACEHOLDERS]}
+
+    def copy(source, template):  # the parts `template` has (the stream never projects the
+        if not isinstance(template, Mapping):  # encoder output: no cross key/value kernels)
+            return jnp.asarray(source)
+        return {k: copy(source[k], v) for k, v in template.items()}
+
+    feature_params = layers.untranspose_kernels(feature_params)  # T5X's layout, as `fresh`
+    params = {k: v for k, v in feature_params.items() if not is_block_param(k)}
+    params[PLACEHOLDERS] = fresh[PLACEHOLDERS]
+    params["block_norm"] = copy(feature_params["decoder_norm"], fresh["block_norm"])
+    for i in range(module.config.num_layers):
+        params[f"block_layers_{i}"] = copy(feature_params[f"layers_{i}"],
+                                           fresh[f"block_layers_{i}"])
+    return params
 
 
 @struct.dataclass

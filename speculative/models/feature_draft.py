@@ -51,6 +51,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
+from speculative.decode import contract
 from speculative.decode.contract import write_rows
 from speculative.models import layers, t5
 
@@ -291,7 +292,7 @@ class FeatureDraft(nn.Module):
         batch = prompt_tokens.shape[0]
         cache = self._empty_cache(batch, max_len, self.project_cross_kv(None),
                                   jnp.zeros((batch, 0), bool))
-        seq = jnp.concatenate([jnp.full((batch, 1), t5.BOS_ID, jnp.int32),
+        seq = jnp.concatenate([jnp.full((batch, 1), contract.BOS_ID, jnp.int32),
                                jnp.asarray(prompt_tokens, jnp.int32)], 1)
         before = None  # the feature of the position before each (zero before BOS)
         if self.config.feature_layers:
@@ -305,7 +306,7 @@ class FeatureDraft(nn.Module):
                           cfg.layer_config().compute_dtype)
         return FeatureDraftCache(
             lengths=jnp.zeros((batch,), jnp.int32),
-            pending=jnp.full((batch,), t5.BOS_ID, jnp.int32),
+            pending=jnp.full((batch,), contract.BOS_ID, jnp.int32),
             self_kv=tuple((zeros, zeros) for _ in self.layers),
             cross_kv=cross_kv, encoder_mask=encoder_mask,
             hidden=jnp.zeros((batch, max_len, cfg.emb_dim), jnp.float32))

@@ -61,6 +61,7 @@ test examined; at temperature 0 the fraction of draft tokens equal to the target
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import shutil
@@ -76,8 +77,10 @@ from speculative import files as files_lib
 from speculative import loading
 from speculative.beam import search as beam_lib
 from speculative.data import tasks
-from speculative.decode import contract
+from speculative.decode import contract, drafters
 from speculative.decode import loops as decoding
+from speculative.measure import acceptance
+from speculative.measure import costs as costs_lib
 from speculative.models import partitioning, t5
 from speculative.runs import config as config_lib
 from speculative.runs import predictions
@@ -258,11 +261,13 @@ def _beam_batch(settings: InferSettings, target, draft,
     if settings.mode == "beam_search":
         return beam_lib.beam_search(target, inputs, **kw)
     draft_beam = settings.beam_size if settings.draft_beam is None else settings.draft_beam
+    gamma = FORCED_BEAM_GAMMA if settings.auto_gamma else settings.gamma
     return beam_lib.speculative_beam_search(target, draft, inputs, draft_beam=draft_beam,
-                                            gamma=settings.gamma,
+                                            gamma=gamma,
                                             draft_branch=settings.draft_branch, **kw)
 
 
+FORCED_BEAM_GAMMA = 5  # FORCE_SPECULATIVE_BEAM with GAMMA 'auto' (nothing timed): the old default
 MIN_BEAM_SPEEDUP = 1.1  # below it (a few inputs' timing noise), the plain search runs
 BEAM_CALIBRATION = 4  # inputs on which choose_beam_search times the proposals
 
@@ -273,13 +278,13 @@ def choose_beam_search(settings: InferSettings, target, draft, all_batches):
     returns `(settings, choice)`: settings that run the speculative search with the fastest
     proposal when it beat the plain one by MIN_BEAM_SPEEDUP, else the plain search (the
     same beams either way); the log says which and why."""
-    from speculative.measure import costs as costs_lib  # pylint: disable=g-import-not-at-top
-
     calibration = [b for b, _ in all_batches[:BEAM_CALIBRATION]]
     kw = dict(beam_size=settings.beam_size, max_decode_len=settings.max_decode_len,
               length_penalty=settings.length_penalty)
+    gammas = ([settings.gamma] if not settings.auto_gamma  # GAMMA 'auto': the proposals' own
+              else sorted({int(c[1]) for c in costs_lib.BEAM_PROPOSALS}))
     candidates = (costs_lib.BEAM_PROPOSALS if settings.draft_beam is None  # unless fixed
-                  else [(settings.draft_beam, settings.gamma)])
+                  else [(settings.draft_beam, g) for g in gammas])
     choice = costs_lib.choose_beam_proposal(target, draft, calibration, candidates=candidates,
                                             repeats=2, **kw)
     best = choice.best
@@ -296,6 +301,61 @@ def choose_beam_search(settings: InferSettings, target, draft, all_batches):
                                draft_beam=best.draft_beam, gamma=best.gamma,
                                draft_branch=best.draft_branch), choice
 
+
+
+def _sharded(inputs: np.ndarray, target):
+    """`inputs` as `decode_batch` passes them: rows split over the target's mesh, if any."""
+    mesh = getattr(target, "mesh", None)
+    return partitioning.shard_batch(inputs, mesh) if mesh is not None else inputs
+
+
+def _trees_apply(settings: InferSettings, target, draft) -> bool:
+    """Whether the token-tree chooser can price a tree here: exact verification, one device,
+    a target with tree verification and a draft model (not a drafter object, n-gram table or
+    prompt lookup)."""
+    return (settings.lenience == 1.0 and getattr(target, "mesh", None) is None
+            and not drafters.is_drafter(draft) and getattr(draft, "module", None) is not None
+            and not contract.missing(target, contract.TreeTarget))
+
+
+def _chosen_tree(settings: InferSettings, target, draft, calibration, best):
+    """`acceptance.choose_tree`'s tree for the calibration slice (None: the chain), with the
+    step costs it prices trees with timed on the slice's first batch."""
+    del best  # the tree is priced against the best chain of its own rates
+    batch = np.asarray(calibration[0])
+    costs = costs_lib.measure_costs(target, draft, batch, acceptance.TREE_VERIFY_WIDTHS,
+                                    max_decode_len=settings.max_decode_len, num_steps=4,
+                                    repeats=3, seed=settings.seed)
+    row_costs = functools.partial(costs_lib.draft_row_costs, target, draft, batch,
+                                  acceptance.TREE_DRAFT_ROWS, c=costs.c,
+                                  max_decode_len=settings.max_decode_len, repeats=3)
+    choice = acceptance.choose_tree(target, draft, calibration, settings.sampling, costs,
+                                    row_costs, max_decode_len=settings.max_decode_len,
+                                    max_nodes=acceptance.TREE_MAX_NODES, seed=settings.seed)
+    logging.info("gamma auto, token trees: %s", choice.line())
+    return choice.tree
+
+
+def choose_decoding(settings: InferSettings, target, draft, all_batches):
+    """GAMMA = 'auto': times the baseline, the chain at `costs.CHAIN_GAMMAS`, a block draft's
+    block and the chooser's token tree on the run's first batches (`costs.CALIBRATION_ROWS`
+    rows, whole batches of BATCH_SIZE) with `costs.choose_speculation`, logs the choice and
+    why, and returns `(settings, draft, choice)`: settings that run the fastest (SPECULATIVE
+    False when the baseline was) and the drafter it decodes with (None for the baseline)."""
+    count = min(len(all_batches), -(-costs_lib.CALIBRATION_ROWS // settings.batch_size))
+    calibration = [_sharded(b, target) for b, _ in all_batches[:count]]
+    search = costs_lib.SpeculationSearch(
+        sampling=settings.sampling, max_decode_len=settings.max_decode_len,
+        lenience=settings.lenience, seed=settings.seed)
+    tree_for = (functools.partial(_chosen_tree, settings, target, draft, calibration)
+                if _trees_apply(settings, target, draft) else None)
+    choice = costs_lib.choose_speculation(target, draft, calibration, search, tree_for=tree_for)
+    logging.warning("%s", choice.line())
+    best = choice.best
+    if not best.speculative:
+        return dataclasses.replace(settings, speculative=False), None, choice
+    drafter = costs_lib.speculation_drafter(draft, best.kind, best.gamma, best.tree)
+    return dataclasses.replace(settings, gamma=best.gamma), drafter, choice
 
 
 def _gathered(result):
@@ -380,7 +440,11 @@ def run(settings: InferSettings, models: Optional[Tuple[Any, Any]] = None,
     if settings.beam_size is not None and settings.speculative and \
             not settings.force_speculative_beam:
         settings, beam_choice = choose_beam_search(settings, target, draft, all_batches)
-    decoded = _decode_all(settings, target, draft, examples, all_batches, vocabulary)
+    speculation = None  # GAMMA = 'auto': the way of decoding timed fastest on the first inputs
+    if settings.beam_size is None and settings.speculative and settings.auto_gamma:
+        settings, draft, speculation = choose_decoding(settings, target, draft, all_batches)
+    decoded = _decode_all(settings, target, draft, examples, all_batches, vocabulary,
+                          speculation)
     summarise = (predictions.beam_summary if settings.beam_size is not None
                  else predictions.decode_summary)
     summary = summarise(decoded.batch_stats, [n for _, n in all_batches])
@@ -389,6 +453,8 @@ def run(settings: InferSettings, models: Optional[Tuple[Any, Any]] = None,
                        num_truncated, len(all_batches))
     if beam_choice is not None:  # how the run chose between the plain and speculative search
         metrics["beam_choice"] = beam_choice.to_json()
+    if speculation is not None:  # GAMMA = 'auto': what was timed and chosen, and why
+        metrics["speculation_choice"] = dict(speculation.to_json(), line=speculation.line())
     files = {}
     if settings.output_dir and config_lib.is_writer():  # multi-process: process 0 writes
         files = write_outputs(settings.output_dir, decoded.records, metrics)
@@ -410,22 +476,33 @@ class _Decoded:
     batch_stats: List[Any]
     decode_seconds: float
     compile_seconds: float
+    calibration_seconds: float = 0.0
 
 
 def _decode_all(settings: InferSettings, target, draft, examples: List[Example], all_batches,
-                vocabulary) -> _Decoded:
+                vocabulary, speculation: Optional[costs_lib.SpeculationChoice] = None
+                ) -> _Decoded:
     """Decodes the first batch once untimed (the compile), then every batch timed; stops at the
-    first batch whose decode met a non-finite distribution (no text from NaN)."""
+    first batch whose decode met a non-finite distribution (no text from NaN). After a GAMMA
+    'auto' calibration (`speculation`) the chosen program is compiled and its results for the
+    calibration batches are the run's (same inputs, same keys): they are taken, each timed at
+    the calibration's median, and nothing is decoded untimed."""
     key = jax.random.PRNGKey(settings.seed)
-    start = time.perf_counter()  # compile (and one decode of the first batch), untimed below
-    first = _gathered(jax.block_until_ready(decode_batch(
-        settings, target, draft, all_batches[0][0], jax.random.fold_in(key, 0))))
-    compile_seconds = time.perf_counter() - start
-    # Broken (NaN/inf) parameters show on the first batch: stop before the long work (beam
-    # search raises on a non-finite distribution itself).
     beams = settings.beam_size is not None
-    if not beams:
-        first.stats.check_finite(f"{settings.mode} decoding, first batch")
+    reused = {}
+    compile_seconds = 0.0
+    if speculation is not None:
+        per_batch = speculation.best.seconds / max(1, speculation.batches)
+        reused = {i: (_gathered(r), per_batch) for i, r in enumerate(speculation.results)}
+    else:
+        start = time.perf_counter()  # compile (and one decode of the first batch), untimed below
+        first = _gathered(jax.block_until_ready(decode_batch(
+            settings, target, draft, all_batches[0][0], jax.random.fold_in(key, 0))))
+        compile_seconds = time.perf_counter() - start
+        # Broken (NaN/inf) parameters show on the first batch: stop before the long work (beam
+        # search raises on a non-finite distribution itself).
+        if not beams:
+            first.stats.check_finite(f"{settings.mode} decoding, first batch")
 
     from tqdm import tqdm  # pylint: disable=g-import-not-at-top
 
@@ -434,10 +511,14 @@ def _decode_all(settings: InferSettings, target, draft, examples: List[Example],
                     disable=not settings.progress)
     offset = 0
     for i, (inputs, num_real) in enumerate(progress):
-        start = time.perf_counter()
-        result = _gathered(jax.block_until_ready(
-            decode_batch(settings, target, draft, inputs, jax.random.fold_in(key, i))))
-        decode_seconds += time.perf_counter() - start
+        if i in reused:
+            result, seconds = reused[i]
+        else:
+            start = time.perf_counter()
+            result = _gathered(jax.block_until_ready(
+                decode_batch(settings, target, draft, inputs, jax.random.fold_in(key, i))))
+            seconds = time.perf_counter() - start
+        decode_seconds += seconds
         rows = examples[offset:offset + num_real]
         if beams:
             batch_stats.append(result)
@@ -448,7 +529,8 @@ def _decode_all(settings: InferSettings, target, draft, examples: List[Example],
             batch_stats.append(result.stats)
             records += predictions.row_records(rows, result, vocabulary, settings.max_decode_len)
         offset += num_real
-    return _Decoded(records, batch_stats, decode_seconds, compile_seconds)
+    calibration = speculation.seconds if speculation is not None else 0.0
+    return _Decoded(records, batch_stats, decode_seconds, compile_seconds, calibration)
 
 
 def _metrics(settings: InferSettings, task_name: str, decoded: _Decoded, summary, task_metrics,
@@ -465,11 +547,17 @@ def _metrics(settings: InferSettings, task_name: str, decoded: _Decoded, summary
         "timing": {
             "decode_seconds": seconds,
             "compile_seconds": decoded.compile_seconds,
+            # GAMMA 'auto': timing the choices (their compilations included) on the first inputs
+            "calibration_seconds": decoded.calibration_seconds,
+            "run_seconds": seconds + decoded.compile_seconds + decoded.calibration_seconds,
             "tokens_per_second": tokens_per_second,
             "examples_per_second": len(records) / seconds if seconds else None,
             "num_batches": num_batches,
             "note": "decode_seconds excludes compilation: the first batch is decoded once "
-                    "untimed (compile_seconds) and then timed with the others.",
+                    "untimed (compile_seconds) and then timed with the others; with GAMMA "
+                    "'auto' the calibration (calibration_seconds) compiles instead, and the "
+                    "calibration batches' results are the chosen program's, timed there. "
+                    "run_seconds = decode + compile + calibration: what to compare.",
         },
         "decoding": summary,
         "inputs": {"feature_length": settings.input_length, "num_truncated": num_truncated,

@@ -13,12 +13,13 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-from typing import Any, Dict, Mapping, Optional, Tuple
+from typing import Any, Dict, Mapping, Optional, Tuple, Union
 
 import gin
 
 from speculative import loading
 from speculative.decode import sampling as sampling_lib
+from speculative.measure.costs import AUTO
 from speculative.models import partitioning, t5
 
 MODELS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
@@ -83,7 +84,11 @@ class InferSettings:
       mixture_or_task_name: a registered seqio task (not a mixture).
       task_feature_lengths: {'inputs': L_in, 'targets': max_decode_len}.
       output_dir: where predictions.jsonl, metrics.json and config.gin go (None: write nothing).
-      gamma: draft tokens per round.
+      gamma: draft tokens per round, or 'auto' (gin: GAMMA; the default): the run times the
+        baseline, the chain at a few gammas, a block draft's block and the chooser's token
+        tree on its first inputs (`costs.choose_speculation`) and runs the fastest, which may
+        be no speculation at all; metrics.json records the choice (`speculation_choice`). With
+        BEAM_SIZE, 'auto' lets `choose_beam_search` choose the gamma.
       sampling: applied to both models (temperature 0 = argmax; top_k / top_p).
       batch_size: rows per decode call (the paper used 1).
       split: the task split to read.
@@ -128,7 +133,7 @@ class InferSettings:
     mixture_or_task_name: str
     task_feature_lengths: Mapping[str, int]
     output_dir: Optional[str]
-    gamma: int = 5
+    gamma: Union[int, str] = AUTO
     sampling: sampling_lib.SamplingConfig = sampling_lib.SamplingConfig(temperature=0.0)
     batch_size: int = 1
     split: str = "test"
@@ -188,8 +193,10 @@ class InferSettings:
             self._check_model_kind(fail, "TARGET_MODEL", self.target_config)
         if self.speculative:
             self._check_draft_spec(fail)
-            if not isinstance(self.gamma, int) or isinstance(self.gamma, bool) or self.gamma < 1:
-                fail("GAMMA", self.gamma, "draft at least one token per round (an int >= 1).")
+            if self.gamma != AUTO and (not isinstance(self.gamma, int)
+                                       or isinstance(self.gamma, bool) or self.gamma < 1):
+                fail("GAMMA", self.gamma, "draft at least one token per round (an int >= 1), "
+                     f"or {AUTO!r} to time the choices on the first inputs and run the fastest.")
         if not isinstance(self.batch_size, int) or self.batch_size < 1:
             fail("BATCH_SIZE", self.batch_size, "use an int >= 1.")
         if self.num_examples is not None and (not isinstance(self.num_examples, int)
@@ -317,6 +324,11 @@ class InferSettings:
     @property
     def max_decode_len(self) -> int:
         return int(self.task_feature_lengths["targets"])
+
+    @property
+    def auto_gamma(self) -> bool:
+        """Whether the run chooses how to speculate by timing (GAMMA = 'auto')."""
+        return self.gamma == AUTO
 
     @property
     def mode(self) -> str:

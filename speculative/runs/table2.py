@@ -111,7 +111,7 @@ class RowResult:
     name: str
     gin_file: str
     info: RowInfo
-    gamma: int
+    gamma: Any  # an int, or 'auto' until the row's choice resolves it
     temperature: float
     alpha: Optional[float] = None
     speed: Optional[float] = None  # interleaved medians (measure.measure)
@@ -130,16 +130,20 @@ class RowResult:
     task_metrics: Dict[str, Any] = dataclasses.field(default_factory=dict)
     costs: Optional[costs_lib.StepCosts] = None
     settings: Any = None  # infer.InferSettings
+    speculation_choice: Optional[costs_lib.SpeculationChoice] = None  # GAMMA = 'auto'
     output_dirs: Dict[str, str] = dataclasses.field(default_factory=dict)
 
     def to_json(self) -> Dict[str, Any]:
-        typed = ("settings", "info", "costs", "tree_choice")
+        typed = ("settings", "info", "costs", "tree_choice", "speculation_choice")
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
                if f.name not in typed}
         out["info"] = dataclasses.asdict(self.info)
         out["settings"] = self.settings.to_json() if self.settings is not None else None
         out["costs"] = self.costs.to_json() if self.costs is not None else {}
         out["tree_choice"] = self.tree_choice.to_json() if self.tree_choice else None
+        choice = self.speculation_choice
+        out["speculation_choice"] = (dict(choice.to_json(), line=choice.line()) if choice
+                                     else None)
         return out
 
 
@@ -298,11 +302,35 @@ def markdown(results: Sequence[RowResult], c_note: str) -> str:
                               f"{r.tree_tokens_per_target_call:.2f} tokens per target call)."
                               if r.tree_speed is not None else ").")
           for r in results if r.tree_choice],
+        *[f"γ auto, {r.name}: {_auto_note(r.speculation_choice)}"
+          for r in results if r.speculation_choice],
         "Thm 3.8: (1 - α^(γ+1)) / ((1 - α)(γc + 1)) with the measured α; 'measured verify' "
         "replaces the 1 (the cost of scoring γ+1 tokens in one target call, assumed equal to one "
         "step) by the measured ratio. Paper columns: Table 2 (α, Speed) and Table 4 (Exp, c).",
+        *(["★: the best draft for that task and temperature (the paper's Table 2 star; for a "
+           "bundled row, its gin file's table2.RowInfo.best)."]
+          if any(r.info.best for r in results) else []),
     ]
     return "\n".join(lines + notes) + "\n"
+
+
+def _auto_note(choice: costs_lib.SpeculationChoice) -> str:
+    """What a GAMMA 'auto' row timed and chose, and the γ its columns report."""
+    line = choice.line()
+    if choice.best.speculative:
+        return f"{line}; the row reports γ {choice.best.gamma}."
+    fastest = row_gamma(choice)
+    return (f"{line}; infer would run the baseline here, and the row reports the fastest "
+            f"speculative candidate, γ {fastest}.")
+
+
+def row_gamma(choice: costs_lib.SpeculationChoice) -> int:
+    """The γ a GAMMA 'auto' row decodes with: the chosen one, or when the baseline was fastest
+    the fastest speculative candidate's (a Table 2 row measures speculative decoding)."""
+    if choice.best.speculative:
+        return int(choice.best.gamma)
+    speculative = [c for c in choice.candidates if c.speculative]
+    return int(max(speculative, key=lambda c: c.speedup).gamma)
 
 
 def _c_note(c, measured: bool, repeats: int, dry_run: bool = False) -> str:
@@ -448,6 +476,8 @@ def _decode_row(result: RowResult, row_out: Optional[str]):
     spec_settings = _rebind(True, row_out)
     task, examples = infer_lib.load_examples(spec_settings)  # data check before models
     models = infer_lib.load_models(spec_settings)
+    if spec_settings.auto_gamma:  # choose first; the runs then decode with a fixed GAMMA
+        spec_settings = _choose_gamma(result, spec_settings, models, examples, row_out)
     spec = infer_lib.run(spec_settings, models, task=task, examples=examples)
     base_settings = _rebind(False, row_out)
     base = infer_lib.run(base_settings, models, task=task, examples=examples)
@@ -459,6 +489,30 @@ def _decode_row(result: RowResult, row_out: Optional[str]):
     result.output_dirs = {"speculative": spec_settings.output_dir,
                           "baseline": base_settings.output_dir}
     return models, examples
+
+
+def _choose_gamma(result: RowResult, settings, models, examples, row_out: Optional[str]):
+    """GAMMA 'auto': times the baseline, the chain (and a block draft's block) on the row's
+    first inputs (`costs.choose_speculation`, as `infer` does; the row's own token-tree
+    choice is `choose_trees`'), records the choice, binds GAMMA to the row's γ (`row_gamma`)
+    and returns the speculative run's settings (its config.gin then reruns it)."""
+    from speculative.runs import infer as infer_lib  # pylint: disable=g-import-not-at-top
+
+    all_batches = list(infer_lib.batches(examples, settings.batch_size, settings.input_length))
+    count = min(len(all_batches), -(-costs_lib.CALIBRATION_ROWS // settings.batch_size))
+    mesh = getattr(models[0], "mesh", None)
+    calibration = [partitioning.shard_batch(b, mesh) if mesh is not None else b
+                   for b, _ in all_batches[:count]]
+    search = costs_lib.SpeculationSearch(
+        sampling=settings.sampling, max_decode_len=settings.max_decode_len,
+        lenience=settings.lenience, seed=settings.seed)
+    choice = costs_lib.choose_speculation(models[0], models[1], calibration, search)
+    result.speculation_choice = choice
+    result.gamma = row_gamma(choice)
+    print(f"row {result.name}: {_auto_note(choice)}")
+    gin.parse_config([f"GAMMA = {result.gamma}"])
+    result.settings = _rebind(True, row_out)
+    return result.settings
 
 
 def _price_row(result: RowResult, models, batches, *, cost_repeats: int,

@@ -12,8 +12,10 @@ the top-1 agreement with the target (`top1_d<d>`, the T = 0 acceptance of that d
 target's text) and `accept_d<d>` = sum_x min(p, q) over the top-k (the T = 1 acceptance
 estimate).
 
-A run warm-starts from a trained feature draft (`block_draft.from_feature_draft`: the same
-parameters, fresh placeholders), uses T5X's Adafactor with warmup and cosine decay (the
+A run warm-starts from a trained feature draft (`block_draft.from_feature_draft`: its
+parameters, the placeholder stream's layers as copies of its own, fresh placeholders) and by
+default trains the placeholder stream only (`freeze_feature_draft`), so q_1 stays the feature
+draft's. It uses T5X's Adafactor with warmup and cosine decay (the
 project's recipe, `trainer.make_optimizer`), saves `model_dir/train_state.msgpack` every
 `checkpoint_every` steps (atomically) and resumes from it with the same data order; a finished
 run writes `params.msgpack` (float32). The cost of a step is about G times a plain forward of
@@ -63,6 +65,9 @@ class BlockTrainConfig:
       extra_caches: more caches of the same target (e.g. sampled translations) for training.
       valid_sentences: the main cache's last sentences, held out and scored at checkpoints.
       seed: placeholder initialisation and batch order.
+      freeze_feature_draft: train the placeholder stream only (`bd.is_block_param`): the real
+        stream, so q_1, stays the warm start's exactly (False: train every parameter; the
+        placeholders then pull the shared parameters away from q_1).
     """
 
     steps: int = 2000
@@ -78,6 +83,7 @@ class BlockTrainConfig:
     extra_caches: Tuple[str, ...] = ()
     valid_sentences: int = 256
     seed: int = 0
+    freeze_feature_draft: bool = True
 
     def __post_init__(self):
         object.__setattr__(self, "buckets", tuple(int(b) for b in self.buckets))
@@ -125,7 +131,11 @@ def step_fns(module: bd.BlockDraft, optimizer, config: BlockTrainConfig):
     """(train_step(params, opt_state, batch), eval_step(params, batch)), both jitted."""
     hot = module.config.hot_ids
 
+    def trainable(name):
+        return bd.is_block_param(name) or not config.freeze_feature_draft
+
     def forward(params, batch):
+        params = {k: v if trainable(k) else jax.lax.stop_gradient(v) for k, v in params.items()}
         logits = module.apply({"params": params}, batch["encoded"], batch["encoder_mask"],
                               batch["tokens"], batch["features"], config.gamma,
                               method="block_logits")
@@ -141,6 +151,8 @@ def step_fns(module: bd.BlockDraft, optimizer, config: BlockTrainConfig):
     def train_step(params, opt_state, batch):
         (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, batch)
         updates, opt_state = optimizer.update(grads, opt_state, params)
+        updates = {k: v if trainable(k) else jax.tree_util.tree_map(jnp.zeros_like, v)
+                   for k, v in updates.items()}
         return optax.apply_updates(params, updates), opt_state, loss, metrics
 
     @jax.jit

@@ -7,7 +7,8 @@ from typing import Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from speculative.data.text import EOS_ID, Example, Tokenizer
+from speculative.data.text import Example, Tokenizer
+from speculative.decode.contract import EOS_ID
 from speculative.training.config import TrainConfig
 
 

@@ -62,7 +62,6 @@ from speculative.checkpoints import factory
 from speculative.checkpoints import t5x as checkpoints
 from speculative.data import code_corpus
 from speculative.data.text import (
-    EOS_ID,
     MINI_DIR,
     Example,
     Tokenizer,
@@ -335,7 +334,7 @@ def _read_data(run: TrainRun, tokenizer: Tokenizer, data_dir: str) -> _Data:
     if run.distill_sources:
         mono_ex, _ = make_examples(  # the placeholder target is replaced by the teacher's
             tokenizer.encode_inputs(load_sources(os.path.join(data_dir, run.distill_sources))),
-            itertools.repeat([EOS_ID]), max_len)
+            itertools.repeat([contract.EOS_ID]), max_len)
     return _Data(train_ex, valid_ex, subset_ex, valid_pairs, dropped, mono_ex)
 
 

@@ -29,8 +29,6 @@ from speculative.training.data import pad_rows
 
 Array = jax.Array
 
-EOS_ID = t5.EOS_ID
-
 
 def _decode_batches(inputs: Sequence[np.ndarray], batch_size: int, length: int):
     """Sorted by length (rows of similar length finish together); yields (indices, [B, length])."""
@@ -71,7 +69,7 @@ def greedy_decode(module: t5.Transformer, params, inputs: Sequence[np.ndarray], 
 
 def bleu(module, params, pairs, tokenizer: Tokenizer, max_length: int) -> Tuple[float, List[str]]:
     """Greedy corpus BLEU (`metrics.bleu`: sacrebleu, intl tokenizer) and the hypotheses."""
-    inputs = [x[:max_length - 1] + [EOS_ID] if len(x) > max_length else x
+    inputs = [x[:max_length - 1] + [contract.EOS_ID] if len(x) > max_length else x
               for x in tokenizer.encode_inputs([s for s, _ in pairs])]
     outputs = greedy_decode(module, params, [np.asarray(x, np.int32) for x in inputs],
                             max_decode_len=max_length, input_length=max_length)

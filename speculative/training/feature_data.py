@@ -40,6 +40,7 @@ import numpy as np
 from absl import logging
 
 from speculative import files
+from speculative.decode import contract
 from speculative.models import t5
 
 Array = jax.Array
@@ -84,7 +85,7 @@ def _capture_fn(module: t5.Transformer, feature_layers: Tuple[int, ...], top_k: 
 
             bufs = dict(out=put(bufs["out"], token), feat=put(bufs["feat"], feats[:, 0]),
                         top_ids=put(bufs["top_ids"], ids), top_probs=put(bufs["top_probs"], probs))
-            return i + 1, cache, token, done | (token == t5.EOS_ID), rng, bufs
+            return i + 1, cache, token, done | (token == contract.EOS_ID), rng, bufs
 
         init = (jnp.zeros((), jnp.int32), cache, cache.pending, jnp.zeros((batch,), bool), rng,
                 bufs)
@@ -103,7 +104,7 @@ def _lm_capture_fn(module: t5.DecoderOnly, feature_layers: Tuple[int, ...], top_
         variables = {"params": params}
         cache = module.apply(variables, jnp.zeros((batch, 0), jnp.int32), length + 1,
                              method="init_cache")  # empty: BOS pending, nothing cached
-        fed = jnp.concatenate([jnp.full((batch, 1), t5.BOS_ID, jnp.int32), chunks[:, :-1]], 1)
+        fed = jnp.concatenate([jnp.full((batch, 1), contract.BOS_ID, jnp.int32), chunks[:, :-1]], 1)
         logits, feats, _ = module.apply(variables, cache, fed, feature_layers,
                                         method="extend_with_features")
         probs, ids = jax.lax.top_k(jax.nn.softmax(logits, axis=-1), top_k)
@@ -164,7 +165,7 @@ def capture(module: t5.Transformer, params, sources: np.ndarray, *, feature_laye
                                            jax.random.fold_in(rng, k)))
         for r, i in enumerate(idx):
             out = bufs["out"][r]
-            eos = np.nonzero(out == t5.EOS_ID)[0]
+            eos = np.nonzero(out == contract.EOS_ID)[0]
             if not eos.size:
                 dropped += 1
                 continue

@@ -29,6 +29,7 @@ import numpy as np
 from absl import logging
 
 from speculative.data.text import Example
+from speculative.decode import contract
 from speculative.models import t5
 from speculative.training.config import TrainConfig
 from speculative.training.data import pad_rows
@@ -37,12 +38,10 @@ from speculative.training.evaluation import greedy_decode
 Array = jax.Array
 Module = Union[t5.Transformer, t5.DecoderOnly]
 
-EOS_ID = t5.EOS_ID
-
 
 def shift_right(targets: Array) -> Array:
     """Decoder inputs: BOS (0) then the targets without their last position."""
-    return jnp.pad(targets[:, :-1], ((0, 0), (1, 0)), constant_values=t5.BOS_ID)
+    return jnp.pad(targets[:, :-1], ((0, 0), (1, 0)), constant_values=contract.BOS_ID)
 
 
 def teacher_forced_logits(module: Module, params, inputs: Array, targets: Array,
@@ -117,13 +116,14 @@ def distill_targets(module, params, examples: Sequence[Example], max_length: int
             if np.array_equal(data["inputs"], inputs) and np.array_equal(data["teacher"], teacher):
                 logging.info("Distillation targets read from %s", cache_path)
                 # Every output ends at its (only) EOS; a 0 the target emitted before it stays.
-                return [(x, o[:int(np.argmax(o == EOS_ID)) + 1].astype(np.int32))
+                return [(x, o[:int(np.argmax(o == contract.EOS_ID)) + 1].astype(np.int32))
                         for (x, _), o in zip(examples, data["outputs"])]
         logging.warning("%s was written for other inputs or parameters; decoding again.",
                         cache_path)
     outputs = greedy_decode(module, params, [x for x, _ in examples], max_decode_len=max_length,
                             input_length=max_length, progress=True)
-    outputs = [o if len(o) and o[-1] == EOS_ID else np.append(o[:max_length - 1], EOS_ID)
+    eos = contract.EOS_ID
+    outputs = [o if len(o) and o[-1] == eos else np.append(o[:max_length - 1], eos)
                .astype(np.int32) for o in outputs]
     if cache_path:
         os.makedirs(os.path.dirname(os.path.abspath(cache_path)), exist_ok=True)
