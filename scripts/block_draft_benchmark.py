@@ -3,7 +3,8 @@ per-depth acceptance, tokens per target call and speedups at T = 0 and 1 for eve
 timed in one interleaved run.
 
 Example (about 15 minutes on 2 CPU cores; run it with nothing else busy):
-  python scripts/block_draft_benchmark.py --output_dir=results/large/target_aware/block_drafts --overwrite
+  python scripts/block_draft_benchmark.py --overwrite
+(default output: results/large/target_aware/block_drafts)
 """
 
 from absl import app, flags
