@@ -16,8 +16,8 @@ setuptools.setup(
     include_package_data=True,
     package_data={"speculative": ["data/**/*"]},
     install_requires=[
-        "jax>=0.4.30",
-        "flax>=0.10",
+        "jax>=0.10",
+        "flax>=0.12",
         "optax>=0.2",
         "orbax-checkpoint>=0.6",
         "tensorstore>=0.1.60",

@@ -13,8 +13,8 @@ from speculative.runs import config as config_lib
 _TARGET = flags.DEFINE_string("target", "large_target", "Bundled target.")
 _DRAFTS = flags.DEFINE_list("drafts", ["large_draft_kdtv", "large_feature_draft"],
                             "Bundled drafts of the target, one row each per temperature.")
-_OUT = flags.DEFINE_string("output_dir", None, "Where to write (default: the target's results "
-                           "directory's alpha_by_confidence/).")
+_OUT = flags.DEFINE_string("output_dir", None, "Where to write (default: <the target's "
+                           "results directory>/target_aware/alpha_by_confidence/).")
 _TOKENS = flags.DEFINE_integer("num_alpha_tokens", 5000, "Positions per alpha (Table 3: 5000).")
 _OVERWRITE = flags.DEFINE_bool("overwrite", False, "Replace an earlier report.")
 

@@ -127,4 +127,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(config_lib.user_errors(main))
+    config_lib.run_app(main)

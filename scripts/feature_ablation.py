@@ -1,7 +1,7 @@
 """The target-aware draft's ablation table (speculative/experiments/feature_ablation.py).
 
 Example (about 10 minutes on 2 CPU cores; run it with nothing else busy):
-  python scripts/feature_ablation.py --output_dir=results/large/feature_ablation \
+  python scripts/feature_ablation.py --output_dir=results/large/target_aware/feature_ablation \
       --drafts=large_draft_kdtv,enc=out/feature/enc,feat=out/feature/feat,large_feature_draft
 """
 
@@ -10,7 +10,8 @@ from absl import app, flags
 from speculative.experiments import feature_ablation
 from speculative.runs import config as config_lib
 
-_OUT = flags.DEFINE_string("output_dir", "results/large/feature_ablation", "Where to write.")
+_OUT = flags.DEFINE_string("output_dir", "results/large/target_aware/feature_ablation",
+                           "Where to write.")
 _DRAFTS = flags.DEFINE_list("drafts", ["large_draft_kdtv", "large_feature_draft"],
                             "Bundled names or label=training_dir, one row each.")
 _NUM = flags.DEFINE_integer("num_sentences", 16, "Test sentences timed (batch 1).")

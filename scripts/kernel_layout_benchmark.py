@@ -1,7 +1,7 @@
 """T5X's [in, out] dense kernels against [out, in] on a CPU (experiments/kernel_layout.py).
 
 Example (about 8 minutes on 2 CPU cores; run it with nothing else busy on the machine):
-  python scripts/kernel_layout_benchmark.py --output_dir=results/large/kernel_layout
+  python scripts/kernel_layout_benchmark.py --output_dir=results/limits/kernel_layout/large_target
 """
 
 from absl import app, flags
@@ -12,8 +12,8 @@ from speculative.runs.config import flag_numbers
 
 _TARGET = flags.DEFINE_string("target", "large_target", "Bundled target.")
 _DRAFT = flags.DEFINE_string("draft", "", "Bundled draft (default: the target's best).")
-_OUT = flags.DEFINE_string("output_dir", None, "Where to write (default: the target's results "
-                           "directory's kernel_layout/).")
+_OUT = flags.DEFINE_string("output_dir", None, "Where to write (default: "
+                           "results/limits/kernel_layout/<target>/).")
 _NUM = flags.DEFINE_integer("num_sentences", 8, "Test sentences timed (batch 1).")
 _GAMMAS = flags.DEFINE_list("gammas", ["3", "5", "7"], "Draft lengths timed in both layouts.")
 _TEMPERATURES = flags.DEFINE_list("temperatures", ["0", "1"], "0 = greedy; > 0 = sampling.")

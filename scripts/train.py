@@ -1,12 +1,12 @@
 r"""Trains a small T5 (teacher forcing, optax) on the bundled EN->DE gettext corpus.
 
 A thin entry point: gin picks the model (a configs/models/mini_*.gin scope) and the run settings
-(configs/runs/train.gin binds `training.TrainRun`), then `speculative.training.train` does the
-work. The run writes into MODEL_DIR: config.gin (the resolved gin config), metrics.jsonl
+(configs/runs/train.gin binds `training.TrainRun`), then `speculative.training.distillation.train`
+does the work. The run writes into MODEL_DIR: config.gin (the resolved gin config), metrics.jsonl
 (train/valid loss), the float32 T5X checkpoint checkpoint_<steps>, valid_greedy.txt and
-summary.json (losses, greedy valid BLEU, parameters, decoder FLOPs per token, and for drafts
-alpha against TARGET_MODEL). With EXPORT_DIR set, a bfloat16 copy goes to EXPORT_DIR/<name>/
-and its entry to EXPORT_DIR/model_card.json.
+summary.json (losses, greedy valid BLEU, parameters, decoder FLOPs per token, and for drafts alpha
+against TARGET_MODEL). With EXPORT_DIR set, a bfloat16 copy goes to EXPORT_DIR/<name>/ and its
+entry to EXPORT_DIR/model_card.json.
 
 Flags: --gin_file (repeatable, later files override earlier) and --gin.NAME=VALUE (T5X style,
 rewritten into the gin binding `NAME = VALUE`; strings need inner quotes) or --gin_bindings.

@@ -464,6 +464,7 @@ def test_convert_script_help_prints_the_docstring():
     out = subprocess.run([sys.executable, os.path.join(REPO, "scripts", "convert_checkpoint.py"),
                           "--help"], capture_output=True, text=True, timeout=60,
                          env={**os.environ, "PYTHONPATH": REPO}, check=False)
+    assert out.returncode == 0, out.stderr[-2000:]
     assert "Converts T5 checkpoints between Hugging Face and T5X" in out.stdout
     assert "--to_hf" in out.stdout and "--hf_dir" in out.stdout
 

@@ -43,11 +43,6 @@ def _one_line(proc) -> str:
     return lines[0]
 
 
-# Scripts still on `app.run(config_lib.user_errors(main))`: they get the signal handling and
-# the progress policy (both set up in `user_errors`), but absl's --help exit status 1.
-OLD_ENTRY = {"convert_checkpoint.py"}
-
-
 def test_every_script_enters_through_the_shared_entry_point():
     """`config.run` (gin scripts) or `config.run_app`: one-line errors, --help exit 0, prompt
     stops on signals and progress bars on a terminal only, the same in every script."""
@@ -56,7 +51,7 @@ def test_every_script_enters_through_the_shared_entry_point():
         with open(os.path.join(scripts, name), encoding="utf-8") as f:
             main = f.read().split('if __name__ == "__main__":')[-1]
         shared = re.search(r"\bconfig(_lib)?\.(run|run_app)\(main", main)
-        assert shared or (name in OLD_ENTRY and "user_errors(main)" in main), (name, main)
+        assert shared, (name, main)
 
 
 def test_infer_without_a_gin_file_names_the_run_file():
@@ -98,12 +93,13 @@ def test_unset_required_settings_are_one_line():
 
 
 @pytest.mark.parametrize("script,flag", [("infer.py", "--help"), ("infer.py", "-h"),
-                                         ("demo.py", "--help"), ("train.py", "--helpshort")])
+                                         ("demo.py", "--help"), ("train.py", "--helpshort"),
+                                         ("convert_checkpoint.py", "--help")])
 def test_help_exits_0_and_lists_the_gin_flags(script, flag):
     proc = _script(script, flag)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "Example" in proc.stdout
-    if script != "demo.py":
+    if script not in ("demo.py", "convert_checkpoint.py"):
         assert "--gin_file" in proc.stdout and "--gin_search_paths" in proc.stdout
 
 

@@ -48,7 +48,7 @@ def cpu_facts(sys_dir: str = "/sys/devices/system/cpu/cpu0/cache",
     "L2": ..., "L3": ...}), read from Linux's /proc and /sys (empty where they cannot be read).
 
     Whether a target is memory-bound on a CPU depends on its last-level cache: a virtual machine
-    can land on a host whose L3 is larger than the whole target (a 260 MiB L3 against
+    can land on a host whose L3 is larger than the whole target (a 260 MB L3 against
     large_target's 122 MB), and then verification is further from free. Results record it so
     that runs on different hosts can be told apart.
     """
