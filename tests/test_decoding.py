@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from speculative.decode import drafters, sampling
+from speculative.decode import contract, drafters, sampling
 from speculative.decode import loops as decoding
 from speculative.decode import sampling as sampling_lib
 from speculative.decode import stats as stats_lib
@@ -136,7 +136,7 @@ def _joint_of_steps(logits, cfg, vocab):
     probs = np.asarray(sampling.adjusted_probs(logits, cfg), np.float64)
     probs = probs.reshape(vocab, vocab, 3, vocab)
     joint = np.zeros((vocab,) * 3)
-    eos = t5.EOS_ID
+    eos = contract.EOS_ID
     for y1 in range(vocab):
         p1 = probs[0, 0, 0, y1]
         if y1 == eos:
@@ -350,9 +350,9 @@ def test_eos_and_lengths(encdec):
     tokens, lengths = np.asarray(out.tokens), np.asarray(out.lengths)
     assert np.any(lengths < 12), "expected some rows to end at EOS"
     for row, n in zip(tokens, lengths):
-        assert not np.any(row[:n - 1] == t5.EOS_ID)
+        assert not np.any(row[:n - 1] == contract.EOS_ID)
         if n < 12:
-            assert row[n - 1] == t5.EOS_ID
+            assert row[n - 1] == contract.EOS_ID
         assert np.all(row[n:] == 0)
     np.testing.assert_array_equal(out.stats.generated, lengths)
 
