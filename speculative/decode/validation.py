@@ -54,23 +54,22 @@ def batch_request(num, batch_size, skip) -> None:
         raise ValueError(f"skip={skip!r} is invalid: give an int >= 0 (examples to pass over).")
 
 
-def schedule(draft_confidence, gamma_schedule: str, initial_gamma, gamma: int) -> None:
-    """`speculative_decode`'s dynamic-gamma arguments: `draft_confidence` a number in [0, 1],
-    `gamma_schedule` 'constant' or 'heuristic', `initial_gamma` (heuristic only) in [1, gamma]."""
-    if isinstance(draft_confidence, bool) or not isinstance(draft_confidence,
-                                                              (int, float, np.floating)):
-        raise TypeError(f"draft_confidence={draft_confidence!r} is not a number: give a float "
-                        "in [0, 1] (0 = always draft gamma tokens).")
-    if not 0.0 <= draft_confidence <= 1.0:
-        raise ValueError(f"draft_confidence={draft_confidence!r} must lie in [0, 1] (0 = always "
-                         "draft gamma tokens).")
-    if gamma_schedule not in ("constant", "heuristic"):
-        raise ValueError(f"gamma_schedule={gamma_schedule!r} is invalid: 'constant' (always "
-                         "gamma drafts) or 'heuristic' (+2 / -1 per round, within [1, gamma]).")
-    if initial_gamma is not None and gamma_schedule == "constant":
-        raise ValueError(f"initial_gamma={initial_gamma!r} applies to gamma_schedule="
-                         "'heuristic' only; the constant schedule always drafts gamma. Drop "
-                         "initial_gamma or pass gamma_schedule='heuristic'.")
+def schedule(confidence, schedule_name: str, initial_gamma, gamma: int) -> None:
+    """A `ChainDrafter`'s dynamic-gamma settings: `confidence` a number in [0, 1], `schedule`
+    'constant' or 'heuristic', `initial_gamma` (heuristic only) in [1, gamma]."""
+    if isinstance(confidence, bool) or not isinstance(confidence, (int, float, np.floating)):
+        raise TypeError(f"confidence={confidence!r} is not a number: give a float in [0, 1] "
+                        "(0 = always draft gamma tokens).")
+    if not 0.0 <= confidence <= 1.0:
+        raise ValueError(f"confidence={confidence!r} must lie in [0, 1] (0 = always draft gamma "
+                         "tokens).")
+    if schedule_name not in ("constant", "heuristic"):
+        raise ValueError(f"schedule={schedule_name!r} is invalid: 'constant' (always gamma "
+                         "drafts) or 'heuristic' (+2 / -1 per round, within [1, gamma]).")
+    if initial_gamma is not None and schedule_name == "constant":
+        raise ValueError(f"initial_gamma={initial_gamma!r} applies to schedule='heuristic' "
+                         "only; the constant schedule always drafts gamma. Drop initial_gamma "
+                         "or pass schedule='heuristic'.")
     if initial_gamma is not None and (isinstance(initial_gamma, bool) or not isinstance(
             initial_gamma, (int, np.integer)) or not 1 <= initial_gamma <= gamma):
         raise ValueError(f"initial_gamma={initial_gamma!r} is invalid: an int in [1, gamma="
