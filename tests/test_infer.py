@@ -12,9 +12,11 @@ target; a paper task without its data fails with TaskDataUnavailableError before
 import dataclasses
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
+import types
 
 import gin
 import numpy as np
@@ -25,6 +27,7 @@ from speculative import loading
 from speculative.data import tasks
 from speculative.decode import contract
 from speculative.measure import acceptance, theory
+from speculative.measure import costs as costs_lib
 from speculative.models import t5
 from speculative.runs import config as config_lib
 from speculative.runs import infer, table2
@@ -86,7 +89,8 @@ def speculative_run(tiny_gin, tmp_path_factory):
     cmd = [sys.executable, os.path.join(REPO, "scripts", "infer.py"),
            f"--gin_file={INFER_GIN}", f"--gin_file={tiny_gin}"]
     cmd += [f"--gin_bindings={b}" for b in _bindings(out)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=_env(), timeout=300, cwd=REPO)
+    proc = subprocess.run(cmd, capture_output=True, text=True,
+                          env=dict(_env(), SPECULATIVE_PROGRESS="1"), timeout=300, cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return out, proc.stderr
 
@@ -269,7 +273,7 @@ def test_bundled_table2_rows_resolve_to_the_bundled_models():
         assert f"--gin_file=configs/experiments/table2_bundled/{name}.gin" in open(path).read()
     # --gin_file=<row>.gin: rows given as paths are named by their file.
     [r] = table2.reproduce([table2.row_file("large_kdtv_t1", BUNDLED_ROWS)], dry_run=True)
-    assert (r.name, r.gamma, r.temperature, r.info.target) == ("large_kdtv_t1", 5, 1.0,
+    assert (r.name, r.gamma, r.temperature, r.info.target) == ("large_kdtv_t1", "auto", 1.0,
                                                                "large_target")
 
 
@@ -280,7 +284,8 @@ def test_reproduce_table2_script_runs_a_bundled_row(tmp_path):
            f"--gin_file={os.path.join(BUNDLED_ROWS, 'mini_10_t0.gin')}", f"--output_dir={out}"]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=_env(), timeout=600, cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "| EnDe mini | mini_draft_10 ★ | 0 | 2 |" in proc.stdout
+    assert re.search(r"\| EnDe mini \| mini_draft_10 ★ \| 0 \| \d \|", proc.stdout)  # GAMMA auto
+    assert "★: the best draft for that task and temperature" in proc.stdout
     assert "Target M_p: mini_target." in proc.stdout
     [row] = json.loads((out / "table2.json").read_text())["rows"]
     assert row["speed"] > 0 and 0 < row["alpha"] <= 1 and row["c_source"] == "measured"
@@ -345,7 +350,8 @@ def test_reproduce_table2_on_a_tiny_row(tiny_gin, tmp_path, choose_trees, monkey
 def test_script_help_prints_docstring_with_example(script, first_line):
     proc = subprocess.run([sys.executable, os.path.join(REPO, "scripts", script), "--help"],
                           capture_output=True, text=True, env=_env(), timeout=120, cwd=REPO)
-    assert proc.stdout.startswith(first_line), proc.stderr[-2000:]  # absl exits 1 on --help
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.startswith(first_line), proc.stderr[-2000:]
     assert f"python scripts/{script}" in proc.stdout
     # The shared flags a user needs are listed under the script's own, not only in --helpfull.
     own = proc.stdout.split(f"scripts/{script}:\n", 1)[1]
@@ -737,3 +743,113 @@ def test_run_settings_take_fields_bound_on_the_run_or_passed_as_keywords():
     with pytest.raises(TypeError, match=r"infer.infer: unknown settings \['gama'\]"):
         with_overrides(InferSettings, settings, {"gama": 3}, "infer.infer")
     assert infer.infer(settings, dry_run=True, gamma=2).gamma == 2
+
+
+# ----------------------------------------------------------------------------------------------
+# GAMMA = 'auto' (the default): the run times its choices on its first inputs and runs the
+# fastest. The timings are injected; the decodes are real (their results are the run's).
+
+
+def _fake_interleaved(seconds):
+    """`costs.interleaved` with each program called once (its real results) and the seconds
+    of `seconds[(kind, gamma)]` instead of a clock's."""
+    def timer(programs, repeats, progress=None):
+        del progress
+        outputs = {name: fn() for name, fn in programs.items()}
+        times = {name: [seconds[name[:2]]] * repeats for name in programs}
+        return {name: 1.0 for name in programs}, times, outputs
+    return timer
+
+
+def test_gamma_auto_runs_the_fastest_choice_and_records_it(tiny_gin, tmp_path, monkeypatch):
+    """Default GAMMA: speculation at the timed-fastest gamma when it beat the baseline, the
+    baseline when nothing did; metrics.json records the choice, every candidate's cost and
+    the line that says why; at T = 0 both give the same text."""
+    assert infer.InferSettings.__dataclass_fields__["gamma"].default == "auto"
+    asked = []
+    monkeypatch.setattr(infer, "_chosen_tree", lambda *a: asked.append(a) or None)
+    runs = {}
+    for name, seconds in (("chain", {("baseline", None): 1.0, ("chain", 2): 0.9,
+                                     ("chain", 4): 0.5, ("chain", 6): 0.7}),
+                          ("baseline", {("baseline", None): 1.0, ("chain", 2): 1.1,
+                                        ("chain", 4): 1.2, ("chain", 6): 1.3})):
+        monkeypatch.setattr(costs_lib, "interleaved", _fake_interleaved(seconds))
+        gin.clear_config()
+        config_lib.parse_gin([INFER_GIN, tiny_gin], [
+            b for b in _bindings(tmp_path / name) if not b.startswith("GAMMA")]
+            + ["infer.infer.progress = False"])
+        runs[name] = (infer.infer(), json.loads((tmp_path / name / "metrics.json").read_text()))
+    (spec, spec_metrics), (base, base_metrics) = runs["chain"], runs["baseline"]
+    assert len(asked) == 1  # the tree chooser: only where speculation paid
+    choice = spec_metrics["speculation_choice"]
+    assert (choice["choice"], choice["kind"], choice["gamma"]) == ("chain g4", "chain", 4)
+    assert [c["name"] for c in choice["candidates"]] == ["baseline", "chain g2", "chain g4",
+                                                         "chain g6"]
+    assert all(c["ms_per_token"] > 0 for c in choice["candidates"])
+    assert choice["batch_size"] == 2 and choice["calibration_batches"] == 3  # 8 rows, 3 here
+    assert "-> chain gamma 4" in choice["line"] and choice["line"].startswith("gamma auto:")
+    assert spec_metrics["mode"] == "speculative" and spec_metrics["settings"]["gamma"] == 4
+    assert all(r["draft_calls"] == 4 * r["target_calls"] for r in spec.records)
+    timing = spec_metrics["timing"]
+    assert timing["calibration_seconds"] > 0 and timing["run_seconds"] >= (
+        timing["decode_seconds"] + timing["calibration_seconds"])
+    assert base_metrics["speculation_choice"]["choice"] == "baseline"
+    assert "no speculation" in base_metrics["speculation_choice"]["line"]
+    assert base_metrics["mode"] == "autoregressive"
+    assert all(r["target_calls"] == r["generated"] and r["alpha"] is None for r in base.records)
+    assert [r["prediction_tokens"] for r in spec.records] == \
+        [r["prediction_tokens"] for r in base.records]
+    assert len(spec.records) == NUM_EXAMPLES
+    # A fixed GAMMA times nothing and keeps its gamma.
+    monkeypatch.setattr(costs_lib, "choose_speculation", lambda *a, **k: pytest.fail("timed"))
+    gin.clear_config()
+    config_lib.parse_gin([INFER_GIN, tiny_gin], _bindings(None, GAMMA="2"))
+    fixed = infer.infer()
+    assert "speculation_choice" not in fixed.metrics and fixed.settings.gamma == 2
+    with pytest.raises(ValueError, match="GAMMA='fast' is invalid.*or 'auto'"):
+        infer.infer(fixed.settings, dry_run=True, gamma="fast")
+
+
+def test_a_table2_row_with_gamma_auto_reports_the_chosen_gamma(tiny_gin, tmp_path, monkeypatch):
+    """A row with GAMMA = 'auto' is timed first (injected timings here), decodes at the chosen
+    gamma, and its choice is in the notes and the JSON; the star is explained."""
+    seconds = {("baseline", None): 1.0, ("chain", 2): 0.9, ("chain", 4): 0.5, ("chain", 6): 0.7}
+    choose = costs_lib.choose_speculation
+    monkeypatch.setattr(costs_lib, "choose_speculation", lambda *a, **k: choose(
+        *a, **k, timer=_fake_interleaved(seconds)))
+    rows_dir = tmp_path / "rows"
+    rows_dir.mkdir()
+    (rows_dir / "tiny_t0.gin").write_text(
+        "from __gin__ import dynamic_registration\nfrom speculative.models import t5\n"
+        "from speculative.runs import table2\n"
+        f"include '{INFER_GIN}'\ninclude '{tiny_gin}'\n"
+        + "\n".join(_bindings(None, NUM_EXAMPLES="2", GAMMA="'auto'"))
+        + "\ntable2.RowInfo.task = 'mini'\ntable2.RowInfo.draft = 'tiny'\n"
+        "table2.RowInfo.best = True\n")
+    [r] = table2.reproduce(["tiny_t0"], str(tmp_path / "out"), rows_dir=str(rows_dir),
+                           row_bindings=["infer.infer.progress = False"], cost_repeats=2,
+                           speed_repeats=1, choose_trees=False)
+    assert r.gamma == 4 and r.settings.gamma == 4 and r.speculation_choice.best.gamma == 4
+    table = (tmp_path / "out" / "table2.md").read_text()
+    assert "| mini | tiny ★ | 0 | 4 |" in table
+    assert "γ auto, tiny_t0: gamma auto: baseline" in table and "the row reports γ 4" in table
+    assert "★: the best draft for that task and temperature" in table
+    saved = json.loads((tmp_path / "out" / "table2.json").read_text())["rows"][0]
+    assert saved["speculation_choice"]["choice"] == "chain g4" and saved["gamma"] == 4
+    run_dir = tmp_path / "out" / "tiny_t0" / "speculative"
+    assert "GAMMA = 4" in (run_dir / "config.gin").read_text()
+    # Where the baseline won, the row still measures speculation: at the fastest candidate's.
+    slow = {("baseline", None): 1.0, ("chain", 2): 1.3, ("chain", 4): 1.5, ("chain", 6): 1.1}
+    choice = choose(None, types.SimpleNamespace(), [np.zeros((2, 4))],
+                    costs_lib.SpeculationSearch(sampling=r.settings.sampling, max_decode_len=8),
+                    timer=lambda programs, repeats: _fake_results(programs, repeats, slow))
+    assert choice.best.kind == "baseline" and table2.row_gamma(choice) == 6
+    assert "infer would run the baseline here" in table2._auto_note(choice)
+
+
+def _fake_results(programs, repeats, seconds):
+    result = types.SimpleNamespace(lengths=np.asarray([4, 4]),
+                                   stats=types.SimpleNamespace(target_calls=np.asarray([2, 2])))
+    return ({name: 1.0 for name in programs},
+            {name: [seconds[name[:2]]] * repeats for name in programs},
+            {name: [result] for name in programs})

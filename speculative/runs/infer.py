@@ -29,10 +29,18 @@ Pipeline (`run`):
      `task_feature_lengths['inputs']` (encoder inputs, or decoder-only prompts),
      `max_decode_len = task_feature_lengths['targets']`; the last partial batch is filled with
      copies of its last example and those rows are dropped from every output and statistic;
-  5. decode each batch with `decoding.speculative_decode` (or `autoregressive_decode` when
+  5. with GAMMA = 'auto' (the default), choose how to decode (`choose_decoding`): the baseline,
+     the chain at a few gammas, a block draft's block and the token-tree chooser's tree are
+     timed on the first inputs at BATCH_SIZE by the one timing engine
+     (`costs.choose_speculation`), and the fastest runs, no speculation included; the log
+     line says why, metrics.json records it under `speculation_choice`, and the calibration's
+     seconds count in `timing.run_seconds`;
+  6. decode each batch with `decoding.speculative_decode` (or `autoregressive_decode` when
      `speculative=False`: same batches, same timing, same outputs); the first batch is decoded
-     once untimed to compile (one compile: every batch has the same shapes);
-  6. write to `output_dir`:
+     once untimed to compile (one compile: every batch has the same shapes); after a GAMMA
+     'auto' calibration the chosen program is compiled and its results for the calibration
+     batches (same inputs, same keys) are taken as they are;
+  7. write to `output_dir`:
        predictions.jsonl  one line per example: inputs, targets (reference), prediction,
                           prediction_tokens, input_length, input_truncated, ended_with_eos,
                           generated, target_calls, draft_calls, drafted, accepted, alpha,

@@ -32,6 +32,12 @@ then prints and writes `output_dir/table2.md` and `output_dir/table2.json` in th
 (Task, M_q, Temp, gamma, alpha, Speed) with Theorem 3.8's prediction and the paper's numbers
 beside each row.
 
+A row with GAMMA = 'auto' (the bundled rows; the paper's rows keep the paper's γ) first times
+the baseline and the chain (and a block draft's block) on its first inputs with
+`costs.choose_speculation`, as `infer` does, binds GAMMA to the chosen γ (the fastest
+speculative one when the baseline won: a row measures speculative decoding), and says so in
+the table's notes and in table2.json (`speculation_choice`).
+
 A row set of our own is a directory of files like the bundled rows
 (`configs/experiments/table2_bundled/`, which run here with no checkpoints), e.g.
 `large_kdtv_t0.gin`:
@@ -40,7 +46,7 @@ A row set of our own is a directory of files like the bundled rows
     TARGET_MODEL = 'large_target'        # a bundled name: its config and checkpoint
     DRAFT_MODEL = 'large_draft_kdtv'
     TEMPERATURE = 0.0
-    GAMMA = 5
+    GAMMA = 'auto'                       # or a number, e.g. 5
     table2.RowInfo.draft = 'large_draft_kdtv'
     table2.RowInfo.target = 'large_target'
 

@@ -1,0 +1,148 @@
+"""GAMMA = 'auto': `costs.choose_speculation` picks the fastest way of decoding from the timing
+engine's numbers, the baseline (no speculation) among them.
+
+The timings are injected (a fake `timer` in place of `costs.interleaved`): these tests pin the
+logic (what is timed, what wins, what is recorded), never a machine's speed. Known answers: the
+baseline wins when every candidate is slower than it; the fastest speculative candidate wins
+otherwise, by ms per generated token; a block draft's block is timed at gammas capped by its
+max_gamma; a tree is timed only when speculation paid; `min_speedup` keeps the baseline on a
+narrow win; the JSON and the log line say what was timed and why.
+"""
+
+import json
+import types
+
+import numpy as np
+import pytest
+
+from speculative.decode import drafters
+from speculative.decode.sampling import SamplingConfig
+from speculative.measure import costs
+
+SEARCH = costs.SpeculationSearch(sampling=SamplingConfig(0.0), max_decode_len=16)
+
+
+def _result(tokens_per_row=(8, 6), target_calls=(4, 3)):
+    return types.SimpleNamespace(lengths=np.asarray(tokens_per_row),
+                                 stats=types.SimpleNamespace(target_calls=np.asarray(target_calls)))
+
+
+class FakeTimer:
+    """`interleaved`'s signature and outputs, with seconds from `seconds[(kind, gamma)]`; the
+    programs are never called (no model runs)."""
+
+    def __init__(self, seconds, tokens=None):
+        self.seconds, self.tokens, self.calls = seconds, tokens or {}, []
+
+    def __call__(self, programs, repeats):
+        self.calls.append(list(programs))
+        first = {name: 9.0 for name in programs}  # the compiling first call: never compared
+        times = {name: [self.seconds[name[:2]]] * repeats for name in programs}
+        outputs = {name: [_result(self.tokens.get(name[:2], (8, 6)))] for name in programs}
+        return first, times, outputs
+
+
+DRAFT = types.SimpleNamespace()  # a chain draft: no drafter methods, no block
+
+
+def test_the_baseline_wins_when_speculation_is_slower():
+    timer = FakeTimer({("baseline", None): 1.0, ("chain", 2): 1.2, ("chain", 4): 1.1,
+                       ("chain", 6): 1.3})
+    choice = costs.choose_speculation(None, DRAFT, [np.zeros((2, 4))], SEARCH, timer=timer)
+    assert choice.best.kind == "baseline" and not choice.best.speculative
+    assert [c.name for c in choice.candidates] == ["baseline", "chain g2", "chain g4",
+                                                   "chain g6"]
+    assert choice.candidates[2].speedup == pytest.approx(1.0 / 1.1)
+    assert "no speculation (the baseline was fastest)" in choice.line()
+    assert len(timer.calls) == 1  # one interleaved timing of every candidate
+
+
+def test_the_fastest_chain_wins_by_ms_per_token():
+    tree_asked = []
+    timer = FakeTimer({("baseline", None): 1.4, ("chain", 2): 1.1, ("chain", 4): 1.0,
+                       ("chain", 6): 1.05},
+                      # at T > 0 each program generates its own tokens: compared per token
+                      tokens={("chain", 6): (10, 10)})
+    choice = costs.choose_speculation(None, DRAFT, [np.zeros((2, 4))], SEARCH, timer=timer,
+                                      tree_for=lambda best: tree_asked.append(best) or None)
+    best = choice.best
+    assert (best.kind, best.gamma) == ("chain", 6)  # 1.05 s for 20 tokens beats 1.0 s for 14
+    assert best.speedup == pytest.approx((1.4 / 14) / (1.05 / 20))
+    assert best.ms_per_token == pytest.approx(1000 * 1.05 / 20)
+    assert tree_asked == [best]  # speculation paid: the tree chooser was asked
+    assert len(timer.calls) == 1  # ... and named no tree, so nothing more was timed
+    line = choice.line()
+    assert line.startswith("gamma auto: baseline 100 ms/token, chain g2 78.6, g4 71.4, g6 52.5")
+    assert line.endswith(f"-> chain gamma 6 ({best.speedup:.2f}x)")
+    assert best.tokens_per_target_call == pytest.approx(20 / 7)
+
+
+def test_min_speedup_keeps_the_baseline_on_a_narrow_win():
+    timer = FakeTimer({("baseline", None): 1.0, ("chain", 2): 0.98, ("chain", 4): 0.99,
+                       ("chain", 6): 1.2})
+    search = costs.SpeculationSearch(sampling=SamplingConfig(0.0), max_decode_len=16,
+                                     min_speedup=1.05)
+    assert costs.choose_speculation(None, DRAFT, [np.zeros((2, 4))], search,
+                                    timer=timer).best.kind == "baseline"
+    assert costs.choose_speculation(None, DRAFT, [np.zeros((2, 4))], SEARCH,
+                                    timer=timer).best.gamma == 2
+
+
+def test_a_tree_is_timed_only_when_speculation_paid_and_wins_when_faster():
+    seconds = {("baseline", None): 1.0, ("chain", 2): 0.8, ("chain", 4): 0.7,
+               ("chain", 6): 0.75, ("tree", 3): 0.5}
+    timer = FakeTimer(seconds)
+    choice = costs.choose_speculation(None, DRAFT, [np.zeros((2, 4))], SEARCH, timer=timer,
+                                      tree_for=lambda best: (2, 1, 1))
+    assert [len(c) for c in timer.calls] == [4, 2]  # the tree timed against the baseline again
+    assert (choice.best.kind, choice.best.tree, choice.best.gamma) == ("tree", (2, 1, 1), 3)
+    assert "-> tree (2, 1, 1)" in choice.line()
+    # Speculation lost: no tree is asked for.
+    slow = FakeTimer({**seconds, **{("chain", g): 2.0 for g in (2, 4, 6)}})
+    choice = costs.choose_speculation(None, DRAFT, [np.zeros((2, 4))], SEARCH, timer=slow,
+                                      tree_for=lambda best: pytest.fail("tree asked"))
+    assert choice.best.kind == "baseline" and len(slow.calls) == 1
+
+
+def test_a_block_draft_times_its_block_beside_the_chain():
+    block = types.SimpleNamespace(extend_block=lambda *a, **k: None, reads_target=True,
+                                  max_gamma=4)
+    assert costs.speculation_candidates(block, SEARCH) == [
+        ("chain", 2), ("chain", 4), ("chain", 6), ("block", 2), ("block", 4)]
+    timer = FakeTimer({("baseline", None): 1.0, ("chain", 2): 0.9, ("chain", 4): 0.85,
+                       ("chain", 6): 0.95, ("block", 2): 0.8, ("block", 4): 0.6})
+    choice = costs.choose_speculation(None, block, [np.zeros((2, 4))], SEARCH, timer=timer)
+    assert (choice.best.kind, choice.best.gamma) == ("block", 4)
+    assert "block g2 57.1, g4 42.9" in choice.line() and choice.line().endswith(
+        f"-> block gamma 4 ({1 / 0.6:.2f}x)")
+    # The drafters each candidate decodes with: one call per round for the block, the same
+    # model as a target-aware chain for 'chain'.
+    assert isinstance(costs.speculation_drafter(block, "block", 4), drafters.BlockDrafter)
+    chain = costs.speculation_drafter(block, "chain", 2)
+    assert type(chain) is drafters.TargetAwareDrafter and chain.gamma == 2
+    assert type(costs.speculation_drafter(DRAFT, "chain", 3)) is drafters.ChainDrafter
+    assert isinstance(costs.speculation_drafter(DRAFT, "tree", 2, (2, 1)), drafters.TreeDrafter)
+
+
+def test_gammas_beyond_max_decode_len_are_left_out_and_a_drafter_keeps_its_own():
+    search = costs.SpeculationSearch(sampling=SamplingConfig(1.0), max_decode_len=4)
+    assert costs.speculation_candidates(DRAFT, search) == [("chain", 2), ("chain", 4)]
+    own = drafters.ChainDrafter(DRAFT, 3)
+    assert costs.speculation_candidates(own, search) == [("chain", 3)]
+    with pytest.raises(ValueError, match="at least one calibration batch"):
+        costs.choose_speculation(None, DRAFT, [], search)
+
+
+def test_the_choice_json_records_every_candidate_and_the_reused_results():
+    timer = FakeTimer({("baseline", None): 1.0, ("chain", 2): 0.5, ("chain", 4): 0.6,
+                       ("chain", 6): 0.7})
+    batches = [np.zeros((2, 4)), np.zeros((2, 4))]
+    choice = costs.choose_speculation(None, DRAFT, batches, SEARCH, timer=timer)
+    saved = json.loads(json.dumps(choice.to_json()))
+    assert saved["choice"] == "chain g2" and saved["kind"] == "chain" and saved["gamma"] == 2
+    assert saved["speedup"] == pytest.approx(2.0) and saved["batch_size"] == 2
+    assert saved["calibration_batches"] == 2 and saved["calibration_seconds"] >= 0
+    assert [c["name"] for c in saved["candidates"]] == ["baseline", "chain g2", "chain g4",
+                                                       "chain g6"]
+    assert saved["candidates"][0]["ms_per_token"] == pytest.approx(1000 / 14)
+    assert len(choice.results) == 1  # the best program's first-call results (one per call)
