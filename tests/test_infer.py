@@ -786,7 +786,7 @@ def test_gamma_auto_runs_the_fastest_choice_and_records_it(tiny_gin, tmp_path, m
     assert [c["name"] for c in choice["candidates"]] == ["baseline", "chain g2", "chain g4",
                                                          "chain g6"]
     assert all(c["ms_per_token"] > 0 for c in choice["candidates"])
-    assert choice["batch_size"] == 2 and choice["calibration_batches"] == 3  # 8 rows, 3 here
+    assert choice["batch_size"] == 2 and choice["calibration_batches"] == 1  # 3 batches: 1
     assert "-> chain gamma 4" in choice["line"] and choice["line"].startswith("gamma auto:")
     assert spec_metrics["mode"] == "speculative" and spec_metrics["settings"]["gamma"] == 4
     assert all(r["draft_calls"] == 4 * r["target_calls"] for r in spec.records)

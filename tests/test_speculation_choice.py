@@ -146,3 +146,10 @@ def test_the_choice_json_records_every_candidate_and_the_reused_results():
                                                        "chain g6"]
     assert saved["candidates"][0]["ms_per_token"] == pytest.approx(1000 / 14)
     assert len(choice.results) == 1  # the best program's first-call results (one per call)
+
+
+@pytest.mark.parametrize("num_batches, batch_size, expected", [
+    (972, 1, 8), (24, 1, 3), (16, 64, 1), (3, 2, 1), (100, 3, 3), (1, 1, 1)])
+def test_the_calibration_slice_is_about_8_rows_and_at_most_an_eighth_of_the_run(
+        num_batches, batch_size, expected):
+    assert costs.calibration_batches(num_batches, batch_size) == expected

@@ -514,7 +514,16 @@ def choose_beam_proposal(target, draft, batches: Sequence[np.ndarray], *, beam_s
 
 AUTO = "auto"  # the GAMMA that chooses (infer, Table 2 rows)
 CHAIN_GAMMAS = (2, 4, 6)  # the chain's gammas `choose_speculation` times by default
-CALIBRATION_ROWS = 8  # rows of the calibration slice: ceil(8 / B) batches of the run's B
+CALIBRATION_ROWS = 8  # rows of the calibration slice: ceil(8 / B) batches of the run's B ...
+CALIBRATION_SHARE = 8  # ... but at most 1/8 of the run's batches (at least one)
+
+
+def calibration_batches(num_batches: int, batch_size: int) -> int:
+    """How many of a run's first batches `choose_speculation` times: enough for
+    `CALIBRATION_ROWS` rows (acceptance varies by sentence), at most 1/`CALIBRATION_SHARE` of
+    the run (every candidate decodes the slice at least twice), and at least one batch."""
+    wanted = -(-CALIBRATION_ROWS // batch_size)
+    return max(1, min(wanted, num_batches // CALIBRATION_SHARE, num_batches))
 
 
 @dataclasses.dataclass(frozen=True)

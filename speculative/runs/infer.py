@@ -346,11 +346,11 @@ def _chosen_tree(settings: InferSettings, target, draft, calibration, best):
 
 def choose_decoding(settings: InferSettings, target, draft, all_batches):
     """GAMMA = 'auto': times the baseline, the chain at `costs.CHAIN_GAMMAS`, a block draft's
-    block and the chooser's token tree on the run's first batches (`costs.CALIBRATION_ROWS`
-    rows, whole batches of BATCH_SIZE) with `costs.choose_speculation`, logs the choice and
+    block and the chooser's token tree on the run's first batches (`costs.calibration_batches`:
+    about 8 rows, at most 1/8 of the run) with `costs.choose_speculation`, logs the choice and
     why, and returns `(settings, draft, choice)`: settings that run the fastest (SPECULATIVE
     False when the baseline was) and the drafter it decodes with (None for the baseline)."""
-    count = min(len(all_batches), -(-costs_lib.CALIBRATION_ROWS // settings.batch_size))
+    count = costs_lib.calibration_batches(len(all_batches), settings.batch_size)
     calibration = [_sharded(b, target) for b, _ in all_batches[:count]]
     search = costs_lib.SpeculationSearch(
         sampling=settings.sampling, max_decode_len=settings.max_decode_len,

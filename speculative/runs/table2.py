@@ -505,7 +505,7 @@ def _choose_gamma(result: RowResult, settings, models, examples, row_out: Option
     from speculative.runs import infer as infer_lib  # pylint: disable=g-import-not-at-top
 
     all_batches = list(infer_lib.batches(examples, settings.batch_size, settings.input_length))
-    count = min(len(all_batches), -(-costs_lib.CALIBRATION_ROWS // settings.batch_size))
+    count = costs_lib.calibration_batches(len(all_batches), settings.batch_size)
     mesh = getattr(models[0], "mesh", None)
     calibration = [partitioning.shard_batch(b, mesh) if mesh is not None else b
                    for b, _ in all_batches[:count]]
