@@ -783,8 +783,9 @@ def test_gamma_auto_runs_the_fastest_choice_and_records_it(tiny_gin, tmp_path, m
     assert len(asked) == 1  # the tree chooser: only where speculation paid
     choice = spec_metrics["speculation_choice"]
     assert (choice["choice"], choice["kind"], choice["gamma"]) == ("chain g4", "chain", 4)
-    assert [c["name"] for c in choice["candidates"]] == ["baseline", "chain g2", "chain g4",
-                                                         "chain g6"]
+    # The probe (gamma 2) paid, so gammas 4 and 6 were timed too, against the baseline again.
+    assert [c["name"] for c in choice["candidates"]] == ["baseline", "chain g2", "baseline",
+                                                         "chain g4", "chain g6"]
     assert all(c["ms_per_token"] > 0 for c in choice["candidates"])
     assert choice["batch_size"] == 2 and choice["calibration_batches"] == 1  # 3 batches: 1
     assert "-> chain gamma 4" in choice["line"] and choice["line"].startswith("gamma auto:")
@@ -794,6 +795,7 @@ def test_gamma_auto_runs_the_fastest_choice_and_records_it(tiny_gin, tmp_path, m
     assert timing["calibration_seconds"] > 0 and timing["run_seconds"] >= (
         timing["decode_seconds"] + timing["calibration_seconds"])
     assert base_metrics["speculation_choice"]["choice"] == "baseline"
+    assert len(base_metrics["speculation_choice"]["candidates"]) == 2  # the probe lost: no more
     assert "no speculation" in base_metrics["speculation_choice"]["line"]
     assert base_metrics["mode"] == "autoregressive"
     assert all(r["target_calls"] == r["generated"] and r["alpha"] is None for r in base.records)
@@ -843,7 +845,7 @@ def test_a_table2_row_with_gamma_auto_reports_the_chosen_gamma(tiny_gin, tmp_pat
     choice = choose(None, types.SimpleNamespace(), [np.zeros((2, 4))],
                     costs_lib.SpeculationSearch(sampling=r.settings.sampling, max_decode_len=8),
                     timer=lambda programs, repeats: _fake_results(programs, repeats, slow))
-    assert choice.best.kind == "baseline" and table2.row_gamma(choice) == 6
+    assert choice.best.kind == "baseline" and table2.row_gamma(choice) == 2  # the probe's
     assert "infer would run the baseline here" in table2._auto_note(choice)
 
 

@@ -50,11 +50,11 @@ def test_the_baseline_wins_when_speculation_is_slower():
                        ("chain", 6): 1.3})
     choice = costs.choose_speculation(None, DRAFT, [np.zeros((2, 4))], SEARCH, timer=timer)
     assert choice.best.kind == "baseline" and not choice.best.speculative
-    assert [c.name for c in choice.candidates] == ["baseline", "chain g2", "chain g4",
-                                                   "chain g6"]
-    assert choice.candidates[2].speedup == pytest.approx(1.0 / 1.1)
+    # The probe (the chain's smallest gamma, its cheapest round) lost: nothing more is timed.
+    assert [c.name for c in choice.candidates] == ["baseline", "chain g2"]
+    assert choice.candidates[1].speedup == pytest.approx(1.0 / 1.2)
     assert "no speculation (the baseline was fastest)" in choice.line()
-    assert len(timer.calls) == 1  # one interleaved timing of every candidate
+    assert len(timer.calls) == 1
 
 
 def test_the_fastest_chain_wins_by_ms_per_token():
@@ -70,7 +70,11 @@ def test_the_fastest_chain_wins_by_ms_per_token():
     assert best.speedup == pytest.approx((1.4 / 14) / (1.05 / 20))
     assert best.ms_per_token == pytest.approx(1000 * 1.05 / 20)
     assert tree_asked == [best]  # speculation paid: the tree chooser was asked
-    assert len(timer.calls) == 1  # ... and named no tree, so nothing more was timed
+    # The probe paid, so the other gammas were timed against the baseline again; the tree
+    # chooser named no tree, so nothing more.
+    assert [[n[:2] for n in call] for call in timer.calls] == [
+        [("baseline", None), ("chain", 2)], [("baseline", None), ("chain", 4), ("chain", 6)]]
+    assert [c.stage for c in choice.candidates] == [1, 1, 2, 2, 2]
     line = choice.line()
     assert line.startswith("gamma auto: baseline 100 ms/token, chain g2 78.6, g4 71.4, g6 52.5")
     assert line.endswith(f"-> chain gamma 6 ({best.speedup:.2f}x)")
@@ -94,7 +98,7 @@ def test_a_tree_is_timed_only_when_speculation_paid_and_wins_when_faster():
     timer = FakeTimer(seconds)
     choice = costs.choose_speculation(None, DRAFT, [np.zeros((2, 4))], SEARCH, timer=timer,
                                       tree_for=lambda best: (2, 1, 1))
-    assert [len(c) for c in timer.calls] == [4, 2]  # the tree timed against the baseline again
+    assert [len(c) for c in timer.calls] == [2, 3, 2]  # probe, gammas, tree: each with the baseline
     assert (choice.best.kind, choice.best.tree, choice.best.gamma) == ("tree", (2, 1, 1), 3)
     assert "-> tree (2, 1, 1)" in choice.line()
     # Speculation lost: no tree is asked for.
@@ -112,9 +116,11 @@ def test_a_block_draft_times_its_block_beside_the_chain():
     timer = FakeTimer({("baseline", None): 1.0, ("chain", 2): 0.9, ("chain", 4): 0.85,
                        ("chain", 6): 0.95, ("block", 2): 0.8, ("block", 4): 0.6})
     choice = costs.choose_speculation(None, block, [np.zeros((2, 4))], SEARCH, timer=timer)
+    assert [n[:2] for n in timer.calls[0]] == [("baseline", None), ("chain", 2), ("block", 2)]
     assert (choice.best.kind, choice.best.gamma) == ("block", 4)
-    assert "block g2 57.1, g4 42.9" in choice.line() and choice.line().endswith(
-        f"-> block gamma 4 ({1 / 0.6:.2f}x)")
+    line = choice.line()
+    assert "chain g2 64.3, g4 60.7, g6 67.9, block g2 57.1, g4 42.9" in line
+    assert line.endswith(f"-> block gamma 4 ({1 / 0.6:.2f}x)")
     # The drafters each candidate decodes with: one call per round for the block, the same
     # model as a target-aware chain for 'chain'.
     assert isinstance(costs.speculation_drafter(block, "block", 4), drafters.BlockDrafter)
@@ -142,8 +148,8 @@ def test_the_choice_json_records_every_candidate_and_the_reused_results():
     assert saved["choice"] == "chain g2" and saved["kind"] == "chain" and saved["gamma"] == 2
     assert saved["speedup"] == pytest.approx(2.0) and saved["batch_size"] == 2
     assert saved["calibration_batches"] == 2 and saved["calibration_seconds"] >= 0
-    assert [c["name"] for c in saved["candidates"]] == ["baseline", "chain g2", "chain g4",
-                                                       "chain g6"]
+    assert [(c["name"], c["stage"]) for c in saved["candidates"]] == [
+        ("baseline", 1), ("chain g2", 1), ("baseline", 2), ("chain g4", 2), ("chain g6", 2)]
     assert saved["candidates"][0]["ms_per_token"] == pytest.approx(1000 / 14)
     assert len(choice.results) == 1  # the best program's first-call results (one per call)
 

@@ -561,6 +561,7 @@ class SpeculationCandidate:
       tokens: tokens generated on the slice (by the first call).
       speedup: the baseline's ms/token over this one's, timed in the same rounds.
       tokens_per_target_call: generated tokens per target call on the slice.
+      stage: the timing stage (`choose_speculation`); its baseline was timed in it again.
     """
 
     kind: str
@@ -571,6 +572,7 @@ class SpeculationCandidate:
     tokens: int
     speedup: float
     tokens_per_target_call: float
+    stage: int = 1
 
     @property
     def name(self) -> str:
@@ -625,10 +627,12 @@ class SpeculationChoice:
     def line(self) -> str:
         """The choice and why, e.g. 'gamma auto: baseline 12.1 ms/token, chain g3 9.8, g5 9.1
         -> chain gamma 5 (1.33x)'."""
+        order = {"baseline": 0, "chain": 1, "block": 2, "tree": 3}
+        shown = [self.candidates[0]] + sorted(
+            (c for c in self.candidates if c.speculative),
+            key=lambda c: (order[c.kind], c.gamma or 0))
         parts, kind = [], None
-        for c in self.candidates:
-            if c.kind == "baseline" and parts:
-                continue  # the later stages' baseline: the same program again
+        for c in shown:  # the later stages' baselines (the same program again) left out
             label = c.name if c.kind != kind or c.kind == "tree" else f"g{c.gamma}"
             unit = " ms/token" if not parts else ""
             parts.append(f"{label} {c.ms_per_token:.3g}{unit}")
@@ -687,7 +691,7 @@ def _speculation_programs(target, batches, search: SpeculationSearch,
 
 def _time_candidates(target, draft, batches, search: SpeculationSearch,
                      shapes: Sequence[Tuple[str, Optional[int], Optional[Tuple[int, ...]]]],
-                     timer: Optional[Callable] = None):
+                     timer: Optional[Callable] = None, stage: int = 1):
     """`(candidates, results)`: the baseline and each `(kind, gamma, tree)` of `shapes` timed
     in `search.repeats` interleaved rounds on `batches` (`timer`: `interleaved` unless a test
     gives another), and each one's first-call results."""
@@ -708,7 +712,7 @@ def _time_candidates(target, draft, batches, search: SpeculationSearch,
             kind=name[0], gamma=name[1], tree=name[2], seconds=seconds,
             first_call_s=float(first[name]), tokens=tokens,
             speedup=baseline_ms / ms if ms > 0 else 0.0,
-            tokens_per_target_call=tokens / calls if calls else 0.0))
+            tokens_per_target_call=tokens / calls if calls else 0.0, stage=stage))
     return out, {c: outputs[k] for c, k in zip(out, named)}
 
 
@@ -722,30 +726,42 @@ def choose_speculation(target, draft, batches: Sequence[Any], search: Speculatio
     at its batch size) by the one timing engine (`interleaved`: compiled first, then
     `search.repeats` rounds in a rotated order), compared by milliseconds per generated token.
 
-    Stage 1 times the baseline, the chain and the block in the same rounds. If a speculative
-    candidate beat the baseline, `tree_for(best)` (e.g. `acceptance.choose_tree`'s tree, None
-    for the chain) may name a tree, timed in a second round against the baseline. The fastest
-    speculative candidate runs when it beat its baseline by `search.min_speedup`, else the
-    baseline. The chosen program's first-call results are the run's results for these batches
-    (same inputs, same keys), so the run need not decode them again.
+    In stages, each timed against the baseline in its own rounds, so that where speculation
+    does not pay (a large batch) little is spent finding that out:
+
+      1. the probe: each kind (chain, block) at its smallest gamma, the cheapest round;
+      2. if a probe beat the baseline by `search.min_speedup`: the other gammas;
+      3. if speculation still paid and `tree_for(best)` (e.g. `acceptance.choose_tree`'s
+         tree; None for the chain) names a branching tree: that tree.
+
+    The fastest speculative candidate runs when it beat its baseline by `search.min_speedup`,
+    else the baseline. The chosen program's first-call results are the run's results for these
+    batches (same inputs, same keys), so the run need not decode them again.
     """
     if not batches:
         raise ValueError("choose_speculation needs at least one calibration batch.")
     start = time.perf_counter()
     shapes = [(k, g, None) for k, g in speculation_candidates(draft, search)]
-    candidates, results = _time_candidates(target, draft, batches, search, shapes, timer)
-    fastest = max(candidates[1:], key=lambda c: c.speedup, default=None)
-    if tree_for is not None and fastest is not None and fastest.speedup >= search.min_speedup:
-        tree = tree_for(fastest)
-        if tree and any(b > 1 for b in tree):  # a branching tree, not the chain
-            more, more_results = _time_candidates(target, draft, batches, search,
-                                                  [("tree", len(tree), tuple(tree))], timer)
-            candidates += more
-            results.update(more_results)
-    speculative = [c for c in candidates if c.speculative]
-    best = max(speculative, key=lambda c: c.speedup, default=None)
-    if best is None or best.speedup < search.min_speedup:
-        best = candidates[0]
+    probes = [s for i, s in enumerate(shapes) if all(s[0] != t[0] for t in shapes[:i])]
+    candidates, results, stages = [], {}, []
+
+    def stage(stage_shapes) -> Optional[SpeculationCandidate]:
+        timed, timed_results = _time_candidates(target, draft, batches, search, stage_shapes,
+                                                timer, stage=1 + len(stages))
+        stages.append(stage_shapes)
+        candidates.extend(timed)
+        results.update(timed_results)
+        best = max((c for c in candidates if c.speculative), key=lambda c: c.speedup)
+        return best if best.speedup >= search.min_speedup else None
+
+    paid = stage(probes)
+    rest = [s for s in shapes if s not in probes]
+    if paid is not None and rest:
+        paid = stage(rest)
+    tree = tree_for(paid) if paid is not None and tree_for is not None else None
+    if tree and any(b > 1 for b in tree):  # a branching tree, not the chain
+        paid = stage([("tree", len(tree), tuple(tree))])
+    best = paid or candidates[0]
     return SpeculationChoice(
         best=best, candidates=tuple(candidates), batch_size=int(np.shape(batches[0])[0]),
         batches=len(batches), repeats=search.repeats, seconds=time.perf_counter() - start,
