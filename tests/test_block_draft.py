@@ -151,7 +151,8 @@ def test_warm_start_keeps_the_feature_drafts_parameters():
     module, _ = _draft()
     feature = fd.init_params(fd.FeatureDraft(module.config), jax.random.PRNGKey(3))
     params = bd.from_feature_draft(module, feature, jax.random.PRNGKey(0))
-    assert set(params) == set(feature) | {bd.PLACEHOLDERS, "block_norm", "block_layers_0"}
+    assert set(params) == set(feature) | {bd.PLACEHOLDERS, "block_norm", "block_layers_0",
+                                                "block_input"}
     assert params[bd.PLACEHOLDERS]["embedding"].shape == (GAMMA - 1, 8)
     np.testing.assert_array_equal(params["block_layers_0"]["mlp"]["wo"]["kernel"],
                                   feature["layers_0"]["mlp"]["wo"]["kernel"])
