@@ -26,7 +26,7 @@ import seqio
 from speculative import loading
 from speculative.data import tasks
 from speculative.decode import contract
-from speculative.measure import acceptance, theory
+from speculative.measure import acceptance, speculation, theory
 from speculative.measure import costs as costs_lib
 from speculative.models import t5
 from speculative.runs import config as config_lib
@@ -816,7 +816,7 @@ def test_a_table2_row_with_gamma_auto_reports_the_chosen_gamma(tiny_gin, tmp_pat
     """A row with GAMMA = 'auto' is timed first (injected timings here), decodes at the chosen
     gamma, and its choice is in the notes and the JSON; the star is explained."""
     seconds = {("baseline", None): 1.0, ("chain", 2): 0.9, ("chain", 4): 0.5, ("chain", 6): 0.7}
-    choose = costs_lib.choose_speculation
+    choose = speculation.choose_speculation
     monkeypatch.setattr(costs_lib, "choose_speculation", lambda *a, **k: choose(
         *a, **k, timer=_fake_interleaved(seconds)))
     rows_dir = tmp_path / "rows"
@@ -843,7 +843,7 @@ def test_a_table2_row_with_gamma_auto_reports_the_chosen_gamma(tiny_gin, tmp_pat
     # Where the baseline won, the row still measures speculation: at the fastest candidate's.
     slow = {("baseline", None): 1.0, ("chain", 2): 1.3, ("chain", 4): 1.5, ("chain", 6): 1.1}
     choice = choose(None, types.SimpleNamespace(), [np.zeros((2, 4))],
-                    costs_lib.SpeculationSearch(sampling=r.settings.sampling, max_decode_len=8),
+                    speculation.SpeculationSearch(sampling=r.settings.sampling, max_decode_len=8),
                     timer=lambda programs, repeats: _fake_results(programs, repeats, slow))
     assert choice.best.kind == "baseline" and table2.row_gamma(choice) == 2  # the probe's
     assert "infer would run the baseline here" in table2._auto_note(choice)

@@ -1,5 +1,5 @@
-"""GAMMA = 'auto': `costs.choose_speculation` picks the fastest way of decoding from the timing
-engine's numbers, the baseline (no speculation) among them.
+"""GAMMA = 'auto': `speculation.choose_speculation` picks the fastest way of decoding from the
+timing engine's numbers, the baseline (no speculation) among them.
 
 The timings are injected (a fake `timer` in place of `costs.interleaved`): these tests pin the
 logic (what is timed, what wins, what is recorded), never a machine's speed. Known answers: the
@@ -17,9 +17,9 @@ import pytest
 
 from speculative.decode import drafters
 from speculative.decode.sampling import SamplingConfig
-from speculative.measure import costs
+from speculative.measure import speculation
 
-SEARCH = costs.SpeculationSearch(sampling=SamplingConfig(0.0), max_decode_len=16)
+SEARCH = speculation.SpeculationSearch(sampling=SamplingConfig(0.0), max_decode_len=16)
 
 
 def _result(tokens_per_row=(8, 6), target_calls=(4, 3)):
@@ -48,7 +48,7 @@ DRAFT = types.SimpleNamespace()  # a chain draft: no drafter methods, no block
 def test_the_baseline_wins_when_speculation_is_slower():
     timer = FakeTimer({("baseline", None): 1.0, ("chain", 2): 1.2, ("chain", 4): 1.1,
                        ("chain", 6): 1.3})
-    choice = costs.choose_speculation(None, DRAFT, [np.zeros((2, 4))], SEARCH, timer=timer)
+    choice = speculation.choose_speculation(None, DRAFT, [np.zeros((2, 4))], SEARCH, timer=timer)
     assert choice.best.kind == "baseline" and not choice.best.speculative
     # The probe (the chain's smallest gamma, its cheapest round) lost: nothing more is timed.
     assert [c.name for c in choice.candidates] == ["baseline", "chain g2"]
@@ -63,7 +63,7 @@ def test_the_fastest_chain_wins_by_ms_per_token():
                        ("chain", 6): 1.05},
                       # at T > 0 each program generates its own tokens: compared per token
                       tokens={("chain", 6): (10, 10)})
-    choice = costs.choose_speculation(None, DRAFT, [np.zeros((2, 4))], SEARCH, timer=timer,
+    choice = speculation.choose_speculation(None, DRAFT, [np.zeros((2, 4))], SEARCH, timer=timer,
                                       tree_for=lambda best: tree_asked.append(best) or None)
     best = choice.best
     assert (best.kind, best.gamma) == ("chain", 6)  # 1.05 s for 20 tokens beats 1.0 s for 14
@@ -84,11 +84,11 @@ def test_the_fastest_chain_wins_by_ms_per_token():
 def test_min_speedup_keeps_the_baseline_on_a_narrow_win():
     timer = FakeTimer({("baseline", None): 1.0, ("chain", 2): 0.98, ("chain", 4): 0.99,
                        ("chain", 6): 1.2})
-    search = costs.SpeculationSearch(sampling=SamplingConfig(0.0), max_decode_len=16,
+    search = speculation.SpeculationSearch(sampling=SamplingConfig(0.0), max_decode_len=16,
                                      min_speedup=1.05)
-    assert costs.choose_speculation(None, DRAFT, [np.zeros((2, 4))], search,
+    assert speculation.choose_speculation(None, DRAFT, [np.zeros((2, 4))], search,
                                     timer=timer).best.kind == "baseline"
-    assert costs.choose_speculation(None, DRAFT, [np.zeros((2, 4))], SEARCH,
+    assert speculation.choose_speculation(None, DRAFT, [np.zeros((2, 4))], SEARCH,
                                     timer=timer).best.gamma == 2
 
 
@@ -96,14 +96,14 @@ def test_a_tree_is_timed_only_when_speculation_paid_and_wins_when_faster():
     seconds = {("baseline", None): 1.0, ("chain", 2): 0.8, ("chain", 4): 0.7,
                ("chain", 6): 0.75, ("tree", 3): 0.5}
     timer = FakeTimer(seconds)
-    choice = costs.choose_speculation(None, DRAFT, [np.zeros((2, 4))], SEARCH, timer=timer,
+    choice = speculation.choose_speculation(None, DRAFT, [np.zeros((2, 4))], SEARCH, timer=timer,
                                       tree_for=lambda best: (2, 1, 1))
     assert [len(c) for c in timer.calls] == [2, 3, 2]  # probe, gammas, tree: each with the baseline
     assert (choice.best.kind, choice.best.tree, choice.best.gamma) == ("tree", (2, 1, 1), 3)
     assert "-> tree (2, 1, 1)" in choice.line()
     # Speculation lost: no tree is asked for.
     slow = FakeTimer({**seconds, **{("chain", g): 2.0 for g in (2, 4, 6)}})
-    choice = costs.choose_speculation(None, DRAFT, [np.zeros((2, 4))], SEARCH, timer=slow,
+    choice = speculation.choose_speculation(None, DRAFT, [np.zeros((2, 4))], SEARCH, timer=slow,
                                       tree_for=lambda best: pytest.fail("tree asked"))
     assert choice.best.kind == "baseline" and len(slow.calls) == 1
 
@@ -111,11 +111,11 @@ def test_a_tree_is_timed_only_when_speculation_paid_and_wins_when_faster():
 def test_a_block_draft_times_its_block_beside_the_chain():
     block = types.SimpleNamespace(extend_block=lambda *a, **k: None, reads_target=True,
                                   max_gamma=4)
-    assert costs.speculation_candidates(block, SEARCH) == [
+    assert speculation.speculation_candidates(block, SEARCH) == [
         ("chain", 2), ("chain", 4), ("chain", 6), ("block", 2), ("block", 4)]
     timer = FakeTimer({("baseline", None): 1.0, ("chain", 2): 0.9, ("chain", 4): 0.85,
                        ("chain", 6): 0.95, ("block", 2): 0.8, ("block", 4): 0.6})
-    choice = costs.choose_speculation(None, block, [np.zeros((2, 4))], SEARCH, timer=timer)
+    choice = speculation.choose_speculation(None, block, [np.zeros((2, 4))], SEARCH, timer=timer)
     assert [n[:2] for n in timer.calls[0]] == [("baseline", None), ("chain", 2), ("block", 2)]
     assert (choice.best.kind, choice.best.gamma) == ("block", 4)
     line = choice.line()
@@ -123,27 +123,28 @@ def test_a_block_draft_times_its_block_beside_the_chain():
     assert line.endswith(f"-> block gamma 4 ({1 / 0.6:.2f}x)")
     # The drafters each candidate decodes with: one call per round for the block, the same
     # model as a target-aware chain for 'chain'.
-    assert isinstance(costs.speculation_drafter(block, "block", 4), drafters.BlockDrafter)
-    chain = costs.speculation_drafter(block, "chain", 2)
+    assert isinstance(speculation.speculation_drafter(block, "block", 4), drafters.BlockDrafter)
+    chain = speculation.speculation_drafter(block, "chain", 2)
     assert type(chain) is drafters.TargetAwareDrafter and chain.gamma == 2
-    assert type(costs.speculation_drafter(DRAFT, "chain", 3)) is drafters.ChainDrafter
-    assert isinstance(costs.speculation_drafter(DRAFT, "tree", 2, (2, 1)), drafters.TreeDrafter)
+    assert type(speculation.speculation_drafter(DRAFT, "chain", 3)) is drafters.ChainDrafter
+    tree = speculation.speculation_drafter(DRAFT, "tree", 2, (2, 1))
+    assert isinstance(tree, drafters.TreeDrafter)
 
 
 def test_gammas_beyond_max_decode_len_are_left_out_and_a_drafter_keeps_its_own():
-    search = costs.SpeculationSearch(sampling=SamplingConfig(1.0), max_decode_len=4)
-    assert costs.speculation_candidates(DRAFT, search) == [("chain", 2), ("chain", 4)]
+    search = speculation.SpeculationSearch(sampling=SamplingConfig(1.0), max_decode_len=4)
+    assert speculation.speculation_candidates(DRAFT, search) == [("chain", 2), ("chain", 4)]
     own = drafters.ChainDrafter(DRAFT, 3)
-    assert costs.speculation_candidates(own, search) == [("chain", 3)]
+    assert speculation.speculation_candidates(own, search) == [("chain", 3)]
     with pytest.raises(ValueError, match="at least one calibration batch"):
-        costs.choose_speculation(None, DRAFT, [], search)
+        speculation.choose_speculation(None, DRAFT, [], search)
 
 
 def test_the_choice_json_records_every_candidate_and_the_reused_results():
     timer = FakeTimer({("baseline", None): 1.0, ("chain", 2): 0.5, ("chain", 4): 0.6,
                        ("chain", 6): 0.7})
     batches = [np.zeros((2, 4)), np.zeros((2, 4))]
-    choice = costs.choose_speculation(None, DRAFT, batches, SEARCH, timer=timer)
+    choice = speculation.choose_speculation(None, DRAFT, batches, SEARCH, timer=timer)
     saved = json.loads(json.dumps(choice.to_json()))
     assert saved["choice"] == "chain g2" and saved["kind"] == "chain" and saved["gamma"] == 2
     assert saved["speedup"] == pytest.approx(2.0) and saved["batch_size"] == 2
@@ -158,4 +159,4 @@ def test_the_choice_json_records_every_candidate_and_the_reused_results():
     (972, 1, 8), (24, 1, 3), (16, 64, 1), (3, 2, 1), (100, 3, 3), (1, 1, 1)])
 def test_the_calibration_slice_is_about_8_rows_and_at_most_an_eighth_of_the_run(
         num_batches, batch_size, expected):
-    assert costs.calibration_batches(num_batches, batch_size) == expected
+    assert speculation.calibration_batches(num_batches, batch_size) == expected

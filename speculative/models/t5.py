@@ -40,11 +40,6 @@ import numpy as np
 from flax import struct
 
 from speculative.decode.contract import BOS_ID, write_rows
-
-# Until speculative/runs/infer.py (t5.PAD_ID) and tests/test_decoding.py (t5.EOS_ID) import
-# them from speculative.decode.contract, where they live (then delete these two lines).
-from speculative.decode.contract import EOS_ID as EOS_ID
-from speculative.decode.contract import PAD_ID as PAD_ID
 from speculative.models import layers
 
 Array = jax.Array

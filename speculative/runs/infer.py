@@ -32,7 +32,7 @@ Pipeline (`run`):
   5. with GAMMA = 'auto' (the default), choose how to decode (`choose_decoding`): the baseline,
      the chain at a few gammas, a block draft's block and the token-tree chooser's tree are
      timed on the first inputs at BATCH_SIZE by the one timing engine
-     (`costs.choose_speculation`), and the fastest runs, no speculation included; the log
+     (`speculation.choose_speculation`), and the fastest runs, no speculation included; the log
      line says why, metrics.json records it under `speculation_choice`, and the calibration's
      seconds count in `timing.run_seconds`;
   6. decode each batch with `decoding.speculative_decode` (or `autoregressive_decode` when
@@ -87,7 +87,7 @@ from speculative.beam import search as beam_lib
 from speculative.data import tasks
 from speculative.decode import contract, drafters
 from speculative.decode import loops as decoding
-from speculative.measure import acceptance
+from speculative.measure import acceptance, speculation
 from speculative.measure import costs as costs_lib
 from speculative.models import partitioning, t5
 from speculative.runs import config as config_lib
@@ -180,11 +180,11 @@ def load_examples(settings: InferSettings, task=None) -> Tuple[Any, List[Example
             raise ValueError(f"Task {task.name!r} has no 'inputs' feature; infer decodes "
                              "inputs -> targets tasks (encoder input, or decoder-only prompt).")
         ids = np.asarray(ex["inputs"], np.int32)
-        if settings.decoder_only and np.any(ids == t5.PAD_ID):
+        if settings.decoder_only and np.any(ids == contract.PAD_ID):
             raise ValueError(
                 f"Example {i} of {task.name}/{settings.split} has the padding id "
-                f"{t5.PAD_ID} in its prompt (positions "
-                f"{np.nonzero(ids == t5.PAD_ID)[0].tolist()[:10]}): a decoder-only prompt is "
+                f"{contract.PAD_ID} in its prompt (positions "
+                f"{np.nonzero(ids == contract.PAD_ID)[0].tolist()[:10]}): a decoder-only prompt is "
                 "right-padded with it, so the model would read it as the prompt's end. Encode "
                 "prompts with a vocabulary that keeps id 0 for padding (seqio's "
                 "SentencePiece vocabularies never emit it).")
@@ -345,24 +345,25 @@ def _chosen_tree(settings: InferSettings, target, draft, calibration, best):
 
 
 def choose_decoding(settings: InferSettings, target, draft, all_batches):
-    """GAMMA = 'auto': times the baseline, the chain at `costs.CHAIN_GAMMAS`, a block draft's
-    block and the chooser's token tree on the run's first batches (`costs.calibration_batches`:
-    about 8 rows, at most 1/8 of the run) with `costs.choose_speculation`, logs the choice and
-    why, and returns `(settings, draft, choice)`: settings that run the fastest (SPECULATIVE
-    False when the baseline was) and the drafter it decodes with (None for the baseline)."""
-    count = costs_lib.calibration_batches(len(all_batches), settings.batch_size)
+    """GAMMA = 'auto': times the baseline, the chain at `speculation.CHAIN_GAMMAS`, a block
+    draft's block and the chooser's token tree on the run's first batches
+    (`speculation.calibration_batches`: about 8 rows, at most 1/8 of the run) with
+    `speculation.choose_speculation`, logs the choice and why, and returns `(settings, draft,
+    choice)`: settings that run the fastest (SPECULATIVE False when the baseline was) and the
+    drafter it decodes with (None for the baseline)."""
+    count = speculation.calibration_batches(len(all_batches), settings.batch_size)
     calibration = [_sharded(b, target) for b, _ in all_batches[:count]]
-    search = costs_lib.SpeculationSearch(
+    search = speculation.SpeculationSearch(
         sampling=settings.sampling, max_decode_len=settings.max_decode_len,
         lenience=settings.lenience, seed=settings.seed)
     tree_for = (functools.partial(_chosen_tree, settings, target, draft, calibration)
                 if _trees_apply(settings, target, draft) else None)
-    choice = costs_lib.choose_speculation(target, draft, calibration, search, tree_for=tree_for)
+    choice = speculation.choose_speculation(target, draft, calibration, search, tree_for=tree_for)
     logging.warning("%s", choice.line())
     best = choice.best
     if not best.speculative:
         return dataclasses.replace(settings, speculative=False), None, choice
-    drafter = costs_lib.speculation_drafter(draft, best.kind, best.gamma, best.tree)
+    drafter = speculation.speculation_drafter(draft, best.kind, best.gamma, best.tree)
     return dataclasses.replace(settings, gamma=best.gamma), drafter, choice
 
 
@@ -488,7 +489,7 @@ class _Decoded:
 
 
 def _decode_all(settings: InferSettings, target, draft, examples: List[Example], all_batches,
-                vocabulary, speculation: Optional[costs_lib.SpeculationChoice] = None
+                vocabulary, speculation: Optional[speculation.SpeculationChoice] = None
                 ) -> _Decoded:
     """Decodes the first batch once untimed (the compile), then every batch timed; stops at the
     first batch whose decode met a non-finite distribution (no text from NaN). After a GAMMA

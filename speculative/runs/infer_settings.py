@@ -19,7 +19,7 @@ import gin
 
 from speculative import loading
 from speculative.decode import sampling as sampling_lib
-from speculative.measure.costs import AUTO
+from speculative.measure.speculation import AUTO
 from speculative.models import partitioning, t5
 
 MODELS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
@@ -86,7 +86,7 @@ class InferSettings:
       output_dir: where predictions.jsonl, metrics.json and config.gin go (None: write nothing).
       gamma: draft tokens per round, or 'auto' (gin: GAMMA; the default): the run times the
         baseline, the chain at a few gammas, a block draft's block and the chooser's token
-        tree on its first inputs (`costs.choose_speculation`) and runs the fastest, which may
+        tree on its first inputs (`speculation.choose_speculation`) and runs the fastest, which may
         be no speculation at all; metrics.json records the choice (`speculation_choice`). With
         BEAM_SIZE, 'auto' lets `choose_beam_search` choose the gamma.
       sampling: applied to both models (temperature 0 = argmax; top_k / top_p).

@@ -34,7 +34,7 @@ beside each row.
 
 A row with GAMMA = 'auto' (the bundled rows; the paper's rows keep the paper's γ) first times
 the baseline and the chain (and a block draft's block) on its first inputs with
-`costs.choose_speculation`, as `infer` does, binds GAMMA to the chosen γ (the fastest
+`speculation.choose_speculation`, as `infer` does, binds GAMMA to the chosen γ (the fastest
 speculative one when the baseline won: a row measures speculative decoding), and says so in
 the table's notes and in table2.json (`speculation_choice`).
 
@@ -70,7 +70,7 @@ import gin
 import numpy as np
 
 from speculative import files
-from speculative.measure import acceptance, theory
+from speculative.measure import acceptance, speculation, theory
 from speculative.measure import costs as costs_lib
 from speculative.measure import timing as measure
 from speculative.models import partitioning
@@ -136,7 +136,7 @@ class RowResult:
     task_metrics: Dict[str, Any] = dataclasses.field(default_factory=dict)
     costs: Optional[costs_lib.StepCosts] = None
     settings: Any = None  # infer.InferSettings
-    speculation_choice: Optional[costs_lib.SpeculationChoice] = None  # GAMMA = 'auto'
+    speculation_choice: Optional[speculation.SpeculationChoice] = None  # GAMMA = 'auto'
     output_dirs: Dict[str, str] = dataclasses.field(default_factory=dict)
 
     def to_json(self) -> Dict[str, Any]:
@@ -320,7 +320,7 @@ def markdown(results: Sequence[RowResult], c_note: str) -> str:
     return "\n".join(lines + notes) + "\n"
 
 
-def _auto_note(choice: costs_lib.SpeculationChoice) -> str:
+def _auto_note(choice: speculation.SpeculationChoice) -> str:
     """What a GAMMA 'auto' row timed and chose, and the γ its columns report."""
     line = choice.line()
     if choice.best.speculative:
@@ -330,7 +330,7 @@ def _auto_note(choice: costs_lib.SpeculationChoice) -> str:
             f"speculative candidate, γ {fastest}.")
 
 
-def row_gamma(choice: costs_lib.SpeculationChoice) -> int:
+def row_gamma(choice: speculation.SpeculationChoice) -> int:
     """The γ a GAMMA 'auto' row decodes with: the chosen one, or when the baseline was fastest
     the fastest speculative candidate's (a Table 2 row measures speculative decoding)."""
     if choice.best.speculative:
@@ -499,20 +499,20 @@ def _decode_row(result: RowResult, row_out: Optional[str]):
 
 def _choose_gamma(result: RowResult, settings, models, examples, row_out: Optional[str]):
     """GAMMA 'auto': times the baseline, the chain (and a block draft's block) on the row's
-    first inputs (`costs.choose_speculation`, as `infer` does; the row's own token-tree
+    first inputs (`speculation.choose_speculation`, as `infer` does; the row's own token-tree
     choice is `choose_trees`'), records the choice, binds GAMMA to the row's γ (`row_gamma`)
     and returns the speculative run's settings (its config.gin then reruns it)."""
     from speculative.runs import infer as infer_lib  # pylint: disable=g-import-not-at-top
 
     all_batches = list(infer_lib.batches(examples, settings.batch_size, settings.input_length))
-    count = costs_lib.calibration_batches(len(all_batches), settings.batch_size)
+    count = speculation.calibration_batches(len(all_batches), settings.batch_size)
     mesh = getattr(models[0], "mesh", None)
     calibration = [partitioning.shard_batch(b, mesh) if mesh is not None else b
                    for b, _ in all_batches[:count]]
-    search = costs_lib.SpeculationSearch(
+    search = speculation.SpeculationSearch(
         sampling=settings.sampling, max_decode_len=settings.max_decode_len,
         lenience=settings.lenience, seed=settings.seed)
-    choice = costs_lib.choose_speculation(models[0], models[1], calibration, search)
+    choice = speculation.choose_speculation(models[0], models[1], calibration, search)
     result.speculation_choice = choice
     result.gamma = row_gamma(choice)
     print(f"row {result.name}: {_auto_note(choice)}")

@@ -1,0 +1,277 @@
+"""GAMMA = 'auto': speculate or not, and how, timed on the run's first inputs.
+
+`choose_speculation` times the baseline (autoregressive decoding), the chain at a few gammas,
+a block draft's blocks and the chooser's tree on the run's first batches, through the one
+timing engine (`costs.interleaved`), and picks the fastest; no speculation is one of the
+choices. infer and Table 2 rows call it when GAMMA is 'auto'.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import jax
+import numpy as np
+
+from speculative.decode import contract, drafters
+from speculative.decode import loops as decoding
+from speculative.decode import trees as trees_lib
+from speculative.decode.sampling import SamplingConfig
+from speculative.measure.costs import interleaved
+
+AUTO = "auto"  # the GAMMA that chooses (infer, Table 2 rows)
+CHAIN_GAMMAS = (2, 4, 6)  # the chain's gammas `choose_speculation` times by default
+CALIBRATION_ROWS = 8  # rows of the calibration slice: ceil(8 / B) batches of the run's B ...
+CALIBRATION_SHARE = 8  # ... but at most 1/8 of the run's batches (at least one)
+
+
+def calibration_batches(num_batches: int, batch_size: int) -> int:
+    """How many of a run's first batches `choose_speculation` times: enough for
+    `CALIBRATION_ROWS` rows (acceptance varies by sentence), at most 1/`CALIBRATION_SHARE` of
+    the run (every candidate decodes the slice at least twice), and at least one batch."""
+    wanted = -(-CALIBRATION_ROWS // batch_size)
+    return max(1, min(wanted, num_batches // CALIBRATION_SHARE, num_batches))
+
+
+@dataclasses.dataclass(frozen=True)
+class SpeculationSearch:
+    """How `choose_speculation` decodes and times its candidates.
+
+    Attributes:
+      sampling: the run's sampling (every candidate decodes under it).
+      max_decode_len: the run's N (the programs compiled are the run's own).
+      lenience: speculative_decode's lenience (1 = exact; token trees need 1).
+      gammas: the chain's gammas (and the block draft's, capped at its `max_gamma`).
+      repeats: interleaved timed rounds after each program's first (compiling) call.
+      seed: batch i of the slice decodes with fold_in(PRNGKey(seed), i), as the run's batch i,
+        so the chosen program's first-call results are the run's results for those batches.
+      min_speedup: a speculative candidate runs only if it beat the baseline by this factor.
+    """
+
+    sampling: SamplingConfig
+    max_decode_len: int
+    lenience: float = 1.0
+    gammas: Tuple[int, ...] = CHAIN_GAMMAS
+    repeats: int = 1
+    seed: int = 0
+    min_speedup: float = 1.0
+
+
+@dataclasses.dataclass(frozen=True)
+class SpeculationCandidate:
+    """One timed way of decoding: `kind` 'baseline' (autoregressive), 'chain', 'block' (one draft
+    call per round) or 'tree', with its gamma (a tree's depth) and branching.
+
+    Attributes:
+      seconds: median seconds of the slice over the timed rounds.
+      first_call_s: the first call's seconds (compilation included).
+      tokens: tokens generated on the slice (by the first call).
+      speedup: the baseline's ms/token over this one's, timed in the same rounds.
+      tokens_per_target_call: generated tokens per target call on the slice.
+      stage: the timing stage (`choose_speculation`); its baseline was timed in it again.
+    """
+
+    kind: str
+    gamma: Optional[int]
+    tree: Optional[Tuple[int, ...]]
+    seconds: float
+    first_call_s: float
+    tokens: int
+    speedup: float
+    tokens_per_target_call: float
+    stage: int = 1
+
+    @property
+    def name(self) -> str:
+        if self.kind == "baseline":
+            return "baseline"
+        return f"tree {self.tree}" if self.kind == "tree" else f"{self.kind} g{self.gamma}"
+
+    @property
+    def ms_per_token(self) -> float:
+        return 1000.0 * self.seconds / max(self.tokens, 1)
+
+    @property
+    def speculative(self) -> bool:
+        return self.kind != "baseline"
+
+    def to_json(self) -> Dict[str, Any]:
+        return {**dataclasses.asdict(self), "tree": list(self.tree) if self.tree else None,
+                "name": self.name, "ms_per_token": self.ms_per_token}
+
+
+@dataclasses.dataclass(frozen=True)
+class SpeculationChoice:
+    """What `choose_speculation` timed and picked.
+
+    Attributes:
+      best: the candidate to run (the baseline unless a speculative one beat it by
+        `min_speedup`).
+      candidates: every candidate timed, in the order timed.
+      batch_size, batches: the slice (`batches` batches of `batch_size` rows).
+      repeats: the timed rounds.
+      seconds: the calibration's walltime (compilations and every decode included).
+      results: the best program's results for the slice's batches (the run's first results;
+        not in the JSON).
+    """
+
+    best: SpeculationCandidate
+    candidates: Tuple[SpeculationCandidate, ...]
+    batch_size: int
+    batches: int
+    repeats: int
+    seconds: float
+    results: Tuple[Any, ...] = dataclasses.field(default=(), compare=False, repr=False)
+
+    def to_json(self) -> Dict[str, Any]:
+        return {"choice": self.best.name, "kind": self.best.kind, "gamma": self.best.gamma,
+                "tree": list(self.best.tree) if self.best.tree else None,
+                "speedup": self.best.speedup, "batch_size": self.batch_size,
+                "calibration_batches": self.batches, "repeats": self.repeats,
+                "calibration_seconds": self.seconds,
+                "candidates": [c.to_json() for c in self.candidates]}
+
+    def line(self) -> str:
+        """The choice and why, e.g. 'gamma auto: baseline 12.1 ms/token, chain g3 9.8, g5 9.1
+        -> chain gamma 5 (1.33x)'."""
+        order = {"baseline": 0, "chain": 1, "block": 2, "tree": 3}
+        shown = [self.candidates[0]] + sorted(
+            (c for c in self.candidates if c.speculative),
+            key=lambda c: (order[c.kind], c.gamma or 0))
+        parts, kind = [], None
+        for c in shown:  # the later stages' baselines (the same program again) left out
+            label = c.name if c.kind != kind or c.kind == "tree" else f"g{c.gamma}"
+            unit = " ms/token" if not parts else ""
+            parts.append(f"{label} {c.ms_per_token:.3g}{unit}")
+            kind = c.kind
+        best = self.best
+        verdict = ("no speculation (the baseline was fastest)" if not best.speculative
+                   else f"{best.name.replace(' g', ' gamma ')} ({best.speedup:.2f}x)")
+        return (f"gamma auto: {', '.join(parts)} on {self.batches} x {self.batch_size} rows "
+                f"(calibration {self.seconds:.1f} s) -> {verdict}")
+
+
+def speculation_drafter(draft, kind: str, gamma: int, tree: Optional[Tuple[int, ...]] = None):
+    """The drafter of a candidate: 'chain' drafts `gamma` tokens one call each (a block draft
+    as the target-aware chain it also is), 'block' the block draft's whole block in one call,
+    'tree' the token tree `tree` (from the block's per-position laws for a block draft)."""
+    if kind == "block":
+        return drafters.BlockDrafter(draft, int(gamma))
+    if kind == "tree":
+        return drafters.as_drafter(draft, len(tree), trees_lib.as_tree(tuple(tree)))
+    if contract.drafts_blocks(draft):
+        return drafters.TargetAwareDrafter(draft, int(gamma))
+    return drafters.as_drafter(draft, int(gamma))
+
+
+def speculation_candidates(draft, search: SpeculationSearch) -> List[Tuple[str, int]]:
+    """`[(kind, gamma)]` of the first stage: the chain at `search.gammas` (a drafter object
+    brings its own gamma) and, for a block draft, the block at them (capped at its
+    max_gamma); gammas above max_decode_len are left out."""
+    if drafters.is_drafter(draft):
+        return [("chain", int(draft.gamma))]
+    gammas = sorted({int(g) for g in search.gammas if 1 <= g <= search.max_decode_len})
+    out = [("chain", g) for g in gammas]
+    if contract.drafts_blocks(draft):
+        top = int(draft.max_gamma)
+        out += [("block", g) for g in sorted({min(g, top) for g in gammas})]
+    return out
+
+
+def _speculation_programs(target, batches, search: SpeculationSearch,
+                          drafters_by_name: Dict[Any, Any]) -> Dict[Any, Callable[[], Any]]:
+    """Thunks decoding every batch of the slice: the baseline for a drafter of None."""
+    keys = [jax.random.fold_in(jax.random.PRNGKey(search.seed), i) for i in range(len(batches))]
+
+    def program(drafter):
+        if drafter is None:
+            return lambda: [decoding.autoregressive_decode(
+                target, x, rng=k, sampling=search.sampling,
+                max_decode_len=search.max_decode_len) for x, k in zip(batches, keys)]
+        return lambda: [decoding.speculative_decode(
+            target, drafter, x, rng=k, gamma=None, sampling=search.sampling,
+            max_decode_len=search.max_decode_len, lenience=search.lenience)
+            for x, k in zip(batches, keys)]
+
+    return {name: program(d) for name, d in drafters_by_name.items()}
+
+
+def _time_candidates(target, draft, batches, search: SpeculationSearch,
+                     shapes: Sequence[Tuple[str, Optional[int], Optional[Tuple[int, ...]]]],
+                     timer: Optional[Callable] = None, stage: int = 1):
+    """`(candidates, results)`: the baseline and each `(kind, gamma, tree)` of `shapes` timed
+    in `search.repeats` interleaved rounds on `batches` (`timer`: `interleaved` unless a test
+    gives another), and each one's first-call results."""
+    timer = timer or interleaved
+    named = {("baseline", None, None): None}
+    named.update({s: speculation_drafter(draft, *s) for s in shapes})
+    first, times, outputs = timer(_speculation_programs(target, batches, search, named),
+                                  search.repeats)
+    out, baseline_ms = [], None
+    for name in named:  # the baseline first
+        results = outputs[name]
+        tokens = int(sum(int(np.asarray(r.lengths).sum()) for r in results))
+        calls = sum(float(np.sum(np.asarray(r.stats.target_calls))) for r in results)
+        seconds = float(np.median(times[name]))
+        ms = seconds / max(tokens, 1)
+        baseline_ms = ms if baseline_ms is None else baseline_ms
+        out.append(SpeculationCandidate(
+            kind=name[0], gamma=name[1], tree=name[2], seconds=seconds,
+            first_call_s=float(first[name]), tokens=tokens,
+            speedup=baseline_ms / ms if ms > 0 else 0.0,
+            tokens_per_target_call=tokens / calls if calls else 0.0, stage=stage))
+    return out, {c: outputs[k] for c, k in zip(out, named)}
+
+
+def choose_speculation(target, draft, batches: Sequence[Any], search: SpeculationSearch, *,
+                       tree_for: Optional[Callable[[SpeculationCandidate],
+                                                   Optional[Tuple[int, ...]]]] = None,
+                       timer: Optional[Callable] = None) -> SpeculationChoice:
+    """Which way of decoding is fastest here: the baseline (no speculation), the chain at
+    `search.gammas`, a block draft's block (`contract.drafts_blocks`) and, where speculation
+    paid and `tree_for` proposes one, a token tree; timed on `batches` (the run's first inputs
+    at its batch size) by the one timing engine (`interleaved`: compiled first, then
+    `search.repeats` rounds in a rotated order), compared by milliseconds per generated token.
+
+    In stages, each timed against the baseline in its own rounds, so that where speculation
+    does not pay (a large batch) little is spent finding that out:
+
+      1. the probe: each kind (chain, block) at its smallest gamma, the cheapest round;
+      2. if a probe beat the baseline by `search.min_speedup`: the other gammas;
+      3. if speculation still paid and `tree_for(best)` (e.g. `acceptance.choose_tree`'s
+         tree; None for the chain) names a branching tree: that tree.
+
+    The fastest speculative candidate runs when it beat its baseline by `search.min_speedup`,
+    else the baseline. The chosen program's first-call results are the run's results for these
+    batches (same inputs, same keys), so the run need not decode them again.
+    """
+    if not batches:
+        raise ValueError("choose_speculation needs at least one calibration batch.")
+    start = time.perf_counter()
+    shapes = [(k, g, None) for k, g in speculation_candidates(draft, search)]
+    probes = [s for i, s in enumerate(shapes) if all(s[0] != t[0] for t in shapes[:i])]
+    candidates, results, stages = [], {}, []
+
+    def stage(stage_shapes) -> Optional[SpeculationCandidate]:
+        timed, timed_results = _time_candidates(target, draft, batches, search, stage_shapes,
+                                                timer, stage=1 + len(stages))
+        stages.append(stage_shapes)
+        candidates.extend(timed)
+        results.update(timed_results)
+        best = max((c for c in candidates if c.speculative), key=lambda c: c.speedup)
+        return best if best.speedup >= search.min_speedup else None
+
+    paid = stage(probes)
+    rest = [s for s in shapes if s not in probes]
+    if paid is not None and rest:
+        paid = stage(rest)
+    tree = tree_for(paid) if paid is not None and tree_for is not None else None
+    if tree and any(b > 1 for b in tree):  # a branching tree, not the chain
+        paid = stage([("tree", len(tree), tuple(tree))])
+    best = paid or candidates[0]
+    return SpeculationChoice(
+        best=best, candidates=tuple(candidates), batch_size=int(np.shape(batches[0])[0]),
+        batches=len(batches), repeats=search.repeats, seconds=time.perf_counter() - start,
+        results=tuple(results[best]))
