@@ -94,6 +94,10 @@ def test_placeholder_logits_are_the_training_forward_anchor_by_anchor():
             if anchor + k < length:
                 np.testing.assert_allclose(logits[:, anchor - cut + k], train[k, :, anchor + k],
                                            rtol=2e-4, atol=2e-5)
+    short = module.apply({"params": params}, encoded, mask, tokens[:, :2], feats[:, :2], GAMMA,
+                         method="block_logits")  # a sentence shorter than the block
+    np.testing.assert_allclose(short[0], train[0, :, :2], rtol=2e-4, atol=2e-5)
+    np.testing.assert_allclose(short[1, :, 1], train[1, :, 1], rtol=2e-4, atol=2e-5)
     # the model's unrolled logits are the block's (what per-depth acceptance measures)
     got = block.unrolled_logits(params, (encoded, mask), tokens, feats, GAMMA)
     np.testing.assert_allclose(got, train, rtol=1e-6, atol=1e-6)

@@ -173,7 +173,7 @@ class BlockDraft(fd.FeatureDraft):
             x = layer.attend(x, *kv[-1], real_bias, ckv, cross_bias)
         # Placeholder d's row at position j follows anchor j - d: its input reads g_{j-d}.
         ph = jnp.asarray(self.placeholders(gamma - 1), x.dtype)  # [G - 1, E]
-        top = jnp.stack([jnp.pad(x[:, :length - d], ((0, 0), (d, 0), (0, 0)))
+        top = jnp.stack([jnp.pad(x, ((0, 0), (d, 0), (0, 0)))[:, :length]
                          for d in range(1, gamma)], 1)  # [B, G - 1, L, E]
         y = self.placeholder_inputs(jnp.broadcast_to(ph[None, :, None], top.shape), top)
         y = y.reshape(batch, (gamma - 1) * length, -1)  # the placeholder stream, by depth
