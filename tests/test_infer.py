@@ -27,7 +27,6 @@ from speculative import loading
 from speculative.data import tasks
 from speculative.decode import contract
 from speculative.measure import acceptance, speculation, theory
-from speculative.measure import costs as costs_lib
 from speculative.models import t5
 from speculative.runs import config as config_lib
 from speculative.runs import infer, table2
@@ -773,7 +772,7 @@ def test_gamma_auto_runs_the_fastest_choice_and_records_it(tiny_gin, tmp_path, m
                                      ("chain", 4): 0.5, ("chain", 6): 0.7}),
                           ("baseline", {("baseline", None): 1.0, ("chain", 2): 1.1,
                                         ("chain", 4): 1.2, ("chain", 6): 1.3})):
-        monkeypatch.setattr(costs_lib, "interleaved", _fake_interleaved(seconds))
+        monkeypatch.setattr(speculation, "interleaved", _fake_interleaved(seconds))
         gin.clear_config()
         config_lib.parse_gin([INFER_GIN, tiny_gin], [
             b for b in _bindings(tmp_path / name) if not b.startswith("GAMMA")]
@@ -803,7 +802,7 @@ def test_gamma_auto_runs_the_fastest_choice_and_records_it(tiny_gin, tmp_path, m
         [r["prediction_tokens"] for r in base.records]
     assert len(spec.records) == NUM_EXAMPLES
     # A fixed GAMMA times nothing and keeps its gamma.
-    monkeypatch.setattr(costs_lib, "choose_speculation", lambda *a, **k: pytest.fail("timed"))
+    monkeypatch.setattr(speculation, "choose_speculation", lambda *a, **k: pytest.fail("timed"))
     gin.clear_config()
     config_lib.parse_gin([INFER_GIN, tiny_gin], _bindings(None, GAMMA="2"))
     fixed = infer.infer()
@@ -817,7 +816,7 @@ def test_a_table2_row_with_gamma_auto_reports_the_chosen_gamma(tiny_gin, tmp_pat
     gamma, and its choice is in the notes and the JSON; the star is explained."""
     seconds = {("baseline", None): 1.0, ("chain", 2): 0.9, ("chain", 4): 0.5, ("chain", 6): 0.7}
     choose = speculation.choose_speculation
-    monkeypatch.setattr(costs_lib, "choose_speculation", lambda *a, **k: choose(
+    monkeypatch.setattr(speculation, "choose_speculation", lambda *a, **k: choose(
         *a, **k, timer=_fake_interleaved(seconds)))
     rows_dir = tmp_path / "rows"
     rows_dir.mkdir()

@@ -64,6 +64,7 @@ import numpy as np
 from flax import linen as nn
 from flax import struct
 
+from speculative.decode.contract import write_rows
 from speculative.models import feature_draft as fd
 from speculative.models import layers, t5
 
@@ -229,7 +230,7 @@ class BlockDraft(fd.FeatureDraft):
             x, kv = layer.extend(x, kv, cache.lengths, self_bias, ckv, cross_bias)
             new_kv.append(kv)
         logits = self.logits(x)
-        hidden = layers.write_rows(cache.hidden, jnp.asarray(x, jnp.float32), cache.lengths)
+        hidden = write_rows(cache.hidden, jnp.asarray(x, jnp.float32), cache.lengths)
         if num_placeholders:
             # The placeholder stream, written after the chunk (slots start + K ..) at the
             # logical positions right after each row's last real token; junk slots masked.

@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from speculative.decode.contract import write_rows as write_rows  # models call layers.write_rows
+from speculative.decode.contract import write_rows
 
 Array = jax.Array
 DType = jnp.dtype

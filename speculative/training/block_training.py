@@ -223,7 +223,9 @@ def train(*, module: bd.BlockDraft, config: BlockTrainConfig, cache_dir: str, mo
     feature draft; on a resumed run, the template the saved state is read into).
     Writes `model_dir/train_config.json`, `metrics.jsonl`, `train_state.msgpack` (resumable)
     and, at the end, `params.msgpack` (float32). `stop_at` ends this call after that step.
-    Returns {step, seconds, valid, done}."""
+    Returns {step, seconds, valid, done}. Long, as `feature_training.train`'s loop was before
+    it was split: the resumable loop (restore, step, evaluate, checkpoint) reads best whole;
+    splitting it is the next clean-up."""
     if config.gamma > module.max_gamma:
         raise ValueError(f"gamma={config.gamma} exceeds the draft's max_gamma "
                          f"{module.max_gamma}.")
