@@ -339,7 +339,7 @@ def test_timed_drafts_are_the_t5_and_target_aware_drafts():
         timed = bundles.ENDE.timed_drafts(target)
         expected = [n for n in bundles.ENDE.drafts(target) if mini.target_of(n) == target]
         assert timed == expected and all(
-            mini.is_t5(n) or bundles.ENDE.entry(n)["kind"] == bundles.FEATURE_DRAFT for n in timed)
+            mini.is_t5(n) or bundles.ENDE.entry(n)["kind"] in bundles.READS_TARGET for n in timed)
     assert "large_feature_draft" in bundles.ENDE.timed_drafts(mini.LARGE_TARGET)
     assert not any(n.startswith("mini_") and "gram" in n
                    for n in bundles.ENDE.timed_drafts(mini.LARGE_TARGET))

@@ -368,10 +368,16 @@ def feature_draft_config(entry: dict):
     return feature_draft.FeatureDraftConfig(**entry["config"])
 
 
+def _card_entry(models_dir: str, name: str) -> dict:
+    with open(os.path.join(models_dir, "model_card.json")) as f:
+        return json.load(f)["models"][name]
+
+
 def load_feature_draft(entry: dict, models_dir: str = ENDE.models_dir,
                        kernel_layout: str = "auto"):
     """A bundled target-aware draft (bfloat16 T5X checkpoint, decoded in float32); a block
-    draft (kind 'block_draft') as a `BlockDraftModel`."""
+    draft (kind 'block_draft') as a `BlockDraftModel`, its checkpoint merged over the draft it
+    `shares` (the frozen feature draft it was trained from)."""
     # pylint: disable=g-import-not-at-top
     from speculative.checkpoints import t5x as checkpoints
     from speculative.models import block_draft, feature_draft, layers
@@ -383,6 +389,11 @@ def load_feature_draft(entry: dict, models_dir: str = ENDE.models_dir,
         module = feature_draft.FeatureDraft(feature_draft_config(entry))
     params = checkpoints.load_params(os.path.join(models_dir, entry["checkpoint"]),
                                      dtype="float32")
+    if entry.get("shares"):  # a block draft stores its placeholder stream only: the rest is
+        # the (frozen) feature draft it was trained from, bundled once
+        shared = _card_entry(models_dir, entry["shares"])
+        params = {**checkpoints.load_params(os.path.join(models_dir, shared["checkpoint"]),
+                                            dtype="float32"), **params}
     if layers.resolve_kernel_layout(kernel_layout) == "transposed":
         params = layers.transpose_kernels(params)
     kind = (block_draft.BlockDraftModel if entry.get("kind") == BLOCK_DRAFT
