@@ -60,9 +60,11 @@ def _proposals(target, drafter, inputs, rng, *, verifier, num_steps, max_decode_
     tstate, state = drafter.start(view, inputs, max_decode_len, drafter.layout.width)
 
     def body(i, acc):
+        # The barrier ties this iteration's inputs to the running sum, so XLA cannot hoist the
+        # proposal out of the loop: each iteration is one real `propose`.
+        acc, st, ts = jax.lax.optimization_barrier((acc, state, tstate))
         keys = RoundKeys.split(jax.random.fold_in(rng, i), drafter.gamma)
-        proposal, _ = drafter.propose(state, tstate.pending, tstate.lengths, keys.draft,
-                                      verifier)
+        proposal, _ = drafter.propose(st, ts.pending, ts.lengths, keys.draft, verifier)
         return acc + jnp.sum(proposal.q) + jnp.sum(proposal.tokens)
 
     return jax.lax.fori_loop(0, num_steps, body, jnp.zeros((), jnp.float32))

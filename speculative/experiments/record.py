@@ -51,6 +51,14 @@ def headline_numbers(experiment: str, report: Dict[str, Any]) -> Dict[str, Any]:
         return {"rows": [{"beam_size": r["beam_size"],
                           "speculative_over_jitted": _r((r.get("proposal") or {}).get("speedup"))}
                          for r in rows]}
+    if experiment == "block_drafts":
+        return {"best": [{"T": b["temperature"], "draft": r["draft"], "gamma": r["gamma"],
+                          "speedup": _r(r["speedup"]), "c_round": _r(r["c_round"]),
+                          "tokens_per_target_call": _r(r["tokens_per_target_call"])}
+                         for b in report["temperatures"]
+                         for r in [max((x for x in b["rows"] if x["draft"] == name),
+                                       key=lambda x: x["speedup"])
+                                   for name in report["settings"]["drafts"]]]}
     if experiment == "trees":
         return {"rows": [{"T": r["temperature"], "chain_speedup": _r(r["chain"]["speedup"]),
                           "widest_tree_speedup": _r(r["most_tokens"]["speedup"]),
