@@ -127,3 +127,15 @@ def test_drafters_check_their_settings_and_the_target(block_pair):
     with pytest.raises(TypeError, match="TreeTarget.*lacks extend_tree, keep_path"):
         drafters.TreeDrafter(drafters.ChainDrafter(draft, 2), trees.Tree((2, 1))).check(
             plain_target)
+
+
+def test_a_draft_trained_for_another_target_is_refused_by_name():
+    """large_feature_draft reads large_target's layers 2, 4, 6; mini_target has 3 decoder
+    layers: refused before any work, saying the draft belongs to another target."""
+    from speculative.runs import mini  # pylint: disable=import-outside-toplevel
+
+    target, draft = mini.load("mini_target"), mini.load("large_feature_draft")
+    inputs = mini.Vocabulary().encode_sources(["Open the file"], 16)
+    with pytest.raises(ValueError, match="trained for another target.*belongs to large_target"):
+        decoding.speculative_decode(target, draft, inputs, rng=jax.random.PRNGKey(0), gamma=2,
+                                    sampling=GREEDY, max_decode_len=4)
