@@ -202,20 +202,10 @@ class BlockDraft(fd.FeatureDraft):
         Worked example: lengths 5, K = 3, num_tokens 2, 2 placeholders. Physical slots 5, 6
         real, 7 junk, 8, 9 placeholders at logical positions 7, 8; slot 7 is masked for every
         later row; the cache returned has length 7, so slots 7.. are stale."""
-        cfg = self.config
         batch, num_real = tokens.shape
         n = (jnp.full((batch,), num_real, jnp.int32) if num_tokens is None
              else jnp.asarray(num_tokens, jnp.int32))
-        if not cfg.feature_layers:
-            feature = None
-        elif features is None:
-            if num_real != 1:
-                raise ValueError("Without target features the draft extends one token per call.")
-            prev = jnp.maximum(cache.lengths - 1, 0)
-            feature = jnp.take_along_axis(cache.hidden, prev[:, None, None], axis=1)
-        else:
-            feature = self.fused(features)
-        x = self.embed(tokens, feature)
+        x = self.cached_input(cache, tokens, features)
         start = cache.lengths[:, None]  # [B, 1]
         max_len = cache.hidden.shape[1]
         slot = jnp.arange(max_len)[None]  # [1, L]

@@ -311,21 +311,28 @@ class FeatureDraft(nn.Module):
             cross_kv=cross_kv, encoder_mask=encoder_mask,
             hidden=jnp.zeros((batch, max_len, cfg.emb_dim), jnp.float32))
 
-    def extend(self, cache: FeatureDraftCache, tokens: Array,
-               features: Optional[Array] = None) -> Tuple[Array, FeatureDraftCache]:
-        """Appends `tokens [B, K]` with the target's `features [B, K, F]` of the previous
-        positions, or (`features=None`, K = 1) with the draft's own hidden state there."""
-        num_new = tokens.shape[1]
+    def cached_input(self, cache: FeatureDraftCache, tokens: Array,
+                     features: Optional[Array]) -> Array:
+        """The layer input of `tokens [B, K]` appended to `cache`: each token with the target's
+        feature of the previous position (`features [B, K, F]`), or, with `features=None` (K =
+        1), the draft's own hidden state at the row's last cached position."""
         if not self.config.feature_layers:
             feature = None  # the ablation that reads the encoder output only
         elif features is None:
-            if num_new != 1:
+            if tokens.shape[1] != 1:
                 raise ValueError("Without target features the draft extends one token per call.")
             prev = jnp.maximum(cache.lengths - 1, 0)
             feature = jnp.take_along_axis(cache.hidden, prev[:, None, None], axis=1)
         else:
             feature = self.fused(features)
-        x = self.embed(tokens, feature)
+        return self.embed(tokens, feature)
+
+    def extend(self, cache: FeatureDraftCache, tokens: Array,
+               features: Optional[Array] = None) -> Tuple[Array, FeatureDraftCache]:
+        """Appends `tokens [B, K]` with the target's `features [B, K, F]` of the previous
+        positions, or (`features=None`, K = 1) with the draft's own hidden state there."""
+        num_new = tokens.shape[1]
+        x = self.cached_input(cache, tokens, features)
         max_len = cache.hidden.shape[1]
         query_pos = cache.lengths[:, None] + jnp.arange(num_new)[None]
         key_pos = jnp.arange(max_len)[None]
