@@ -86,23 +86,8 @@ class BlockTrainConfig:
     freeze_feature_draft: bool = True
 
     def __post_init__(self):
-        object.__setattr__(self, "buckets", tuple(int(b) for b in self.buckets))
-        if isinstance(self.extra_caches, str):
-            raise ValueError(f"BlockTrainConfig.extra_caches={self.extra_caches!r} is a "
-                             "sequence of cache directories: write (\"dir\",).")
-        object.__setattr__(self, "extra_caches", tuple(str(d) for d in self.extra_caches))
-        for name in ("steps", "gamma", "batch_tokens", "checkpoint_every", "valid_sentences"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-                raise ValueError(f"BlockTrainConfig.{name}={value!r} must be an int >= 1.")
-        terms = str(self.objective).split("+")
-        if not set(terms) <= set(feature_training.OBJECTIVE_TERMS) or \
-                len(set(terms)) != len(terms):
-            raise ValueError(f"BlockTrainConfig.objective={self.objective!r}: use one or more "
-                             f"of {feature_training.OBJECTIVE_TERMS} joined by '+'.")
-        if not self.learning_rate > 0:
-            raise ValueError(f"BlockTrainConfig.learning_rate={self.learning_rate!r} must be "
-                             "> 0.")
+        feature_training.check_train_settings(
+            self, ("steps", "gamma", "batch_tokens", "checkpoint_every", "valid_sentences"))
 
 
 # ------------------------------------------------------------------------------------ objectives
@@ -314,14 +299,3 @@ def load_params(model_dir: str, module: bd.BlockDraft) -> Any:
     template = bd.init_params(module, jax.random.PRNGKey(0))
     with open(os.path.join(model_dir, "params.msgpack"), "rb") as f:
         return flax.serialization.from_bytes(template, f.read())
-
-
-def last_valid(model_dir: str) -> Optional[dict]:
-    """The last held-out evaluation in `model_dir/metrics.jsonl` (None before the first)."""
-    path = os.path.join(model_dir, "metrics.jsonl")
-    if not os.path.exists(path):
-        return None
-    with open(path) as f:
-        rows = [json.loads(line) for line in f if line.strip()]
-    return rows[-1]["valid"] if rows else None
-

@@ -87,23 +87,32 @@ class FeatureTrainConfig:
     state_loss_weight: float = 0.0
 
     def __post_init__(self):
-        object.__setattr__(self, "buckets", tuple(int(b) for b in self.buckets))
-        if isinstance(self.extra_caches, str):
-            raise ValueError(f"FeatureTrainConfig.extra_caches={self.extra_caches!r} is a "
-                             "sequence of cache directories: write (\"dir\",).")
-        object.__setattr__(self, "extra_caches", tuple(str(d) for d in self.extra_caches))
-        for name in ("steps", "batch_tokens", "depth", "checkpoint_every"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-                raise ValueError(f"FeatureTrainConfig.{name}={value!r} must be an int >= 1.")
-        terms = str(self.objective).split("+")
-        if not set(terms) <= set(OBJECTIVE_TERMS) or len(set(terms)) != len(terms):
-            raise ValueError(f"FeatureTrainConfig.objective={self.objective!r}: use one or more "
-                             f"of {OBJECTIVE_TERMS} joined by '+', each once (e.g. 'kl+tv').")
-        if not self.learning_rate > 0:
-            raise ValueError(f"learning_rate={self.learning_rate!r} must be > 0.")
+        check_train_settings(self, ("steps", "batch_tokens", "depth", "checkpoint_every"))
         if not self.state_loss_weight >= 0:
             raise ValueError(f"state_loss_weight={self.state_loss_weight!r} must be >= 0.")
+
+
+def check_train_settings(config, positive: Sequence[str]) -> None:
+    """The checks a feature-cache training config shares (`FeatureTrainConfig`,
+    `block_training.BlockTrainConfig`): `buckets` and `extra_caches` as tuples (a bare string
+    refused), the `positive` fields ints >= 1, `objective` a '+'-sum of `OBJECTIVE_TERMS`, a
+    positive learning rate; each message names the config's field."""
+    name = type(config).__name__
+    object.__setattr__(config, "buckets", tuple(int(b) for b in config.buckets))
+    if isinstance(config.extra_caches, str):
+        raise ValueError(f"{name}.extra_caches={config.extra_caches!r} is a sequence of cache "
+                         "directories: write (\"dir\",).")
+    object.__setattr__(config, "extra_caches", tuple(str(d) for d in config.extra_caches))
+    for field in positive:
+        value = getattr(config, field)
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+            raise ValueError(f"{name}.{field}={value!r} must be an int >= 1.")
+    terms = str(config.objective).split("+")
+    if not set(terms) <= set(OBJECTIVE_TERMS) or len(set(terms)) != len(terms):
+        raise ValueError(f"{name}.objective={config.objective!r}: use one or more of "
+                         f"{OBJECTIVE_TERMS} joined by '+', each once (e.g. 'kl+tv').")
+    if not config.learning_rate > 0:
+        raise ValueError(f"{name}.learning_rate={config.learning_rate!r} must be > 0.")
 
 
 # ------------------------------------------------------------------------------------- the data
@@ -495,3 +504,13 @@ def load_params(model_dir: str, draft_config: fd.FeatureDraftConfig):
     with open(os.path.join(model_dir, "params.msgpack"), "rb") as f:
         return flax.serialization.from_bytes(template, f.read())
 
+
+def last_valid(model_dir: str) -> Optional[dict]:
+    """The last held-out evaluation a training run logged in `model_dir/metrics.jsonl` (None
+    before the first): a finished run's, reported when it is reloaded to export."""
+    path = os.path.join(model_dir, "metrics.jsonl")
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        rows = [json.loads(line) for line in f if line.strip()]
+    return rows[-1]["valid"] if rows else None
