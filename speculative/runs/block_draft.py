@@ -33,7 +33,7 @@ from speculative.measure import acceptance
 from speculative.models import block_draft as bd
 from speculative.runs import feature_draft as feature_runs
 from speculative.runs import mini
-from speculative.training import block_training, feature_data
+from speculative.training import block_training, feature_data, feature_training
 from speculative.training import distillation as training
 from speculative.training.data import pad_rows
 from speculative.training.evaluation import num_params
@@ -118,7 +118,7 @@ def train_block_draft(*, model_dir: str, cache_dir: str,
         "steps": config.steps, "train_wall_s": round(result["seconds"], 1),
         "trained_on": f"{os.cpu_count()} CPU cores" if jax.default_backend() == "cpu"
         else jax.devices()[0].device_kind,
-        "final_valid": result["valid"] or block_training.last_valid(model_dir),
+        "final_valid": result["valid"] or feature_training.last_valid(model_dir),
         "feature_cache": feature_data.read_manifest(cache_dir),
         "checkpoint": os.path.relpath(path, store),
         "depth_acceptance": depth_acceptance(target_model, draft, config.gamma,

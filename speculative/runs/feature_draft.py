@@ -137,7 +137,7 @@ def train_feature_draft(*, model_dir: str, cache_dir: str, draft: fd_model.Featu
         draft, params = fd_model.with_hot_vocab(draft, params, ids)
         hot = {"size": hot_vocab, "coverage": coverage}
     module = fd_model.FeatureDraft(draft)
-    valid = result["valid"] or _last_valid(model_dir)  # a finished run's last evaluation
+    valid = result["valid"] or feature_training.last_valid(model_dir)  # a finished run's
     summary = {
         "kind": mini.FEATURE_DRAFT, "name": name or os.path.basename(model_dir.rstrip("/")),
         "config": dataclasses.asdict(draft), "train_config": dataclasses.asdict(config),
@@ -175,15 +175,6 @@ def train_feature_draft(*, model_dir: str, cache_dir: str, draft: fd_model.Featu
     if export_dir:
         distillation.update_card(export_dir, summary["name"], summary)
     return summary
-
-
-def _last_valid(model_dir: str) -> Optional[dict]:
-    path = os.path.join(model_dir, "metrics.jsonl")
-    if not os.path.exists(path):
-        return None
-    with open(path) as f:
-        rows = [json.loads(line) for line in f if line.strip()]
-    return rows[-1]["valid"] if rows else None
 
 
 def _valid_rows(num: int, length: int, decoder_only: bool) -> List[np.ndarray]:
