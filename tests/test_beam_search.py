@@ -50,8 +50,7 @@ def _compare(target, draft, sources, beam_size, draft_beam, gamma=4, host=True):
 
 def _random_pair(seed):
     from speculative.models import t5  # pylint: disable=g-import-not-at-top
-
-    from conftest import random_params, tiny_config  # pylint: disable=g-import-not-at-top
+    from tests.helpers import random_params, tiny_config  # pylint: disable=g-import-not-at-top
 
     module = t5.Transformer(tiny_config(vocab_size=12))
     return tuple(adapters.EncoderDecoderModel(module, random_params(module, seed + k))
@@ -193,8 +192,7 @@ def test_jitted_beam_search_equals_the_host_search_on_random_models(seed):
     """Twelve random tiny T5s (vocab 12, EOS frequent): early stops, rows finishing at
     different steps, rows with no finished beam, widths 1 to 4, length penalties 0 to 1.2."""
     from speculative.models import t5  # pylint: disable=g-import-not-at-top
-
-    from conftest import random_params, tiny_config  # pylint: disable=g-import-not-at-top
+    from tests.helpers import random_params, tiny_config  # pylint: disable=g-import-not-at-top
 
     module = t5.Transformer(tiny_config(vocab_size=12))
     target = adapters.EncoderDecoderModel(module, random_params(module, seed))

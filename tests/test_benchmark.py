@@ -28,10 +28,8 @@ from speculative.models import synthetic, t5
 from speculative.runs import alpha as alpha_lib
 from speculative.runs import benchmark
 from speculative.runs import config as config_lib
+from tests.helpers import REPO, run_interrupted, snapshot
 
-from conftest import run_interrupted, snapshot
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = dict(vocab_size=16, emb_dim=16, num_heads=2, head_dim=8, mlp_dim=32,
             num_encoder_layers=2, num_decoder_layers=2, mlp_activations=("gelu", "linear"),
             dropout_rate=0.0)

@@ -23,10 +23,8 @@ from speculative.checkpoints import param_trees
 from speculative.checkpoints import t5x as checkpoints
 from speculative.checkpoints.param_trees import CheckpointError
 from speculative.models import t5
+from tests.helpers import REPO, load_script, run_interrupted, snapshot
 
-from conftest import load_script, run_interrupted, snapshot
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CFG = t5.T5Config(vocab_size=40, emb_dim=8, num_heads=2, head_dim=3, mlp_dim=12,
                   num_encoder_layers=2, num_decoder_layers=2, mlp_activations=("gelu", "linear"))
 

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests.helpers import REPO
 
 
 def _env(**extra):

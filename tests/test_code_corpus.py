@@ -20,11 +20,9 @@ import pytest
 import sentencepiece as spm
 
 from speculative.data import code_corpus
-
-from conftest import TINY_CODE_PATHS, TINY_CODE_SPLITS, load_script
+from tests.helpers import REPO, TINY_CODE_PATHS, TINY_CODE_SPLITS, load_script
 
 bcc = load_script("build_code_corpus")
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STDLIB = sysconfig.get_paths()["stdlib"]
 
 

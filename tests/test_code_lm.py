@@ -2,7 +2,7 @@
 
 Greedy speculative output must equal the target's greedy output, for the T5-style draft, the
 n-gram drafts and prompt lookup alike (a difference must be a numerical tie:
-`conftest.check_greedy_identity`).
+`tests.helpers.check_greedy_identity`).
 """
 
 import os
@@ -12,8 +12,7 @@ import pytest
 
 from speculative.data import bundles, code_corpus, text
 from speculative.runs import code_lm
-
-from conftest import check_greedy_identity
+from tests.helpers import check_greedy_identity
 
 needs_bundle = pytest.mark.skipif(not code_lm.available(), reason="no bundled code models")
 

@@ -11,9 +11,8 @@ import sys
 
 import pytest
 
-from conftest import load_script
+from tests.helpers import REPO, load_script
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(REPO, "scripts", "build_corpus.py")
 
 

@@ -11,44 +11,27 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from scipy import stats
 
-from speculative.decode import contract, drafters, sampling
+from speculative.decode import contract, drafters
 from speculative.decode import loops as decoding
 from speculative.decode import sampling as sampling_lib
 from speculative.decode import stats as stats_lib
 from speculative.decode.sampling import SamplingConfig
 from speculative.models import adapters, t5
+from tests.helpers import decoding as td
+from tests.helpers import random_params, tiny_config
 
-from conftest import random_params, tiny_config
-
-VOCAB = 8
-N_SAMPLES = 50_000
 GREEDY = SamplingConfig(temperature=0.0)
-
-
-def _pair(module, seeds=(0, 1), **kw):
-    adapter = (adapters.DecoderOnlyModel if isinstance(module, t5.DecoderOnly)
-               else adapters.EncoderDecoderModel)
-    return tuple(adapter(module, random_params(module, s), **kw) for s in seeds)
 
 
 @pytest.fixture(scope="module")
 def encdec():
-    return _pair(t5.Transformer(tiny_config()))
+    return td.pair(t5.Transformer(tiny_config()))
 
 
 @pytest.fixture(scope="module")
 def deconly():
-    return _pair(t5.DecoderOnly(tiny_config()))
-
-
-def _prompts(lengths, width, seed=0):
-    rng = np.random.default_rng(seed)
-    out = np.zeros((len(lengths), width), np.int32)
-    for b, n in enumerate(lengths):
-        out[b, :n] = rng.integers(2, 16, n)
-    return out
+    return td.pair(t5.DecoderOnly(tiny_config()))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -59,7 +42,7 @@ def _prompts(lengths, width, seed=0):
     g if g in (1, 4, 8) else pytest.param(g, marks=pytest.mark.slow) for g in range(1, 9)])
 def test_greedy_speculative_equals_greedy_target_encdec(encdec, gamma):
     target, random_draft = encdec
-    inputs = _prompts([7, 3, 5, 1], 7)
+    inputs = td.prompts([7, 3, 5, 1], 7)
     ar = decoding.autoregressive_decode(target, inputs, rng=jax.random.PRNGKey(0),
                                         sampling=GREEDY, max_decode_len=16)
     for draft, expect_alpha in ((random_draft, None), (target, 1.0)):
@@ -76,7 +59,7 @@ def test_greedy_speculative_equals_greedy_target_encdec(encdec, gamma):
                                    pytest.param(5, marks=pytest.mark.slow), 8])
 def test_greedy_speculative_equals_greedy_target_decoder_only(deconly, gamma):
     target, random_draft = deconly
-    prompts = _prompts([4, 0, 6, 2], 6, seed=1)
+    prompts = td.prompts([4, 0, 6, 2], 6, seed=1)
     ar = decoding.autoregressive_decode(target, prompts, rng=jax.random.PRNGKey(0),
                                         sampling=GREEDY, max_decode_len=12)
     for draft in (random_draft, target):
@@ -88,7 +71,7 @@ def test_greedy_speculative_equals_greedy_target_decoder_only(deconly, gamma):
 @pytest.mark.parametrize("confidence", [0.3, 0.9])
 def test_greedy_identity_with_dynamic_gamma(encdec, confidence):
     target, draft = encdec
-    inputs = _prompts([7, 3, 5, 1], 7)
+    inputs = td.prompts([7, 3, 5, 1], 7)
     ar = decoding.autoregressive_decode(target, inputs, rng=jax.random.PRNGKey(0),
                                         sampling=GREEDY, max_decode_len=16)
     for d in (draft, target):
@@ -105,7 +88,7 @@ def test_greedy_identity_with_dynamic_gamma(encdec, confidence):
 @pytest.mark.slow  # the Python loop runs flax op by op: ~30 s on 2 cores
 def test_debug_python_loop_matches_jitted(encdec):
     target, draft = encdec
-    inputs = _prompts([5, 2], 5)
+    inputs = td.prompts([5, 2], 5)
     kw = dict(rng=jax.random.PRNGKey(3), gamma=2, sampling=SamplingConfig(1.0), max_decode_len=3)
     fast = decoding.speculative_decode(target, draft, inputs, **kw)
     slow = decoding.speculative_decode(target, draft, inputs, debug=True, **kw)
@@ -118,108 +101,50 @@ def test_debug_python_loop_matches_jitted(encdec):
 
 @pytest.fixture(scope="module")
 def joint_models():
-    module = t5.Transformer(tiny_config(vocab_size=VOCAB))
-    target, draft = _pair(module, seeds=(3, 4))
+    module = t5.Transformer(tiny_config(vocab_size=td.VOCAB))
+    target, draft = td.pair(module, seeds=(3, 4))
     return module, target, draft, np.array([[3, 5, 2, 7, 1]], np.int32)
-
-
-def _exact_joint(module, params, enc, cfg):
-    """P(y1, y2, y3) under the target's adjusted distributions; tokens after EOS are 0."""
-    prefixes = np.array([[0, a, b] for a in range(VOCAB) for b in range(VOCAB)], np.int32)
-    logits = module.apply({"params": params}, np.repeat(enc, len(prefixes), 0), prefixes)
-    return _joint_of_steps(logits, cfg, VOCAB)
-
-
-def _joint_of_steps(logits, cfg, vocab):
-    """The chain rule over `logits [vocab * vocab, 3, vocab]`: row a * vocab + b holds the
-    target's logits for y1, y2, y3 after the prefix (a, b) (y1's ignore it, y2's read a)."""
-    probs = np.asarray(sampling.adjusted_probs(logits, cfg), np.float64)
-    probs = probs.reshape(vocab, vocab, 3, vocab)
-    joint = np.zeros((vocab,) * 3)
-    eos = contract.EOS_ID
-    for y1 in range(vocab):
-        p1 = probs[0, 0, 0, y1]
-        if y1 == eos:
-            joint[y1, 0, 0] += p1
-            continue
-        for y2 in range(vocab):
-            p2 = p1 * probs[y1, 0, 1, y2]
-            if y2 == eos:
-                joint[y1, y2, 0] += p2
-                continue
-            joint[y1, y2] += p2 * probs[y1, y2, 2]
-    return joint.reshape(-1)
-
-
-def _joint_pvalue(samples, probs):
-    idx = samples[:, 0] * VOCAB * VOCAB + samples[:, 1] * VOCAB + samples[:, 2]
-    counts = np.bincount(idx, minlength=len(probs)).astype(np.float64)
-    assert counts[probs == 0].sum() == 0, "an impossible sequence was generated"
-    expected = probs * len(samples)
-    big = expected >= 5  # pool the sparse cells into one bin (chi-square validity)
-    obs, exp = counts[big], expected[big]
-    if expected[~big].sum() > 0:
-        obs, exp = np.r_[obs, counts[~big].sum()], np.r_[exp, expected[~big].sum()]
-    exp *= obs.sum() / exp.sum()
-    return stats.chisquare(obs, exp).pvalue
-
-
-def _sample_three(target, draft, enc, cfg, gamma, seed, tree=None, **drafting):
-    """`drafting`: ChainDrafter settings (confidence, schedule, initial_gamma)."""
-    inputs = np.repeat(enc, N_SAMPLES, 0)
-    if drafting:
-        draft, gamma = drafters.ChainDrafter(draft, gamma, **drafting), None
-    out = decoding.speculative_decode(target, draft, inputs, rng=jax.random.PRNGKey(seed),
-                                      gamma=gamma, sampling=cfg, max_decode_len=3, tree=tree)
-    return np.asarray(out.tokens), out.stats
-
-
-JOINT_CONFIGS = {
-    "t1": SamplingConfig(1.0),
-    "t0.7_topk3": SamplingConfig(0.7, top_k=3),
-    "topp0.8": SamplingConfig(1.0, top_p=0.8),
-}
 
 
 @pytest.mark.parametrize("gamma", [pytest.param(1, marks=pytest.mark.slow), 3])  # CI: gamma 3
 @pytest.mark.parametrize("name", [  # CI: T = 1 and T = 0.7 + top-k; top-p slow
     pytest.param(n, marks=pytest.mark.slow) if n == "topp0.8" else n
-    for n in sorted(JOINT_CONFIGS)])
+    for n in sorted(td.JOINT_CONFIGS)])
 def test_joint_law_of_three_tokens_matches_target(joint_models, name, gamma):
     module, target, draft, enc = joint_models
-    cfg = JOINT_CONFIGS[name]
-    probs = _exact_joint(module, target.params, enc, cfg)
-    assert np.sum(probs * N_SAMPLES >= 5) >= 20, "law too concentrated for a meaningful test"
-    samples, _ = _sample_three(target, draft, enc, cfg, gamma, seed=gamma)
-    assert _joint_pvalue(samples, probs) > 1e-6
+    cfg = td.JOINT_CONFIGS[name]
+    probs = td.exact_joint(module, target.params, enc, cfg)
+    assert np.sum(probs * td.N_SAMPLES >= 5) >= 20, "law too concentrated for a meaningful test"
+    samples, _ = td.sample_three(target, draft, enc, cfg, gamma, seed=gamma)
+    assert td.joint_pvalue(samples, probs) > 1e-6
 
 
 def test_joint_law_with_dynamic_gamma(joint_models):
     """Rows stop drafting when the draft is unsure (`confidence`): still the target's law."""
     module, target, draft, enc = joint_models
-    cfg = JOINT_CONFIGS["t1"]
-    probs = _exact_joint(module, target.params, enc, cfg)
-    samples, stats = _sample_three(target, draft, enc, cfg, gamma=3, seed=9, confidence=0.4)
+    cfg = td.JOINT_CONFIGS["t1"]
+    probs = td.exact_joint(module, target.params, enc, cfg)
+    samples, stats = td.sample_three(target, draft, enc, cfg, gamma=3, seed=9, confidence=0.4)
     drafted, rounds = int(jnp.sum(stats.drafted)), int(jnp.sum(stats.target_calls))
     assert rounds <= drafted < 3 * rounds, "the threshold should stop some rows early"
-    assert _joint_pvalue(samples, probs) > 1e-6
+    assert td.joint_pvalue(samples, probs) > 1e-6
 
 
 def test_joint_law_with_the_heuristic_gamma_schedule(joint_models):
     """transformers' +2 / -1 schedule (per row, from 1 draft up to gamma): the target's law."""
     module, target, draft, enc = joint_models
-    cfg = JOINT_CONFIGS["t1"]
-    probs = _exact_joint(module, target.params, enc, cfg)
-    samples, stats = _sample_three(target, draft, enc, cfg, gamma=3, seed=11,
+    cfg = td.JOINT_CONFIGS["t1"]
+    probs = td.exact_joint(module, target.params, enc, cfg)
+    samples, stats = td.sample_three(target, draft, enc, cfg, gamma=3, seed=11,
                                    schedule="heuristic", initial_gamma=1)
     drafted, rounds = int(jnp.sum(stats.drafted)), int(jnp.sum(stats.target_calls))
     assert rounds <= drafted < 3 * rounds  # budgets of 1 (the start) and more after accepts
-    assert _joint_pvalue(samples, probs) > 1e-6
+    assert td.joint_pvalue(samples, probs) > 1e-6
 
 
 def test_heuristic_schedule_greedy_identity_and_budget_rule(encdec):
     target, draft = encdec
-    inputs = _prompts([7, 3, 5, 1], 7)
+    inputs = td.prompts([7, 3, 5, 1], 7)
     ar = decoding.autoregressive_decode(target, inputs, rng=jax.random.PRNGKey(0),
                                         sampling=GREEDY, max_decode_len=16)
     for d in (draft, target):
@@ -245,28 +170,18 @@ def test_heuristic_schedule_greedy_identity_and_budget_rule(encdec):
                                     **{**kw, "gamma": 4})
 
 
-_EXACT_KERNEL = sampling.speculative_sample
-
-
-def _kernel_resampling_from_p(p_probs, q_probs, draft_tokens, rng, lenience=1.0, **kw):
-    """A classic bug: on rejection, resample from p instead of norm(max(0, p - q))."""
-    n, _ = _EXACT_KERNEL(p_probs, q_probs, draft_tokens, rng, lenience, **kw)
-    p_next = jnp.take_along_axis(p_probs, n[:, None, None], axis=1)[:, 0]
-    return n, sampling.sample(jax.random.fold_in(rng, 7), p_next)
-
-
 def test_negative_control_wrong_residual_fails(joint_models, monkeypatch):
     module, target, draft, enc = joint_models
-    cfg = JOINT_CONFIGS["t1"]
-    probs = _exact_joint(module, target.params, enc, cfg)
+    cfg = td.JOINT_CONFIGS["t1"]
+    probs = td.exact_joint(module, target.params, enc, cfg)
     jax.clear_caches()
-    monkeypatch.setattr(sampling_lib, "speculative_sample", _kernel_resampling_from_p)
+    monkeypatch.setattr(sampling_lib, "speculative_sample", td.kernel_resampling_from_p)
     try:
-        samples, _ = _sample_three(target, draft, enc, cfg, gamma=3, seed=5)
+        samples, _ = td.sample_three(target, draft, enc, cfg, gamma=3, seed=5)
     finally:
         monkeypatch.undo()
         jax.clear_caches()
-    assert _joint_pvalue(samples, probs) < 1e-6
+    assert td.joint_pvalue(samples, probs) < 1e-6
 
 
 # ----------------------------------------------------------------------------------------------
@@ -275,7 +190,7 @@ def test_negative_control_wrong_residual_fails(joint_models, monkeypatch):
 
 def test_self_draft_accepts_everything_and_emits_gamma_plus_one(encdec):
     target, _ = encdec
-    inputs = np.repeat(_prompts([6], 6), 64, 0)
+    inputs = np.repeat(td.prompts([6], 6), 64, 0)
     out = decoding.speculative_decode(target, target, inputs, rng=jax.random.PRNGKey(1), gamma=3,
                                       sampling=SamplingConfig(1.0), max_decode_len=16)
     s = out.stats
@@ -289,7 +204,7 @@ def test_self_draft_accepts_everything_and_emits_gamma_plus_one(encdec):
 @pytest.mark.slow  # ~13 s; lenience (paper A.5) is not exact by design
 def test_alpha_grows_as_lenience_falls(encdec):
     target, draft = encdec
-    inputs = np.repeat(_prompts([6], 6), 256, 0)
+    inputs = np.repeat(td.prompts([6], 6), 256, 0)
     alphas = []
     for lenience in (1.0, 0.5, 0.1):
         out = decoding.speculative_decode(target, draft, inputs, rng=jax.random.PRNGKey(2),
@@ -305,7 +220,7 @@ def test_a_verifier_object_replaces_the_policy_sampling_chooses(encdec):
     from speculative.decode import verifiers as verification  # pylint: disable=import-outside-toplevel
 
     target, draft = encdec
-    inputs = np.repeat(_prompts([6], 6), 8, 0)
+    inputs = np.repeat(td.prompts([6], 6), 8, 0)
     t1 = SamplingConfig(1.0)
     kw = dict(rng=jax.random.PRNGKey(3), gamma=3, max_decode_len=8, sampling=t1)
     # lenience=0.5 decodes differently from the exact default (test_alpha_grows_as_lenience_
@@ -335,16 +250,16 @@ def test_compiles_once_for_new_inputs_and_acceptance_patterns(encdec, monkeypatc
                       static_argnames=decoding._SPEC_STATIC)
     monkeypatch.setattr(decoding, "_SPEC_JIT", counted)
     kw = dict(gamma=3, sampling=SamplingConfig(1.0), max_decode_len=10)
-    a = decoding.speculative_decode(target, draft, _prompts([5, 3], 5, seed=1),
+    a = decoding.speculative_decode(target, draft, td.prompts([5, 3], 5, seed=1),
                                     rng=jax.random.PRNGKey(0), **kw)
-    b = decoding.speculative_decode(target, target, _prompts([2, 4], 5, seed=2),
+    b = decoding.speculative_decode(target, target, td.prompts([2, 4], 5, seed=2),
                                     rng=jax.random.PRNGKey(1), **kw)
     assert a.stats.summary()["accepted_per_position"] != b.stats.summary()["accepted_per_position"]
 
 
 def test_eos_and_lengths(encdec):
     target, draft = encdec
-    out = decoding.speculative_decode(target, draft, np.repeat(_prompts([6], 6), 128, 0),
+    out = decoding.speculative_decode(target, draft, np.repeat(td.prompts([6], 6), 128, 0),
                                       rng=jax.random.PRNGKey(4), gamma=4,
                                       sampling=SamplingConfig(1.5), max_decode_len=12)
     tokens, lengths = np.asarray(out.tokens), np.asarray(out.lengths)
@@ -359,7 +274,7 @@ def test_eos_and_lengths(encdec):
 
 def test_bad_inputs_raise_clear_errors(encdec, deconly):
     target, draft = encdec
-    inputs = _prompts([3], 3)
+    inputs = td.prompts([3], 3)
     kw = dict(rng=jax.random.PRNGKey(0), sampling=GREEDY)
     with pytest.raises(ValueError, match="gamma=0"):
         decoding.speculative_decode(target, draft, inputs, gamma=0, max_decode_len=4, **kw)
@@ -377,9 +292,9 @@ def test_bad_inputs_raise_clear_errors(encdec, deconly):
     big_draft = adapters.EncoderDecoderModel(other, random_params(other, 0))
     with pytest.raises(ValueError, match="vocabularies differ"):
         decoding.speculative_decode(target, big_draft, inputs, gamma=2, max_decode_len=4, **kw)
-    limited, _ = _pair(t5.DecoderOnly(tiny_config()), max_length=16)
+    limited, _ = td.pair(t5.DecoderOnly(tiny_config()), max_length=16)
     with pytest.raises(ValueError, match="cache holds 16 tokens"):
-        decoding.speculative_decode(limited, deconly[1], _prompts([12], 12), gamma=2,
+        decoding.speculative_decode(limited, deconly[1], td.prompts([12], 12), gamma=2,
                                     max_decode_len=4, **kw)
     with pytest.raises(ValueError, match="read `inputs` differently"):
         decoding.speculative_decode(deconly[0], draft, inputs, gamma=2, max_decode_len=4, **kw)
@@ -393,8 +308,8 @@ def test_merge_stats_concatenates_rows_drops_fillers_and_sums_forwards(encdec):
     target, draft = encdec
     kw = dict(rng=jax.random.PRNGKey(0), gamma=3, sampling=SamplingConfig(1.0),
               max_decode_len=10)
-    a = decoding.speculative_decode(target, draft, _prompts([4, 6], 8, seed=1), **kw).stats
-    b = decoding.speculative_decode(target, draft, _prompts([5, 5], 8, seed=2), **kw).stats
+    a = decoding.speculative_decode(target, draft, td.prompts([4, 6], 8, seed=1), **kw).stats
+    b = decoding.speculative_decode(target, draft, td.prompts([5, 5], 8, seed=2), **kw).stats
     merged = stats_lib.merge_stats([a, b], rows=[2, 1])
     got = merged.summary(per_row=True)
     assert got["rounds"] == int(a.rounds) + int(b.rounds)
@@ -408,6 +323,6 @@ def test_merge_stats_concatenates_rows_drops_fillers_and_sums_forwards(encdec):
     np.testing.assert_array_equal(
         got["accepted_per_position"],
         np.asarray(a.accepted_per_position).sum(0) + np.asarray(b.accepted_per_position)[0])
-    other = decoding.speculative_decode(target, draft, _prompts([4, 6], 8), **{**kw, "gamma": 2})
+    other = decoding.speculative_decode(target, draft, td.prompts([4, 6], 8), **{**kw, "gamma": 2})
     with pytest.raises(ValueError, match="different gammas"):
         stats_lib.merge_stats([a, other.stats])

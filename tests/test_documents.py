@@ -7,13 +7,14 @@ import json
 import os
 import re
 import subprocess
+import sys
 
 import pytest
 
 from speculative.data import bundles
 from speculative.experiments import mini_results
+from tests.helpers import REPO
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS_README = os.path.join(REPO, "results", "README.md")
 BEAM = os.path.join(REPO, "results", "beam")
 
@@ -272,7 +273,7 @@ def test_link_checker_finds_broken_files_and_anchors(tmp_path, monkeypatch):
                                    "[file](b.md) [gone](c.md) [bad](#nowhere) [web](https://x)\n"
                                    "```\n[in code](missing.md)\n```\n")
     (tmp_path / "b.md").write_text("# B\n")
-    monkeypatch.setattr(__import__(__name__), "REPO", str(tmp_path))
+    monkeypatch.setattr(sys.modules[__name__], "REPO", str(tmp_path))
     assert broken_links("a.md") == ["c.md", "#nowhere"]
 
 

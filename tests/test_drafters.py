@@ -8,7 +8,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-import test_decoding as td
 from flax import struct
 
 from speculative import decoding
@@ -17,8 +16,8 @@ from speculative.decode.sampling import SamplingConfig
 from speculative.models import adapters, t5
 from speculative.models import block_draft as bd
 from speculative.models import feature_draft as fd
-
-from conftest import random_params, tiny_config
+from tests.helpers import decoding as td
+from tests.helpers import random_params, tiny_config
 
 GREEDY = SamplingConfig(temperature=0.0)
 
@@ -77,10 +76,10 @@ def test_block_drafter_keeps_the_targets_law(block_pair, tree, name):
     module, target, draft = block_pair
     enc = np.array([[3, 5, 2, 7, 1]], np.int32)
     cfg = td.JOINT_CONFIGS[name]
-    probs = td._exact_joint(module, target.params, enc, cfg)
+    probs = td.exact_joint(module, target.params, enc, cfg)
     samples, stats = _sample(target, draft, enc, cfg, seed=7, tree=tree)
     assert float(jnp.mean(stats.accepted)) > 0.2  # drafts are accepted: the test has teeth
-    assert td._joint_pvalue(samples, probs) > 1e-6
+    assert td.joint_pvalue(samples, probs) > 1e-6
 
 
 @struct.dataclass
@@ -96,9 +95,9 @@ def test_negative_control_a_misreported_q_fails(block_pair):
     module, target, draft = block_pair
     enc = np.array([[3, 5, 2, 7, 1]], np.int32)
     cfg = td.JOINT_CONFIGS["t1"]
-    probs = td._exact_joint(module, target.params, enc, cfg)
+    probs = td.exact_joint(module, target.params, enc, cfg)
     samples, _ = _sample(target, draft, enc, cfg, seed=7, drafter=_LyingBlockDrafter(draft, 3))
-    assert td._joint_pvalue(samples, probs) < 1e-6
+    assert td.joint_pvalue(samples, probs) < 1e-6
 
 
 def test_drafters_check_their_settings_and_the_target(block_pair):

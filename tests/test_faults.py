@@ -20,8 +20,7 @@ from speculative import decoding
 from speculative.decode import contract, drafters, sampling
 from speculative.decode.sampling import SamplingConfig
 from speculative.models import t5
-
-from conftest import random_params, tiny_config
+from tests.helpers import random_params, tiny_config
 
 TEMPERATURES = (SamplingConfig(0.0), SamplingConfig(1.0))
 
@@ -439,8 +438,7 @@ def test_beam_search_checks_inputs_like_the_decode_loops():
     forward too large for memory: each refused before any forward, naming the input."""
     from speculative import decoding
     from speculative.models import t5 as t5_lib
-
-    from conftest import random_params, tiny_config
+    from tests.helpers import random_params, tiny_config
 
     module = t5_lib.Transformer(tiny_config())
     model = decoding.EncoderDecoderModel(module, random_params(module, 0))

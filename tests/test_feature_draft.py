@@ -18,8 +18,8 @@ from speculative.decode.contract import write_rows
 from speculative.decode.sampling import SamplingConfig
 from speculative.models import adapters, t5
 from speculative.models import feature_draft as fd
-
-from conftest import random_params, tiny_config
+from tests.helpers import decoding as td
+from tests.helpers import random_params, tiny_config
 
 
 def _draft(feature_layers=(1, 2), **kw):
@@ -116,25 +116,6 @@ def test_config_refuses_bad_values():
 # ----------------------------------------------------------------------------------------------
 # Exactness inside speculative_decode, on tiny random target-aware pairs.
 
-@functools.lru_cache(maxsize=None)  # building the models takes seconds; they are immutable
-def _aware_pair(vocab=16, feature_layers=(1, 2), seed=0, decoder_only=False):
-    """A tiny random target (encoder-decoder, or decoder-only) and a target-aware draft for it
-    (no cross-attention for a decoder-only target)."""
-    module = (t5.DecoderOnly if decoder_only else t5.Transformer)(tiny_config(vocab_size=vocab))
-    target = adapters.as_decode_model(module, random_params(module, seed))
-    cfg = fd.FeatureDraftConfig(vocab_size=vocab, target_emb_dim=16,
-                                cross_attention=not decoder_only,
-                                feature_layers=feature_layers, emb_dim=8, num_heads=2,
-                                head_dim=4, mlp_dim=16, relative_attention_num_buckets=8,
-                                relative_attention_max_distance=16)
-    dmod = fd.FeatureDraft(cfg)
-    draft = fd.FeatureDraftModel(dmod, fd.init_params(dmod, jax.random.PRNGKey(seed + 1)))
-    return module, target, draft
-
-
-def _aware_lm_pair(vocab=16, feature_layers=(1, 2), seed=0):
-    return _aware_pair(vocab, feature_layers, seed, decoder_only=True)
-
 
 _SLOW = dict(marks=pytest.mark.slow)
 
@@ -152,7 +133,7 @@ _SLOW = dict(marks=pytest.mark.slow)
 def test_greedy_identity_batch4_prompts_of_different_lengths(kind, feature_layers, gamma, tree):
     """Batch 4 (a decoder-only target's batch has an empty prompt); a chain, also with dynamic
     gamma and the +2/-1 schedule (they feed the catch-up chunk differently), or a token tree."""
-    pair = _aware_pair if kind == "encoder_decoder" else _aware_lm_pair
+    pair = td.aware_pair if kind == "encoder_decoder" else td.aware_lm_pair
     _, target, draft = pair(feature_layers=feature_layers)
     lengths = [7, 2, 5, 1] if kind == "encoder_decoder" else [6, 2, 0, 4]
     rng = np.random.default_rng(0)
@@ -223,7 +204,7 @@ class _CheckingSelfDraft:
     (4, None), (3, (2, 2, 1))])
 def test_the_loop_feeds_each_position_the_targets_features_of_the_position_before(gamma, tree):
     """Chains, and a token tree, whose kept path's features are gathered from its nodes."""
-    _, target, _ = _aware_pair()
+    _, target, _ = td.aware_pair()
     inputs = np.asarray([[3, 5, 2, 7, 1], [4, 1, 0, 0, 0]], np.int32)
     kw = dict(rng=jax.random.PRNGKey(0), sampling=SamplingConfig(0.0), max_decode_len=14)
     out = decoding.speculative_decode(target, _CheckingSelfDraft(target, None), inputs,
@@ -238,7 +219,7 @@ def test_the_loop_feeds_each_position_the_targets_features_of_the_position_befor
 
 def test_the_checking_draft_catches_a_feature_from_the_wrong_position(monkeypatch):
     """Negative control: shift the verification's features by one position."""
-    _, target, _ = _aware_pair()
+    _, target, _ = td.aware_pair()
     real = adapters.EncoderDecoderModel.extend_with_features
 
     def shifted(self, params, state, tokens, feature_layers):
@@ -280,7 +261,7 @@ def test_the_loop_feeds_a_decoder_only_target_s_features_from_the_prompt_on():
     """The draft of a decoder-only target starts from the prefill's features (the prompt's last
     cached position before the pending token; nothing before an empty prompt). Negative
     control: the pending token read with the feature of its own position instead."""
-    _, target, _ = _aware_lm_pair()
+    _, target, _ = td.aware_lm_pair()
     inputs = np.asarray([[3, 5, 2, 7, 1], [4, 1, 0, 0, 0], [0, 0, 0, 0, 0]], np.int32)
     kw = dict(rng=jax.random.PRNGKey(0), sampling=SamplingConfig(0.0), max_decode_len=12)
     checker = _CheckingSelfDraft(target, None)
@@ -299,7 +280,7 @@ def test_forced_alpha_reads_a_decoder_only_prompt_as_the_loop_does():
     beta is 1 everywhere (q = p); with the pending token's feature taken from the wrong
     position, the first position of every row loses it."""
     from speculative.measure import acceptance
-    _, target, draft = _aware_lm_pair()
+    _, target, draft = td.aware_lm_pair()
     inputs = jnp.asarray([[3, 5, 2, 7, 1], [4, 1, 0, 0, 0], [0, 0, 0, 0, 0]], jnp.int32)
     generated = decoding.autoregressive_decode(target, inputs, rng=jax.random.PRNGKey(0),
                                                sampling=SamplingConfig(0.0),
@@ -320,7 +301,7 @@ def test_per_depth_logits_of_a_decoder_only_draft_are_its_decode_rounds():
     position k, as the loop makes it (read the prompt, extend with the target's features up
     to k, then d - 1 steps on its own states)."""
     from speculative.measure import acceptance
-    _, target, draft = _aware_lm_pair()
+    _, target, draft = td.aware_lm_pair()
     inputs = jnp.asarray([[3, 5, 2, 7, 1], [4, 1, 0, 0, 0], [0, 0, 0, 0, 0]], jnp.int32)
     generated = decoding.autoregressive_decode(target, inputs, rng=jax.random.PRNGKey(0),
                                                sampling=SamplingConfig(0.0),
@@ -354,7 +335,7 @@ def test_per_depth_logits_of_a_decoder_only_draft_are_its_decode_rounds():
 
 @pytest.mark.slow  # ~16 s, mostly building four models
 def test_refuses_a_target_of_another_width_and_a_decoder_only_target():
-    _, target, draft = _aware_pair()
+    _, target, draft = td.aware_pair()
     wide = t5.Transformer(tiny_config(emb_dim=24))
     other = adapters.EncoderDecoderModel(wide, random_params(wide, 0))
     kw = dict(rng=jax.random.PRNGKey(0), gamma=2, sampling=SamplingConfig(0.0), max_decode_len=4)
@@ -368,7 +349,7 @@ def test_refuses_a_target_of_another_width_and_a_decoder_only_target():
     with pytest.raises(ValueError, match="read `inputs` differently"):
         decoding.speculative_decode(adapters.DecoderOnlyModel(lm, random_params(lm, 0)), draft,
                                     np.ones((1, 3), np.int32), **kw)
-    _, _, lm_draft = _aware_lm_pair()  # and a decoder-only target's draft, the other way round
+    _, _, lm_draft = td.aware_lm_pair()  # and a decoder-only target's draft, the other way round
     with pytest.raises(ValueError, match="cross_attention=False"):
         decoding.speculative_decode(target, lm_draft, np.ones((1, 3), np.int32), **kw)
 
@@ -379,23 +360,17 @@ N_SAMPLES = 50_000
 
 @pytest.fixture(scope="module")
 def joint_aware():
-    module, target, draft = _aware_pair(vocab=VOCAB, seed=3)
+    module, target, draft = td.aware_pair(vocab=VOCAB, seed=3)
     return module, target, draft, np.array([[3, 5, 2, 7, 1]], np.int32)
 
 
 def _joint(module, params, enc, cfg):
-    import test_decoding  # the exact law of the first three tokens, as for plain drafts
-    old = test_decoding.VOCAB
-    test_decoding.VOCAB = VOCAB
-    try:
-        return test_decoding._exact_joint(module, params, enc, cfg)
-    finally:
-        test_decoding.VOCAB = old
+    """The exact law of the first three tokens, as for plain drafts."""
+    return td.exact_joint(module, params, enc, cfg, vocab=VOCAB)
 
 
 def _pvalue(samples, probs):
-    import test_decoding
-    return test_decoding._joint_pvalue(samples, probs)
+    return td.joint_pvalue(samples, probs, vocab=VOCAB)
 
 
 def _sample(target, draft, enc, cfg, seed):
@@ -418,10 +393,9 @@ def _check_law(law, target, draft, inputs, cfg, seed):
 def _check_control_fails(law, target, draft, inputs, seed, monkeypatch):
     """Negative control: a kernel that resamples from p instead of the residual fails."""
     probs = law(SamplingConfig(1.0))
-    import test_decoding
     jax.clear_caches()
     monkeypatch.setattr(sampling_lib, "speculative_sample",
-                        test_decoding._kernel_resampling_from_p)
+                        td.kernel_resampling_from_p)
     try:
         samples, _ = _sample(target, draft, inputs, SamplingConfig(1.0), seed=seed)
     finally:
@@ -452,18 +426,17 @@ def test_negative_control_wrong_residual_fails(joint_aware, monkeypatch):
 
 def _exact_joint_lm(module, params, prompt, cfg):
     """P(y1, y2, y3 | prompt) of a decoder-only target, by teacher forcing (0 after EOS)."""
-    import test_decoding
     n = prompt.shape[1]
     pairs = np.array([[a, b] for a in range(VOCAB) for b in range(VOCAB)], np.int32)
     seqs = np.concatenate([np.zeros((len(pairs), 1), np.int32),
                            np.repeat(prompt, len(pairs), 0), pairs], 1)
     logits = module.apply({"params": params}, seqs)[:, n:n + 3]  # the laws of y1, y2, y3
-    return test_decoding._joint_of_steps(logits, cfg, VOCAB)
+    return td.joint_of_steps(logits, cfg, VOCAB)
 
 
 @pytest.fixture(scope="module")
 def joint_aware_lm():
-    module, target, draft = _aware_lm_pair(vocab=VOCAB, seed=7)
+    module, target, draft = td.aware_lm_pair(vocab=VOCAB, seed=7)
     prompt = np.array([[3, 5, 2]], np.int32)
     return functools.partial(_exact_joint_lm, module, target.params, prompt), target, draft, \
         prompt
@@ -491,7 +464,7 @@ def _hot(draft, hot_ids):
 
 
 def test_hot_vocab_keeps_the_hot_logits_and_gives_exactly_zero_elsewhere():
-    _, target, draft = _aware_pair()
+    _, target, draft = td.aware_pair()
     hot = (1, 2, 3, 5, 8, 13)
     small = _hot(draft, hot)
     x = jnp.asarray([[3, 5, 2, 7, 1]], jnp.int32)
@@ -526,7 +499,7 @@ def test_hot_vocab_keeps_the_hot_logits_and_gives_exactly_zero_elsewhere():
 def test_hot_vocab_greedy_identity(gamma, tree):
     """The target's argmax is often outside the draft's hot set: those drafts are rejected and
     the output is still the target's own."""
-    _, target, draft = _aware_pair()
+    _, target, draft = td.aware_pair()
     small = _hot(draft, (1, 2, 3, 5, 8, 13))
     inputs = np.zeros((4, 7), np.int32)
     rng = np.random.default_rng(0)
@@ -577,7 +550,7 @@ def test_hot_vocab_loss_uses_the_teacher_restricted_to_the_hot_set():
     pytest.param(2, 2, 1, marks=pytest.mark.slow)])
 def test_speculative_beam_search_with_a_target_aware_draft_is_the_plain_search(
         beam_size, draft_beam, branch):
-    _, target, draft = _aware_pair()
+    _, target, draft = td.aware_pair()
     inputs = np.asarray([[3, 5, 2, 7, 1], [4, 1, 9, 0, 0]], np.int32)
     kw = dict(beam_size=beam_size, max_decode_len=10)
     plain = beam_lib.beam_search(target, inputs, **kw)
@@ -599,7 +572,7 @@ def test_speculative_beam_search_feeds_the_draft_the_targets_features(monkeypatc
     target's features of the position before each token (a feature from any other position
     turns its first draft into token 0): at beam 1 the target's steps then lie on its paths
     round after round; with the verification's features shifted by one position they do not."""
-    _, target, _ = _aware_pair()
+    _, target, _ = td.aware_pair()
     inputs = np.asarray([[3, 5, 2, 7, 1], [4, 1, 9, 6, 0]], np.int32)
     checker = _CheckingSelfDraft(target, None)
     plain = beam_lib.beam_search(target, inputs, beam_size=1, max_decode_len=14)

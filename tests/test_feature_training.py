@@ -15,8 +15,7 @@ from speculative.decode.sampling import SamplingConfig
 from speculative.models import feature_draft as fd
 from speculative.models import t5
 from speculative.training import feature_data, feature_training
-
-from conftest import random_params, tiny_config
+from tests.helpers import random_params, tiny_config
 
 
 @pytest.fixture(scope="module")

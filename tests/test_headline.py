@@ -10,8 +10,7 @@ import sys
 import pytest
 
 from speculative.experiments import headline
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests.helpers import REPO
 
 
 def test_committed_documents_agree_with_the_results():

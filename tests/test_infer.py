@@ -30,8 +30,7 @@ from speculative.measure import acceptance, speculation, theory
 from speculative.models import t5
 from speculative.runs import config as config_lib
 from speculative.runs import infer, table2
-
-from conftest import run_interrupted, snapshot
+from tests.helpers import run_interrupted, snapshot
 
 REPO = config_lib.REPO_ROOT
 INFER_GIN = os.path.join(REPO, "configs", "runs", "infer.gin")

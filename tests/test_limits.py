@@ -22,10 +22,8 @@ from speculative.experiments import limits
 from speculative.measure import host
 from speculative.models import t5
 from speculative.runs import mini
+from tests.helpers import REPO, tiny_config
 
-from conftest import tiny_config
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 needs_bundle = pytest.mark.skipif(not mini.available(), reason="no bundled models")
 
 

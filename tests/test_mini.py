@@ -1,7 +1,7 @@
 """The bundled mini models: greedy identity on the test split, and results that match the README.
 
 Speculative greedy output must equal the target's greedy output; where a sentence differs, the
-difference must be a numerical tie (`conftest.check_greedy_identity`: the two top logits within
+difference must be a numerical tie (`tests.helpers.check_greedy_identity`: the two top logits within
 1e-4), counted and reported.
 """
 
@@ -18,11 +18,9 @@ from speculative.measure import acceptance
 from speculative.measure import costs as costs_lib
 from speculative.models import layers
 from speculative.runs import mini
-
-from conftest import check_greedy_identity, run_interrupted, snapshot
+from tests.helpers import REPO, check_greedy_identity, run_interrupted, snapshot
 
 pytestmark = pytest.mark.skipif(not mini.available(), reason="no bundled models")
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(REPO, "results", "mini")
 GREEDY = SamplingConfig(0.0)
 TARGETS = mini.targets() if mini.available() else []

@@ -20,8 +20,8 @@ from jupyter_client.kernelspec import KernelSpecManager
 from nbclient import NotebookClient
 
 from speculative.measure import theory
+from tests.helpers import REPO
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NOTEBOOK = os.path.join(REPO, "notebooks", "speculative_decoding_tour.ipynb")
 KERNEL = "speculative-tests"
 

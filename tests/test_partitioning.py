@@ -15,14 +15,13 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 from speculative.models import partitioning, t5
-
-from conftest import random_params, tiny_config
+from tests.helpers import REPO, random_params, tiny_config
 
 SCRIPT = textwrap.dedent("""
     import sys
-    sys.path.insert(0, {tests!r})
+    sys.path.insert(0, {repo!r})
     import jax, numpy as np
-    from conftest import random_params, tiny_config
+    from tests.helpers import random_params, tiny_config
     from speculative import decoding, partitioning, sampling
     from speculative.models import t5
 
@@ -54,8 +53,7 @@ SCRIPT = textwrap.dedent("""
 def test_sharded_speculative_decode_matches_unsharded():
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8",
                JAX_PLATFORMS="cpu")
-    tests = os.path.dirname(os.path.abspath(__file__))
-    out = subprocess.run([sys.executable, "-c", SCRIPT.format(tests=tests)], env=env,
+    out = subprocess.run([sys.executable, "-c", SCRIPT.format(repo=REPO)], env=env,
                          capture_output=True, text=True, timeout=300)
     assert "SHARDED_OK" in out.stdout, out.stderr[-3000:]
 

@@ -16,6 +16,8 @@ import jax
 import numpy as np
 import pytest
 
+from tests.helpers import REPO
+
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
@@ -25,8 +27,7 @@ from speculative.data import bundles  # noqa: E402
 from speculative.experiments import peers  # noqa: E402
 from speculative.models import t5  # noqa: E402
 from speculative.runs import mini  # noqa: E402
-
-from conftest import tiny_config  # noqa: E402
+from tests.helpers import tiny_config  # noqa: E402
 
 TARGET = tiny_config(vocab_size=4000, num_encoder_layers=1, num_decoder_layers=2)
 DRAFT = tiny_config(vocab_size=4000, num_encoder_layers=1, num_decoder_layers=1)
@@ -161,7 +162,7 @@ def test_a_draft_with_a_shallower_encoder_is_refused(tmp_path, small):
 @pytest.mark.slow
 def test_script_on_the_bundled_mini_pair_greedy_and_sampled(tmp_path):
     """The script end to end (about a minute): real models, both temperatures."""
-    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    repo = REPO
     env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=repo)
 
     def script(*args):

@@ -14,7 +14,8 @@ import sys
 
 import pytest
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests.helpers import REPO
+
 MARKED = re.compile(r"<!-- runnable(?P<slow> slow)?(?:: (?P<extra>.*?))? -->\n```(?P<lang>\w+)\n"
                     r"(?P<code>.*?)```", re.S)
 

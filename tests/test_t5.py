@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from speculative.models import t5
+from tests.helpers import GOLDEN as GOLDEN_DIR
+from tests.helpers import random_params, tiny_config
 
-from conftest import random_params, tiny_config
-
-GOLDEN = os.path.join(os.path.dirname(__file__), "golden", "t5_1_1_small_params.json")
+GOLDEN = os.path.join(GOLDEN_DIR, "t5_1_1_small_params.json")
 
 
 def _flat_shapes(tree):

@@ -19,8 +19,8 @@ from speculative.checkpoints import config_gin, factory, paths, t5x_config
 from speculative.checkpoints import t5x as checkpoints
 from speculative.decode.sampling import SamplingConfig
 from speculative.models import t5
+from tests.helpers import FIXTURES, REPO
 
-FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures")
 RUN_GIN = os.path.join(FIXTURES, "t5x_run", "config.gin")
 LM_GIN = os.path.join(FIXTURES, "t5x_decoder_only_run", "config.gin")
 T5X_TREE = os.path.join(FIXTURES, "t5x_gin")
@@ -164,7 +164,7 @@ def test_t5x_model_gin_files(tmp_path):
                                               "t5x/examples/decoder_only/models/tiny_test.gin"))
     assert lm.decoder_only and lm.config == LM_CONFIG
     assert config_gin.is_t5x_gin(os.path.join(T5X_TREE, "t5x/examples/t5/t5_1_1/base.gin"))
-    repo_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    repo_root = REPO
     assert not config_gin.is_t5x_gin(os.path.join(repo_root, "configs/models/t5_1_1_small.gin"))
     # As our gin: the run picks it as @network/t5.T5Config().
     import gin  # pylint: disable=g-import-not-at-top

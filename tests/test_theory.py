@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 
 from speculative.measure import theory
-
-from conftest import load_script
+from tests.helpers import load_script
 
 
 def _load_plot_script():

@@ -31,8 +31,7 @@ from speculative.training import data as training_data
 from speculative.training import distillation as training
 from speculative.training import evaluation, objectives, trainer
 from speculative.training.config import TrainConfig
-
-from conftest import load_script, tiny_config
+from tests.helpers import REPO, load_script, tiny_config
 
 BUNDLE = os.path.join(text.MINI_DIR, "models")
 EOS = contract.EOS_ID
@@ -54,7 +53,7 @@ def test_training_needs_neither_seqio_nor_tensorflow():
             "s = 'das ist ein kleines Haus am See'\n"
             "print(metrics.bleu([s], [s])['bleu'])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+                         cwd=REPO)
     assert out.returncode == 0, out.stderr
     assert float(out.stdout) == pytest.approx(100.0)
 
@@ -428,7 +427,7 @@ def test_train_script_ngrams_run_needs_no_training_macros():
     rejects REQUIRED macros left unset); the plain training run still requires them."""
     import gin  # pylint: disable=g-import-not-at-top
 
-    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    repo = REPO
     script = load_script("train")
     files = [os.path.join(repo, "configs", "models", "mini_target.gin"),
              os.path.join(repo, "configs", "runs", "train.gin")]
@@ -523,7 +522,7 @@ def test_train_large_recipe_commands_parse(tmp_path):
 
     from speculative.runs import config as config_lib  # pylint: disable=g-import-not-at-top
 
-    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    repo = REPO
     out = subprocess.run(["bash", os.path.join(repo, "scripts", "train_large.sh"), "--print",
                           str(tmp_path / "large")], capture_output=True, text=True, check=True)
     lines = out.stdout.splitlines()
@@ -714,7 +713,7 @@ def test_code_models_and_run_file_parse_with_the_papers_proportions():
 
     from speculative.runs import config as config_lib  # pylint: disable=g-import-not-at-top
 
-    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    repo = REPO
     files = [f"configs/models/{m}.gin" for m in ("code_target", "code_draft")] + [
         "configs/runs/train_code.gin"]
     bindings = ["MODEL = @code_draft/t5.T5Config()", "MODEL_DIR = '/tmp/x'", "TRAIN_STEPS = 800",

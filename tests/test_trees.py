@@ -5,14 +5,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-import test_decoding as td
 
 from speculative import decoding
 from speculative.decode import trees
 from speculative.decode.sampling import SamplingConfig
 from speculative.models import ngram, t5
-
-from conftest import random_params, tiny_config
+from tests.helpers import decoding as td
+from tests.helpers import random_params, tiny_config
 
 GREEDY = SamplingConfig(0.0)
 SHAPES = [(1, 1, 1), (2, 2), (3, 1, 1), pytest.param((2, 2, 2), marks=pytest.mark.slow),
@@ -56,7 +55,7 @@ def test_tree_forward_equals_the_chain_forward_of_each_path(decoder_only):
     adapter = decoding.DecoderOnlyModel if decoder_only else decoding.EncoderDecoderModel
     model = adapter(module, random_params(module, 0))
     rng = np.random.default_rng(0)
-    inputs = td._prompts([5, 2], 5)
+    inputs = td.prompts([5, 2], 5)
     tree = trees.Tree((2, 3))
     tokens = jnp.asarray(rng.integers(2, 32, (2, tree.num_nodes)), jnp.int32)
     extend = jax.jit(model.extend)  # (op-by-op flax is slower than one compile per shape)
@@ -101,7 +100,7 @@ def _greedy_check(target, draft, inputs, tree, max_decode_len=16):
 @pytest.mark.parametrize("tree", SHAPES)
 def test_greedy_identity_encoder_decoder_batch4(td_encdec, tree):
     target, draft = td_encdec
-    inputs = td._prompts([7, 3, 5, 1], 7)
+    inputs = td.prompts([7, 3, 5, 1], 7)
     _greedy_check(target, draft, inputs, tree)
     own = _greedy_check(target, target, inputs, tree)  # the target as draft: every depth kept
     assert own.stats.alpha == 1.0
@@ -111,7 +110,7 @@ def test_greedy_identity_encoder_decoder_batch4(td_encdec, tree):
 def test_chain_shaped_tree_is_the_chain(td_encdec):
     """tree=(1, 1, 1) drafts, verifies and keeps exactly what gamma=3 does."""
     target, draft = td_encdec
-    inputs = td._prompts([7, 3, 5, 1], 7)
+    inputs = td.prompts([7, 3, 5, 1], 7)
     chain = decoding.speculative_decode(target, draft, inputs, rng=jax.random.PRNGKey(0),
                                         gamma=3, sampling=GREEDY, max_decode_len=16)
     tree = _greedy_check(target, draft, inputs, (1, 1, 1))
@@ -121,14 +120,14 @@ def test_chain_shaped_tree_is_the_chain(td_encdec):
 
 @pytest.mark.parametrize("tree", [(2, 2), (3, 1, 1)])
 def test_greedy_identity_decoder_only(tree):
-    target, draft = td._pair(t5.DecoderOnly(tiny_config()))
-    _greedy_check(target, draft, td._prompts([6, 2, 4, 1], 6), tree)
+    target, draft = td.pair(t5.DecoderOnly(tiny_config()))
+    _greedy_check(target, draft, td.prompts([6, 2, 4, 1], 6), tree)
 
 
 @pytest.mark.parametrize("kind", ["bigram", "prompt_lookup"])
 def test_greedy_identity_with_ngram_drafts(td_encdec, kind):
     target, _ = td_encdec
-    inputs = td._prompts([7, 3, 5, 1], 7)
+    inputs = td.prompts([7, 3, 5, 1], 7)
     if kind == "bigram":
         draft = ngram.fit_bigram(np.random.default_rng(0).integers(1, 16, (20, 10)), 16)
     else:
@@ -138,22 +137,21 @@ def test_greedy_identity_with_ngram_drafts(td_encdec, kind):
 
 @pytest.mark.slow  # ~14 s; test_feature_draft's checking draft runs a tree in CI
 def test_greedy_identity_with_the_target_aware_draft():
-    from test_feature_draft import _aware_pair
-    _, target, draft = _aware_pair()
-    _greedy_check(target, draft, td._prompts([7, 3, 5, 1], 7), (2, 2, 1))
+    _, target, draft = td.aware_pair()
+    _greedy_check(target, draft, td.prompts([7, 3, 5, 1], 7), (2, 2, 1))
 
 
 def test_nonfinite_draft_is_never_accepted(td_encdec):
     target, draft = td_encdec
     broken = draft.replace(params=jax.tree_util.tree_map(lambda x: x * jnp.nan, draft.params))
-    sp = _greedy_check(target, broken, td._prompts([7, 3, 5, 1], 7), (2, 2))
+    sp = _greedy_check(target, broken, td.prompts([7, 3, 5, 1], 7), (2, 2))
     assert int(jnp.sum(sp.stats.accepted)) == 0
 
 
 def test_tree_arguments_are_checked(td_encdec):
     target, draft = td_encdec
     kw = dict(rng=jax.random.PRNGKey(0), sampling=GREEDY, max_decode_len=4)
-    inputs = td._prompts([3], 3)
+    inputs = td.prompts([3], 3)
     with pytest.raises(ValueError, match="gamma=3 disagrees"):
         decoding.speculative_decode(target, draft, inputs, gamma=3, tree=(2, 2), **kw)
     with pytest.raises(ValueError, match="lenience=1"):
@@ -178,11 +176,11 @@ def test_tree_arguments_are_checked(td_encdec):
 def test_joint_law_of_three_tokens_matches_target(td_joint, tree, name):
     module, target, draft, enc = td_joint
     cfg = td.JOINT_CONFIGS[name]
-    probs = td._exact_joint(module, target.params, enc, cfg)
-    samples, stats = td._sample_three(target, draft, enc, cfg, len(tree), seed=len(tree),
+    probs = td.exact_joint(module, target.params, enc, cfg)
+    samples, stats = td.sample_three(target, draft, enc, cfg, len(tree), seed=len(tree),
                                       tree=tree)
     assert float(jnp.mean(stats.accepted)) > 0.3  # the draft is good enough to test acceptance
-    assert td._joint_pvalue(samples, probs) > 1e-6
+    assert td.joint_pvalue(samples, probs) > 1e-6
 
 
 @pytest.mark.slow  # ~25-35 s; CI: the tree chi-square at T = 1 and the chain's negative control
@@ -192,27 +190,26 @@ def test_negative_control_a_sibling_tested_against_the_uncorrected_target_fails(
     again instead of the residual. The same chi-square test must catch it."""
     module, target, draft, enc = td_joint
     cfg = td.JOINT_CONFIGS["t1"]
-    probs = td._exact_joint(module, target.params, enc, cfg)
+    probs = td.exact_joint(module, target.params, enc, cfg)
     jax.clear_caches()
     monkeypatch.setattr(trees, "residual_after_rejection", lambda r, q: r)
     try:
-        samples, _ = td._sample_three(target, draft, enc, cfg, 2, seed=3, tree=(2, 2))
+        samples, _ = td.sample_three(target, draft, enc, cfg, 2, seed=3, tree=(2, 2))
     finally:
         monkeypatch.undo()
         jax.clear_caches()
-    assert td._joint_pvalue(samples, probs) < 1e-6
+    assert td.joint_pvalue(samples, probs) < 1e-6
 
 
 def test_per_depth_rates_of_a_target_aware_draft_follow_its_decode_rounds():
     """Depth d's rates are the d-th draft of a round along the target's text. Checked at T = 0
     against the draft's own decode mode: depth 1 reads the target's features of every earlier
     position; depth 2 then extends one token (the target's) on the draft's own hidden state."""
-    from test_feature_draft import _aware_pair  # pylint: disable=g-import-not-at-top
 
     from speculative.measure import acceptance  # pylint: disable=g-import-not-at-top
 
-    _, target, draft = _aware_pair()
-    inputs = td._prompts([7, 3, 5, 1], 7, seed=2)
+    _, target, draft = td.aware_pair()
+    inputs = td.prompts([7, 3, 5, 1], 7, seed=2)
     sampling, n = SamplingConfig(0.0), 8
     ranks = acceptance.rank_acceptance(target, draft, [inputs], sampling, max_rank=3,
                                        max_decode_len=n, max_depth=2)
@@ -264,13 +261,13 @@ def test_per_depth_rates_of_a_target_aware_draft_follow_its_decode_rounds():
 
 @pytest.fixture(scope="module")
 def td_encdec():
-    return td._pair(t5.Transformer(tiny_config()))
+    return td.pair(t5.Transformer(tiny_config()))
 
 
 @pytest.fixture(scope="module")
 def td_joint():
     module = t5.Transformer(tiny_config(vocab_size=td.VOCAB))
-    target, draft = td._pair(module, seeds=(3, 4))
+    target, draft = td.pair(module, seeds=(3, 4))
     return module, target, draft, np.array([[3, 5, 2, 7, 1]], np.int32)
 
 
@@ -282,7 +279,7 @@ def test_rank_acceptance_first_rank_is_the_chain_alpha(td_encdec, temperature):
     from speculative.measure import acceptance  # pylint: disable=g-import-not-at-top
 
     target, draft = td_encdec
-    inputs = td._prompts([7, 3, 5, 1, 6, 2, 4, 7], 7, seed=1)
+    inputs = td.prompts([7, 3, 5, 1, 6, 2, 4, 7], 7, seed=1)
     sampling = SamplingConfig(temperature)
     ranks = acceptance.rank_acceptance(target, draft, [inputs], sampling, max_rank=3,
                                   max_decode_len=16, seed=0)
