@@ -18,7 +18,6 @@ import pytest
 from scipy import stats
 
 from speculative.decode import sampling
-from speculative.decode import verifiers as verification
 from speculative.decode.sampling import SamplingConfig
 
 
@@ -135,38 +134,6 @@ def test_bonus_token_when_all_accepted():
     assert int(n[0]) == 3 and int(t[0]) == 4
 
 
-def test_num_drafted_takes_the_bonus_from_the_next_position():
-    """Row drafted 1 of 3 tokens (dynamic gamma): after accepting it, t ~ p_2, not a residual."""
-    v = 5
-    q = np.full((1, 3, v), 1.0 / v)
-    p = np.stack([q[0, 0], _one_hot(v, 3), _one_hot(v, 0), _one_hot(v, 0)])[None]
-    drafts = jnp.array([[2, 3, 3]])
-    n, t = sampling.speculative_sample(p, q, drafts, jax.random.PRNGKey(0),
-                                       num_drafted=jnp.array([1]))
-    assert (int(n[0]), int(t[0])) == (1, 3)  # x_1 ~ q = p_1 is accepted; t from p_2 = one-hot 3
-    n, t = _greedy(p, drafts, num_drafted=jnp.array([1]))
-    assert int(n[0]) <= 1
-
-
-def _greedy(p, drafts, lenience=1.0, num_drafted=None):
-    """The greedy verifier on the target's distributions p (its logits are log p)."""
-    verdict = verification.GreedyVerifier(lenience).verify(jnp.log(p), None, drafts,
-                                                           num_drafted, None)
-    return verdict.num_accepted, verdict.next_token
-
-
-def test_greedy_kernel_and_argmax_lenience():
-    p = jnp.array([[[0.5, 0.3, 0.2], [0.1, 0.6, 0.3], [0.2, 0.2, 0.6]]])
-    n, t = _greedy(p, jnp.array([[0, 1]]))
-    assert (int(n[0]), int(t[0])) == (2, 2)
-    n, t = _greedy(p, jnp.array([[1, 1]]))
-    assert (int(n[0]), int(t[0])) == (0, 0)
-    # Lenience 0.5: x=1 has p=0.3 >= 0.5 * 0.5, so it is accepted; then x=0 at position 2 has
-    # p=0.1 < 0.5 * 0.6 and is rejected; the correction is argmax p_2 = 1.
-    n, t = _greedy(p, jnp.array([[1, 0]]), lenience=0.5)
-    assert (int(n[0]), int(t[0])) == (1, 1)
-
-
 def _numpy_adjusted(logits, temperature, top_k, top_p):
     logits = np.asarray(logits, np.float64) / temperature
     if top_k:
@@ -229,3 +196,36 @@ def test_sample_matches_weights_and_skips_zeros():
     one = np.asarray(sampling.sample(jax.random.PRNGKey(6),
                                      jnp.broadcast_to(jnp.asarray(_one_hot(8, 7)), (1000, 8))))
     assert np.all(one == 7)
+
+
+# ----------------------------------------------------------------------------------------------
+# From tests/test_faults.py.
+def test_kernel_rejects_non_finite_positions():
+    p = jnp.asarray([[[0.5, 0.5, 0.0], [jnp.nan, 0.5, 0.5], [0.2, 0.3, 0.5]]])  # [1, 3, 3]
+    q = jnp.asarray([[[0.5, 0.5, 0.0], [0.0, 1.0, 0.0]]])
+    x = jnp.asarray([[0, 1]], jnp.int32)
+    for seed in range(20):
+        n, _ = sampling.speculative_sample(p, q, x, jax.random.PRNGKey(seed))
+        assert int(n[0]) <= 1  # position 1 holds NaN: its draft is never accepted
+    # A NaN q is rejected and left out of the residual: the token comes from p alone.
+    p2 = jnp.asarray([[[0.0, 0.0, 1.0], [0.0, 1.0, 0.0]]])
+    q2 = jnp.asarray([[[jnp.nan, jnp.nan, jnp.nan]]])
+    for seed in range(20):
+        n, t = sampling.speculative_sample(p2, q2, jnp.asarray([[2]], jnp.int32),
+                                           jax.random.PRNGKey(seed))
+        assert int(n[0]) == 0 and int(t[0]) == 2
+    assert float(sampling.accept_probability(jnp.nan, 0.5)) == 0.0
+    assert float(sampling.accept_probability(0.5, jnp.nan)) == 0.0
+    assert np.asarray(sampling.finite_rows(jnp.asarray(
+        [[0.0, 1.0], [jnp.nan, 1.0], [jnp.inf, 0.0], [-jnp.inf, -jnp.inf]]))).tolist() == [
+            True, False, False, False]
+
+
+@pytest.mark.parametrize("temperature", [1e-9, 1e-5, -1.0, float("nan"), float("inf"), True])
+def test_unsafe_temperatures_are_refused(temperature):
+    with pytest.raises(ValueError, match="temperature"):
+        SamplingConfig(temperature)
+    SamplingConfig(1e-4)  # the smallest allowed one decodes finite probabilities
+    probs = jax.jit(lambda x: sampling.adjusted_probs(x, SamplingConfig(1e-4)))(
+        jnp.asarray([[30.0, 1.0, -20.0]]))
+    assert np.all(np.isfinite(np.asarray(probs)))
