@@ -6,12 +6,14 @@ calls. The jitted searches are checked against the host-driven references."""
 import numpy as np
 import pytest
 
+from speculative import decoding
 from speculative.beam import reference as beam_reference
 from speculative.beam import search as beam_lib
 from speculative.data import text
 from speculative.decode import contract
-from speculative.models import adapters
+from speculative.models import adapters, t5
 from speculative.runs import mini
+from tests.helpers import random_params, tiny_config
 
 MAX_LEN = 48
 
@@ -213,22 +215,59 @@ def test_jitted_beam_search_equals_the_host_search_on_256_test_sentences(pair_an
         _same_search(target, inputs, beam_size, MAX_LEN)
 
 
-@pytest.mark.slow  # ~70 s: all three searches on two sentences, then 30 with two
-def test_beam_benchmark_writes_its_report_and_keeps_an_earlier_one(tmp_path):
-    from speculative.experiments import beam  # pylint: disable=g-import-not-at-top
+# ----------------------------------------------------------------------------------------------
+# From tests/beam/test_faults_tmp.py.
+@pytest.fixture(scope="module")
+def models():
+    module = t5.Transformer(tiny_config())
+    target = decoding.EncoderDecoderModel(module, random_params(module, 0))
+    draft = decoding.EncoderDecoderModel(module, random_params(module, 1))
+    return target, draft
 
-    result = beam.run(str(tmp_path), mini.MINI_TARGET, num_sentences=2, beam_sizes=(2,),
-                      split_sentences=30, split_batch=16)
-    [row] = result["rows"]
-    assert row["same_sequences"] == {"jitted": True, "speculative": True}
-    split = row["test_split"]
-    # test sentence 28 is longer than the input length: it is decoded in a batch of its own
-    assert split["sentences"] == 30 and split["longer_than_input"] == 1
-    assert split["same_beams"] and split["max_score_diff"] < 1e-4
-    assert split["target_calls"]["speculative"] <= split["target_calls"]["jitted"]
-    assert 0 < split["bleu"] <= 100
-    assert row["jitted"]["target_calls"] == row["host"]["target_calls"]
-    assert row["speculative"]["target_calls"] <= row["host"]["target_calls"]
-    assert (tmp_path / "beam.md").read_text().startswith("# Beam search walltime")
-    with pytest.raises(FileExistsError, match="--overwrite"):
-        beam.run(str(tmp_path), mini.MINI_TARGET, num_sentences=2, beam_sizes=(2,))
+
+INPUTS = np.asarray([[5, 6, 7, 1], [9, 3, 1, 0]], np.int32)
+
+
+def test_beam_search_takes_numpy_length_penalties(models):
+    """`length_penalty=np.float32(0.6)` is a finite float: accepted, same result as 0.6."""
+    target = models[0]
+    want = decoding.beam_search(target, INPUTS, beam_size=2, max_decode_len=4)
+    for penalty in (np.float32(0.6), np.float64(0.6)):
+        got = decoding.beam_search(target, INPUTS, beam_size=2, max_decode_len=4,
+                                   length_penalty=penalty)
+        np.testing.assert_array_equal(got.sequences, want.sequences)
+    for bad in (np.float32("nan"), np.bool_(True), "0.6"):
+        with pytest.raises(ValueError, match="length_penalty=.* is invalid: give a finite float"):
+            decoding.beam_search(target, INPUTS, beam_size=2, max_decode_len=4,
+                                 length_penalty=bad)
+
+
+def test_beam_search_checks_inputs_like_the_decode_loops():
+    """Negative ids, ids >= vocab, an all-padding row, zero length, an empty batch and a
+    forward too large for memory: each refused before any forward, naming the input."""
+    from speculative import decoding
+    from speculative.models import t5 as t5_lib
+    from tests.helpers import random_params, tiny_config
+
+    module = t5_lib.Transformer(tiny_config())
+    model = decoding.EncoderDecoderModel(module, random_params(module, 0))
+    ok = np.asarray([[3, 4, 1]], np.int32)
+    cases = [
+        (np.asarray([[3, -1, 1]]), ValueError, r"min -1"),
+        (np.asarray([[3, 16, 1]]), ValueError, r"vocab_size=16"),
+        (np.asarray([[3, 4, 1], [0, 0, 0]]), ValueError, r"rows \[1\] are all padding"),
+        (np.zeros((1, 0), np.int32), ValueError, r"shape \(1, 0\)"),
+        (np.zeros((0, 3), np.int32), ValueError, r"shape \(0, 3\)"),
+        (np.asarray([[3.0, 4.0]]), TypeError, "float"),
+    ]
+    for search in (
+            lambda x, **kw: decoding.beam_search(model, x, beam_size=2, **kw),
+            lambda x, **kw: decoding.speculative_beam_search(model, model, x, beam_size=2,
+                                                             draft_beam=2, gamma=2, **kw)):
+        for inputs, error, message in cases:
+            with pytest.raises(error, match=message):
+                search(inputs, max_decode_len=4)
+        with pytest.raises(ValueError, match=r"max_decode_len=1000000000.*needs [0-9.]+ GiB"):
+            search(ok, max_decode_len=10**9)
+        with pytest.raises(ValueError, match="max_decode_len=0"):
+            search(ok, max_decode_len=0)

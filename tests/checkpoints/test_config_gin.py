@@ -10,14 +10,10 @@ import logging
 import os
 import shutil
 
-import jax
-import numpy as np
 import pytest
 
-from speculative import decoding, loading
-from speculative.checkpoints import config_gin, factory, paths, t5x_config
+from speculative.checkpoints import config_gin, factory, t5x_config
 from speculative.checkpoints import t5x as checkpoints
-from speculative.decode.sampling import SamplingConfig
 from speculative.models import t5
 from tests.helpers import FIXTURES, REPO
 
@@ -79,73 +75,6 @@ def test_config_gin_found_at_beside_and_above_a_checkpoint(tmp_path):
     os.makedirs(os.path.join(model_dir, "checkpoint_7", "state"))
     assert config_gin.find_config_gin(os.path.join(model_dir, "checkpoint_7", "state")) == \
         os.path.join(model_dir, "config.gin")
-
-
-def test_load_model_from_a_t5x_dir_decodes_identically(tmp_path, caplog):
-    model_dir, original = _run_dir(tmp_path, RUN_GIN, RUN_CONFIG)
-    with caplog.at_level(logging.INFO, logger="absl"):
-        loaded = loading.load_model(None, model_dir)
-    assert isinstance(loaded, decoding.EncoderDecoderModel)
-    assert loaded.module.config == RUN_CONFIG
-    assert any("config.gin" in r.getMessage() and "Architecture" in r.getMessage()
-               for r in caplog.records), [r.getMessage() for r in caplog.records]
-    given = loading.load_model(RUN_CONFIG, os.path.join(model_dir, "checkpoint_3"))
-    built = loading.build_model(None, os.path.join(model_dir, "checkpoint_3"))
-    inputs = np.asarray([[5, 9, 3, 1], [7, 2, 1, 0]], np.int32)
-    kwargs = dict(rng=jax.random.PRNGKey(0), sampling=SamplingConfig(0.0), max_decode_len=6)
-    want = decoding.autoregressive_decode(original, inputs, **kwargs)
-    for model in (loaded, given, built):
-        got = decoding.autoregressive_decode(model, inputs, **kwargs)
-        np.testing.assert_array_equal(got.tokens, want.tokens)
-        np.testing.assert_array_equal(got.lengths, want.lengths)
-        for a, b in zip(jax.tree_util.tree_leaves(model.params),
-                        jax.tree_util.tree_leaves(original.params)):
-            np.testing.assert_array_equal(a, b)
-
-
-def test_decoder_only_run_dir_loads_as_decoder_only(tmp_path):
-    model_dir, original = _run_dir(tmp_path, LM_GIN, LM_CONFIG, decoder_only=True)
-    loaded = loading.load_model(None, model_dir)
-    assert isinstance(loaded, decoding.DecoderOnlyModel)
-    prompts = np.asarray([[4, 5, 6], [7, 0, 0]], np.int32)
-    kwargs = dict(rng=jax.random.PRNGKey(1), sampling=SamplingConfig(0.0), max_decode_len=5)
-    np.testing.assert_array_equal(
-        decoding.autoregressive_decode(loaded, prompts, **kwargs).tokens,
-        decoding.autoregressive_decode(original, prompts, **kwargs).tokens)
-    with pytest.raises(ValueError, match=r"decoder_only=False .*decoder-only.*DECODER_ONLY = "
-                                         r"True"):
-        loading.build_model(None, model_dir, decoder_only=False)
-
-
-def test_a_t5x_decoder_only_checkpoint_loads(tmp_path):
-    """T5X's decoder-only network keeps its embedding under `decoder/token_embedder`; such a
-    checkpoint beside its config.gin loads as our DecoderOnly, unchanged."""
-    model_dir = tmp_path / "lm"
-    model_dir.mkdir()
-    shutil.copy(LM_GIN, model_dir / "config.gin")
-    original = factory.load_model(LM_CONFIG, decoder_only=True, seed=2, kernel_layout="t5x")
-    params = dict(original.params)
-    params["decoder"] = {**params["decoder"], "token_embedder": params.pop("token_embedder")}
-    checkpoints.save_t5x(params, str(model_dir), step=1)
-    loaded = loading.load_model(None, str(model_dir), kernel_layout="t5x")
-    assert isinstance(loaded, decoding.DecoderOnlyModel)
-    for a, b in zip(jax.tree_util.tree_leaves(loaded.params),
-                    jax.tree_util.tree_leaves(original.params)):
-        np.testing.assert_array_equal(a, b)
-
-
-def test_no_config_gin_names_the_two_ways(tmp_path):
-    model = factory.load_model(RUN_CONFIG, seed=0)
-    step = checkpoints.save_t5x(model.params, str(tmp_path / "bare"), step=0)
-    for call in (lambda: t5x_config(step), lambda: loading.load_model(None, step),
-                 lambda: loading.build_model(None, step)):
-        with pytest.raises(config_gin.ConfigGinError) as e:
-            call()
-        message = str(e.value)
-        assert "No T5X config.gin" in message and step in message
-        assert "(1) a T5Config" in message and "(2) the config.gin" in message
-    with pytest.raises(ValueError, match="needs a checkpoint"):
-        loading.load_model(None, None)
 
 
 def test_t5x_model_gin_files(tmp_path):
@@ -219,19 +148,3 @@ def test_bad_config_gin_is_refused_by_name(tmp_path, text, match):
     (tmp_path / "config.gin").write_text(text)
     with pytest.raises(config_gin.ConfigGinError, match=match):
         t5x_config(str(tmp_path))
-
-
-def test_gs_paths_read_through_one_file_function(monkeypatch):
-    """gs:// paths are looked up and read through `paths.is_file` / `paths.open_file` (the
-    tensorstore gcs kvstore), here served from memory."""
-    with open(RUN_GIN, "rb") as f:
-        store = {"gs://bucket/runs/tiny/config.gin": f.read()}
-    import io  # pylint: disable=g-import-not-at-top
-
-    opened = []
-    monkeypatch.setattr(paths, "is_file", lambda p: p in store)
-    monkeypatch.setattr(paths, "open_file", lambda p: opened.append(p) or io.BytesIO(store[p]))
-    assert config_gin.config_gin_candidates("gs://bucket/runs/tiny/checkpoint_5/state") == [
-        "gs://bucket/runs/tiny/checkpoint_5/state/config.gin", "gs://bucket/runs/tiny/config.gin"]
-    assert t5x_config("gs://bucket/runs/tiny/checkpoint_5") == RUN_CONFIG
-    assert opened == ["gs://bucket/runs/tiny/config.gin"]

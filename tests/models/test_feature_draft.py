@@ -525,23 +525,6 @@ def test_hot_vocab_joint_law_of_three_tokens_matches_target(joint_aware):
     assert _pvalue(samples, probs) > 1e-6
 
 
-def test_hot_vocab_loss_uses_the_teacher_restricted_to_the_hot_set():
-    from speculative.training import feature_training  # pylint: disable=g-import-not-at-top
-
-    hot = (1, 2, 3)
-    logits = jnp.full((1, 1, 1, 6), fd.HOT_MASK_LOGIT).at[..., 1:4].set(
-        jnp.log(jnp.asarray([0.5, 0.25, 0.25])))
-    top_ids = jnp.asarray([[[1, 4, 2, 3]]], jnp.int32)  # id 4 lies outside the hot set
-    top_probs = jnp.asarray([[[0.4, 0.2, 0.2, 0.2]]], jnp.float32)
-    weights = jnp.ones((1, 1), jnp.float32)
-    total, m = feature_training.losses(logits, top_ids, top_probs, weights, "kl+tv", hot)
-    p = np.asarray([0.5, 0.25, 0.25])  # the teacher renormalised on the hot set: = q here
-    assert np.isfinite(float(total)) and float(m["kl"]) == pytest.approx(0.0, abs=1e-6)
-    assert float(m["tv"]) == pytest.approx(1.0 - np.minimum(p, p).sum(), abs=1e-6)
-    full, _ = feature_training.losses(logits, top_ids, top_probs, weights, "kl")
-    assert float(full) > 1e20  # without the restriction: q = 0 where p > 0, KL blows up
-
-
 # ----------------------------------------------------------------------------------------------
 # Speculative beam search with a target-aware draft.
 

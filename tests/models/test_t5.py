@@ -222,35 +222,3 @@ def test_transposed_kernels_compute_the_same_model(decoder_only):
             cache = model.apply({"params": p}, enc, 8, method="init_cache")
             logits, _ = model.apply({"params": p}, cache, dec[:, :3], method="extend")
             np.testing.assert_allclose(logits, full[:, :3], atol=1e-5)
-
-
-def test_load_model_kernel_layout(tmp_path):
-    """'auto' is the transposed layout on a CPU without a mesh; 't5x' keeps T5X's; a transposed
-    model saves as a T5X checkpoint; bad values and a transposed sharded model are refused by
-    name."""
-    from speculative.checkpoints import factory  # pylint: disable=g-import-not-at-top
-    from speculative.checkpoints import t5x as checkpoints  # pylint: disable=g-import-not-at-top
-    from speculative.models import layers  # pylint: disable=g-import-not-at-top
-
-    cfg = tiny_config()
-    auto = factory.load_model(cfg, seed=0)
-    t5x = factory.load_model(cfg, seed=0, kernel_layout="t5x")
-    assert jax.default_backend() == "cpu"
-    q = auto.params["decoder"]["layers_0"]["self_attention"]["query"]
-    assert set(q) == {"kernel_t"}
-    np.testing.assert_array_equal(
-        q["kernel_t"], t5x.params["decoder"]["layers_0"]["self_attention"]["query"]["kernel"].T)
-    saved = checkpoints.save_t5x(auto.params, tmp_path, step=1)
-    again = factory.load_model(cfg, saved, kernel_layout="t5x")  # validates T5X's names first
-    for a, b in zip(jax.tree_util.tree_leaves(again.params), jax.tree_util.tree_leaves(t5x.params)):
-        np.testing.assert_array_equal(a, b)
-    # Placed on a mesh, a CPU-loaded model is sharded in T5X's layout, which the rules name.
-    from speculative.models import partitioning  # pylint: disable=g-import-not-at-top
-    placed = partitioning.place_model(auto, partitioning.make_mesh(mesh_shape=(1, 1)))
-    assert layers.kernel_layout(placed.params) == "t5x" == layers.kernel_layout(t5x.params)
-    assert layers.kernel_layout(auto.params) == "transposed"
-    with pytest.raises(ValueError, match="kernel_layout='columns'"):
-        factory.load_model(cfg, seed=0, kernel_layout="columns")
-    with pytest.raises(ValueError, match="unsharded"):
-        layers.resolve_kernel_layout("transposed", sharded=True)
-    assert layers.resolve_kernel_layout("auto", sharded=True) == "t5x"

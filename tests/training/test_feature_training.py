@@ -2,7 +2,6 @@
 shards resume, settings are never mixed, and training learns and resumes."""
 
 import json
-import os
 
 import jax
 import jax.numpy as jnp
@@ -47,50 +46,6 @@ def _build(path, module, params, **kw):
     kw = {**dict(target_name="tiny", feature_layers=(1, 2), top_k=4, max_len=30,
                  shard_size=5), **kw}
     return feature_data.build(str(path), module, params, _sources(), **kw)
-
-
-@pytest.mark.slow  # ~15 s
-def test_cache_is_the_targets_greedy_decode_with_its_features(tmp_path, tiny_target):
-    module, params = tiny_target
-    _build(tmp_path, module, params)
-    corpus = feature_training.Corpus.load(str(tmp_path))
-    assert len(corpus) >= 8  # of 12 (the others reached max_len without EOS)
-    # Sentences that end within max_len: each output is the greedy decode of its source.
-    model = decoding.EncoderDecoderModel(module, params)
-    for i in range(len(corpus)):
-        src = corpus.src[i:i + 1].astype(np.int32)
-        ar = decoding.autoregressive_decode(model, src, rng=jax.random.PRNGKey(0),
-                                            sampling=SamplingConfig(0.0), max_decode_len=30)
-        m = int(corpus.out_len[i])
-        np.testing.assert_array_equal(corpus.out[i, :m], np.asarray(ar.tokens[0, :m]))
-        # Feature row j = the state after reading decoder input j (teacher forcing).
-        batch = corpus.batch([i], 32, 1)
-        state = model.init(params, jnp.asarray(src), 34, keep_encoded=True)
-        _, feats, _ = model.extend_with_features(params, state, jnp.asarray(batch["tokens"]),
-                                                 (1, 2))
-        np.testing.assert_allclose(batch["features"][0, :m], np.asarray(feats[0, :m]),
-                                   rtol=2e-2, atol=2e-2)  # stored as bfloat16
-        np.testing.assert_allclose(batch["encoded"][0, :int(corpus.src_len[i])],
-                                   np.asarray(state.encoded[0, :int(corpus.src_len[i])]),
-                                   rtol=2e-2, atol=2e-2)
-        assert batch["weights"][0].sum() == m
-
-
-@pytest.mark.slow  # ~20 s with its fixture
-def test_shards_resume_and_other_settings_are_refused(tmp_path, tiny_target):
-    module, params = tiny_target
-    paths = _build(tmp_path, module, params)
-    assert len(paths) == 3  # 12 sources in shards of 5
-    with np.load(paths[1]) as data:
-        before = {k: data[k] for k in data.files}
-    os.remove(paths[1])
-    _build(tmp_path, module, params)  # writes only the missing shard, identically
-    with np.load(paths[1]) as data:
-        for k, v in before.items():
-            np.testing.assert_array_equal(data[k], v)
-    with pytest.raises(ValueError, match="other settings"):
-        _build(tmp_path, module, params, temperature=1.0)
-    assert json.load(open(tmp_path / "manifest.json"))["temperature"] == 0.0
 
 
 @pytest.mark.slow  # ~25 s
@@ -335,3 +290,22 @@ def test_target_head_training_keeps_the_head_and_learns_the_state(tmp_path, tiny
     np.testing.assert_array_equal(
         decoding.speculative_decode(target, model, _sources()[:4], gamma=3, **kw).tokens,
         decoding.autoregressive_decode(target, _sources()[:4], **kw).tokens)
+
+
+# ----------------------------------------------------------------------------------------------
+# From tests/models/test_feature_draft.py.
+def test_hot_vocab_loss_uses_the_teacher_restricted_to_the_hot_set():
+    from speculative.training import feature_training  # pylint: disable=g-import-not-at-top
+
+    hot = (1, 2, 3)
+    logits = jnp.full((1, 1, 1, 6), fd.HOT_MASK_LOGIT).at[..., 1:4].set(
+        jnp.log(jnp.asarray([0.5, 0.25, 0.25])))
+    top_ids = jnp.asarray([[[1, 4, 2, 3]]], jnp.int32)  # id 4 lies outside the hot set
+    top_probs = jnp.asarray([[[0.4, 0.2, 0.2, 0.2]]], jnp.float32)
+    weights = jnp.ones((1, 1), jnp.float32)
+    total, m = feature_training.losses(logits, top_ids, top_probs, weights, "kl+tv", hot)
+    p = np.asarray([0.5, 0.25, 0.25])  # the teacher renormalised on the hot set: = q here
+    assert np.isfinite(float(total)) and float(m["kl"]) == pytest.approx(0.0, abs=1e-6)
+    assert float(m["tv"]) == pytest.approx(1.0 - np.minimum(p, p).sum(), abs=1e-6)
+    full, _ = feature_training.losses(logits, top_ids, top_probs, weights, "kl")
+    assert float(full) > 1e20  # without the restriction: q = 0 where p > 0, KL blows up
