@@ -33,16 +33,7 @@ from speculative.training import evaluation, objectives, trainer
 from speculative.training.config import TrainConfig
 from tests.helpers import REPO, load_script, tiny_config
 
-BUNDLE = os.path.join(text.MINI_DIR, "models")
 EOS = contract.EOS_ID
-
-
-def _card():
-    path = os.path.join(BUNDLE, "model_card.json")
-    if not os.path.exists(path):
-        return {}
-    with open(path) as f:
-        return json.load(f)["models"]
 
 
 def test_training_needs_neither_seqio_nor_tensorflow():
@@ -56,104 +47,6 @@ def test_training_needs_neither_seqio_nor_tensorflow():
                          cwd=REPO)
     assert out.returncode == 0, out.stderr
     assert float(out.stdout) == pytest.approx(100.0)
-
-
-# ------------------------------------------------------------------------------------ batching
-
-def test_make_examples_drops_or_truncates_keeping_eos():
-    inputs = [[5, 6, EOS], [5, 6, 7, 8, 9, EOS], [4, EOS]]
-    targets = [[3, EOS], [3, EOS], [3, 4, 5, 6, 7, 8, EOS]]
-    kept, dropped = training_data.make_examples(inputs, targets, max_length=4)
-    assert dropped == 2 and len(kept) == 1
-    np.testing.assert_array_equal(kept[0][0], [5, 6, EOS])
-    cut, dropped = training_data.make_examples(inputs, targets, max_length=4, truncate=True)
-    assert dropped == 0
-    np.testing.assert_array_equal(cut[1][0], [5, 6, 7, EOS])  # seqio append_eos_after_trim
-    np.testing.assert_array_equal(cut[2][1], [3, 4, 5, EOS])
-
-
-def test_batches_bucket_pad_and_cover_every_example():
-    rng = np.random.default_rng(0)
-    lengths = rng.integers(1, 9, size=(37, 2))
-    examples = [(np.arange(2, 2 + a, dtype=np.int32), np.arange(10, 10 + b, dtype=np.int32))
-                for a, b in lengths]
-    buckets, batch_tokens = (4, 8), 16
-    seen = []
-    for inputs, targets in training_data.batches(examples, buckets, batch_tokens,
-                                            rng=np.random.default_rng(1)):
-        length = inputs.shape[1]
-        assert length in buckets and inputs.shape == targets.shape == (batch_tokens // length,
-                                                                        length)
-        assert inputs.dtype == np.int32
-        for x, y in zip(inputs, targets):
-            if not x.any():  # a filler row: all padding on both sides
-                assert not y.any()
-                continue
-            n, m = int((x > 0).sum()), int((y > 0).sum())
-            assert not x[n:].any() and not y[m:].any()  # right padding only
-            assert max(n, m) <= length and (length == 4 or max(n, m) > 4)  # smallest bucket
-            seen.append((tuple(x[:n]), tuple(y[:m])))
-    assert sorted(seen) == sorted((tuple(x), tuple(y)) for x, y in examples)
-
-
-def test_tokenizer_matches_the_mini_ende_task():
-    from speculative.data import tasks
-
-    tok = text.Tokenizer()
-    vocab = tasks.mini_vocabulary()
-    assert text.PREFIX == tasks.EN_DE_PREFIX and tok.vocab_size == vocab.vocab_size
-    src, tgt = "Select _All", "A_lles markieren"
-    assert tok.encode_inputs([src])[0] == list(vocab.encode(tasks.EN_DE_PREFIX + src)) + [EOS]
-    assert tok.encode_targets([tgt])[0] == list(vocab.encode(tgt)) + [EOS]
-    assert tok.decode(tok.encode_targets([tgt])[0] + [0, 0]) == tgt
-
-
-# -------------------------------------------------------------------------------- loss, steps
-
-def test_token_losses_label_smoothing_and_z_loss_closed_forms():
-    logits = jnp.asarray(np.random.default_rng(0).normal(size=(2, 3, 5)), jnp.float32)
-    targets = jnp.asarray([[1, 2, 3], [4, 0, 1]])
-    loss, ce = objectives.token_losses(logits, targets)
-    log_p = jax.nn.log_softmax(logits)
-    np.testing.assert_allclose(ce, -jnp.take_along_axis(log_p, targets[..., None], -1)[..., 0],
-                               rtol=1e-6)
-    np.testing.assert_allclose(loss, ce)
-    smooth, _ = objectives.token_losses(logits, targets, label_smoothing=0.1)
-    soft = jax.nn.one_hot(targets, 5) * 0.9 + (1 - jax.nn.one_hot(targets, 5)) * 0.1 / 4
-    entropy = -(0.9 * np.log(0.9) + 4 * (0.1 / 4) * np.log(0.1 / 4))
-    np.testing.assert_allclose(smooth, -jnp.sum(soft * log_p, -1) - entropy, rtol=1e-5, atol=1e-6)
-    zl, _ = objectives.token_losses(logits, targets, z_loss=1e-2)
-    np.testing.assert_allclose(zl - ce, 1e-2 * jax.nn.logsumexp(logits, -1) ** 2, rtol=1e-5)
-
-
-def test_a_few_steps_lower_the_loss_on_a_tiny_batch():
-    module = t5.Transformer(tiny_config(vocab_size=32))
-    config = TrainConfig(steps=30, batch_tokens=32, buckets=(8,), learning_rate=1e-2,
-                                  warmup_steps=5)
-    rng = np.random.default_rng(0)
-    examples = [(np.append(rng.integers(2, 32, 6), EOS).astype(np.int32),
-                 np.append(rng.integers(2, 32, 5), EOS).astype(np.int32)) for _ in range(4)]
-    inputs, targets = next(training_data.batches(examples, config.buckets, config.batch_tokens))
-    optimizer = trainer.make_optimizer(config)
-    state = trainer.init_state(module, optimizer, jax.random.PRNGKey(0))
-    step, eval_step = trainer.make_train_step(module, optimizer, config), \
-        trainer.make_eval_step(module)
-    before = trainer.evaluate_loss(eval_step, state.params, examples, config)
-    for _ in range(config.steps):
-        state, metrics = step(state, inputs, targets, jax.random.PRNGKey(1))
-    after = trainer.evaluate_loss(eval_step, state.params, examples, config)
-    assert int(state.step) == config.steps and float(metrics["tokens"]) == 24
-    assert after < 0.5 * before, (before, after)
-
-
-def test_schedule_warmup_then_cosine_to_final_fraction():
-    config = TrainConfig(steps=100, warmup_steps=10, learning_rate=1.0,
-                                  final_lr_fraction=0.1)
-    lr = trainer.learning_rate_schedule(config)
-    np.testing.assert_allclose([lr(0), lr(4), lr(9), lr(99)], [0.1, 0.5, 1.0, 0.1], rtol=1e-5)
-    rsqrt = trainer.learning_rate_schedule(config.__class__(steps=100, warmup_steps=10,
-                                                             learning_rate=1.0, decay="rsqrt"))
-    np.testing.assert_allclose(rsqrt(39), 0.5, rtol=1e-5)
 
 
 # ------------------------------------------------------------------------- the trainer's files
@@ -259,169 +152,6 @@ def test_interrupted_run_resumes_to_the_same_parameters(tmp_path, monkeypatch):
         np.testing.assert_array_equal(np.asarray(a, jnp.bfloat16), b)
 
 
-def test_teacher_losses_are_one_minus_beta_and_cross_entropy():
-    """With the teacher's whole vocabulary kept, 'tv' is 1 - beta (the kernel's acceptance
-    probability, sampling.acceptance_rate) and 'kl' is the cross-entropy H(p, q), which is
-    smallest (= H(p)) at q = p."""
-    from speculative.decode import sampling
-    rng = np.random.default_rng(0)
-    p_logits, q_logits = rng.normal(size=(2, 3, 7)) * 2, rng.normal(size=(2, 3, 7)) * 2
-    p = jax.nn.softmax(jnp.asarray(p_logits), axis=-1)
-    probs, ids = jax.lax.top_k(p, 7)
-    tv = objectives.teacher_losses(jnp.asarray(q_logits), ids, probs, "tv")
-    beta = sampling.acceptance_rate(p, jax.nn.softmax(jnp.asarray(q_logits), axis=-1))
-    np.testing.assert_allclose(tv, 1.0 - beta, atol=1e-6)
-    kl = objectives.teacher_losses(jnp.asarray(q_logits), ids, probs, "kl")
-    log_q = jax.nn.log_softmax(jnp.asarray(q_logits), axis=-1)
-    np.testing.assert_allclose(kl, -jnp.sum(p * log_q, axis=-1), rtol=1e-5)
-    at_p = objectives.teacher_losses(jnp.asarray(p_logits), ids, probs, "kl")
-    np.testing.assert_allclose(at_p, -jnp.sum(p * jnp.log(p), axis=-1), rtol=1e-5)
-    assert np.all(np.asarray(at_p) < np.asarray(kl))
-    np.testing.assert_allclose(objectives.teacher_losses(jnp.asarray(p_logits), ids, probs, "tv"),
-                               0.0, atol=1e-6)
-    with pytest.raises(ValueError, match="objective='ce'"):
-        objectives.teacher_losses(jnp.asarray(q_logits), ids, probs, "ce")
-    with pytest.raises(ValueError, match="objective"):
-        TrainConfig(steps=1, objective="js")
-
-
-def test_teacher_distributions_match_the_forward_pass_and_cache(tmp_path):
-    model = tiny_config(vocab_size=40)
-    module = t5.Transformer(model)
-    params = t5.init_params(module, jax.random.PRNGKey(0))
-    rng = np.random.default_rng(1)
-    examples = [(np.append(rng.integers(2, 40, n), EOS).astype(np.int32),
-                 np.append(rng.integers(2, 40, m), EOS).astype(np.int32))
-                for n, m in ((3, 5), (9, 2), (4, 4), (14, 11))]
-    config = TrainConfig(steps=1, batch_tokens=32, buckets=(8, 16), teacher_top_k=5)
-    cache = str(tmp_path / "teacher.npz")
-    got = objectives.teacher_distributions(module, params, examples, config, cache)
-    forward = jax.jit(lambda x, y: module.apply({"params": params}, x, objectives.shift_right(y),
-                                                y))
-    for (x, y), (x2, y2, ids, probs) in zip(examples, got):
-        assert x2 is x and y2 is y and ids.shape == probs.shape == (len(y), 5)
-        logits = forward(training_data.pad_rows([x], 16),
-                         training_data.pad_rows([y], 16))[:, :len(y)]
-        want_p, want_ids = jax.lax.top_k(jax.nn.softmax(logits[0], axis=-1), 5)
-        np.testing.assert_array_equal(ids, want_ids)
-        np.testing.assert_allclose(probs, want_p, atol=1e-3)  # stored as float16
-    again = objectives.teacher_distributions(module, params, examples, config, cache)
-    for a, b in zip(got, again):
-        np.testing.assert_array_equal(a[2], b[2])
-        np.testing.assert_array_equal(a[3], b[3])
-    # Batches carry the teacher's arrays beside inputs and targets, padded alike.
-    inputs, targets, ids, probs = next(training_data.batches(got, (16,), 64))
-    assert ids.shape == probs.shape == targets.shape + (5,)
-    assert np.all(probs[targets == 0] == 0)
-
-
-@pytest.mark.slow  # ~13 s
-def test_tv_objective_raises_acceptance_against_the_teacher():
-    """A few steps of 'tv' training move a random draft's beta against a fixed teacher up."""
-    teacher_cfg, draft_cfg = tiny_config(vocab_size=24), tiny_config(vocab_size=24, emb_dim=8)
-    teacher = t5.Transformer(teacher_cfg)
-    t_params = t5.init_params(teacher, jax.random.PRNGKey(0))
-    rng = np.random.default_rng(2)
-    examples = [(np.append(rng.integers(2, 24, 6), EOS).astype(np.int32),
-                 np.append(rng.integers(2, 24, 6), EOS).astype(np.int32)) for _ in range(8)]
-    config = TrainConfig(steps=30, batch_tokens=64, buckets=(8,), objective="tv",
-                                  teacher_top_k=24, learning_rate=0.05, warmup_steps=1)
-    batch = next(training_data.batches(
-        objectives.teacher_distributions(teacher, t_params, examples, config), (8,), 64))
-    module = t5.Transformer(draft_cfg)
-    optimizer = trainer.make_optimizer(config)
-    state = trainer.init_state(module, optimizer, jax.random.PRNGKey(1))
-    step = trainer.make_train_step(module, optimizer, config)
-    losses = []
-    for _ in range(30):
-        state, metrics = step(state, batch[0], batch[1], jax.random.PRNGKey(0), *batch[2:])
-        losses.append(float(metrics["loss"] / metrics["tokens"]))
-    assert losses[-1] < losses[0] - 0.05, losses
-    with pytest.raises(ValueError, match="teacher distributions"):
-        step(state, batch[0], batch[1], jax.random.PRNGKey(0))
-
-
-def test_flops_per_token_arithmetic():
-    cfg = t5.T5Config(vocab_size=4000, emb_dim=10, num_heads=2, head_dim=8, mlp_dim=32,
-                      num_encoder_layers=1, num_decoder_layers=1,
-                      mlp_activations=("gelu", "linear"), logits_via_embedding=True)
-    f = evaluation.decoder_flops_per_token(cfg, self_len=16, enc_len=20)
-    layer = 6 * 10 * 16 + 3 * 10 * 32 + 2 * 16 * (16 + 20)
-    assert f == {"decoder_layers": 2 * layer, "output_layer": 2 * 10 * 4000,
-                 "total": 2 * (layer + 10 * 4000)}
-
-
-# ------------------------------------------------------------------------------ bundled models
-
-@pytest.mark.parametrize("name", sorted(n for n, e in _card().items()
-                                        if "checkpoint" in e and "kind" not in e))
-def test_bundled_model_valid_subset_loss_matches_card(name):
-    entry = _card()[name]
-    config = t5.T5Config(**{k: tuple(v) if isinstance(v, list) else v
-                            for k, v in entry["config"].items()})
-    params = checkpoints.load_params(os.path.join(BUNDLE, entry["checkpoint"]), dtype="float32",
-                                     config=config)
-    n = entry["valid_subset"]["first_n_valid_pairs"]
-    pairs = text.load_pairs(os.path.join(text.MINI_DIR, "valid.tsv"))[:n]
-    tok = text.Tokenizer()
-    examples, _ = training_data.make_examples(tok.encode_inputs([s for s, _ in pairs]),
-                                         tok.encode_targets([t for _, t in pairs]), 48, True)
-    train_config = TrainConfig(steps=1, buckets=(48,), batch_tokens=48 * n)
-    loss = trainer.evaluate_loss(trainer.make_eval_step(t5.Transformer(config)), params,
-                                  examples, train_config)
-    assert loss == pytest.approx(entry["valid_subset"]["loss_bfloat16"], abs=2e-3)
-
-
-@pytest.mark.parametrize("name", sorted(n for n, e in _card().items()
-                                        if e.get("kind") in ("unigram", "bigram")))
-def test_bundled_ngram_drafts_load(name):
-    entry = _card()[name]
-    cls = ngram.UnigramDraft if entry["kind"] == "unigram" else ngram.BigramDraft
-    draft = cls.load(os.path.join(BUNDLE, entry["file"]))
-    log_probs = np.asarray(draft.params["log_probs"])
-    assert draft.vocab_size == 4000
-    np.testing.assert_allclose(np.exp(log_probs).sum(-1), 1.0, rtol=1e-4)
-
-
-def _feature_drafts():
-    """(bundle, name) of every bundled target-aware draft, both pairs."""
-    from speculative.data import bundles
-    return [(b, n) for b in bundles.BUNDLES if b.available()
-            for n, e in b.model_card()["models"].items() if e.get("kind") == "feature_draft"]
-
-
-@pytest.mark.parametrize("bundle,name", [  # CI: the EN-DE draft; the code pair's (~50 s) slow
-    pytest.param(b, n, marks=[pytest.mark.slow] if b.decoder_only else [])
-    for b, n in _feature_drafts()], ids=lambda x: x if isinstance(x, str) else x.name)
-def test_bundled_target_aware_draft_reproduces_its_card(bundle, name):
-    """The stored (bfloat16) target-aware draft: its forced alpha on the card's first valid
-    sentences (code: prompts continued for PROMPT_LENGTH tokens) is what the card records."""
-    from speculative.data import bundles
-    from speculative.runs import feature_draft as runs_feature_draft
-
-    entry = bundle.entry(name)
-    length = bundles.PROMPT_LENGTH if bundle.decoder_only else 48
-    got = runs_feature_draft.valid_subset(
-        bundle.load(entry["target"]), bundle.load(name),
-        num=entry["valid_subset"]["first_n_valid_sentences"], length=length,
-        decoder_only=bundle.decoder_only)
-    assert got["positions"] == entry["valid_subset"]["positions"]
-    for key in ("forced_alpha_t0", "forced_alpha_t1"):
-        assert got[key] == pytest.approx(entry["valid_subset"][key], abs=1e-3)
-
-
-def test_bundle_fits_the_size_budget():
-    if not os.path.isdir(BUNDLE):
-        pytest.skip("no bundled models")
-    def size(top):
-        return sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(top) for f in fs)
-
-    large = os.path.join(BUNDLE, "large_target")
-    large_size = size(large) if os.path.isdir(large) else 0
-    assert large_size <= 100e6, large_size  # the memory-bound target, bfloat16
-    assert size(BUNDLE) - large_size <= 25e6, size(BUNDLE) - large_size
-
-
 def test_train_script_ngrams_run_needs_no_training_macros():
     """`scripts/train.py --run=ngrams` parses train.gin without MODEL/MODEL_DIR/TRAIN_STEPS (gin
     rejects REQUIRED macros left unset); the plain training run still requires them."""
@@ -479,38 +209,6 @@ def test_distill_sources_add_the_teachers_translations_of_unseen_sentences(tmp_p
             want = want if want[-1] == EOS else np.append(want[:47], EOS)
             np.testing.assert_array_equal(row[:len(want)], want)
             assert not row[len(want):].any()
-
-
-def test_init_checkpoint_starts_from_its_parameters_and_refuses_another_shape(tmp_path):
-    model = tiny_config(vocab_size=40)
-    module = t5.Transformer(model)
-    params = t5.init_params(module, jax.random.PRNGKey(3))
-    path = checkpoints.save_t5x(jax.device_get(params), str(tmp_path / "ckpt"), step=5)
-    optimizer = trainer.make_optimizer(TrainConfig(steps=1))
-    state = trainer.init_state(module, optimizer, jax.random.PRNGKey(0), path)
-    for a, b in zip(jax.tree_util.tree_leaves(state.params), jax.tree_util.tree_leaves(params)):
-        np.testing.assert_array_equal(a, b)
-    assert int(state.step) == 0
-    other = t5.Transformer(tiny_config(vocab_size=40, emb_dim=24))
-    with pytest.raises(ValueError, match="shape"):
-        trainer.init_state(other, optimizer, jax.random.PRNGKey(0), path)
-
-
-def test_distill_cache_reads_back_outputs_holding_a_zero_token(tmp_path, monkeypatch):
-    """A teacher output may hold id 0 before its EOS (an untrained or odd teacher): the cache
-    returns it whole, so its teacher-distribution cache (keyed on the outputs) still matches."""
-    outputs = [np.array([5, 0, 7, EOS], np.int32), np.array([9, EOS], np.int32),
-               np.array([3] * 8, np.int32)]  # the last hits max_length: EOS replaces its end
-    monkeypatch.setattr(objectives, "greedy_decode", lambda *a, **k: [o.copy() for o in outputs])
-    examples = [(np.array([4, EOS], np.int32), np.array([EOS], np.int32))] * 3
-    cache = str(tmp_path / "d.npz")
-    fresh = objectives.distill_targets(None, None, examples, 8, cache)
-    monkeypatch.setattr(objectives, "greedy_decode", lambda *a, **k: pytest.fail("decoded again"))
-    again = objectives.distill_targets(None, None, examples, 8, cache)
-    for (_, a), (_, b) in zip(fresh, again):
-        np.testing.assert_array_equal(a, b)
-    np.testing.assert_array_equal(again[0][1], [5, 0, 7, EOS])
-    np.testing.assert_array_equal(again[2][1], [3] * 7 + [EOS])
 
 
 def test_train_large_recipe_commands_parse(tmp_path):
@@ -643,7 +341,6 @@ def test_decoder_only_ngram_drafts_fit_the_chunks_the_target_reads(tiny_code_cor
     chunks (each after BOS, as the target reads them), and their alpha is measured against the
     decoder-only target on valid prompts (`draft_alpha`, tested on its own above, is recorded
     here instead of run: its compiles would take a minute) and written to the card."""
-    from speculative.models import ngram  # pylint: disable=g-import-not-at-top
 
     calls = []
 

@@ -12,11 +12,9 @@ target; a paper task without its data fails with TaskDataUnavailableError before
 import dataclasses
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
-import types
 
 import gin
 import numpy as np
@@ -26,25 +24,15 @@ import seqio
 from speculative import loading
 from speculative.data import tasks
 from speculative.decode import contract
-from speculative.measure import acceptance, speculation, theory
+from speculative.measure import speculation
 from speculative.models import t5
 from speculative.runs import config as config_lib
 from speculative.runs import infer, table2
 from tests.helpers import run_interrupted, snapshot
+from tests.helpers.runs import TINY_GIN
 
 REPO = config_lib.REPO_ROOT
 INFER_GIN = os.path.join(REPO, "configs", "runs", "infer.gin")
-
-_TINY = dict(vocab_size=4000, emb_dim=16, num_heads=2, head_dim=8, mlp_dim=32,
-             mlp_activations=("gelu", "linear"), dropout_rate=0.0,
-             relative_attention_num_buckets=8, relative_attention_max_distance=16)
-TINY_GIN = "from __gin__ import dynamic_registration\nfrom speculative.models import t5\n"
-TINY_GIN += "".join(
-    f"{scope}/t5.T5Config:\n" + "".join(f"  {k} = {v!r}\n" for k, v in dict(
-        _TINY, num_encoder_layers=enc, num_decoder_layers=dec).items())
-    for scope, enc, dec in (("tiny_target", 2, 2), ("tiny_draft", 1, 1),
-                            # decoder-only (DECODER_ONLY = True), for the stdlib_code task
-                            ("tiny_code_target", 0, 2), ("tiny_code_draft", 0, 1)))
 
 NUM_EXAMPLES = 5  # BATCH_SIZE 2: batches of 2, 2 and 1 (+ 1 padding row)
 LENGTHS = {"inputs": 16, "targets": 8}
@@ -64,13 +52,6 @@ def _bindings(out_dir, **macros):
 
 def _env():
     return dict(os.environ, JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="3")
-
-
-@pytest.fixture(autouse=True)
-def _clean_gin():
-    gin.clear_config()
-    yield
-    gin.clear_config()
 
 
 @pytest.fixture(scope="module")
@@ -194,153 +175,6 @@ def test_infer_script_paper_task_offline_prints_one_message(tmp_path):
     assert not os.path.exists(tmp_path / "out")
 
 
-# The paper's Table 2: row -> (task, draft emb_dim, temperature, gamma).
-PAPER = {
-    "ende_small_t0": ("wmt_t2t_ende_v003", 512, 0.0, 7, 0.75, 3.4),
-    "ende_base_t0": ("wmt_t2t_ende_v003", 768, 0.0, 7, 0.8, 2.8),
-    "ende_large_t0": ("wmt_t2t_ende_v003", 1024, 0.0, 7, 0.82, 1.7),
-    "ende_small_t1": ("wmt_t2t_ende_v003", 512, 1.0, 7, 0.62, 2.6),
-    "ende_base_t1": ("wmt_t2t_ende_v003", 768, 1.0, 5, 0.68, 2.4),
-    "ende_large_t1": ("wmt_t2t_ende_v003", 1024, 1.0, 3, 0.71, 1.4),
-    "cnndm_small_t0": ("cnn_dailymail_v002", 512, 0.0, 5, 0.65, 3.1),
-    "cnndm_base_t0": ("cnn_dailymail_v002", 768, 0.0, 5, 0.73, 3.0),
-    "cnndm_large_t0": ("cnn_dailymail_v002", 1024, 0.0, 3, 0.74, 2.2),
-    "cnndm_small_t1": ("cnn_dailymail_v002", 512, 1.0, 5, 0.53, 2.3),
-    "cnndm_base_t1": ("cnn_dailymail_v002", 768, 1.0, 3, 0.55, 2.2),
-    "cnndm_large_t1": ("cnn_dailymail_v002", 1024, 1.0, 3, 0.56, 1.7),
-}
-
-
-def test_table2_gin_files_resolve_to_the_paper_rows(tmp_path):
-    assert table2.list_rows() == list(PAPER) == list(table2.PAPER_ROWS)
-    target_ckpt, draft_ckpt = str(tmp_path / "xxl"), str(tmp_path / "draft")
-    checkpoints = {"*": {"target": target_ckpt}, "*_t?": {"draft": draft_ckpt}}
-    for name, (task, draft_dim, temp, gamma, alpha, speed) in PAPER.items():
-        with open(table2.row_file(name), encoding="utf-8") as f:
-            header = f.read().split("\nfrom __gin__")[0]
-        assert f"alpha = {alpha:g}" in header and f"{speed:g}X" in header
-        assert "REQUIRED" in header and "python scripts/" in header
-        info, s, _ = table2.resolve_row(name, checkpoints=checkpoints,
-                                        output_dir=str(tmp_path / name))
-        assert (s.mixture_or_task_name, s.draft_config.emb_dim, s.sampling.temperature,
-                s.gamma) == (task, draft_dim, temp, gamma), name
-        assert s.target_config.emb_dim == 4096 and s.target_config.num_decoder_layers == 24
-        assert s.target_config.vocab_size == s.draft_config.vocab_size == 32128
-        assert (s.target_checkpoint, s.draft_checkpoint) == (target_ckpt, draft_ckpt)
-        assert s.output_dir == str(tmp_path / name)
-        assert s.batch_size == 1 and s.split == "test" and s.speculative
-        assert (info.paper_alpha, info.paper_speed, info.target) == (alpha, speed, "T5-XXL")
-    # The checkpoints are REQUIRED: resolving a row without them fails and names them.
-    with pytest.raises(ValueError, match="TARGET_CHECKPOINT, DRAFT_CHECKPOINT are %gin.REQUIRED"
-                       r".*give yours with --checkpoints=FILE"):
-        table2.resolve_row("ende_small_t0", output_dir=str(tmp_path))
-    # The driver's dry run resolves every row and writes the paper-format table.
-    results = table2.reproduce("all", str(tmp_path / "dry"), checkpoints=checkpoints,
-                               dry_run=True)
-    assert [r.name for r in results] == list(PAPER)
-    table = (tmp_path / "dry" / "table2.md").read_text()
-    assert table.startswith("| Task | M_q | Temp | γ | α | Speed |")
-    assert "| EnDe | T5-small ★ | 0 | 7 |" in table and "| CNNDM | T5-large | 1 | 3 |" in table
-    # A dry run needs no checkpoints file and no output directory (the docs say so).
-    bare = table2.reproduce(dry_run=True)
-    assert [r.name for r in bare] == list(PAPER)
-    assert bare[0].settings.target_checkpoint == table2.DRY_RUN_CHECKPOINT
-
-
-BUNDLED_ROWS = os.path.join(REPO, "configs", "experiments", "table2_bundled")
-
-
-def test_bundled_table2_rows_resolve_to_the_bundled_models():
-    from speculative import loading
-
-    names = table2.list_rows(BUNDLED_ROWS)
-    assert len(names) == 24 and {n.split("_")[0] for n in names} == {"large", "mini", "code"}
-    for name in names:
-        info, s, path = table2.resolve_row(name, rows_dir=BUNDLED_ROWS, dry_run=True,
-                                           output_dir=None)
-        target = loading.bundled(info.target)
-        # The bundled names became their configs and checkpoints (no placeholder in a dry run).
-        assert target is not None and s.target_config == target.config, name
-        assert s.target_checkpoint == target.checkpoint and os.path.isdir(s.target_checkpoint)
-        draft = loading.bundled(info.draft)
-        if draft is not None and draft.is_t5:
-            assert (s.draft_config, s.draft_checkpoint) == (draft.config, draft.checkpoint)
-        else:  # n-gram tables and prompt lookup are built by name when the run loads them
-            assert s.draft_config == info.draft and s.draft_checkpoint is None, name
-        assert s.decoder_only == name.startswith("code") and s.num_examples >= 16
-        assert f"--gin_file=configs/experiments/table2_bundled/{name}.gin" in open(path).read()
-    # --gin_file=<row>.gin: rows given as paths are named by their file.
-    [r] = table2.reproduce([table2.row_file("large_kdtv_t1", BUNDLED_ROWS)], dry_run=True)
-    assert (r.name, r.gamma, r.temperature, r.info.target) == ("large_kdtv_t1", "auto", 1.0,
-                                                               "large_target")
-
-
-@pytest.mark.slow  # ~90 s: one bundled row decoded, timed and tabled as a newcomer runs it
-def test_reproduce_table2_script_runs_a_bundled_row(tmp_path):
-    out = tmp_path / "t2"
-    cmd = [sys.executable, os.path.join(REPO, "scripts", "reproduce_table2.py"),
-           f"--gin_file={os.path.join(BUNDLED_ROWS, 'mini_10_t0.gin')}", f"--output_dir={out}"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=_env(), timeout=600, cwd=REPO)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert re.search(r"\| EnDe mini \| mini_draft_10 ★ \| 0 \| \d \|", proc.stdout)  # GAMMA auto
-    assert "★: the best draft for that task and temperature" in proc.stdout
-    assert "Target M_p: mini_target." in proc.stdout
-    [row] = json.loads((out / "table2.json").read_text())["rows"]
-    assert row["speed"] > 0 and 0 < row["alpha"] <= 1 and row["c_source"] == "measured"
-
-
-@pytest.mark.parametrize("choose_trees", [
-    False, pytest.param(True, marks=pytest.mark.slow)])  # the tree choice adds ~20 s
-def test_reproduce_table2_on_a_tiny_row(tiny_gin, tmp_path, choose_trees, monkeypatch):
-    if choose_trees:  # the chooser picks a branching tree: the row times it beside its chain
-        choose = acceptance.choose_tree
-
-        def choose_a_tree(*args, **kwargs):
-            choice = choose(*args, **kwargs)
-            plan = dataclasses.replace(choice.plan, tree=(2, 1))
-            return dataclasses.replace(choice, plan=plan)
-
-        monkeypatch.setattr(acceptance, "choose_tree", choose_a_tree)
-    rows_dir = tmp_path / "rows"
-    rows_dir.mkdir()
-    (rows_dir / "tiny_t0.gin").write_text(
-        "from __gin__ import dynamic_registration\nfrom speculative.models import t5\n"
-        "from speculative.runs import table2\n"
-        f"include '{INFER_GIN}'\ninclude '{tiny_gin}'\n"
-        + "\n".join(_bindings(None, NUM_EXAMPLES="2"))
-        + "\ntable2.RowInfo.task = 'mini'\ntable2.RowInfo.draft = 'tiny'\n")
-    results = table2.reproduce(["tiny_t0"], str(tmp_path / "out"), rows_dir=str(rows_dir),
-                               row_bindings=["infer.infer.progress = False"], cost_repeats=3,
-                               choose_trees=choose_trees)
-    (r,) = results
-    assert r.c_source == "measured" and r.c > 0 and r.verify_cost > 0
-    assert r.speed > 0 and 0.0 <= r.alpha <= 1.0
-    # Speed is the timing engine's ratio of interleaved medians, with its per-round spread.
-    assert set(r.speed_spread) == {"min", "median", "max"}
-    assert r.speed_spread["min"] <= r.speed_spread["median"] <= r.speed_spread["max"]
-    assert r.predicted == pytest.approx(theory.speedup(r.alpha, 3, r.c))
-    assert r.predicted_measured_verify == pytest.approx(
-        theory.speedup(r.alpha, 3, r.c, verify_cost=r.verify_cost))
-    saved = json.loads((tmp_path / "out" / "table2.json").read_text())
-    assert saved["rows"][0]["alpha"] == r.alpha and "measured" in saved["c_source"]
-    table = (tmp_path / "out" / "table2.md").read_text()
-    assert "| mini | tiny | 0 | 3 |" in table and "c: measured" in table
-    assert "Target M_p: random weights (" in table  # unlabelled: named by its checkpoint
-    # The tree chooser's verdict for the row, with its reason, in the JSON and the table.
-    choice = saved["rows"][0]["tree_choice"]
-    if choose_trees:
-        assert len(choice["rates"]) == 4 and choice["chain_speedup"] > 0
-        assert "Token trees, tiny_t0: per-rank acceptance" in table
-        assert choice["tree"] == [2, 1] and r.tree_speed > 0 and r.tree_tokens_per_target_call >= 1
-        assert f"the tree ran at {r.tree_speed:.2f}X" in table
-    else:
-        assert choice is None and "Token trees" not in table and r.tree_speed is None
-    for run in ("speculative", "baseline"):
-        run_dir = tmp_path / "out" / "tiny_t0" / run
-        assert len(_read_jsonl(run_dir / "predictions.jsonl")) == 2
-        assert f"SPECULATIVE = {run == 'speculative'}" in (run_dir / "config.gin").read_text()
-
-
 @pytest.mark.parametrize("script,first_line", [
     ("infer.py", "Decodes a seqio task with speculative decoding"),
     ("reproduce_table2.py", "Reproduces rows of the paper's Table 2"),
@@ -417,15 +251,6 @@ def test_unwritable_output_dir_fails_before_any_work(tiny_gin, tmp_path, monkeyp
     monkeypatch.setattr(infer, "load_models", lambda s: pytest.fail("models loaded"))
     with pytest.raises(PermissionError, match="cannot be written"):
         infer.infer()
-
-
-def test_misspelled_gin_macro_is_refused_with_the_closest_name(tiny_gin, tmp_path):
-    with pytest.raises(ValueError, match="TEMPERATUR.*did you mean TEMPERATURE"):
-        config_lib.parse_gin([INFER_GIN, tiny_gin], _bindings(tmp_path) + ["TEMPERATUR = 1.0"])
-    with pytest.raises(ValueError, match="no gin file defines the macro ZZZ"):
-        config_lib.parse_gin([INFER_GIN, tiny_gin], _bindings(tmp_path) + ["ZZZ = 1"])
-    # Bindings of configurable parameters are gin's to check; known macros pass.
-    config_lib.parse_gin([INFER_GIN, tiny_gin], _bindings(tmp_path) + ["TEMPERATURE = 1.0"])
 
 
 _SIGINT_CHILD = r'''
@@ -706,43 +531,6 @@ def test_the_log_names_what_a_model_spec_loads():
     assert loading.source("large_feature_draft", None) == "'large_feature_draft'"
 
 
-def test_model_forms_none_with_a_checkpoint_passes_and_a_bundled_name_with_one_shows_the_fix():
-    from speculative.runs.infer_settings import InferSettings
-
-    base = dict(draft_config=None, draft_checkpoint=None, mixture_or_task_name="mini_ende",
-                task_feature_lengths={"inputs": 8, "targets": 8}, output_dir=None,
-                speculative=False)
-    # TARGET_MODEL = None: the architecture comes from the checkpoint's config.gin (at load).
-    settings = InferSettings(target_config=None, target_checkpoint="out/large_t5x", **base)
-    assert settings.target_config is None and settings.target_checkpoint == "out/large_t5x"
-    with pytest.raises(ValueError, match="TARGET_MODEL=None"):  # no config and no checkpoint
-        InferSettings(target_config=None, target_checkpoint=None, **base)
-    with pytest.raises(ValueError) as err:  # a bundled name brings its own checkpoint
-        InferSettings(target_config="large_target", target_checkpoint="out/large_t5x", **base)
-    assert ('--gin_file=configs/models/large_target.gin '
-            '--gin.TARGET_MODEL="@large_target/t5.T5Config()"') in str(err.value)
-
-
-def test_run_settings_take_fields_bound_on_the_run_or_passed_as_keywords():
-    """infer.infer, benchmark.run and alpha.run take a settings dataclass; fields given on the
-    run itself (a gin binding or a keyword) replace its values, and an unknown one is named."""
-    from speculative.runs.infer_settings import InferSettings, with_overrides
-
-    tiny = t5.T5Config(**_TINY, num_encoder_layers=1, num_decoder_layers=1)
-    base = dict(target_config=tiny, draft_config=tiny,
-                target_checkpoint=None, draft_checkpoint=None, mixture_or_task_name="mini_ende",
-                task_feature_lengths={"inputs": 8, "targets": 8}, output_dir=None)
-    settings = InferSettings(**base)
-    assert with_overrides(InferSettings, settings, {}, "infer.infer") is settings
-    changed = with_overrides(InferSettings, settings, {"gamma": 3, "mesh_shape": [1, 1]},
-                             "infer.infer")
-    assert (changed.gamma, changed.mesh_shape, changed.batch_size) == (3, (1, 1), 1)
-    assert with_overrides(InferSettings, None, base, "infer.infer") == settings
-    with pytest.raises(TypeError, match=r"infer.infer: unknown settings \['gama'\]"):
-        with_overrides(InferSettings, settings, {"gama": 3}, "infer.infer")
-    assert infer.infer(settings, dry_run=True, gamma=2).gamma == 2
-
-
 # ----------------------------------------------------------------------------------------------
 # GAMMA = 'auto' (the default): the run times its choices on its first inputs and runs the
 # fastest. The timings are injected; the decodes are real (their results are the run's).
@@ -808,48 +596,3 @@ def test_gamma_auto_runs_the_fastest_choice_and_records_it(tiny_gin, tmp_path, m
     assert "speculation_choice" not in fixed.metrics and fixed.settings.gamma == 2
     with pytest.raises(ValueError, match="GAMMA='fast' is invalid.*or 'auto'"):
         infer.infer(fixed.settings, dry_run=True, gamma="fast")
-
-
-def test_a_table2_row_with_gamma_auto_reports_the_chosen_gamma(tiny_gin, tmp_path, monkeypatch):
-    """A row with GAMMA = 'auto' is timed first (injected timings here), decodes at the chosen
-    gamma, and its choice is in the notes and the JSON; the star is explained."""
-    seconds = {("baseline", None): 1.0, ("chain", 2): 0.9, ("chain", 4): 0.5, ("chain", 6): 0.7}
-    choose = speculation.choose_speculation
-    monkeypatch.setattr(speculation, "choose_speculation", lambda *a, **k: choose(
-        *a, **k, timer=_fake_interleaved(seconds)))
-    rows_dir = tmp_path / "rows"
-    rows_dir.mkdir()
-    (rows_dir / "tiny_t0.gin").write_text(
-        "from __gin__ import dynamic_registration\nfrom speculative.models import t5\n"
-        "from speculative.runs import table2\n"
-        f"include '{INFER_GIN}'\ninclude '{tiny_gin}'\n"
-        + "\n".join(_bindings(None, NUM_EXAMPLES="2", GAMMA="'auto'"))
-        + "\ntable2.RowInfo.task = 'mini'\ntable2.RowInfo.draft = 'tiny'\n"
-        "table2.RowInfo.best = True\n")
-    [r] = table2.reproduce(["tiny_t0"], str(tmp_path / "out"), rows_dir=str(rows_dir),
-                           row_bindings=["infer.infer.progress = False"], cost_repeats=2,
-                           speed_repeats=1, choose_trees=False)
-    assert r.gamma == 4 and r.settings.gamma == 4 and r.speculation_choice.best.gamma == 4
-    table = (tmp_path / "out" / "table2.md").read_text()
-    assert "| mini | tiny ★ | 0 | 4 |" in table
-    assert "γ auto, tiny_t0: gamma auto: baseline" in table and "the row reports γ 4" in table
-    assert "★: the best draft for that task and temperature" in table
-    saved = json.loads((tmp_path / "out" / "table2.json").read_text())["rows"][0]
-    assert saved["speculation_choice"]["choice"] == "chain g4" and saved["gamma"] == 4
-    run_dir = tmp_path / "out" / "tiny_t0" / "speculative"
-    assert "GAMMA = 4" in (run_dir / "config.gin").read_text()
-    # Where the baseline won, the row still measures speculation: at the fastest candidate's.
-    slow = {("baseline", None): 1.0, ("chain", 2): 1.3, ("chain", 4): 1.5, ("chain", 6): 1.1}
-    choice = choose(None, types.SimpleNamespace(), [np.zeros((2, 4))],
-                    speculation.SpeculationSearch(sampling=r.settings.sampling, max_decode_len=8),
-                    timer=lambda programs, repeats: _fake_results(programs, repeats, slow))
-    assert choice.best.kind == "baseline" and table2.row_gamma(choice) == 2  # the probe's
-    assert "infer would run the baseline here" in table2._auto_note(choice)
-
-
-def _fake_results(programs, repeats, seconds):
-    result = types.SimpleNamespace(lengths=np.asarray([4, 4]),
-                                   stats=types.SimpleNamespace(target_calls=np.asarray([2, 2])))
-    return ({name: 1.0 for name in programs},
-            {name: [seconds[name[:2]]] * repeats for name in programs},
-            {name: [result] for name in programs})

@@ -1,0 +1,54 @@
+"""scripts/infer.py end to end (offline, tiny random models on mini_ende, and tiny decoder-only
+models on stdlib_code), the Table 2 rows and scripts/reproduce_table2.py.
+
+Known answers: at temperature 0 speculative and baseline predictions are identical token for
+token (encoder-decoder and decoder-only); the baseline makes one target call per token; the
+JSONL has one line per requested example (the padded rows of the last batch are dropped); the
+truncation count equals the too-long inputs; a too-long decoder-only prompt keeps exactly its
+last L_in tokens; each Table 2 gin file resolves to the paper's gamma and temperature with a T5-XXL
+target; a paper task without its data fails with TaskDataUnavailableError before any model loads.
+"""
+
+
+import pytest
+
+from speculative.models import t5
+from speculative.runs import infer
+from tests.helpers.runs import TINY
+
+
+def test_model_forms_none_with_a_checkpoint_passes_and_a_bundled_name_with_one_shows_the_fix():
+    from speculative.runs.infer_settings import InferSettings
+
+    base = dict(draft_config=None, draft_checkpoint=None, mixture_or_task_name="mini_ende",
+                task_feature_lengths={"inputs": 8, "targets": 8}, output_dir=None,
+                speculative=False)
+    # TARGET_MODEL = None: the architecture comes from the checkpoint's config.gin (at load).
+    settings = InferSettings(target_config=None, target_checkpoint="out/large_t5x", **base)
+    assert settings.target_config is None and settings.target_checkpoint == "out/large_t5x"
+    with pytest.raises(ValueError, match="TARGET_MODEL=None"):  # no config and no checkpoint
+        InferSettings(target_config=None, target_checkpoint=None, **base)
+    with pytest.raises(ValueError) as err:  # a bundled name brings its own checkpoint
+        InferSettings(target_config="large_target", target_checkpoint="out/large_t5x", **base)
+    assert ('--gin_file=configs/models/large_target.gin '
+            '--gin.TARGET_MODEL="@large_target/t5.T5Config()"') in str(err.value)
+
+
+def test_run_settings_take_fields_bound_on_the_run_or_passed_as_keywords():
+    """infer.infer, benchmark.run and alpha.run take a settings dataclass; fields given on the
+    run itself (a gin binding or a keyword) replace its values, and an unknown one is named."""
+    from speculative.runs.infer_settings import InferSettings, with_overrides
+
+    tiny = t5.T5Config(**TINY, num_encoder_layers=1, num_decoder_layers=1)
+    base = dict(target_config=tiny, draft_config=tiny,
+                target_checkpoint=None, draft_checkpoint=None, mixture_or_task_name="mini_ende",
+                task_feature_lengths={"inputs": 8, "targets": 8}, output_dir=None)
+    settings = InferSettings(**base)
+    assert with_overrides(InferSettings, settings, {}, "infer.infer") is settings
+    changed = with_overrides(InferSettings, settings, {"gamma": 3, "mesh_shape": [1, 1]},
+                             "infer.infer")
+    assert (changed.gamma, changed.mesh_shape, changed.batch_size) == (3, (1, 1), 1)
+    assert with_overrides(InferSettings, None, base, "infer.infer") == settings
+    with pytest.raises(TypeError, match=r"infer.infer: unknown settings \['gama'\]"):
+        with_overrides(InferSettings, settings, {"gama": 3}, "infer.infer")
+    assert infer.infer(settings, dry_run=True, gamma=2).gamma == 2
