@@ -1,5 +1,5 @@
-"""Provenance of results: `host.provenance` (commit, command, date, host), `files.new_run_dir`
-(a fresh directory per run) and `files.append_run` (the append-only `results/runs.jsonl`)."""
+"""speculative/files.py: run directories never reused, run records appended, and unwritable
+settings named without a raw errno."""
 
 import datetime
 import json

@@ -174,3 +174,74 @@ def test_re_exports_only_for_the_public_api():
                 found[module] += [a.name for a in node.names if a.asname == a.name]
     found = {m: names for m, names in found.items() if names}
     assert not found, f"re-exported names (import them from where they live): {found}"
+
+
+# ----------------------------------------------------------------------------------------------
+# The tests mirror the package: speculative/<room>/<module>.py is tested by
+# tests/<room>/test_<module>.py (a top-level module by tests/test_<module>.py). Tests of the
+# repository as a whole (README, docs, layering, CLI and scripts, notebook, the catalogue of bad
+# settings) stay at tests/ top level.
+
+TESTS = pathlib.Path(__file__).resolve().parent
+# Modules with no logic of their own: nothing to test apart from what they re-export.
+NO_LOGIC = {
+    "speculative.decoding": "facade: re-exports the decode loops' and adapters' public names",
+    "speculative.sampling": "facade: re-exports the sampling policies' public names",
+    "speculative.theory": "facade: re-exports speculative.measure.theory's public names",
+    "speculative.loading": "facade: re-exports the model loaders' public names",
+}
+# Modules with logic but no test file of their own yet, each with where (if anywhere) its code
+# is exercised today. Keep this small: a module's first test file removes it from here.
+NOT_YET_TESTED = {
+    "speculative.beam.checks": "argument checks, exercised by tests/beam/test_search.py",
+    "speculative.beam.reference": "the host search, the oracle of tests/beam/test_search.py",
+    "speculative.data.corpora": "corpus building, exercised by tests/test_corpus.py and "
+                                "tests/data/test_code_corpus.py through the scripts",
+    "speculative.decode.rounds": "the round's pieces, exercised by tests/decode/test_loops.py",
+    "speculative.measure.metrics": "BLEU/ROUGE, checked through the tasks' re-export in "
+                                   "tests/data/test_tasks.py",
+    "speculative.measure.timing": "timers, exercised by tests/measure/test_costs.py",
+    "speculative.models.adapters": "decode adapters, exercised by every decode test",
+    "speculative.models.layers": "kernel layouts, checked in tests/models/test_t5.py",
+    "speculative.training.config": "TrainConfig's checks, in tests/test_faults.py and "
+                                   "tests/training/test_trainer.py",
+    "speculative.runs.predictions": "predictions.jsonl records, exercised by "
+                                    "tests/runs/test_infer.py",
+    "speculative.runs.block_draft": "the block-draft run, no test yet",
+    "speculative.experiments.block_drafts": "the block-draft report, no test yet",
+    "speculative.experiments.trees": "the chains-against-trees report, no test yet",
+    "speculative.experiments.block_costs": "new module, no test yet",
+    "speculative.measure.round_costs": "new module, no test yet",
+}
+
+
+def _test_file(module: str) -> pathlib.Path:
+    parts = module.split(".")[1:]
+    return TESTS.joinpath(*parts[:-1], f"test_{parts[-1]}.py")
+
+
+def test_every_module_with_logic_has_its_mirrored_test_file():
+    modules = {m for m, p in MODULES.items() if p.name != "__init__.py"}
+    assert not (set(NO_LOGIC) | set(NOT_YET_TESTED)) - modules, "listed modules that are gone"
+    assert not set(NO_LOGIC) & set(NOT_YET_TESTED)
+    missing = sorted(str(_test_file(m).relative_to(TESTS.parent)) for m in modules
+                     if m not in NO_LOGIC and m not in NOT_YET_TESTED and
+                     not _test_file(m).exists())
+    assert not missing, f"modules without their mirrored test file: {missing}"
+    tested = sorted(m for m in NOT_YET_TESTED if _test_file(m).exists())
+    assert not tested, f"tested now: take them out of NOT_YET_TESTED: {tested}"
+
+
+def test_no_test_file_imports_another():
+    """Shared helpers live in tests/helpers (and fixtures in conftest.py), never in a test file."""
+    bad = []
+    for path in sorted(TESTS.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [f"{node.module}.{a.name}" if node.module else a.name for a in node.names]
+                     if isinstance(node, ast.ImportFrom) else [])
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names.append(node.module)
+            bad += [f"{path.relative_to(TESTS)}: {n}" for n in names
+                    if any(p.startswith("test_") or p == "conftest" for p in n.split("."))]
+    assert not bad, f"test files importing test modules: {bad}"

@@ -1,7 +1,6 @@
-"""checkpoints.py: T5X legacy save/load round trips, Orbax and HF loading, error messages.
-
-Every checkpoint here is written in the test (tiny configs; no download, no network).
-"""
+"""speculative/checkpoints/factory.py: `load_model` from T5X run directories (encoder-decoder
+and decoder-only), kernel layouts, and the two ways to give a config when there is no
+config.gin."""
 
 import logging
 import os

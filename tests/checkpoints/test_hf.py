@@ -1,7 +1,5 @@
-"""checkpoints.py: T5X legacy save/load round trips, Orbax and HF loading, error messages.
-
-Every checkpoint here is written in the test (tiny configs; no download, no network).
-"""
+"""speculative/checkpoints/hf.py: HF directories load, inconsistent configs and used
+directories are refused, and scripts/convert_checkpoint.py round-trips HF and T5X."""
 
 import dataclasses
 import json

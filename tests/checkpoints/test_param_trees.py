@@ -1,7 +1,5 @@
-"""checkpoints.py: T5X legacy save/load round trips, Orbax and HF loading, error messages.
-
-Every checkpoint here is written in the test (tiny configs; no download, no network).
-"""
+"""speculative/checkpoints/param_trees.py: parameter trees checked from metadata alone
+(an XXL tree without allocating it) and integer parameters refused."""
 
 import os
 import resource

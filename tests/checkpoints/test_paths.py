@@ -1,10 +1,4 @@
-"""T5X's own gin files: the config.gin T5X writes into a model directory, and its model gin files.
-
-A checkpoint written with `save_t5x` beside a config.gin in T5X's written form
-(tests/fixtures/) loads with no other configuration, from any of the paths a T5X user would
-give, and decodes exactly as the model it was saved from. Where no config.gin is found, the
-error says so and names the two ways to give a config.
-"""
+"""speculative/checkpoints/paths.py: gs:// paths are read through one file function."""
 
 import os
 

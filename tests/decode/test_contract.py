@@ -1,4 +1,4 @@
-"""T5 model: parameter tree, configs, and the K-token decode mode against the full forward."""
+"""speculative/decode/contract.py: `write_rows` writes each row's update at its own start."""
 
 
 import numpy as np

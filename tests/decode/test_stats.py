@@ -1,9 +1,4 @@
-"""Exactness of the decode loops: greedy identity, joint law of sampled tokens, one compilation.
-
-The joint test enumerates the target's exact law of the first three generated tokens by teacher
-forcing (V^2 prefixes in one batch), draws >= 50,000 samples from `speculative_decode` as one
-batch, and applies a chi-square test. A deliberately wrong kernel must fail the same test.
-"""
+"""speculative/decode/stats.py: merging the statistics of several decode calls."""
 
 
 import jax

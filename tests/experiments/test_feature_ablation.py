@@ -1,5 +1,5 @@
-"""The hot vocabulary of a target-aware draft: chosen from the target's own outputs in the
-feature cache, and applied to a trained draft without retraining (the ablation's `@N` rows)."""
+"""speculative/experiments/feature_ablation.py: an ablation row with a hot vocabulary of a
+trained draft."""
 
 import dataclasses
 import json

@@ -1,10 +1,5 @@
-"""Tests for the benchmark and alpha runs (speculative/runs/{benchmark,alpha}.py and scripts).
-
-Tiny random T5 models (vocab 16) keep every compilation to seconds; shapes are shared between
-tests so jit caches are reused. Known answers: a draft identical to the target has alpha = 1 and
-emits gamma + 1 tokens per target call except at the end of a sequence; the synthetic draft is
-accepted at the requested rate; teacher-forced beta equals a full-forward computation.
-"""
+"""speculative/measure/acceptance.py: the forced betas equal the full forward's, their
+statistics, and alpha binned by the target's top probability."""
 
 import itertools
 import math

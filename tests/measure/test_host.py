@@ -1,11 +1,5 @@
-"""Tests for speculative/experiments/limits.py, scripts/limits.py and scripts/gpu_benchmark.sh.
-
-Known answers: the bytes a decode step reads, counted by hand for a tiny config and for
-large_target (the ~122 MB of weights its docs state); the mean decode position of rows of known
-lengths; the first batch size with a speedup below 1; the bound of a hand-made benchmark.json;
-a draft identical to the target is always accepted (alpha = 1). The --dry-run of the GPU script
-runs every step end to end on CPU (30-60 s on 2 cores: CI runs it).
-"""
+"""speculative/measure/host.py: step bytes by hand, CPU facts and cache regimes, bandwidth,
+load averages and the git commit of a run."""
 
 import os
 import subprocess

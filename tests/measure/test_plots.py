@@ -1,7 +1,5 @@
-"""Tests for speculative.theory against the numbers printed in [L] and values derived from it.
-
-[L] = Leviathan et al., ICML 2023.
-"""
+"""speculative/measure/plots.py and scripts/plot_theory.py: Figure 3 and speedup against gamma
+are written as PNGs."""
 
 import os
 

@@ -1,14 +1,5 @@
-"""Faults and bad inputs: non-finite numbers never become accepted tokens, and bad arguments
-are refused by name before any work (decode API, temperatures, cache size, run settings, the
-trainer, the bundle, gin, the converter; the infer, benchmark and checkpoint suites add output
-directories, interruption and corrupt checkpoints).
-
-A target with NaN parameters must stop every row and flag it (`DecodeStats.nonfinite`) at
-temperature 0 and 1, in both decoders, instead of emitting text computed from NaN; a draft with
-NaN parameters must never get a token accepted (at temperature 0 the output still equals the
-target's greedy output, at temperature 1 every token comes from the target alone). The kernel
-rejects drafts at non-finite positions and leaves a broken q out of the residual.
-"""
+"""speculative/runs/config.py: gin macros checked by name, and multi-host flags checked before any
+work."""
 
 import os
 

@@ -1,13 +1,5 @@
-"""scripts/infer.py end to end (offline, tiny random models on mini_ende, and tiny decoder-only
-models on stdlib_code), the Table 2 rows and scripts/reproduce_table2.py.
-
-Known answers: at temperature 0 speculative and baseline predictions are identical token for
-token (encoder-decoder and decoder-only); the baseline makes one target call per token; the
-JSONL has one line per requested example (the padded rows of the last batch are dropped); the
-truncation count equals the too-long inputs; a too-long decoder-only prompt keeps exactly its
-last L_in tokens; each Table 2 gin file resolves to the paper's gamma and temperature with a T5-XXL
-target; a paper task without its data fails with TaskDataUnavailableError before any model loads.
-"""
+"""speculative/runs/table2.py and scripts/reproduce_table2.py: the paper's rows resolve to their
+gin files and bundled models, and a tiny row reproduces (gamma auto included)."""
 
 import dataclasses
 import json

@@ -1,5 +1,5 @@
-"""The block draft: one call appends the catch-up tokens and G - 1 placeholders; its teacher-forced
-training forward (every position an anchor, `block_mask`) is that call, anchor by anchor."""
+"""speculative/training/block_training.py: the block draft's training lowers the loss and
+resumes to the same state; its config refuses bad values."""
 
 import json
 

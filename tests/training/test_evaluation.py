@@ -1,12 +1,4 @@
-"""Tests of speculative/training/ (the trainer, its data, objectives and runs) and of the bundled
-models it trained.
-
-Known answers: batches pad/truncate/drop as documented and hold every example once; label
-smoothing and z-loss match their closed forms; a few AdamW steps lower the loss on a tiny batch;
-a checkpoint written by `train` loads back with `checkpoints.load_params` and gives the logits of
-the trainer's own parameters; every bundled model scores the valid-subset loss recorded in
-model_card.json.
-"""
+"""speculative/training/evaluation.py: FLOPs per token."""
 
 
 

@@ -1,5 +1,5 @@
-"""The target-aware draft's data and trainer: the feature cache is the target's own decode,
-shards resume, settings are never mixed, and training learns and resumes."""
+"""speculative/training/feature_data.py: the feature cache is the target's own greedy decode
+with its features, in shards that resume; the hot vocabulary is the most frequent outputs."""
 
 import json
 import os
