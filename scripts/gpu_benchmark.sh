@@ -31,6 +31,24 @@
 #                            hottest ids and exported in bfloat16 to OUT_DIR/feature/models with
 #                            its card entry; then scripts/feature_ablation.py against
 #                            large_draft_kdtv and the bundled large_feature_draft
+#   block                    chain against block drafts, each run twice: with XLA's GPU command
+#                            buffers covering the decode loop's while and conditional bodies
+#                            (OUT_DIR/block/command_buffers/) and without command buffers
+#                            (OUT_DIR/block/no_command_buffers/). Each time,
+#                            scripts/block_draft_benchmark.py on the large pair (large_block_draft
+#                            against large_feature_draft as a chain: 4 test sentences, batch 1,
+#                            gamma 2, 4, 7, T = 0 and 1, 2 repeats; c_round, per-depth
+#                            acceptance, speedups) and scripts/block_cost_benchmark.py on a
+#                            random T5 1.1 base-sized target with a random one-layer block draft
+#                            reading its features (costs only: the target step, verify cost and
+#                            c_round of the chain's gamma calls and the block's one at gamma 2,
+#                            4, 7, 3 repeats; Theorem 3.8 at an assumed alpha of 0.8). Sized for
+#                            under 8 minutes on one H200 (an estimate from the 2026-12-01 run's
+#                            ~4-8 s per compiled program, not yet measured): each program
+#                            compiles once per flag setting, ~34 for the large pair (16 round
+#                            costs, 14 decodes, 4 acceptance) and 16 for the base pair (4 target
+#                            programs, 12 proposal loops), about 3.5 minutes a setting; the
+#                            separate T5 draft large_draft_kdtv is left out to fit
 # summary.md: one markdown line per benchmark.py run in OUT_DIR (benchmark.summary_markdown).
 # A failed step is reported and the next one runs; OUT_DIR/steps.tsv lists each step's exit
 # code and seconds, and the script exits 1 if any failed. Results already in OUT_DIR are kept
@@ -49,8 +67,9 @@
 # programs compiled before.
 # --dry-run: the same steps on CPU with tiny settings (t5_1_1_tiny as the synthetic target,
 # mini_target as the bundled pair, 2 sentences, 1 repeat, 8 tokens; the feature step caches 32
-# sentences of mini_target and trains 2 steps, without the ablation), no install: a minute or two
-# on 2 cores.
+# sentences of mini_target and trains 2 steps, without the ablation; the block step times
+# t5_1_1_tiny's random pair only, both XLA flag settings, gamma 2, 1 repeat), no install: a few
+# minutes on 2 cores.
 # --no-install: no install step, for machines without a package registry whose Python already
 # has JAX for the GPU (e.g. a lent H200's image): PYTHON (default python3) must import jax, flax,
 # optax, orbax, tensorstore, sentencepiece and gin (gin-config can be carried as a wheel and
@@ -147,7 +166,9 @@ if (( DRY_RUN )); then
   LIMITS=(--batch_sizes=1 --num_sentences=2 --gammas=2 --repeats=1 --max_decode_len=8
           --bandwidth_mb=16)
   TREES=(--num_sentences=2 --num_rank_sentences=4 --repeats=1 --max_nodes=4 --temperatures=0)
-  BLOCK=()  # the block step loads the large pair: not part of the CPU dry run
+  BLOCK=()  # the large pair's block benchmark is not part of the CPU dry run
+  BLOCK_COSTS=(--target=t5_1_1_tiny --gammas=2 --repeats=1 --round_steps=2 --max_decode_len=8
+               --input_length=8)
   BEAM=(--num_sentences=2 --beam_sizes=1,2 --repeats=1 --split_sentences=2 --split_batch=2)
   FEATURE_TARGET=mini_target FEATURE_NAME=mini_draft_feature
   FEATURE=(--gin.FEATURE_LAYERS="(1,2,3)" --gin.feature_cache.feature_layers="(1,2,3)"
@@ -165,7 +186,9 @@ else
   PAIR=(--gin.NUM_BATCHES=16 --gin.GAMMAS=[2,4,6] --gin.CALIBRATION_BATCHES=8)
   LIMITS=(--batch_sizes=1,4,16,64 --num_sentences=64 --gammas=2,4,6)
   TREES=(--num_sentences=16 --num_rank_sentences=64 --repeats=3 --max_nodes=32)
-  BLOCK=(--num_sentences=8 --repeats=3 --gammas=2,3,5,7)
+  BLOCK=(--drafts=large_block_draft,large_feature_draft --num_sentences=4 --repeats=2
+         --gammas=2,4,7)
+  BLOCK_COSTS=(--target=t5_1_1_base --gammas=2,4,7 --repeats=3)
   BEAM=(--num_sentences=16 --beam_sizes=1,2,4 --repeats=3 --split_batch=64)
   FEATURE_TARGET=large_target FEATURE_NAME=large_draft_feature
   FEATURE=()
@@ -234,16 +257,23 @@ for target in "${PAIRS[@]}"; do
     --output_dir="$OUT_DIR/${target}_beam" "${BEAM[@]}" "${OVERWRITE_FLAG[@]}"
 done
 
-# Block drafts against chains on the large pair, with XLA's GPU command buffers covering the
-# decode loop's while/conditional bodies and without them (launch costs are what a block saves).
-if wanted block && (( ${#BLOCK[@]} )); then
+# Chains against block drafts, with XLA's GPU command buffers covering the decode loop's
+# while/conditional bodies and without them (launch costs are what a block saves): the large
+# pair (not in the dry run) and a random T5 1.1 pair (costs only), each setting into its folder.
+if wanted block; then
   CMD_BUFFERS="--xla_gpu_enable_command_buffer=FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL,WHILE,CONDITIONAL"
-  step block_command_buffers env XLA_FLAGS="${XLA_FLAGS:-} $CMD_BUFFERS" \
-    "$PY" scripts/block_draft_benchmark.py --output_dir="$OUT_DIR/block/command_buffers" \
-    "${BLOCK[@]}" "${OVERWRITE_FLAG[@]}"
-  step block_no_command_buffers env XLA_FLAGS="${XLA_FLAGS:-} --xla_gpu_enable_command_buffer=" \
-    "$PY" scripts/block_draft_benchmark.py --output_dir="$OUT_DIR/block/no_command_buffers" \
-    "${BLOCK[@]}" "${OVERWRITE_FLAG[@]}"
+  for mode in command_buffers no_command_buffers; do
+    if [[ "$mode" == command_buffers ]]; then FLAGS="$CMD_BUFFERS"
+    else FLAGS="--xla_gpu_enable_command_buffer="; fi
+    if (( ${#BLOCK[@]} )); then
+      step "block_$mode" env XLA_FLAGS="${XLA_FLAGS:-} $FLAGS" \
+        "$PY" scripts/block_draft_benchmark.py --output_dir="$OUT_DIR/block/$mode" \
+        "${BLOCK[@]}" "${OVERWRITE_FLAG[@]}"
+    fi
+    step "block_costs_$mode" env XLA_FLAGS="${XLA_FLAGS:-} $FLAGS" \
+      "$PY" scripts/block_cost_benchmark.py --output_dir="$OUT_DIR/block/$mode" \
+      "${BLOCK_COSTS[@]}" "${OVERWRITE_FLAG[@]}"
+  done
 fi
 
 if wanted feature; then

@@ -21,18 +21,16 @@ import functools
 import os
 from typing import Any, Dict, List, Tuple
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 
 from speculative import files
-from speculative.decode import drafters, verifiers
+from speculative.decode import drafters
 from speculative.decode import stats as stats_lib
-from speculative.decode.rounds import RoundKeys
 from speculative.decode.sampling import SamplingConfig
 from speculative.experiments import record
 from speculative.measure import acceptance, host, theory
 from speculative.measure import costs as costs_lib
+from speculative.measure import round_costs as round_costs_lib
 from speculative.runs import mini
 
 
@@ -53,55 +51,15 @@ class BlockBenchSettings:
     seed: int = 0
 
 
-@functools.partial(jax.jit, static_argnames=("verifier", "num_steps", "max_decode_len"))
-def _proposals(target, drafter, inputs, rng, *, verifier, num_steps, max_decode_len):
-    """`num_steps` proposals from the decode's first state (0: the start alone)."""
-    view = drafter.view(target)
-    tstate, state = drafter.start(view, inputs, max_decode_len, drafter.layout.width)
-
-    def body(i, acc):
-        # The barrier ties this iteration's inputs to the running sum, so XLA cannot hoist the
-        # proposal out of the loop: each iteration is one real `propose`.
-        acc, st, ts = jax.lax.optimization_barrier((acc, state, tstate))
-        keys = RoundKeys.split(jax.random.fold_in(rng, i), drafter.gamma)
-        proposal, _ = drafter.propose(st, ts.pending, ts.lengths, keys.draft, verifier)
-        return acc + jnp.sum(proposal.q) + jnp.sum(proposal.tokens)
-
-    return jax.lax.fori_loop(0, num_steps, body, jnp.zeros((), jnp.float32))
-
-
-def _round_programs(target, drafts: Dict[str, Any], inputs, s: BlockBenchSettings):
-    """Thunks: the target's one-token step, its verify of gamma + 1 tokens, and each drafter's
-    start alone and start + `round_steps` proposals (their difference is c_round)."""
-    x = jnp.asarray(inputs, jnp.int32)
-    cache = target.prefix_length(x.shape[1]) + s.max_decode_len + max(s.gammas) + 2
-    kw = dict(cache_len=cache, num_steps=s.round_steps, seed=s.seed)
-    programs = {("target", 1): costs_lib._extend_program(target, inputs, 1, **kw)}
-    for g in s.gammas:
-        programs[("verify", g)] = costs_lib._extend_program(target, inputs, g + 1, **kw)
-    greedy, rng = verifiers.GreedyVerifier(), jax.random.PRNGKey(s.seed)
-    for name, draft in drafts.items():
-        for g in s.gammas:
-            drafter = drafters.as_drafter(draft, g)
-            for steps in (0, s.round_steps):
-                programs[(name, g, steps)] = functools.partial(
-                    _proposals, target, drafter, x, rng, verifier=greedy, num_steps=steps,
-                    max_decode_len=s.max_decode_len)
-    return programs
-
-
 def round_costs(target, drafts, inputs, s: BlockBenchSettings) -> Dict[str, Any]:
-    """Target step (s), verify cost and c_round per (draft, gamma), in target steps."""
-    _, times, _ = costs_lib.interleaved(_round_programs(target, drafts, inputs, s), s.repeats)
-    med = {k: float(np.median(v)) for k, v in times.items()}
-    step = med[("target", 1)] / s.round_steps
-    out = {"target_step_s": step,
-           "verify_cost": {g: med[("verify", g)] / s.round_steps / step for g in s.gammas},
-           "c_round": {}}
-    for name in drafts:
-        out["c_round"][name] = {g: max(med[(name, g, s.round_steps)] - med[(name, g, 0)], 0.0)
-                                / s.round_steps / step for g in s.gammas}
-    return out
+    """Target step (s), verify cost, and c_round and draft calls per (draft, gamma), in target
+    steps (`measure.round_costs`: each draft's drafter timed with the loop's own state)."""
+    spec = round_costs_lib.RoundCostSpec(gammas=tuple(s.gammas), max_decode_len=s.max_decode_len,
+                                         round_steps=s.round_steps, repeats=s.repeats,
+                                         seed=s.seed)
+    drafter_of = {name: functools.partial(drafters.as_drafter, draft)
+                  for name, draft in drafts.items()}
+    return round_costs_lib.round_costs(target, drafter_of, inputs, spec)
 
 
 def _decode_rows(target, drafts, batches, sampling, s: BlockBenchSettings):

@@ -59,6 +59,12 @@ def headline_numbers(experiment: str, report: Dict[str, Any]) -> Dict[str, Any]:
                          for r in [max((x for x in b["rows"] if x["draft"] == name),
                                        key=lambda x: x["speedup"])
                                    for name in report["settings"]["drafts"]]]}
+    if experiment == "block_costs":
+        return {"alpha_assumed": report["alpha_assumed"],
+                "rows": [{"gamma": r["gamma"], "verify_cost": _r(r["verify_cost"]),
+                          **{f"c_round_{k}": _r(r[k]["c_round"]) for k in ("chain", "block")},
+                          "block_over_chain": _r(r["block_over_chain"])}
+                         for r in report["rows"]]}
     if experiment == "trees":
         return {"rows": [{"T": r["temperature"], "chain_speedup": _r(r["chain"]["speedup"]),
                           "widest_tree_speedup": _r(r["most_tokens"]["speedup"]),

@@ -1,0 +1,105 @@
+"""A drafter's cost per round, timed with the decode loop's own state.
+
+    costs = round_costs(target, {"chain": chain_of, "block": block_of}, inputs,
+                        RoundCostSpec(gammas=(2, 4, 7)))
+    costs["c_round"]["block"][4]    # one `propose` at gamma 4, in target steps
+
+`c_round` is what a round's drafting costs, in target steps: the drafter's `propose` (a chain's
+G single-token calls, a block draft's one call and its G draws), timed inside a jitted loop of
+`round_steps` proposals from the decode's first state, less the same program with no proposal
+(the start alone). It is the draft's cost in Theorem 3.8 with the round's real shape in place of
+G times one call's: speedup = E[tokens](alpha, G) / (c_round + verify_cost(G)). Every program
+(the target's one-token step, its verify of G + 1 tokens, each drafter's start alone and with
+proposals) runs in the same interleaved rounds (`costs.interleaved`), so noise hits all alike.
+The reports of block drafts (`experiments/block_drafts.py`, a trained pair;
+`experiments/block_costs.py`, a random pair of any size) both time their rounds here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any, Callable, Dict, Tuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from speculative.decode import verifiers
+from speculative.decode.rounds import RoundKeys
+from speculative.measure import costs as costs_lib
+
+
+@dataclasses.dataclass(frozen=True)
+class RoundCostSpec:
+    """What `round_costs` times: each gamma, the decode length the states are sized for,
+    `round_steps` proposals per timed call, `repeats` interleaved rounds, the seed."""
+
+    gammas: Tuple[int, ...]
+    max_decode_len: int = 48
+    round_steps: int = 16
+    repeats: int = 3
+    seed: int = 0
+
+
+@functools.partial(jax.jit, static_argnames=("verifier", "num_steps", "max_decode_len"))
+def proposals(target, drafter, inputs, rng, *, verifier, num_steps, max_decode_len):
+    """`num_steps` proposals from the decode's first state (0: the start alone). Returns the
+    running sum that keeps every proposal alive and the draft calls of the last proposal (mean
+    over rows; 0 with no proposal)."""
+    view = drafter.view(target)
+    tstate, state = drafter.start(view, inputs, max_decode_len, drafter.layout.width)
+
+    def body(i, carry):
+        # The barrier ties this iteration's inputs to the running sum, so XLA cannot hoist the
+        # proposal out of the loop: each iteration is one real `propose`.
+        (acc, _), st, ts = jax.lax.optimization_barrier((carry, state, tstate))
+        keys = RoundKeys.split(jax.random.fold_in(rng, i), drafter.gamma)
+        proposal, _ = drafter.propose(st, ts.pending, ts.lengths, keys.draft, verifier)
+        calls = jnp.mean(jnp.asarray(proposal.draft_calls, jnp.float32))
+        return acc + jnp.sum(proposal.q) + jnp.sum(proposal.tokens), calls
+
+    zero = jnp.zeros((), jnp.float32)
+    return jax.lax.fori_loop(0, num_steps, body, (zero, zero))
+
+
+def round_programs(target, drafter_of: Dict[str, Callable[[int], Any]], inputs,
+                   spec: RoundCostSpec) -> Dict[Any, Callable[[], Any]]:
+    """Thunks: the target's one-token step ('target', 1), its verify of gamma + 1 tokens
+    ('verify', g), and for each name and gamma the drafter `drafter_of[name](g)`'s start alone
+    (name, g, 0) and start + `round_steps` proposals (name, g, round_steps)."""
+    x = jnp.asarray(inputs, jnp.int32)
+    cache = target.prefix_length(x.shape[1]) + spec.max_decode_len + max(spec.gammas) + 2
+    kw = dict(cache_len=cache, num_steps=spec.round_steps, seed=spec.seed)
+    programs = {("target", 1): costs_lib._extend_program(target, inputs, 1, **kw)}
+    for g in spec.gammas:
+        programs[("verify", g)] = costs_lib._extend_program(target, inputs, g + 1, **kw)
+    greedy, rng = verifiers.GreedyVerifier(), jax.random.PRNGKey(spec.seed)
+    for name, make in drafter_of.items():
+        for g in spec.gammas:
+            drafter = make(g)
+            for steps in (0, spec.round_steps):
+                programs[(name, g, steps)] = functools.partial(
+                    proposals, target, drafter, x, rng, verifier=greedy, num_steps=steps,
+                    max_decode_len=spec.max_decode_len)
+    return programs
+
+
+def round_costs(target, drafter_of: Dict[str, Callable[[int], Any]], inputs,
+                spec: RoundCostSpec) -> Dict[str, Any]:
+    """Times `round_programs` interleaved: the target step (s), the verify cost per gamma and,
+    per name and gamma, c_round (target steps) and the draft calls per round."""
+    _, times, outputs = costs_lib.interleaved(round_programs(target, drafter_of, inputs, spec),
+                                              spec.repeats)
+    med = {k: float(np.median(v)) for k, v in times.items()}
+    n = spec.round_steps
+    step = med[("target", 1)] / n
+    out = {"target_step_s": step,
+           "verify_cost": {g: med[("verify", g)] / n / step for g in spec.gammas},
+           "c_round": {}, "draft_calls_per_round": {}}
+    for name in drafter_of:
+        out["c_round"][name] = {g: max(med[(name, g, n)] - med[(name, g, 0)], 0.0) / n / step
+                                for g in spec.gammas}
+        out["draft_calls_per_round"][name] = {g: float(outputs[(name, g, n)][1])
+                                              for g in spec.gammas}
+    return out
