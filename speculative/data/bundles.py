@@ -438,6 +438,17 @@ class Bundled:
     def load(self, param_dtype: str = "float32", kernel_layout: str = "auto") -> DecodeModel:
         return self.bundle.load(self.name, param_dtype=param_dtype, kernel_layout=kernel_layout)
 
+    def alpha(self, temperature: float) -> Optional[float]:
+        """The card's measured acceptance rate at the temperature nearest `temperature` (a
+        block draft's: that of the feature draft it `shares`, which its chain is), or None."""
+        entry = self.entry
+        if not entry.get("alpha") and entry.get("shares"):
+            entry = _card_entry(self.models_dir, entry["shares"])
+        rows = entry.get("alpha") or []
+        if not rows:
+            return None
+        return float(min(rows, key=lambda r: abs(r["temperature"] - temperature))["alpha"])
+
 
 def _cards():
     """(bundle, {name: card entry}) of each bundle present (EN->DE, code)."""
@@ -454,6 +465,14 @@ def bundled(name: str) -> Optional[Bundled]:
         if name in models:
             return Bundled(name, models[name], b)
     return None
+
+
+def card_alpha(name, temperature: float) -> Optional[float]:
+    """The measured acceptance rate on the card of the bundled draft `name` at the temperature
+    nearest `temperature` (`Bundled.alpha`); None for anything else (a T5Config, a
+    checkpoint, an unknown name)."""
+    found = bundled(name)
+    return found.alpha(temperature) if found is not None else None
 
 
 def bundled_names() -> set:

@@ -120,7 +120,9 @@ class BlockDraft(Protocol):
 
     def extend_block(self, params, state, tokens: Array, features: Optional[Array],
                      num_placeholders: int, num_tokens: Optional[Array] = None
-                     ) -> Tuple[Array, Any]: ...
+                     ) -> Tuple[Array, Any]:
+        """Reads the committed `tokens [B, K]` (row b's first `num_tokens[b]`) and returns
+        `(logits [B, 1 + num_placeholders, V] of q_1.., state holding the real tokens)`."""
 
 
 def drafts_blocks(draft) -> bool:

@@ -36,7 +36,10 @@ T, and `last` = S[-1]):
   TargetAwareDrafter: the draft's own entries for last round's accepted drafts were made from
     its own hidden states; it rewinds to T - `reread` (the n drafts accepted) and re-reads
     S[T - reread .. T] with the target's features of the positions before them (`tokens`,
-    `features`), replacing them; the logits at index `reread` are q_1.
+    `features`), replacing them; the logits at index `reread` are q_1. The chunk is padded to
+    G + 1 slots, but the call reads only the narrowest of a few compiled widths that holds every
+    row's real tokens (`read_chunk`): the padding is masked junk, so the laws are the same,
+    and a round that accepted few drafts pays for few rows.
 
 Shape legend: B batch, G gamma, V vocab, F feature width.
 """
@@ -84,6 +87,27 @@ class Drafter(Protocol):
 
     def advance(self, state, outcome: rounds.Outcome, proposal: rounds.Proposal, last: Array,
                 moving: Array) -> Any: ...
+
+
+def chunk_widths(width: int) -> Tuple[int, ...]:
+    """The catch-up chunk widths compiled for a chunk of `width` slots: the powers of two below
+    it, and `width` (e.g. 8 -> (1, 2, 4, 8); 6 -> (1, 2, 4, 6))."""
+    return tuple(w for w in (1 << i for i in range(max(width - 1, 0).bit_length()))
+                 if w < width) + (width,)
+
+
+def read_chunk(read, tokens: Array, features: Optional[Array], num_real: Array):
+    """`read(tokens[:, :w], features[:, :w])` at the narrowest w of `chunk_widths` that holds
+    every row's `num_real [B]` real tokens (a `lax.switch`; each branch's result must have one
+    shape). What `read` returns for a row's real tokens cannot depend on the junk after them
+    (a causal read with the junk masked), so every branch gives the same laws."""
+    widths = chunk_widths(tokens.shape[1])
+    index = jnp.searchsorted(jnp.asarray(widths, jnp.int32), jnp.max(num_real))
+
+    def branch(w):
+        return lambda: read(tokens[:, :w], None if features is None else features[:, :w])
+
+    return jax.lax.switch(jnp.minimum(index, len(widths) - 1), [branch(w) for w in widths])
 
 
 def cache_length(model, inputs: Array, max_decode_len: int, width: int) -> int:
@@ -289,10 +313,14 @@ class TargetAwareDrafter(ChainDrafter):
     def catch_up(self, state, last, start):
         del last  # the chunk ends with it
         dstate = self.model.rewind(state.model, start - state.reread)
-        logits, dstate = self.model.extend(self.model.params, dstate, state.tokens,
-                                           state.features)
-        dstate = self.model.rewind(dstate, start + 1)  # holds S; the padding slots are masked
-        return jnp.take_along_axis(logits, state.reread[:, None, None], axis=1)[:, 0], dstate
+
+        def read(tokens, features):
+            logits, out = self.model.extend(self.model.params, dstate, tokens, features)
+            # holds S; the padding slots are masked
+            return (jnp.take_along_axis(logits, state.reread[:, None, None], axis=1)[:, 0],
+                    self.model.rewind(out, start + 1))
+
+        return read_chunk(read, state.tokens, state.features, state.reread + 1)
 
     def advance(self, state, outcome, proposal, last, moving):
         """Next round re-reads x_1..x_n, t with the features the verification just gave."""
@@ -349,13 +377,13 @@ class BlockDrafter(TargetAwareDrafter):
 
     def block_logits(self, state, start) -> Tuple[Array, Any]:
         """The round's one draft call: `(logits [B, G, V] of q_1..q_G, state holding S)`."""
-        gamma = self.gamma
         dstate = self.model.rewind(state.model, start - state.reread)
-        logits, dstate = self.model.extend_block(self.model.params, dstate, state.tokens,
-                                                 state.features, gamma - 1,
-                                                 num_tokens=state.reread + 1)
-        first = jnp.take_along_axis(logits, state.reread[:, None, None], axis=1)
-        return jnp.concatenate([first, logits[:, logits.shape[1] - (gamma - 1):]], 1), dstate
+
+        def read(tokens, features):
+            return self.model.extend_block(self.model.params, dstate, tokens, features,
+                                           self.gamma - 1, num_tokens=state.reread + 1)
+
+        return read_chunk(read, state.tokens, state.features, state.reread + 1)
 
     def propose(self, state, last, start, keys, verifier):
         del last  # the catch-up chunk ends with it

@@ -24,6 +24,7 @@ decoders it measures.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import time
@@ -46,6 +47,43 @@ def _timed(fn: Callable[[], Any]):
     start = time.perf_counter()
     result = jax.block_until_ready(fn())
     return time.perf_counter() - start, result
+
+
+# JAX's monitoring events for the phases of a compilation (tracing, lowering, XLA's compile).
+COMPILE_EVENTS = ("/jax/core/compile/jaxpr_trace_duration",
+                  "/jax/core/compile/jaxpr_to_mlir_module_duration",
+                  "/jax/core/compile/backend_compile_duration")
+
+
+@dataclasses.dataclass
+class _Compiles:
+    seconds: float = 0.0
+
+
+@contextlib.contextmanager
+def compiling():
+    """`with compiling() as c: ...`: `c.seconds` is what JAX spent tracing, lowering and
+    compiling inside the block (its monitoring events), so a first call's run time is its
+    walltime less `c.seconds` and it need not be called again to be timed."""
+    got = _Compiles()
+
+    def listener(event, duration, **_):
+        if event in COMPILE_EVENTS:
+            got.seconds += duration
+
+    jax.monitoring.register_event_duration_secs_listener(listener)
+    try:
+        yield got
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listener)
+
+
+def first_call(fn: Callable[[], Any]):
+    """`(run seconds, compile seconds, result)` of one call that may compile: its walltime less
+    the compilation inside it (`compiling`)."""
+    with compiling() as c:
+        seconds, result = _timed(fn)
+    return max(seconds - c.seconds, 0.0), c.seconds, result
 
 
 def spread(times: Sequence[float]) -> Dict[str, Any]:
@@ -93,7 +131,7 @@ def interleaved(programs: Dict[Any, Callable[[], Any]], repeats: int,
     return first, times, outputs
 
 
-def _extend_program(model, inputs: np.ndarray, num_tokens: int, *, cache_len: int,
+def extend_program(model, inputs: np.ndarray, num_tokens: int, *, cache_len: int,
                     num_steps: int, seed: int, target=None) -> Callable[[], Any]:
     """A thunk running `num_steps` extends of `num_tokens` tokens per row (batch of `inputs`).
     A target-aware draft is initialised from `target`'s context and extends on its own
@@ -192,11 +230,11 @@ def measure_costs(target, draft, inputs: np.ndarray, gammas: Sequence[int], *,
     kw = dict(num_steps=num_steps, seed=seed)
     t_len = target.prefix_length(inputs.shape[1]) + cache_len
     d_len = draft.prefix_length(inputs.shape[1]) + cache_len
-    programs = {"target": _extend_program(target, inputs, 1, cache_len=t_len, **kw),
-                "draft": _extend_program(draft, inputs, 1, cache_len=d_len, target=target,
+    programs = {"target": extend_program(target, inputs, 1, cache_len=t_len, **kw),
+                "draft": extend_program(draft, inputs, 1, cache_len=d_len, target=target,
                                          **kw)}
     for g in gammas:
-        programs[g] = _extend_program(target, inputs, g + 1, cache_len=t_len, **kw)
+        programs[g] = extend_program(target, inputs, g + 1, cache_len=t_len, **kw)
     _, times, _ = interleaved(programs, repeats)
     per_step = {name: np.asarray(t) / num_steps for name, t in times.items()}
     step = {name: float(np.median(t)) for name, t in per_step.items()}
@@ -219,7 +257,7 @@ def draft_row_costs(target, draft, inputs: np.ndarray, rows: Sequence[int], *, c
     interleaved rounds). `c` comes from `measure_costs`."""
     cache_len = draft.prefix_length(inputs.shape[1]) + max_decode_len + 2
     rows = sorted(set(rows) | {1})
-    programs = {m: _extend_program(draft, np.repeat(inputs, m, 0), 1, cache_len=cache_len,
+    programs = {m: extend_program(draft, np.repeat(inputs, m, 0), 1, cache_len=cache_len,
                                    num_steps=num_steps, seed=seed, target=target)
                 for m in rows}
     _, times, _ = interleaved(programs, repeats)

@@ -71,9 +71,9 @@ def round_programs(target, drafter_of: Dict[str, Callable[[int], Any]], inputs,
     x = jnp.asarray(inputs, jnp.int32)
     cache = target.prefix_length(x.shape[1]) + spec.max_decode_len + max(spec.gammas) + 2
     kw = dict(cache_len=cache, num_steps=spec.round_steps, seed=spec.seed)
-    programs = {("target", 1): costs_lib._extend_program(target, inputs, 1, **kw)}
+    programs = {("target", 1): costs_lib.extend_program(target, inputs, 1, **kw)}
     for g in spec.gammas:
-        programs[("verify", g)] = costs_lib._extend_program(target, inputs, g + 1, **kw)
+        programs[("verify", g)] = costs_lib.extend_program(target, inputs, g + 1, **kw)
     greedy, rng = verifiers.GreedyVerifier(), jax.random.PRNGKey(spec.seed)
     for name, make in drafter_of.items():
         for g in spec.gammas:

@@ -4,6 +4,15 @@
 a block draft's blocks and the chooser's tree on the run's first batches, through the one
 timing engine (`costs.interleaved`), and picks the fastest; no speculation is one of the
 choices. infer and Table 2 rows call it when GAMMA is 'auto'.
+
+Before any speculative program compiles, a gate (`speculation_gate`) asks whether speculation
+can pay at all here: the baseline decodes the slice once (its results are the run's; its
+compilation is subtracted, `costs.first_call`), the target's verify of gamma + 1 tokens is timed
+at the run's batch size, and Theorem 3.8 with free drafting, E[tokens](alpha, gamma) /
+verify_cost(gamma), bounds every speculative candidate's speedup from above (alpha: the draft's
+measured rate, e.g. its model card's; 1.0 when unknown, the bound of a perfect draft). Where the
+bound is under `min_speedup` (a large batch on a host where the verify of gamma + 1 tokens costs
+about gamma + 1 steps) the baseline runs, and the calibration cost one small compile.
 """
 
 from __future__ import annotations
@@ -19,6 +28,8 @@ from speculative.decode import contract, drafters
 from speculative.decode import loops as decoding
 from speculative.decode import trees as trees_lib
 from speculative.decode.sampling import SamplingConfig
+from speculative.measure import costs as costs_lib
+from speculative.measure import theory
 from speculative.measure.costs import interleaved
 
 AUTO = "auto"  # the GAMMA that chooses (infer, Table 2 rows)
@@ -48,6 +59,9 @@ class SpeculationSearch:
       seed: batch i of the slice decodes with fold_in(PRNGKey(seed), i), as the run's batch i,
         so the chosen program's first-call results are the run's results for those batches.
       min_speedup: a speculative candidate runs only if it beat the baseline by this factor.
+      alpha: the draft's acceptance rate for the gate (e.g. its model card's at this
+        temperature); None: 1.0, so the gate closes only where even a perfect draft would lose.
+      gate: run the gate first (`speculation_gate`); False times the candidates directly.
     """
 
     sampling: SamplingConfig
@@ -57,6 +71,43 @@ class SpeculationSearch:
     repeats: int = 1
     seed: int = 0
     min_speedup: float = 1.0
+    alpha: Optional[float] = None
+    gate: bool = True
+
+    def __post_init__(self):
+        if self.alpha is not None and not 0.0 <= self.alpha <= 1.0:
+            raise ValueError(f"SpeculationSearch alpha={self.alpha!r}: give the draft's "
+                             "acceptance rate in [0, 1], or None (1.0, a perfect draft).")
+
+
+@dataclasses.dataclass(frozen=True)
+class SpeculationGate:
+    """Stage 0 of `choose_speculation`: an upper bound on any speculative candidate's speedup.
+
+    Attributes:
+      alpha: the acceptance rate the bound assumes (`SpeculationSearch.alpha`, else 1.0).
+      gamma: the smallest gamma searched (the cheapest round; at a batch where the verify is
+        compute-bound a larger gamma costs proportionally more and gains less).
+      step_s: the baseline's seconds per decode step on the slice (compilation excluded).
+      verify_cost: the target's extend of gamma + 1 tokens per row, in baseline steps.
+      c: the draft's extend of one token per row, in baseline steps (0 for an n-gram table).
+      bound: E[tokens](alpha, gamma) / (c + verify_cost): Theorem 3.8 with one draft call per
+        round, the least any candidate makes.
+      open: whether the bound reached `min_speedup` (the candidates are then timed).
+      seconds: the gate's walltime (the baseline's decode included).
+    """
+
+    alpha: float
+    gamma: int
+    step_s: float
+    verify_cost: float
+    c: float
+    bound: float
+    open: bool
+    seconds: float
+
+    def to_json(self) -> Dict[str, Any]:
+        return dataclasses.asdict(self)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,6 +175,7 @@ class SpeculationChoice:
     repeats: int
     seconds: float
     results: Tuple[Any, ...] = dataclasses.field(default=(), compare=False, repr=False)
+    gate: Optional[SpeculationGate] = None
 
     def to_json(self) -> Dict[str, Any]:
         return {"choice": self.best.name, "kind": self.best.kind, "gamma": self.best.gamma,
@@ -131,6 +183,7 @@ class SpeculationChoice:
                 "speedup": self.best.speedup, "batch_size": self.batch_size,
                 "calibration_batches": self.batches, "repeats": self.repeats,
                 "calibration_seconds": self.seconds,
+                "gate": self.gate.to_json() if self.gate else None,
                 "candidates": [c.to_json() for c in self.candidates]}
 
     def line(self) -> str:
@@ -149,6 +202,11 @@ class SpeculationChoice:
         best = self.best
         verdict = ("no speculation (the baseline was fastest)" if not best.speculative
                    else f"{best.name.replace(' g', ' gamma ')} ({best.speedup:.2f}x)")
+        gate = self.gate
+        if gate is not None and not gate.open:
+            verdict = (f"no speculation: verifying {gate.gamma + 1} tokens costs "
+                       f"{gate.verify_cost:.2f} steps and a draft call {gate.c:.2f}, so at "
+                       f"alpha {gate.alpha:.2f} speculation gives at most {gate.bound:.2f}x")
         return (f"gamma auto: {', '.join(parts)} on {self.batches} x {self.batch_size} rows "
                 f"(calibration {self.seconds:.1f} s) -> {verdict}")
 
@@ -211,18 +269,77 @@ def _time_candidates(target, draft, batches, search: SpeculationSearch,
                                   search.repeats)
     out, baseline_ms = [], None
     for name in named:  # the baseline first
-        results = outputs[name]
-        tokens = int(sum(int(np.asarray(r.lengths).sum()) for r in results))
-        calls = sum(float(np.sum(np.asarray(r.stats.target_calls))) for r in results)
-        seconds = float(np.median(times[name]))
-        ms = seconds / max(tokens, 1)
-        baseline_ms = ms if baseline_ms is None else baseline_ms
-        out.append(SpeculationCandidate(
-            kind=name[0], gamma=name[1], tree=name[2], seconds=seconds,
-            first_call_s=float(first[name]), tokens=tokens,
-            speedup=baseline_ms / ms if ms > 0 else 0.0,
-            tokens_per_target_call=tokens / calls if calls else 0.0, stage=stage))
+        out.append(_candidate(name, outputs[name], float(np.median(times[name])),
+                              float(first[name]), baseline_ms, stage))
+        baseline_ms = out[0].ms_per_token
     return out, {c: outputs[k] for c, k in zip(out, named)}
+
+
+def _candidate(name, results, seconds: float, first_call_s: float,
+               baseline_ms: Optional[float], stage: int) -> SpeculationCandidate:
+    """A timed way of decoding from its results on the slice (`baseline_ms` None: it is the
+    baseline)."""
+    tokens = int(sum(int(np.asarray(r.lengths).sum()) for r in results))
+    calls = sum(float(np.sum(np.asarray(r.stats.target_calls))) for r in results)
+    ms = 1000.0 * seconds / max(tokens, 1)
+    speedup = 1.0 if baseline_ms is None else (baseline_ms / ms if ms > 0 else 0.0)
+    return SpeculationCandidate(
+        kind=name[0], gamma=name[1], tree=name[2], seconds=seconds, first_call_s=first_call_s,
+        tokens=tokens, speedup=speedup, tokens_per_target_call=tokens / calls if calls else 0.0,
+        stage=stage)
+
+
+VERIFY_STEPS = 2  # the gate's verify program: extends of gamma + 1 tokens in one timed call
+
+
+def _second_call(program) -> float:
+    """Seconds of a program's second call (the first compiles and warms up; a program of a few
+    steps is too short for its first call's time less the compilation to be trusted)."""
+    costs_lib.first_call(program)
+    return costs_lib.first_call(program)[0]
+
+
+def speculation_gate(target, draft, batches: Sequence[Any], search: SpeculationSearch,
+                     gamma: int):
+    """Stage 0 of `choose_speculation`: `(gate, the baseline's candidate, its results)`.
+
+    The baseline decodes `batches` once (its results are the run's; its compilation is not
+    timed, `costs.first_call`), giving the seconds per decode step; the target's extend of
+    `gamma + 1` tokens and the draft's extend of one token at the slice's batch size are
+    compiled and timed once each (`VERIFY_STEPS` extends, warm), giving the verify cost and c in
+    those steps. Any speculative round verifies at least gamma + 1 tokens, makes at least one
+    draft call and yields at most E[tokens](alpha, gamma) tokens, so E / (c + verify_cost)
+    bounds the speedup of every candidate at `gamma` (a chain's gamma - 1 further draft calls,
+    the kernel and the loop's own work only lower it; the decode step includes the loop's
+    work, which only raises the bound)."""
+    start = time.perf_counter()
+    program = _speculation_programs(target, batches, search, {"baseline": None})["baseline"]
+    run_s, compile_s, results = costs_lib.first_call(program)
+    steps = sum(int(np.asarray(r.stats.rounds)) for r in results)
+    step_s = run_s / max(steps, 1)
+    x = np.asarray(batches[0])
+    room = search.max_decode_len + gamma + 2
+    verify = costs_lib.extend_program(target, x, gamma + 1,
+                                      cache_len=target.prefix_length(x.shape[1]) + room,
+                                      num_steps=VERIFY_STEPS, seed=search.seed)
+    verify_s = _second_call(verify)
+    model = draft.model if drafters.is_drafter(draft) else draft
+    draft_s = 0.0
+    if model is not None:  # a drafter without a model (prompt lookup) drafts for free here
+        draft_s = _second_call(costs_lib.extend_program(
+            model, x, 1, cache_len=model.prefix_length(x.shape[1]) + room,
+            num_steps=VERIFY_STEPS, seed=search.seed, target=target))
+    verify_cost = verify_s / VERIFY_STEPS / step_s if step_s > 0 else float("inf")
+    c = draft_s / VERIFY_STEPS / step_s if step_s > 0 else 0.0
+    alpha = 1.0 if search.alpha is None else float(search.alpha)
+    bound = float(theory.expected_tokens(alpha, gamma)) / (c + verify_cost)
+    baseline = _candidate(("baseline", None, None), results, run_s, run_s + compile_s, None,
+                          stage=0)
+    gate = SpeculationGate(alpha=alpha, gamma=int(gamma), step_s=step_s,
+                           verify_cost=verify_cost, c=c, bound=bound,
+                           open=bound >= search.min_speedup,
+                           seconds=time.perf_counter() - start)
+    return gate, baseline, tuple(results)
 
 
 def choose_speculation(target, draft, batches: Sequence[Any], search: SpeculationSearch, *,
@@ -251,6 +368,15 @@ def choose_speculation(target, draft, batches: Sequence[Any], search: Speculatio
         raise ValueError("choose_speculation needs at least one calibration batch.")
     start = time.perf_counter()
     shapes = [(k, g, None) for k, g in speculation_candidates(draft, search)]
+    gate = None
+    if search.gate and shapes:
+        gate, baseline, base_results = speculation_gate(target, draft, batches, search,
+                                                        min(g for _, g, _ in shapes))
+        if not gate.open:
+            return SpeculationChoice(
+                best=baseline, candidates=(baseline,), batch_size=int(np.shape(batches[0])[0]),
+                batches=len(batches), repeats=0, seconds=time.perf_counter() - start,
+                results=base_results, gate=gate)
     probes = [s for i, s in enumerate(shapes) if all(s[0] != t[0] for t in shapes[:i])]
     candidates, results, stages = [], {}, []
 
@@ -274,4 +400,4 @@ def choose_speculation(target, draft, batches: Sequence[Any], search: Speculatio
     return SpeculationChoice(
         best=best, candidates=tuple(candidates), batch_size=int(np.shape(batches[0])[0]),
         batches=len(batches), repeats=search.repeats, seconds=time.perf_counter() - start,
-        results=tuple(results[best]))
+        results=tuple(results[best]), gate=gate)

@@ -37,10 +37,11 @@ Per-position top-b of the block gives a token tree whose nodes at one depth shar
 
 Decode contract: `BlockDraftModel` is a `FeatureDraftModel` (`init`, `extend`, `rewind` as
 there; it also works as a chain draft) with one more method, `extend_block(params, state,
-tokens [B, K], features [B, K, F] | None, num_placeholders, num_tokens=None)`. A row whose
-catch-up is shorter than K (the loop pads it to a fixed K) passes `num_tokens [B]`: its junk
-slots are masked for the placeholders, which are placed right after its last real token. The
-state returned holds the real tokens only (`lengths + num_tokens`); the placeholder and junk
+tokens [B, K], features [B, K, F] | None, num_placeholders, num_tokens=None)`, which returns
+the block's laws q_1..q_{1 + num_placeholders} (logits `[B, 1 + num_placeholders, V]`). A row
+whose catch-up is shorter than K (the loop pads it) passes `num_tokens [B]`: its junk slots are
+masked for the placeholders, which are placed right after its last real token. The state
+returned holds the real tokens only (`lengths + num_tokens`); the placeholder and junk
 slots are stale (masked), so no rewind is needed (one is harmless).
 
 Training (`training/block_training.py`) is teacher-forced with many anchors in one forward:
@@ -195,9 +196,10 @@ class BlockDraft(fd.FeatureDraft):
                      num_tokens: Optional[Array] = None) -> Tuple[Array, fd.FeatureDraftCache]:
         """Appends `tokens [B, K]` (row b's first `num_tokens[b]` real, default all K; the
         features as `FeatureDraft.extend`), then `num_placeholders` placeholders right after
-        each row's last real token. Returns logits `[B, K + num_placeholders, V]` (row b's
-        q_1 at index `num_tokens[b] - 1`, q_2.. in the last `num_placeholders` rows) and the
-        cache holding the real tokens only (`lengths + num_tokens`).
+        each row's last real token. Returns the block's laws as logits `[B, 1 +
+        num_placeholders, V]` (q_1 at row b's last real token, then q_2.. at the placeholders;
+        the output layer runs on those rows only) and the cache holding the real tokens only
+        (`lengths + num_tokens`).
 
         Worked example: lengths 5, K = 3, num_tokens 2, 2 placeholders. Physical slots 5, 6
         real, 7 junk, 8, 9 placeholders at logical positions 7, 8; slot 7 is masked for every
@@ -219,13 +221,13 @@ class BlockDraft(fd.FeatureDraft):
         for layer, kv, ckv in zip(self.layers, cache.self_kv, cache.cross_kv):
             x, kv = layer.extend(x, kv, cache.lengths, self_bias, ckv, cross_bias)
             new_kv.append(kv)
-        logits = self.logits(x)
+        top = jnp.take_along_axis(x, (n - 1)[:, None, None], axis=1)  # g_T [B, 1, E]
+        logits = self.logits(top)  # q_1
         hidden = write_rows(cache.hidden, jnp.asarray(x, jnp.float32), cache.lengths)
         if num_placeholders:
             # The placeholder stream, written after the chunk (slots start + K ..) at the
             # logical positions right after each row's last real token; junk slots masked.
             ph = jnp.asarray(self.placeholders(num_placeholders), x.dtype)
-            top = jnp.take_along_axis(x, (n - 1)[:, None, None], axis=1)  # g_T [B, 1, E]
             y = self.placeholder_inputs(jnp.broadcast_to(ph[None], (batch,) + ph.shape),
                                         jnp.broadcast_to(top, (batch,) + ph.shape))
             gap = (num_real - n)[:, None]

@@ -84,7 +84,7 @@ from absl import logging
 from speculative import files as files_lib
 from speculative import loading
 from speculative.beam import search as beam_lib
-from speculative.data import tasks
+from speculative.data import bundles, tasks
 from speculative.decode import contract, drafters
 from speculative.decode import loops as decoding
 from speculative.measure import acceptance, speculation
@@ -355,7 +355,8 @@ def choose_decoding(settings: InferSettings, target, draft, all_batches):
     calibration = [_sharded(b, target) for b, _ in all_batches[:count]]
     search = speculation.SpeculationSearch(
         sampling=settings.sampling, max_decode_len=settings.max_decode_len,
-        lenience=settings.lenience, seed=settings.seed)
+        lenience=settings.lenience, seed=settings.seed,
+        alpha=bundles.card_alpha(settings.draft_config, settings.sampling.temperature))
     tree_for = (functools.partial(_chosen_tree, settings, target, draft, calibration)
                 if _trees_apply(settings, target, draft) else None)
     choice = speculation.choose_speculation(target, draft, calibration, search, tree_for=tree_for)

@@ -70,6 +70,7 @@ import gin
 import numpy as np
 
 from speculative import files
+from speculative.data import bundles
 from speculative.measure import acceptance, speculation, theory
 from speculative.measure import costs as costs_lib
 from speculative.measure import timing as measure
@@ -511,7 +512,8 @@ def _choose_gamma(result: RowResult, settings, models, examples, row_out: Option
                    for b, _ in all_batches[:count]]
     search = speculation.SpeculationSearch(
         sampling=settings.sampling, max_decode_len=settings.max_decode_len,
-        lenience=settings.lenience, seed=settings.seed)
+        lenience=settings.lenience, seed=settings.seed,
+        alpha=bundles.card_alpha(settings.draft_config, settings.sampling.temperature))
     choice = speculation.choose_speculation(models[0], models[1], calibration, search)
     result.speculation_choice = choice
     result.gamma = row_gamma(choice)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from speculative.checkpoints import t5x as checkpoints
-from speculative.data import text
+from speculative.data import bundles, text
 from speculative.models import ngram, t5
 from speculative.training import data as training_data
 from speculative.training import trainer
@@ -67,3 +67,16 @@ def test_bundle_fits_the_size_budget():
     large_size = size(large) if os.path.isdir(large) else 0
     assert large_size <= 100e6, large_size  # the memory-bound target, bfloat16
     assert size(BUNDLE) - large_size <= 25e6, size(BUNDLE) - large_size
+
+
+def test_card_alpha_is_the_cards_rate_at_the_nearest_temperature():
+    """What GAMMA='auto's gate assumes for a bundled draft (`SpeculationSearch.alpha`)."""
+    rows = bundles.bundled("large_draft_kdtv").entry["alpha"]
+    at = {r["temperature"]: r["alpha"] for r in rows}
+    assert bundles.card_alpha("large_draft_kdtv", 0.0) == pytest.approx(at[0.0])
+    assert bundles.card_alpha("large_draft_kdtv", 0.8) == pytest.approx(at[1.0])
+    # a block draft's is the feature draft's it shares (its chain); unknown names have none
+    assert bundles.card_alpha("large_block_draft", 0.0) == pytest.approx(
+        bundles.card_alpha("large_feature_draft", 0.0))
+    assert bundles.card_alpha("not_a_model", 0.0) is None
+    assert bundles.card_alpha(t5.T5Config(), 0.0) is None

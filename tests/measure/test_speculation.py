@@ -6,20 +6,29 @@ logic (what is timed, what wins, what is recorded), never a machine's speed. Kno
 baseline wins when every candidate is slower than it; the fastest speculative candidate wins
 otherwise, by ms per generated token; a block draft's block is timed at gammas capped by its
 max_gamma; a tree is timed only when speculation paid; `min_speedup` keeps the baseline on a
-narrow win; the JSON and the log line say what was timed and why.
+narrow win; the JSON and the log line say what was timed and why. The gate (stage 0) runs on a
+tiny random pair: its bound is Theorem 3.8 of its own measured costs, and where it closes the
+baseline's results are the run's and no speculative program is timed.
 """
 
 import json
 import types
 
+import jax
 import numpy as np
 import pytest
 
 from speculative.decode import drafters
+from speculative.decode import loops as decoding
 from speculative.decode.sampling import SamplingConfig
-from speculative.measure import speculation
+from speculative.measure import speculation, theory
+from speculative.models import t5
+from tests.helpers import decoding as td
+from tests.helpers import tiny_config
 
-SEARCH = speculation.SpeculationSearch(sampling=SamplingConfig(0.0), max_decode_len=16)
+# The stages' logic with injected timings: no gate (the gate decodes for real, tested below).
+SEARCH = speculation.SpeculationSearch(sampling=SamplingConfig(0.0), max_decode_len=16,
+                                       gate=False)
 
 
 def _result(tokens_per_row=(8, 6), target_calls=(4, 3)):
@@ -85,7 +94,7 @@ def test_min_speedup_keeps_the_baseline_on_a_narrow_win():
     timer = FakeTimer({("baseline", None): 1.0, ("chain", 2): 0.98, ("chain", 4): 0.99,
                        ("chain", 6): 1.2})
     search = speculation.SpeculationSearch(sampling=SamplingConfig(0.0), max_decode_len=16,
-                                     min_speedup=1.05)
+                                           min_speedup=1.05, gate=False)
     assert speculation.choose_speculation(None, DRAFT, [np.zeros((2, 4))], search,
                                     timer=timer).best.kind == "baseline"
     assert speculation.choose_speculation(None, DRAFT, [np.zeros((2, 4))], SEARCH,
@@ -160,3 +169,50 @@ def test_the_choice_json_records_every_candidate_and_the_reused_results():
 def test_the_calibration_slice_is_about_8_rows_and_at_most_an_eighth_of_the_run(
         num_batches, batch_size, expected):
     assert speculation.calibration_batches(num_batches, batch_size) == expected
+
+
+@pytest.fixture(scope="module")
+def tiny_pair():
+    target, draft = td.pair(t5.Transformer(tiny_config()))
+    return target, draft, [td.prompts([3, 5], 6), td.prompts([4, 2], 6, seed=1)]
+
+
+def test_the_gate_closes_before_any_speculative_program_and_the_baseline_results_are_the_runs(
+        tiny_pair):
+    target, draft, batches = tiny_pair
+    search = speculation.SpeculationSearch(sampling=SamplingConfig(0.0), max_decode_len=6,
+                                           alpha=0.5, min_speedup=1e6)
+    never = FakeTimer({})  # any stage would call it (and fail on the missing seconds)
+    choice = speculation.choose_speculation(target, draft, batches, search, timer=never)
+    gate = choice.gate
+    assert not never.calls and not gate.open and choice.repeats == 0
+    assert [c.name for c in choice.candidates] == ["baseline"] and not choice.best.speculative
+    assert gate.gamma == 2 and gate.alpha == 0.5 and gate.step_s > 0 and gate.c > 0
+    # The bound is Theorem 3.8 of the gate's own numbers with one draft call per round.
+    assert gate.bound == pytest.approx(
+        float(theory.expected_tokens(0.5, 2)) / (gate.c + gate.verify_cost))
+    for i, (got, x) in enumerate(zip(choice.results, batches)):  # the run's: batch i, key i
+        want = decoding.autoregressive_decode(
+            target, x, rng=jax.random.fold_in(jax.random.PRNGKey(0), i),
+            sampling=search.sampling, max_decode_len=6)
+        np.testing.assert_array_equal(got.tokens, want.tokens)
+    saved = json.loads(json.dumps(choice.to_json()))
+    assert saved["gate"]["open"] is False and saved["choice"] == "baseline"
+    assert "no speculation: verifying 3 tokens costs" in choice.line()
+
+
+def test_an_open_gate_goes_on_to_time_the_candidates(tiny_pair):
+    target, draft, batches = tiny_pair
+    search = speculation.SpeculationSearch(sampling=SamplingConfig(0.0), max_decode_len=6,
+                                           min_speedup=0.0, gammas=(2,))
+    timer = FakeTimer({("baseline", None): 1.0, ("chain", 2): 0.5})
+    choice = speculation.choose_speculation(target, draft, batches, search, timer=timer)
+    assert choice.gate.open and choice.gate.alpha == 1.0  # no alpha given: a perfect draft
+    assert len(timer.calls) == 1 and choice.best.name == "chain g2"
+
+
+@pytest.mark.parametrize("alpha", [-0.1, 1.5])
+def test_the_gate_refuses_an_alpha_outside_0_1(alpha):
+    with pytest.raises(ValueError, match=f"alpha={alpha}"):
+        speculation.SpeculationSearch(sampling=SamplingConfig(0.0), max_decode_len=6,
+                                      alpha=alpha)
