@@ -3,7 +3,10 @@
     python scripts/block_draft_benchmark.py                 # ~10-15 minutes on 2 CPU cores
 
 For each draft of the large pair (the block draft, the target-aware chain, the best separate
-T5) and each gamma: the draft's cost per round c_round (one `propose`, timed, in target steps),
+T5) and each gamma: the draft's cost per round c_round (one `propose`, timed, in target steps;
+a target-aware or block draft's catch-up chunk is as wide as the last round's accepted drafts
+need, so its `propose` is timed after a round accepting w - 1 drafts for each compiled width w
+and averaged over the decode's own accepted counts, `round_costs.expected_c_round`),
 the verify cost, per-depth acceptance along the target's text (Table 3's method:
 `acceptance.rank_acceptance`), tokens per target call, and the speedup over the baseline at
 T = 0 and T = 1 (each sentence sampled 4 times), every program timed in the same interleaved
@@ -112,7 +115,9 @@ def run(s: BlockBenchSettings = BlockBenchSettings(), overwrite: bool = False) -
             for row in (r for r in rows if r["draft"] == name):
                 g = row["gamma"]
                 row["depth_rates"] = depth[:g]
-                row["c_round"] = costs["c_round"][name][g]
+                row["c_round"] = round_costs_lib.expected_c_round(
+                    costs["c_round_by_width"][name][g], row["accepted_per_position_rate"])
+                row["c_round_widest"] = costs["c_round"][name][g]
                 row["verify_cost"] = costs["verify_cost"][g]
                 row["theorem_3_8_round_cost"] = theory.speedup(
                     row["alpha"], g, row["c_round"] / g, costs["verify_cost"][g])
@@ -153,7 +158,8 @@ def markdown(result: Dict[str, Any]) -> str:
         "# Block drafts against chains", "",
         f"`{prov['command']}` at {prov['commit']}, {prov['date']}; target step "
         f"{result['costs']['target_step_s'] * 1e3:.2f} ms. c_round: the draft's cost per round "
-        "in target steps (one `propose`); per-depth acceptance: the d-th draft's rate along "
+        "in target steps (one `propose`, averaged over the decode's accepted counts, which set "
+        "the catch-up chunk's width); per-depth acceptance: the d-th draft's rate along "
         "the target's text; Thm 3.8 (c_round): E[tokens] / (c_round + verify cost).", "",
         "## Each draft at its fastest γ", "",
         files.markdown_table(["T", "draft", "γ", "speedup", "tokens / target call",

@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from speculative.decode import verifiers
+from speculative.decode import drafters, verifiers
 from speculative.decode.rounds import RoundKeys
 from speculative.measure import costs as costs_lib
 
@@ -42,13 +42,26 @@ class RoundCostSpec:
     seed: int = 0
 
 
-@functools.partial(jax.jit, static_argnames=("verifier", "num_steps", "max_decode_len"))
-def proposals(target, drafter, inputs, rng, *, verifier, num_steps, max_decode_len):
-    """`num_steps` proposals from the decode's first state (0: the start alone). Returns the
-    running sum that keeps every proposal alive and the draft calls of the last proposal (mean
-    over rows; 0 with no proposal)."""
+def reads_chunks(drafter) -> bool:
+    """Whether `drafter`'s catch-up re-reads a chunk whose compiled width follows the last
+    round's accepted drafts (`drafters.read_chunk`): its cost per round depends on them."""
+    return isinstance(drafter, drafters.TargetAwareDrafter)
+
+
+@functools.partial(jax.jit, static_argnames=("verifier", "num_steps", "max_decode_len",
+                                             "reread"))
+def proposals(target, drafter, inputs, rng, *, verifier, num_steps, max_decode_len,
+              reread: int = 0):
+    """`num_steps` proposals from the decode's first state (0: the start alone), as after a
+    round that accepted `reread` drafts (a `reads_chunks` drafter re-reads them with the
+    committed token: a chunk of `reread + 1` real tokens). Returns the running sum that keeps
+    every proposal alive and the draft calls of the last proposal (mean over rows; 0 with no
+    proposal)."""
     view = drafter.view(target)
     tstate, state = drafter.start(view, inputs, max_decode_len, drafter.layout.width)
+    if reread:
+        state = state.replace(reread=jnp.full_like(state.reread, reread))
+        tstate = tstate.replace(lengths=tstate.lengths + reread)
 
     def body(i, carry):
         # The barrier ties this iteration's inputs to the running sum, so XLA cannot hoist the
@@ -78,17 +91,46 @@ def round_programs(target, drafter_of: Dict[str, Callable[[int], Any]], inputs,
     for name, make in drafter_of.items():
         for g in spec.gammas:
             drafter = make(g)
-            for steps in (0, spec.round_steps):
-                programs[(name, g, steps)] = functools.partial(
-                    proposals, target, drafter, x, rng, verifier=greedy, num_steps=steps,
-                    max_decode_len=spec.max_decode_len)
+            programs[(name, g, 0)] = functools.partial(
+                proposals, target, drafter, x, rng, verifier=greedy, num_steps=0,
+                max_decode_len=spec.max_decode_len)
+            for w in widths(drafter):
+                programs[(name, g, spec.round_steps, w)] = functools.partial(
+                    proposals, target, drafter, x, rng, verifier=greedy,
+                    num_steps=spec.round_steps, max_decode_len=spec.max_decode_len, reread=w - 1)
     return programs
+
+
+def widths(drafter) -> Tuple[int, ...]:
+    """The catch-up widths whose rounds `round_costs` times for `drafter` (one for a drafter
+    whose round costs the same whatever was accepted)."""
+    return drafters.chunk_widths(drafter.gamma + 1) if reads_chunks(drafter) else (1,)
+
+
+def expected_c_round(by_width: Dict[int, float], accepted_rate) -> float:
+    """c_round averaged over the rounds of a decode: `by_width {w: cost}` (`round_costs`'s
+    `c_round_by_width`) weighted by how often the previous round accepted n drafts, from the
+    decode's `accepted_per_position_rate` (entry i: the share of rounds accepting more than i),
+    each n priced at the narrowest width holding n + 1 tokens. One width: its cost."""
+    ws = sorted(int(w) for w in by_width)
+    cost = {int(w): float(c) for w, c in by_width.items()}
+    if len(ws) == 1:
+        return cost[ws[0]]
+    more = [1.0] + [float(r) for r in accepted_rate] + [0.0]  # P(n > i - 1), i = 0..
+    total = 0.0
+    for n in range(len(more) - 1):
+        share = more[n] - more[n + 1]  # P(n accepted)
+        total += share * cost[next((w for w in ws if w >= n + 1), ws[-1])]
+    return total
 
 
 def round_costs(target, drafter_of: Dict[str, Callable[[int], Any]], inputs,
                 spec: RoundCostSpec) -> Dict[str, Any]:
     """Times `round_programs` interleaved: the target step (s), the verify cost per gamma and,
-    per name and gamma, c_round (target steps) and the draft calls per round."""
+    per name and gamma, `c_round_by_width` (target steps, after a round that accepted w - 1
+    drafts: `expected_c_round` averages them over a decode), `c_round` at the widest chunk
+    (after a round that accepted every draft: the most a round costs) and the draft calls per
+    round."""
     _, times, outputs = costs_lib.interleaved(round_programs(target, drafter_of, inputs, spec),
                                               spec.repeats)
     med = {k: float(np.median(v)) for k, v in times.items()}
@@ -97,9 +139,12 @@ def round_costs(target, drafter_of: Dict[str, Callable[[int], Any]], inputs,
     out = {"target_step_s": step,
            "verify_cost": {g: med[("verify", g)] / n / step for g in spec.gammas},
            "c_round": {}, "draft_calls_per_round": {}}
-    for name in drafter_of:
-        out["c_round"][name] = {g: max(med[(name, g, n)] - med[(name, g, 0)], 0.0) / n / step
-                                for g in spec.gammas}
-        out["draft_calls_per_round"][name] = {g: float(outputs[(name, g, n)][1])
-                                              for g in spec.gammas}
+    out["c_round_by_width"] = {}
+    for name, make in drafter_of.items():
+        by_width = {g: {w: max(med[(name, g, n, w)] - med[(name, g, 0)], 0.0) / n / step
+                        for w in widths(make(g))} for g in spec.gammas}
+        out["c_round_by_width"][name] = by_width
+        out["c_round"][name] = {g: by_width[g][max(by_width[g])] for g in spec.gammas}
+        out["draft_calls_per_round"][name] = {
+            g: float(outputs[(name, g, n, max(widths(make(g))))][1]) for g in spec.gammas}
     return out

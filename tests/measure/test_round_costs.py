@@ -1,0 +1,38 @@
+"""A drafter's cost per round (measure/round_costs.py): which catch-up widths are timed, how a
+decode's accepted counts weight them, and the timed costs of a tiny target-aware pair."""
+
+import math
+
+import pytest
+
+from speculative.decode import drafters
+from speculative.measure import round_costs
+from tests.helpers import decoding as td
+
+
+def test_expected_c_round_weights_each_width_by_the_accepted_counts_that_need_it():
+    by_width = {1: 0.1, 2: 0.2, 4: 0.4}  # gamma 3: a chunk of n + 1 tokens after n accepted
+    # P(n > 0) = 0.5, P(n > 1) = 0.25, P(n > 2) = 0.25: n = 0, 1, 3 with 0.5, 0.25, 0.25
+    got = round_costs.expected_c_round(by_width, [0.5, 0.25, 0.25])
+    assert got == pytest.approx(0.5 * 0.1 + 0.25 * 0.2 + 0.25 * 0.4)
+    assert round_costs.expected_c_round(by_width, [0.0, 0.0, 0.0]) == pytest.approx(0.1)
+    assert round_costs.expected_c_round(by_width, [1.0, 1.0, 1.0]) == pytest.approx(0.4)
+    # n = 2 needs 3 tokens: the width-4 program (there is no width 3)
+    assert round_costs.expected_c_round(by_width, [1.0, 1.0, 0.0]) == pytest.approx(0.4)
+    assert round_costs.expected_c_round({1: 0.3}, [0.9, 0.9]) == pytest.approx(0.3)
+
+
+def test_a_chunk_reading_drafter_is_timed_at_each_width_and_a_chain_at_one():
+    _, target, draft = td.aware_pair()
+    assert round_costs.widths(drafters.TargetAwareDrafter(draft, 3)) == (1, 2, 4)
+    assert round_costs.widths(drafters.ChainDrafter(draft, 3)) == (1,)
+    spec = round_costs.RoundCostSpec(gammas=(2,), max_decode_len=6, round_steps=2, repeats=1)
+    inputs = td.prompts([3, 4], 5)
+    costs = round_costs.round_costs(
+        target, {"aware": lambda g: drafters.TargetAwareDrafter(draft, g)}, inputs, spec)
+    by_width = costs["c_round_by_width"]["aware"][2]
+    assert sorted(by_width) == [1, 2, 3]
+    assert all(math.isfinite(c) and c >= 0 for c in by_width.values())
+    assert costs["c_round"]["aware"][2] == by_width[3]  # the widest: every draft accepted
+    assert costs["draft_calls_per_round"]["aware"][2] == 2
+    assert costs["target_step_s"] > 0 and costs["verify_cost"][2] > 0
