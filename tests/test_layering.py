@@ -211,7 +211,6 @@ NOT_YET_TESTED = {
     "speculative.experiments.block_drafts": "the block-draft report, no test yet",
     "speculative.experiments.trees": "the chains-against-trees report, no test yet",
     "speculative.experiments.block_costs": "new module, no test yet",
-    "speculative.measure.round_costs": "new module, no test yet",
 }
 
 
