@@ -9,6 +9,8 @@ from speculative.data import bundles
 from speculative.measure import acceptance
 from speculative.runs import mini
 
+pytestmark = pytest.mark.skipif(not mini.available(), reason="no bundled models")
+
 
 @pytest.mark.slow  # ~14 s; CI: the bins (tests/test_benchmark.py) and the refusals below
 def test_alpha_by_confidence_report(tmp_path):

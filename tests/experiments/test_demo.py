@@ -110,6 +110,7 @@ def test_the_index_line_names_the_run_its_command_and_headline(tmp_path):
 GREEDY = SamplingConfig(0.0)
 
 
+@pytest.mark.skipif(not mini.available(), reason="no bundled models")
 @pytest.mark.slow  # ~13 s
 def test_demo_picks_a_tree_only_when_it_is_predicted_faster():
     """The demo's shape choice (`theory.best_tree` on per-rank rates along the target's output):
@@ -140,6 +141,7 @@ def test_demo_picks_a_tree_only_when_it_is_predicted_faster():
     assert measured == [True]  # not measured again: the chain wins at any draft cost
 
 
+@pytest.mark.skipif(not mini.available(), reason="no bundled models")
 def test_demo_runs_on_the_bundled_mini_pair(tmp_path, capsys):
     """The main job's code path end to end (small): the legend, translations identical to the
     target's greedy output, one row per temperature with its measured and predicted speedups,

@@ -7,6 +7,8 @@ import pytest
 
 from speculative.runs import mini
 
+pytestmark = pytest.mark.skipif(not mini.available(), reason="no bundled models")
+
 
 @pytest.mark.slow  # ~1 minute of compiles; CI: the refusals below and tests/test_t5.py's layout
 def test_kernel_layout_report(tmp_path):

@@ -14,6 +14,8 @@ from speculative.measure import costs as costs_lib
 from speculative.runs import mini
 from tests.helpers import REPO, run_interrupted, snapshot
 
+pytestmark = pytest.mark.skipif(not mini.available(), reason="no bundled models")
+
 RESULTS = os.path.join(REPO, "results", "mini")
 GREEDY = SamplingConfig(0.0)
 

@@ -4,6 +4,7 @@ and predicted wall times."""
 import itertools
 import math
 
+import gin
 import jax
 import numpy as np
 import pytest
@@ -14,6 +15,13 @@ from speculative.measure import costs, theory
 from speculative.measure import timing as measure
 from speculative.models import t5
 from speculative.runs import benchmark
+
+
+@pytest.fixture(autouse=True)
+def _clean_gin():
+    gin.clear_config()
+    yield
+    gin.clear_config()
 
 TINY = dict(vocab_size=16, emb_dim=16, num_heads=2, head_dim=8, mlp_dim=32,
             num_encoder_layers=2, num_decoder_layers=2, mlp_activations=("gelu", "linear"),

@@ -1,6 +1,7 @@
 """speculative/models/synthetic.py: a synthetic draft accepts at the requested alpha."""
 
 
+import gin
 import jax
 import pytest
 
@@ -8,6 +9,13 @@ from speculative import decoding, loading
 from speculative.decode.sampling import SamplingConfig
 from speculative.models import synthetic, t5
 from speculative.runs import benchmark
+
+
+@pytest.fixture(autouse=True)
+def _clean_gin():
+    gin.clear_config()
+    yield
+    gin.clear_config()
 
 TINY = dict(vocab_size=16, emb_dim=16, num_heads=2, head_dim=8, mlp_dim=32,
             num_encoder_layers=2, num_decoder_layers=2, mlp_activations=("gelu", "linear"),

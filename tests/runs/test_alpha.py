@@ -6,11 +6,19 @@ import os
 import subprocess
 import sys
 
+import gin
 import pytest
 
 from speculative.models import t5
 from speculative.runs import alpha as alpha_lib
 from tests.helpers import REPO
+
+
+@pytest.fixture(autouse=True)
+def _clean_gin():
+    gin.clear_config()
+    yield
+    gin.clear_config()
 
 TINY = dict(vocab_size=16, emb_dim=16, num_heads=2, head_dim=8, mlp_dim=32,
             num_encoder_layers=2, num_decoder_layers=2, mlp_activations=("gelu", "linear"),

@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 
+import gin
 import numpy as np
 import pytest
 
@@ -22,6 +23,13 @@ from speculative.models import t5
 from speculative.runs import benchmark
 from speculative.runs import config as config_lib
 from tests.helpers import REPO, run_interrupted, snapshot
+
+
+@pytest.fixture(autouse=True)
+def _clean_gin():
+    gin.clear_config()
+    yield
+    gin.clear_config()
 
 TINY = dict(vocab_size=16, emb_dim=16, num_heads=2, head_dim=8, mlp_dim=32,
             num_encoder_layers=2, num_decoder_layers=2, mlp_activations=("gelu", "linear"),

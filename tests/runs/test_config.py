@@ -3,11 +3,19 @@ work."""
 
 import os
 
+import gin
 import pytest
 
 from speculative.data import tasks
 from speculative.runs import config as config_lib
 from tests.helpers.runs import TINY_GIN
+
+
+@pytest.fixture(autouse=True)
+def _clean_gin():
+    gin.clear_config()
+    yield
+    gin.clear_config()
 
 
 def test_incomplete_multihost_flags_are_refused_before_any_work():

@@ -31,6 +31,13 @@ from speculative.runs import infer, table2
 from tests.helpers import run_interrupted, snapshot
 from tests.helpers.runs import TINY_GIN
 
+
+@pytest.fixture(autouse=True)
+def _clean_gin():
+    gin.clear_config()
+    yield
+    gin.clear_config()
+
 REPO = config_lib.REPO_ROOT
 INFER_GIN = os.path.join(REPO, "configs", "runs", "infer.gin")
 

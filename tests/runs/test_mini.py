@@ -15,6 +15,8 @@ from speculative.measure import acceptance
 from speculative.runs import mini
 from tests.helpers import REPO, check_greedy_identity
 
+pytestmark = pytest.mark.skipif(not mini.available(), reason="no bundled models")
+
 RESULTS = os.path.join(REPO, "results", "mini")
 TARGETS = mini.targets() if mini.available() else []
 

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import types
 
+import gin
 import numpy as np
 import pytest
 
@@ -18,6 +19,13 @@ from speculative.measure import acceptance, speculation, theory
 from speculative.runs import config as config_lib
 from speculative.runs import table2
 from tests.helpers.runs import TINY_GIN
+
+
+@pytest.fixture(autouse=True)
+def _clean_gin():
+    gin.clear_config()
+    yield
+    gin.clear_config()
 
 REPO = config_lib.REPO_ROOT
 INFER_GIN = os.path.join(REPO, "configs", "runs", "infer.gin")
