@@ -210,7 +210,6 @@ NOT_YET_TESTED = {
     "speculative.runs.block_draft": "the block-draft run, no test yet",
     "speculative.experiments.block_drafts": "the block-draft report, no test yet",
     "speculative.experiments.trees": "the chains-against-trees report, no test yet",
-    "speculative.experiments.block_costs": "new module, no test yet",
 }
 
 

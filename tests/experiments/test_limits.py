@@ -236,7 +236,9 @@ def test_gpu_script_dry_run(tmp_path):
     steps = (tmp_path / "steps.tsv").read_text().split("\n")[1:-1]
     assert [s.split("\t")[:2] for s in steps] == [
         ["t5_1_1_tiny_synthetic", "0"], ["limits", "0"], ["mini_target_pair", "0"],
-        ["mini_target_trees", "0"], ["mini_target_beam", "0"], ["feature_cache", "0"],
+        ["mini_target_trees", "0"], ["mini_target_beam", "0"],
+        ["block_costs_command_buffers", "0"], ["block_costs_no_command_buffers", "0"],
+        ["feature_cache", "0"],
         ["feature_cache_sampled", "0"], ["feature_train", "0"]]
     # The feature step's draft is exported in bfloat16 with its card entry, as a bundle's is.
     card = json.loads((tmp_path / "feature" / "models" / "model_card.json").read_text())

@@ -10,6 +10,7 @@ target; a paper task without its data fails with TaskDataUnavailableError before
 """
 
 import dataclasses
+import functools
 import json
 import os
 import signal
@@ -554,6 +555,33 @@ def _fake_interleaved(seconds):
     return timer
 
 
+def test_gamma_auto_where_the_gate_closes_runs_the_baseline_with_its_first_results(
+        tiny_gin, tmp_path, monkeypatch):
+    """The gate (stage 0) decodes the first batch with the baseline and prices the verify; where
+    its bound is under min_speedup (forced here) no speculative program is timed, the run is the
+    baseline's, the calibration batch's results are the gate's decode, and metrics.json says
+    why."""
+    monkeypatch.setattr(speculation, "SpeculationSearch",
+                        functools.partial(speculation.SpeculationSearch, min_speedup=1e6))
+    monkeypatch.setattr(speculation, "interleaved", lambda *a, **k: pytest.fail("timed"))
+    config_lib.parse_gin([INFER_GIN, tiny_gin], [
+        b for b in _bindings(tmp_path / "gated") if not b.startswith("GAMMA")]
+        + ["infer.infer.progress = False"])
+    gated = infer.infer()
+    metrics = json.loads((tmp_path / "gated" / "metrics.json").read_text())
+    choice = metrics["speculation_choice"]
+    assert choice["choice"] == "baseline" and metrics["mode"] == "autoregressive"
+    assert choice["gate"]["open"] is False and choice["gate"]["bound"] > 0
+    assert [c["name"] for c in choice["candidates"]] == ["baseline"]
+    assert "speculation gives at most" in choice["line"]
+    gin.clear_config()
+    config_lib.parse_gin([INFER_GIN, tiny_gin], _bindings(tmp_path / "plain", SPECULATIVE="False")
+                         + ["infer.infer.progress = False"])
+    plain = infer.infer()
+    assert [r["prediction_tokens"] for r in gated.records] == \
+        [r["prediction_tokens"] for r in plain.records]
+
+
 def test_gamma_auto_runs_the_fastest_choice_and_records_it(tiny_gin, tmp_path, monkeypatch):
     """Default GAMMA: speculation at the timed-fastest gamma when it beat the baseline, the
     baseline when nothing did; metrics.json records the choice, every candidate's cost and
@@ -561,6 +589,9 @@ def test_gamma_auto_runs_the_fastest_choice_and_records_it(tiny_gin, tmp_path, m
     assert infer.InferSettings.__dataclass_fields__["gamma"].default == "auto"
     asked = []
     monkeypatch.setattr(infer, "_chosen_tree", lambda *a: asked.append(a) or None)
+    # the stages with injected timings; the gate's real costs are tested below
+    monkeypatch.setattr(speculation, "SpeculationSearch",
+                        functools.partial(speculation.SpeculationSearch, gate=False))
     runs = {}
     for name, seconds in (("chain", {("baseline", None): 1.0, ("chain", 2): 0.9,
                                      ("chain", 4): 0.5, ("chain", 6): 0.7}),

@@ -229,8 +229,9 @@ def test_a_table2_row_with_gamma_auto_reports_the_chosen_gamma(tiny_gin, tmp_pat
     gamma, and its choice is in the notes and the JSON; the star is explained."""
     seconds = {("baseline", None): 1.0, ("chain", 2): 0.9, ("chain", 4): 0.5, ("chain", 6): 0.7}
     choose = speculation.choose_speculation
-    monkeypatch.setattr(speculation, "choose_speculation", lambda *a, **k: choose(
-        *a, **k, timer=_fake_interleaved(seconds)))
+    monkeypatch.setattr(speculation, "choose_speculation", lambda t, d, b, search, **k: choose(
+        t, d, b, dataclasses.replace(search, gate=False), **k,
+        timer=_fake_interleaved(seconds)))  # the stages alone (the gate: test_speculation)
     rows_dir = tmp_path / "rows"
     rows_dir.mkdir()
     (rows_dir / "tiny_t0.gin").write_text(
@@ -255,7 +256,8 @@ def test_a_table2_row_with_gamma_auto_reports_the_chosen_gamma(tiny_gin, tmp_pat
     # Where the baseline won, the row still measures speculation: at the fastest candidate's.
     slow = {("baseline", None): 1.0, ("chain", 2): 1.3, ("chain", 4): 1.5, ("chain", 6): 1.1}
     choice = choose(None, types.SimpleNamespace(), [np.zeros((2, 4))],
-                    speculation.SpeculationSearch(sampling=r.settings.sampling, max_decode_len=8),
+                    speculation.SpeculationSearch(sampling=r.settings.sampling, max_decode_len=8,
+                                                  gate=False),
                     timer=lambda programs, repeats: _fake_results(programs, repeats, slow))
     assert choice.best.kind == "baseline" and table2.row_gamma(choice) == 2  # the probe's
     assert "infer would run the baseline here" in table2._auto_note(choice)
