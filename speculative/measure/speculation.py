@@ -7,12 +7,12 @@ choices. infer and Table 2 rows call it when GAMMA is 'auto'.
 
 Before any speculative program compiles, a gate (`speculation_gate`) asks whether speculation
 can pay at all here: the baseline decodes the slice once (its results are the run's; its
-compilation is subtracted, `costs.first_call`), the target's verify of gamma + 1 tokens is timed
-at the run's batch size, and Theorem 3.8 with free drafting, E[tokens](alpha, gamma) /
-verify_cost(gamma), bounds every speculative candidate's speedup from above (alpha: the draft's
-measured rate, e.g. its model card's; 1.0 when unknown, the bound of a perfect draft). Where the
-bound is under `min_speedup` (a large batch on a host where the verify of gamma + 1 tokens costs
-about gamma + 1 steps) the baseline runs, and the calibration cost one small compile.
+compilation is subtracted, `costs.first_call`), the target's verify of gamma + 1 tokens and one
+draft call are timed at the run's batch size, and the i.i.d. model's rounds for the slice's
+rows (a batch waits for its slowest row) bound every speculative candidate's speedup from above
+(alpha: the draft's measured rate, e.g. its model card's; 1.0 when unknown, a perfect draft).
+Where the bound is under `min_speedup` (a large batch, where verifying gamma + 1 tokens costs
+nearly gamma + 1 steps) the baseline runs, and the calibration cost two small compiles.
 """
 
 from __future__ import annotations
@@ -90,9 +90,13 @@ class SpeculationGate:
         compute-bound a larger gamma costs proportionally more and gains less).
       step_s: the baseline's seconds per decode step on the slice (compilation excluded).
       verify_cost: the target's extend of gamma + 1 tokens per row, in baseline steps.
-      c: the draft's extend of one token per row, in baseline steps (0 for an n-gram table).
-      bound: E[tokens](alpha, gamma) / (c + verify_cost): Theorem 3.8 with one draft call per
-        round, the least any candidate makes.
+      c: the draft's extend of one token per row, in baseline steps (0 without a draft model).
+      draft_calls: the fewest draft calls a round of any candidate makes.
+      steps: the baseline's decode steps on the slice.
+      rounds: the expected rounds of the slice at `gamma` (`theory.expected_batch_rounds`: each
+        batch until its slowest row is done).
+      bound: steps / (rounds * (draft_calls * c + verify_cost)): no candidate at `gamma` is
+        faster (`speculation_gate`).
       open: whether the bound reached `min_speedup` (the candidates are then timed).
       seconds: the gate's walltime (the baseline's decode included).
     """
@@ -102,6 +106,9 @@ class SpeculationGate:
     step_s: float
     verify_cost: float
     c: float
+    draft_calls: int
+    steps: int
+    rounds: float
     bound: float
     open: bool
     seconds: float
@@ -204,9 +211,11 @@ class SpeculationChoice:
                    else f"{best.name.replace(' g', ' gamma ')} ({best.speedup:.2f}x)")
         gate = self.gate
         if gate is not None and not gate.open:
-            verdict = (f"no speculation: verifying {gate.gamma + 1} tokens costs "
-                       f"{gate.verify_cost:.2f} steps and a draft call {gate.c:.2f}, so at "
-                       f"alpha {gate.alpha:.2f} speculation gives at most {gate.bound:.2f}x")
+            verdict = (f"no speculation: a round verifies {gate.gamma + 1} tokens for "
+                       f"{gate.verify_cost:.2f} steps and drafts {gate.draft_calls} x "
+                       f"{gate.c:.2f}, and at alpha {gate.alpha:.2f} the batches need "
+                       f"{gate.rounds:.0f} rounds for {gate.steps} steps: at most "
+                       f"{gate.bound:.2f}x")
         return (f"gamma auto: {', '.join(parts)} on {self.batches} x {self.batch_size} rows "
                 f"(calibration {self.seconds:.1f} s) -> {verdict}")
 
@@ -289,7 +298,7 @@ def _candidate(name, results, seconds: float, first_call_s: float,
         stage=stage)
 
 
-VERIFY_STEPS = 2  # the gate's verify program: extends of gamma + 1 tokens in one timed call
+GATE_TIMING_S = 0.25  # the gate times its verify and draft programs for about this long
 
 
 def _second_call(program) -> float:
@@ -304,39 +313,47 @@ def speculation_gate(target, draft, batches: Sequence[Any], search: SpeculationS
     """Stage 0 of `choose_speculation`: `(gate, the baseline's candidate, its results)`.
 
     The baseline decodes `batches` once (its results are the run's; its compilation is not
-    timed, `costs.first_call`), giving the seconds per decode step; the target's extend of
-    `gamma + 1` tokens and the draft's extend of one token at the slice's batch size are
-    compiled and timed once each (`VERIFY_STEPS` extends, warm), giving the verify cost and c in
-    those steps. Any speculative round verifies at least gamma + 1 tokens, makes at least one
-    draft call and yields at most E[tokens](alpha, gamma) tokens, so E / (c + verify_cost)
-    bounds the speedup of every candidate at `gamma` (a chain's gamma - 1 further draft calls,
-    the kernel and the loop's own work only lower it; the decode step includes the loop's
-    work, which only raises the bound)."""
+    timed, `costs.first_call`): its seconds per decode step and each row's length. The target's
+    extend of `gamma + 1` tokens and the draft's extend of one token, at the slice's batch size,
+    are compiled and timed warm (about `GATE_TIMING_S` each): the verify cost and c in those
+    steps. A round verifies at least gamma + 1 tokens and makes at least `draft_calls` draft
+    calls (gamma for a chain draft, 1 for a block draft or a drafter object), and a batch runs
+    until its slowest row is done: `theory.expected_batch_rounds` at the rows' lengths under the
+    i.i.d. model. So the speedup of every candidate at `gamma` is at most
+
+        baseline steps / (expected rounds * (draft_calls * c + verify_cost))
+
+    (the kernel, the commits and the model calls' extra cost inside the loop only lower it).
+    """
     start = time.perf_counter()
     program = _speculation_programs(target, batches, search, {"baseline": None})["baseline"]
     run_s, compile_s, results = costs_lib.first_call(program)
     steps = sum(int(np.asarray(r.stats.rounds)) for r in results)
     step_s = run_s / max(steps, 1)
+    num = int(np.clip(np.ceil(GATE_TIMING_S / max(step_s, 1e-9)), 2, 64))
     x = np.asarray(batches[0])
     room = search.max_decode_len + gamma + 2
-    verify = costs_lib.extend_program(target, x, gamma + 1,
-                                      cache_len=target.prefix_length(x.shape[1]) + room,
-                                      num_steps=VERIFY_STEPS, seed=search.seed)
-    verify_s = _second_call(verify)
+    verify_s = _second_call(costs_lib.extend_program(
+        target, x, gamma + 1, cache_len=target.prefix_length(x.shape[1]) + room, num_steps=num,
+        seed=search.seed))
     model = draft.model if drafters.is_drafter(draft) else draft
     draft_s = 0.0
     if model is not None:  # a drafter without a model (prompt lookup) drafts for free here
         draft_s = _second_call(costs_lib.extend_program(
-            model, x, 1, cache_len=model.prefix_length(x.shape[1]) + room,
-            num_steps=VERIFY_STEPS, seed=search.seed, target=target))
-    verify_cost = verify_s / VERIFY_STEPS / step_s if step_s > 0 else float("inf")
-    c = draft_s / VERIFY_STEPS / step_s if step_s > 0 else 0.0
+            model, x, 1, cache_len=model.prefix_length(x.shape[1]) + room, num_steps=num,
+            seed=search.seed, target=target))
+    verify_cost = verify_s / num / step_s if step_s > 0 else float("inf")
+    c = draft_s / num / step_s if step_s > 0 else 0.0
+    calls = 1 if drafters.is_drafter(draft) or contract.drafts_blocks(draft) else int(gamma)
     alpha = 1.0 if search.alpha is None else float(search.alpha)
-    bound = float(theory.expected_tokens(alpha, gamma)) / (c + verify_cost)
+    rounds = sum(theory.expected_batch_rounds(alpha, gamma, np.asarray(r.lengths))
+                 for r in results)
+    bound = steps / max(rounds * (calls * c + verify_cost), 1e-12)
     baseline = _candidate(("baseline", None, None), results, run_s, run_s + compile_s, None,
                           stage=0)
     gate = SpeculationGate(alpha=alpha, gamma=int(gamma), step_s=step_s,
-                           verify_cost=verify_cost, c=c, bound=bound,
+                           verify_cost=verify_cost, c=c, draft_calls=calls, steps=steps,
+                           rounds=float(rounds), bound=float(bound),
                            open=bound >= search.min_speedup,
                            seconds=time.perf_counter() - start)
     return gate, baseline, tuple(results)

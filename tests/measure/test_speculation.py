@@ -188,9 +188,14 @@ def test_the_gate_closes_before_any_speculative_program_and_the_baseline_results
     assert not never.calls and not gate.open and choice.repeats == 0
     assert [c.name for c in choice.candidates] == ["baseline"] and not choice.best.speculative
     assert gate.gamma == 2 and gate.alpha == 0.5 and gate.step_s > 0 and gate.c > 0
-    # The bound is Theorem 3.8 of the gate's own numbers with one draft call per round.
-    assert gate.bound == pytest.approx(
-        float(theory.expected_tokens(0.5, 2)) / (gate.c + gate.verify_cost))
+    assert gate.draft_calls == 2  # a chain draft: gamma calls a round
+    # The bound: the baseline's steps over the expected rounds of each batch (its slowest row)
+    # priced at the gate's own costs.
+    rounds = sum(theory.expected_batch_rounds(0.5, 2, np.asarray(r.lengths))
+                 for r in choice.results)
+    assert gate.rounds == pytest.approx(rounds)
+    assert gate.steps == sum(int(r.stats.rounds) for r in choice.results)
+    assert gate.bound == pytest.approx(gate.steps / (rounds * (2 * gate.c + gate.verify_cost)))
     for i, (got, x) in enumerate(zip(choice.results, batches)):  # the run's: batch i, key i
         want = decoding.autoregressive_decode(
             target, x, rng=jax.random.fold_in(jax.random.PRNGKey(0), i),
@@ -198,7 +203,7 @@ def test_the_gate_closes_before_any_speculative_program_and_the_baseline_results
         np.testing.assert_array_equal(got.tokens, want.tokens)
     saved = json.loads(json.dumps(choice.to_json()))
     assert saved["gate"]["open"] is False and saved["choice"] == "baseline"
-    assert "no speculation: verifying 3 tokens costs" in choice.line()
+    assert "no speculation: a round verifies 3 tokens for" in choice.line()
 
 
 def test_an_open_gate_goes_on_to_time_the_candidates(tiny_pair):

@@ -384,3 +384,31 @@ def test_best_tree_branches_only_when_verification_is_cheap():
     best = max(theory.tree_speedup(s, rates, 0.02, 1.0)
                for s in theory.tree_shapes(8, 16, len(rates)))
     assert free.tree_speedup == pytest.approx(best)
+
+
+def test_expected_batch_rounds_waits_for_the_slowest_row():
+    # one row: expected_rounds; known answers at alpha 0 and 1; more rows never fewer rounds
+    assert theory.expected_batch_rounds(0.7, 3, [20]) == pytest.approx(
+        theory.expected_rounds(0.7, 3, 20))
+    assert theory.expected_batch_rounds(1.0, 2, [7, 9, 3]) == pytest.approx(3.0)  # ceil(9 / 3)
+    assert theory.expected_batch_rounds(0.0, 4, [5, 2]) == pytest.approx(5.0)
+    assert theory.expected_batch_rounds(0.5, 2, []) == 0.0
+    one = theory.expected_batch_rounds(0.78, 2, [48])
+    many = theory.expected_batch_rounds(0.78, 2, [48] * 64)
+    assert one < many < 1.3 * one
+    # two independent rows: E[max] = sum_r 1 - P(R_1 <= r) P(R_2 <= r), checked by sampling
+    rng = np.random.default_rng(0)
+
+    def rounds(n):
+        held, r = 0, 0
+        while held < n:
+            accepted = 0
+            while accepted < 2 and rng.random() < 0.6:
+                accepted += 1
+            held, r = held + accepted + 1, r + 1
+        return r
+
+    sampled = np.mean([max(rounds(10), rounds(6)) for _ in range(20000)])
+    assert theory.expected_batch_rounds(0.6, 2, [10, 6]) == pytest.approx(sampled, abs=0.05)
+    with pytest.raises(ValueError, match="lengths"):
+        theory.expected_batch_rounds(0.5, 2, [3, -1])
