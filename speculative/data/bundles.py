@@ -467,11 +467,16 @@ def bundled(name: str) -> Optional[Bundled]:
     return None
 
 
-def card_alpha(name, temperature: float) -> Optional[float]:
-    """The measured acceptance rate on the card of the bundled draft `name` at the temperature
-    nearest `temperature` (`Bundled.alpha`); None for anything else (a T5Config, a
-    checkpoint, an unknown name)."""
+def card_alpha(name, temperature: float, checkpoint: Optional[str] = None) -> Optional[float]:
+    """The measured acceptance rate on the card of the bundled draft `name` (or the bundled T5
+    whose checkpoint is `checkpoint`, as a run resolves a bundled name) at the temperature
+    nearest `temperature` (`Bundled.alpha`); None for any other draft."""
     found = bundled(name)
+    if found is None and checkpoint:
+        path = os.path.realpath(checkpoint)
+        found = next((Bundled(n, entry, b) for b, models in _cards() for n, entry in
+                      models.items() if entry.get("checkpoint") and os.path.realpath(
+                          os.path.join(b.models_dir, entry["checkpoint"])) == path), None)
     return found.alpha(temperature) if found is not None else None
 
 

@@ -356,7 +356,8 @@ def choose_decoding(settings: InferSettings, target, draft, all_batches):
     search = speculation.SpeculationSearch(
         sampling=settings.sampling, max_decode_len=settings.max_decode_len,
         lenience=settings.lenience, seed=settings.seed,
-        alpha=bundles.card_alpha(settings.draft_config, settings.sampling.temperature))
+        alpha=bundles.card_alpha(settings.draft_config, settings.sampling.temperature,
+                                 settings.draft_checkpoint))
     tree_for = (functools.partial(_chosen_tree, settings, target, draft, calibration)
                 if _trees_apply(settings, target, draft) else None)
     choice = speculation.choose_speculation(target, draft, calibration, search, tree_for=tree_for)

@@ -513,7 +513,8 @@ def _choose_gamma(result: RowResult, settings, models, examples, row_out: Option
     search = speculation.SpeculationSearch(
         sampling=settings.sampling, max_decode_len=settings.max_decode_len,
         lenience=settings.lenience, seed=settings.seed,
-        alpha=bundles.card_alpha(settings.draft_config, settings.sampling.temperature))
+        alpha=bundles.card_alpha(settings.draft_config, settings.sampling.temperature,
+                                 settings.draft_checkpoint))
     choice = speculation.choose_speculation(models[0], models[1], calibration, search)
     result.speculation_choice = choice
     result.gamma = row_gamma(choice)

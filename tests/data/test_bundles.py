@@ -79,4 +79,8 @@ def test_card_alpha_is_the_cards_rate_at_the_nearest_temperature():
     assert bundles.card_alpha("large_block_draft", 0.0) == pytest.approx(
         bundles.card_alpha("large_feature_draft", 0.0))
     assert bundles.card_alpha("not_a_model", 0.0) is None
+    # a run resolves a bundled T5's name to its config and checkpoint: found by the checkpoint
+    kdtv = bundles.bundled("large_draft_kdtv")
+    assert bundles.card_alpha(kdtv.config, 0.0, kdtv.checkpoint) == pytest.approx(at[0.0])
+    assert bundles.card_alpha(kdtv.config, 0.0, "/elsewhere/checkpoint_1") is None
     assert bundles.card_alpha(t5.T5Config(vocab_size=16), 0.0) is None
