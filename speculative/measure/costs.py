@@ -136,13 +136,13 @@ def extend_program(model, inputs: np.ndarray, num_tokens: int, *, cache_len: int
     """A thunk running `num_steps` extends of `num_tokens` tokens per row (batch of `inputs`).
     A target-aware draft is initialised from `target`'s context and extends on its own
     hidden states (what each of its draft steps after the first costs)."""
+    # jitted: one compile of the encoder (or prefill) instead of an op-by-op run
     if contract.reads_target(model):
-        tstate = target.init_for_draft(target.params, jnp.asarray(inputs), cache_len,
-                                       tuple(model.feature_layers))
-        state = model.init(model.params, jnp.asarray(inputs), cache_len,
-                           context=target.context(tstate))
+        layers = tuple(model.feature_layers)
+        state = jax.jit(lambda t, d, x: d.init(d.params, x, cache_len, context=t.context(
+            t.init_for_draft(t.params, x, cache_len, layers))))(target, model, jnp.asarray(inputs))
     else:
-        state = model.init(model.params, jnp.asarray(inputs), cache_len)
+        state = jax.jit(lambda m, x: m.init(m.params, x, cache_len))(model, jnp.asarray(inputs))
     state = jax.block_until_ready(state)
     rng = np.random.default_rng(seed)
     tokens = jnp.asarray(rng.integers(2, model.vocab_size, (inputs.shape[0], num_tokens)),

@@ -7,12 +7,12 @@ choices. infer and Table 2 rows call it when GAMMA is 'auto'.
 
 Before any speculative program compiles, a gate (`speculation_gate`) asks whether speculation
 can pay at all here: the baseline decodes the slice once (its results are the run's; its
-compilation is subtracted, `costs.first_call`), the target's verify of gamma + 1 tokens and one
-draft call are timed at the run's batch size, and the i.i.d. model's rounds for the slice's
-rows (a batch waits for its slowest row) bound every speculative candidate's speedup from above
-(alpha: the draft's measured rate, e.g. its model card's; 1.0 when unknown, a perfect draft).
-Where the bound is under `min_speedup` (a large batch, where verifying gamma + 1 tokens costs
-nearly gamma + 1 steps) the baseline runs, and the calibration cost two small compiles.
+compilation is subtracted, `costs.first_call`), the target's verify of gamma + 1 tokens is timed
+at the run's batch size, and the i.i.d. model's rounds for the slice's rows (a batch waits for
+its slowest row) bound every speculative candidate's speedup from above, drafting free (alpha:
+the draft's measured rate, e.g. its model card's; 1.0 when unknown, a perfect draft). Where the
+bound is under `min_speedup` (a large batch, where verifying gamma + 1 tokens costs nearly
+gamma + 1 steps) the baseline runs, and the calibration cost one small compile.
 """
 
 from __future__ import annotations
@@ -90,13 +90,11 @@ class SpeculationGate:
         compute-bound a larger gamma costs proportionally more and gains less).
       step_s: the baseline's seconds per decode step on the slice (compilation excluded).
       verify_cost: the target's extend of gamma + 1 tokens per row, in baseline steps.
-      c: the draft's extend of one token per row, in baseline steps (0 without a draft model).
-      draft_calls: the fewest draft calls a round of any candidate makes.
       steps: the baseline's decode steps on the slice.
       rounds: the expected rounds of the slice at `gamma` (`theory.expected_batch_rounds`: each
         batch until its slowest row is done).
-      bound: steps / (rounds * (draft_calls * c + verify_cost)): no candidate at `gamma` is
-        faster (`speculation_gate`).
+      bound: steps / (rounds * verify_cost): no candidate at `gamma` is faster, even with free
+        drafting (`speculation_gate`).
       open: whether the bound reached `min_speedup` (the candidates are then timed).
       seconds: the gate's walltime (the baseline's decode included).
     """
@@ -105,8 +103,6 @@ class SpeculationGate:
     gamma: int
     step_s: float
     verify_cost: float
-    c: float
-    draft_calls: int
     steps: int
     rounds: float
     bound: float
@@ -212,10 +208,9 @@ class SpeculationChoice:
         gate = self.gate
         if gate is not None and not gate.open:
             verdict = (f"no speculation: a round verifies {gate.gamma + 1} tokens for "
-                       f"{gate.verify_cost:.2f} steps and drafts {gate.draft_calls} x "
-                       f"{gate.c:.2f}, and at alpha {gate.alpha:.2f} the batches need "
-                       f"{gate.rounds:.0f} rounds for {gate.steps} steps: at most "
-                       f"{gate.bound:.2f}x")
+                       f"{gate.verify_cost:.2f} steps, and at alpha {gate.alpha:.2f} the "
+                       f"batches need {gate.rounds:.0f} rounds for {gate.steps} steps: at most "
+                       f"{gate.bound:.2f}x even with free drafting")
         return (f"gamma auto: {', '.join(parts)} on {self.batches} x {self.batch_size} rows "
                 f"(calibration {self.seconds:.1f} s) -> {verdict}")
 
@@ -298,33 +293,24 @@ def _candidate(name, results, seconds: float, first_call_s: float,
         stage=stage)
 
 
-GATE_TIMING_S = 0.25  # the gate times its verify and draft programs for about this long
+GATE_TIMING_S = 0.15  # the gate times its verify program for about this long
 
 
-def _second_call(program) -> float:
-    """Seconds of a program's second call (the first compiles and warms up; a program of a few
-    steps is too short for its first call's time less the compilation to be trusted)."""
-    costs_lib.first_call(program)
-    return costs_lib.first_call(program)[0]
-
-
-def speculation_gate(target, draft, batches: Sequence[Any], search: SpeculationSearch,
-                     gamma: int):
+def speculation_gate(target, batches: Sequence[Any], search: SpeculationSearch, gamma: int):
     """Stage 0 of `choose_speculation`: `(gate, the baseline's candidate, its results)`.
 
     The baseline decodes `batches` once (its results are the run's; its compilation is not
     timed, `costs.first_call`): its seconds per decode step and each row's length. The target's
-    extend of `gamma + 1` tokens and the draft's extend of one token, at the slice's batch size,
-    are compiled and timed warm (about `GATE_TIMING_S` each): the verify cost and c in those
-    steps. A round verifies at least gamma + 1 tokens and makes at least `draft_calls` draft
-    calls (gamma for a chain draft, 1 for a block draft or a drafter object), and a batch runs
-    until its slowest row is done: `theory.expected_batch_rounds` at the rows' lengths under the
-    i.i.d. model. So the speedup of every candidate at `gamma` is at most
+    extend of `gamma + 1` tokens at the slice's batch size is compiled and timed warm (about
+    `GATE_TIMING_S`): the verify cost in those steps. A round verifies at least gamma + 1
+    tokens, and a batch runs until its slowest row is done (`theory.expected_batch_rounds` at
+    the rows' lengths under the i.i.d. model), so even with free drafting no candidate at
+    `gamma` beats
 
-        baseline steps / (expected rounds * (draft_calls * c + verify_cost))
+        bound = baseline steps / (expected rounds * verify_cost)
 
-    (the kernel, the commits and the model calls' extra cost inside the loop only lower it).
-    """
+    (the draft calls, the kernel, the commits and the model calls' extra cost inside the loop
+    only lower it). One compile, the verify's: the draft is not even loaded into a program."""
     start = time.perf_counter()
     program = _speculation_programs(target, batches, search, {"baseline": None})["baseline"]
     run_s, compile_s, results = costs_lib.first_call(program)
@@ -332,29 +318,20 @@ def speculation_gate(target, draft, batches: Sequence[Any], search: SpeculationS
     step_s = run_s / max(steps, 1)
     num = int(np.clip(np.ceil(GATE_TIMING_S / max(step_s, 1e-9)), 2, 64))
     x = np.asarray(batches[0])
-    room = search.max_decode_len + gamma + 2
-    verify_s = _second_call(costs_lib.extend_program(
-        target, x, gamma + 1, cache_len=target.prefix_length(x.shape[1]) + room, num_steps=num,
-        seed=search.seed))
-    model = draft.model if drafters.is_drafter(draft) else draft
-    draft_s = 0.0
-    if model is not None:  # a drafter without a model (prompt lookup) drafts for free here
-        draft_s = _second_call(costs_lib.extend_program(
-            model, x, 1, cache_len=model.prefix_length(x.shape[1]) + room, num_steps=num,
-            seed=search.seed, target=target))
-    verify_cost = verify_s / num / step_s if step_s > 0 else float("inf")
-    c = draft_s / num / step_s if step_s > 0 else 0.0
-    calls = 1 if drafters.is_drafter(draft) or contract.drafts_blocks(draft) else int(gamma)
+    verify = costs_lib.extend_program(
+        target, x, gamma + 1, num_steps=num, seed=search.seed,
+        cache_len=target.prefix_length(x.shape[1]) + search.max_decode_len + gamma + 2)
+    costs_lib.first_call(verify)  # compiles (a short program's first call is not trusted)
+    verify_cost = costs_lib.first_call(verify)[0] / num / step_s if step_s > 0 else float("inf")
     alpha = 1.0 if search.alpha is None else float(search.alpha)
     rounds = sum(theory.expected_batch_rounds(alpha, gamma, np.asarray(r.lengths))
                  for r in results)
-    bound = steps / max(rounds * (calls * c + verify_cost), 1e-12)
+    bound = steps / max(rounds * verify_cost, 1e-12)
     baseline = _candidate(("baseline", None, None), results, run_s, run_s + compile_s, None,
                           stage=0)
     gate = SpeculationGate(alpha=alpha, gamma=int(gamma), step_s=step_s,
-                           verify_cost=verify_cost, c=c, draft_calls=calls, steps=steps,
-                           rounds=float(rounds), bound=float(bound),
-                           open=bound >= search.min_speedup,
+                           verify_cost=verify_cost, steps=steps, rounds=float(rounds),
+                           bound=float(bound), open=bound >= search.min_speedup,
                            seconds=time.perf_counter() - start)
     return gate, baseline, tuple(results)
 
@@ -387,7 +364,7 @@ def choose_speculation(target, draft, batches: Sequence[Any], search: Speculatio
     shapes = [(k, g, None) for k, g in speculation_candidates(draft, search)]
     gate = None
     if search.gate and shapes:
-        gate, baseline, base_results = speculation_gate(target, draft, batches, search,
+        gate, baseline, base_results = speculation_gate(target, batches, search,
                                                         min(g for _, g, _ in shapes))
         if not gate.open:
             return SpeculationChoice(
