@@ -132,12 +132,19 @@ def interleaved(programs: Dict[Any, Callable[[], Any]], repeats: int,
 
 
 def extend_program(model, inputs: np.ndarray, num_tokens: int, *, cache_len: int,
-                    num_steps: int, seed: int, target=None) -> Callable[[], Any]:
+                    num_steps: int, seed: int, target=None,
+                    zeros: bool = False) -> Callable[[], Any]:
     """A thunk running `num_steps` extends of `num_tokens` tokens per row (batch of `inputs`).
     A target-aware draft is initialised from `target`'s context and extends on its own
-    hidden states (what each of its draft steps after the first costs)."""
+    hidden states (what each of its draft steps after the first costs). `zeros`: the state is
+    zeros of the shapes `init` gives (`jax.eval_shape`, nothing runs or compiles but the
+    extends; an extend's cost does not depend on what the cache holds)."""
+    if zeros and not contract.reads_target(model):
+        shapes = jax.eval_shape(lambda m, x: m.init(m.params, x, cache_len), model,
+                                jnp.asarray(inputs))
+        state = jax.tree_util.tree_map(lambda a: jnp.zeros(a.shape, a.dtype), shapes)
     # jitted: one compile of the encoder (or prefill) instead of an op-by-op run
-    if contract.reads_target(model):
+    elif contract.reads_target(model):
         layers = tuple(model.feature_layers)
         state = jax.jit(lambda t, d, x: d.init(d.params, x, cache_len, context=t.context(
             t.init_for_draft(t.params, x, cache_len, layers))))(target, model, jnp.asarray(inputs))
