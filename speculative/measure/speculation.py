@@ -293,7 +293,7 @@ def _candidate(name, results, seconds: float, first_call_s: float,
         stage=stage)
 
 
-GATE_TIMING_S = 0.3  # the gate times its verify program for about this long
+GATE_TIMING_S = 0.1  # the gate times its verify program for about this long (>= 2 steps)
 
 
 def speculation_gate(target, batches: Sequence[Any], search: SpeculationSearch, gamma: int):
