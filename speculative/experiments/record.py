@@ -59,6 +59,11 @@ def headline_numbers(experiment: str, report: Dict[str, Any]) -> Dict[str, Any]:
                          for r in [max((x for x in b["rows"] if x["draft"] == name),
                                        key=lambda x: x["speedup"])
                                    for name in report["settings"]["drafts"]]]}
+    if experiment == "gamma_auto":
+        return {"rows": [{"batch_size": r["batch_size"], "auto_s": _r(r["auto_s"], 1),
+                          "baseline_s": _r(r["baseline_s"], 1),
+                          "auto_over_baseline": _r(r["auto_over_baseline"]),
+                          "choices": r["choices"]} for r in rows]}
     if experiment == "block_costs":
         return {"alpha_assumed": report["alpha_assumed"],
                 "rows": [{"gamma": r["gamma"], "verify_cost": _r(r["verify_cost"]),

@@ -1,0 +1,39 @@
+"""GAMMA = 'auto' against SPECULATIVE=False: whole infer.py runs, interleaved
+(speculative/experiments/gamma_auto.py).
+
+Example (about 6 minutes on 2 CPU cores; run it with nothing else busy):
+  python scripts/gamma_auto_check.py --overwrite
+(default output: results/large/gamma_auto)
+"""
+
+from absl import app, flags
+
+from speculative.experiments import gamma_auto
+from speculative.runs import config as config_lib
+
+_DEFAULT = gamma_auto.GammaAutoSettings()
+_OUT = flags.DEFINE_string("output_dir", _DEFAULT.output_dir, "Where to write.")
+_BATCHES = flags.DEFINE_list("batch_sizes", [str(b) for b in _DEFAULT.batch_sizes],
+                             "Batch sizes.")
+_NUM = flags.DEFINE_list("num_examples", [str(n) for n in _DEFAULT.num_examples],
+                         "Examples per batch size (0 = the whole split).")
+_REPEATS = flags.DEFINE_integer("repeats", _DEFAULT.repeats, "Runs of each mode per batch size.")
+_OVERWRITE = flags.DEFINE_bool("overwrite", False, "Replace an earlier gamma_auto.json.")
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+    try:
+        batches = tuple(int(b) for b in _BATCHES.value)
+        nums = tuple(int(n) for n in _NUM.value)
+    except ValueError:
+        raise ValueError(f"--batch_sizes={','.join(_BATCHES.value)} --num_examples="
+                         f"{','.join(_NUM.value)}: give integers, e.g. 64,1 and 0,64.") from None
+    settings = gamma_auto.GammaAutoSettings(batch_sizes=batches, num_examples=nums,
+                                            repeats=_REPEATS.value, output_dir=_OUT.value)
+    gamma_auto.run(settings, overwrite=_OVERWRITE.value)
+
+
+if __name__ == "__main__":
+    config_lib.run_app(main)

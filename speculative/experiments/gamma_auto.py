@@ -1,0 +1,140 @@
+"""GAMMA = 'auto' against no speculation, as a user runs them: whole `infer.py` runs, interleaved.
+
+    python scripts/gamma_auto_check.py                       # ~6 minutes on 2 CPU cores
+
+For each batch size, `scripts/infer.py` decodes the task's split with the default GAMMA ('auto':
+the gate, then the timed choice, `measure/speculation.py`) and with `SPECULATIVE=False`, in
+alternating order `repeats` times, each in its own process (imports, model loading and
+compilation as a user pays them). Compared: each run's `timing.run_seconds` from its
+metrics.json (decode + compile + calibration), and what 'auto' chose, its gate's bound and
+calibration seconds. The runs' own directories are temporary; the report keeps their numbers.
+
+Writes `<output_dir>/gamma_auto.json` and `.md` (provenance included) and indexes the run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from typing import Any, Dict, List, Tuple
+
+import numpy as np
+
+from speculative import files
+from speculative.experiments import record
+from speculative.measure import host
+
+
+@dataclasses.dataclass(frozen=True)
+class GammaAutoSettings:
+    """The runs `run` compares (defaults: the large pair on the mini EN->DE task)."""
+
+    target: str = "large_target"
+    draft: str = "large_draft_kdtv"
+    task: str = "mini_ende"
+    lengths: Tuple[int, int] = (48, 48)
+    batch_sizes: Tuple[int, ...] = (64, 1)
+    num_examples: Tuple[int, ...] = (0, 64)  # per batch size; 0 = the whole split
+    repeats: int = 2
+    output_dir: str = os.path.join(record.REPO, "results", "large", "gamma_auto")
+
+
+def infer_command(s: GammaAutoSettings, batch_size: int, num_examples: int, auto: bool,
+                  out_dir: str) -> List[str]:
+    """The `scripts/infer.py` command line of one run (the README's inference command with
+    the batch size, and for the baseline `SPECULATIVE=False`)."""
+    cmd = [sys.executable, os.path.join(record.REPO, "scripts", "infer.py"),
+           f"--gin_file={os.path.join(record.REPO, 'configs', 'runs', 'infer.gin')}",
+           f"--gin.TARGET_MODEL='{s.target}'", "--gin.TARGET_CHECKPOINT=None",
+           f"--gin.DRAFT_MODEL='{s.draft}'" if auto else "--gin.DRAFT_MODEL=None",
+           "--gin.DRAFT_CHECKPOINT=None", f"--gin.MIXTURE_OR_TASK_NAME='{s.task}'",
+           f"--gin.TASK_FEATURE_LENGTHS={{'inputs': {s.lengths[0]}, "
+           f"'targets': {s.lengths[1]}}}",
+           f"--gin.BATCH_SIZE={batch_size}", f"--gin.INFER_OUTPUT_DIR='{out_dir}'"]
+    if num_examples:
+        cmd.append(f"--gin.NUM_EXAMPLES={num_examples}")
+    if not auto:
+        cmd.append("--gin.SPECULATIVE=False")
+    return cmd
+
+
+def _one_run(s: GammaAutoSettings, batch_size: int, num_examples: int, auto: bool,
+             scratch: str, index: int) -> Dict[str, Any]:
+    out_dir = os.path.join(scratch, f"{'auto' if auto else 'base'}_b{batch_size}_{index}")
+    cmd = infer_command(s, batch_size, num_examples, auto, out_dir)
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if done.returncode:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{done.stderr[-3000:]}")
+    with open(os.path.join(out_dir, "metrics.json")) as f:
+        metrics = json.load(f)
+    choice = metrics.get("speculation_choice") or {}
+    return {"mode": "auto" if auto else "baseline", "batch_size": batch_size,
+            "run_seconds": metrics["timing"]["run_seconds"],
+            "calibration_seconds": metrics["timing"]["calibration_seconds"],
+            "choice": choice.get("choice"), "gate": choice.get("gate"),
+            "line": choice.get("line"), "examples": metrics["num_examples"]}
+
+
+def run(s: GammaAutoSettings = GammaAutoSettings(), overwrite: bool = False) -> Dict[str, Any]:
+    """Every batch size's interleaved runs (module docstring); returns the report it writes."""
+    check(s)
+    files.check_report(s.output_dir, "gamma_auto", overwrite)
+    load = host.LoadAverage()
+    rows = []
+    with tempfile.TemporaryDirectory() as scratch:
+        for batch_size, num in zip(s.batch_sizes, s.num_examples):
+            runs = [_one_run(s, batch_size, num, auto, scratch, i)
+                    for i in range(s.repeats) for auto in (i % 2 == 0, i % 2 == 1)]
+            auto = [r for r in runs if r["mode"] == "auto"]
+            base = [r for r in runs if r["mode"] == "baseline"]
+            rows.append({"batch_size": batch_size, "runs": runs,
+                         "auto_s": float(np.median([r["run_seconds"] for r in auto])),
+                         "baseline_s": float(np.median([r["run_seconds"] for r in base])),
+                         "choices": sorted({r["choice"] for r in auto})})
+            rows[-1]["auto_over_baseline"] = rows[-1]["auto_s"] / rows[-1]["baseline_s"]
+    result = {"settings": dataclasses.asdict(s), "rows": rows,
+              "commands": {"auto": " ".join(infer_command(s, 64, 0, True, "OUT")),
+                           "baseline": " ".join(infer_command(s, 64, 0, False, "OUT"))}}
+    result["provenance"] = host.provenance(load=load)
+    files.write_report(s.output_dir, "gamma_auto", result, markdown(result))
+    record.index_run("gamma_auto", s.target, os.path.join(s.output_dir, "gamma_auto.json"),
+                     result)
+    return result
+
+
+def markdown(result: Dict[str, Any]) -> str:
+    """One line per batch size, then each run."""
+    prov = result["provenance"]
+    best = [[r["batch_size"], f"{r['auto_s']:.1f}", f"{r['baseline_s']:.1f}",
+             f"{r['auto_over_baseline']:.3f}", ", ".join(str(c) for c in r["choices"])]
+            for r in result["rows"]]
+    each = [[r["batch_size"], x["mode"], f"{x['run_seconds']:.1f}",
+             f"{x['calibration_seconds']:.1f}", x["choice"] or "",
+             f"{x['gate']['bound']:.2f}" if x["gate"] else ""]
+            for r in result["rows"] for x in r["runs"]]
+    return "\n".join([
+        "# GAMMA = 'auto' against no speculation", "",
+        f"`{prov['command']}` at {prov['commit']}, {prov['date']}. Whole `scripts/infer.py` "
+        "runs, alternating; run seconds = decode + compile + calibration (metrics.json). "
+        f"'auto' runs: `{result['commands']['auto']}`; baseline: "
+        f"`{result['commands']['baseline']}` (batch size and examples per row).", "",
+        files.markdown_table(["batch", "auto (s, median)", "SPECULATIVE=False (s)",
+                              "auto / baseline", "auto chose"], best), "",
+        "## Every run", "",
+        files.markdown_table(["batch", "mode", "run s", "calibration s", "choice",
+                              "gate bound"], each), ""])
+
+
+def check(s: GammaAutoSettings) -> None:
+    """Refuses bad settings before any run."""
+    if len(s.batch_sizes) != len(s.num_examples) or not s.batch_sizes:
+        raise ValueError(f"batch_sizes={s.batch_sizes!r} and num_examples={s.num_examples!r}: "
+                         "give one number of examples (0 = the split) per batch size.")
+    if any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in s.batch_sizes):
+        raise ValueError(f"batch_sizes={s.batch_sizes!r}: give ints >= 1.")
+    if isinstance(s.repeats, bool) or not isinstance(s.repeats, int) or s.repeats < 1:
+        raise ValueError(f"repeats={s.repeats!r}: give an int >= 1.")

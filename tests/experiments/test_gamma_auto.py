@@ -1,0 +1,61 @@
+"""GAMMA = 'auto' against no speculation as whole infer.py runs (experiments/gamma_auto.py): the
+commands it runs, its refusals, its report; end to end under -m slow."""
+
+import json
+
+import pytest
+
+from speculative.experiments import gamma_auto, record
+
+
+def test_the_commands_are_the_readme_inference_with_a_batch_size():
+    s = gamma_auto.GammaAutoSettings()
+    auto = gamma_auto.infer_command(s, 64, 0, True, "/tmp/x")
+    base = gamma_auto.infer_command(s, 1, 8, False, "/tmp/y")
+    assert auto[1].endswith("scripts/infer.py") and "--gin.BATCH_SIZE=64" in auto
+    assert "--gin.DRAFT_MODEL='large_draft_kdtv'" in auto and "--gin.SPECULATIVE=False" not in auto
+    assert not any(a.startswith("--gin.GAMMA") for a in auto)  # the default: 'auto'
+    assert "--gin.SPECULATIVE=False" in base and "--gin.DRAFT_MODEL=None" in base
+    assert "--gin.NUM_EXAMPLES=8" in base and "--gin.INFER_OUTPUT_DIR='/tmp/y'" in base
+
+
+@pytest.mark.parametrize("field,value,message", [
+    ("batch_sizes", (64, 0), r"batch_sizes=\(64, 0\)"),
+    ("num_examples", (0,), "one number of examples"),
+    ("repeats", 0, "repeats=0"),
+])
+def test_bad_settings_are_refused_by_name(tmp_path, field, value, message):
+    s = gamma_auto.GammaAutoSettings(output_dir=str(tmp_path / "out"))
+    with pytest.raises(ValueError, match=message):
+        gamma_auto.run(gamma_auto.GammaAutoSettings(**{**s.__dict__, field: value}))
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_report_and_its_headline():
+    runs = [{"mode": m, "batch_size": 64, "run_seconds": t, "calibration_seconds": c,
+             "choice": ch, "gate": g, "line": "", "examples": 972}
+            for m, t, c, ch, g in (("auto", 37.0, 5.5, "baseline", {"bound": 0.9}),
+                                   ("baseline", 35.0, 0.0, None, None))]
+    result = {"rows": [{"batch_size": 64, "runs": runs, "auto_s": 37.0, "baseline_s": 35.0,
+                        "auto_over_baseline": 37 / 35, "choices": ["baseline"]}],
+              "commands": {"auto": "A", "baseline": "B"},
+              "provenance": {"command": "c", "commit": "abc", "date": "d"}}
+    md = gamma_auto.markdown(result)
+    assert "| 64 | 37.0 | 35.0 | 1.057 | baseline |" in md and "| 64 | auto | 37.0 | 5.5 |" in md
+    head = record.headline_numbers("gamma_auto", result)
+    assert head["rows"][0]["auto_over_baseline"] == pytest.approx(1.057, abs=1e-3)
+
+
+@pytest.mark.slow  # two infer.py processes on the large pair: about a minute
+def test_gamma_auto_runs_both_modes_end_to_end(tmp_path):
+    s = gamma_auto.GammaAutoSettings(batch_sizes=(2,), num_examples=(4,), repeats=1,
+                                     output_dir=str(tmp_path))
+    gamma_auto.run(s)
+    report = json.loads((tmp_path / "gamma_auto.json").read_text())
+    [row] = report["rows"]
+    assert [r["mode"] for r in row["runs"]] == ["auto", "baseline"]
+    assert all(r["run_seconds"] > 0 and r["examples"] == 4 for r in row["runs"])
+    assert row["runs"][0]["gate"] is not None and row["runs"][1]["choice"] is None
+    assert report["provenance"]["commit"]
+    with pytest.raises(FileExistsError, match="overwrite"):
+        gamma_auto.run(s)
