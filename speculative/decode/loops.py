@@ -85,6 +85,21 @@ def _commit(tokens, num_generated, done, new, num_new, max_decode_len):
     return tokens, num_generated, done, count
 
 
+def _classes(*trees) -> tuple:
+    """The class of every node of `trees`' structures (None for a leaf): a static argument of
+    the jitted loops, so a program compiled for one model or drafter class never runs another.
+    jax compares the tree structures of two flax struct classes with the same fields as equal
+    (their hashes differ), so a jit cache could otherwise hand a subclass that overrides a
+    method (a model's `rewind`, a drafter's `propose`) the program traced for its parent."""
+
+    def walk(treedef):
+        data = treedef.node_data()
+        return ((None if data is None else data[0]),
+                tuple(walk(child) for child in treedef.children()))
+
+    return tuple(walk(jax.tree_util.tree_structure(t)) for t in trees)
+
+
 def _python_while(cond, body, state):
     while bool(cond(state)):
         state = body(state)
@@ -121,7 +136,9 @@ class _ARState:
     nonfinite: Array
 
 
-def _autoregressive_impl(model, inputs, rng, *, sampling, max_decode_len, debug=False):
+def _autoregressive_impl(model, inputs, rng, *, sampling, max_decode_len, debug=False,
+                         classes=()):
+    del classes  # the compile cache's key only (`_classes`)
     batch = inputs.shape[0]
     verifier = verifiers.for_sampling(sampling)
     state = model.init(model.params, inputs, _cache_len(model, inputs, max_decode_len, 0))
@@ -161,7 +178,7 @@ def _autoregressive_impl(model, inputs, rng, *, sampling, max_decode_len, debug=
     return DecodeResult(tokens=s.tokens[:, :max_decode_len], lengths=s.num_generated, stats=stats)
 
 
-_AR_STATIC = ("sampling", "max_decode_len", "debug")
+_AR_STATIC = ("sampling", "max_decode_len", "debug", "classes")
 _AR_JIT = jax.jit(_autoregressive_impl, static_argnames=_AR_STATIC)
 
 
@@ -184,7 +201,8 @@ def autoregressive_decode(
     if debug:
         return _autoregressive_impl(model, inputs, rng, sampling=sampling,
                                     max_decode_len=max_decode_len, debug=True)
-    return _AR_JIT(model, inputs, rng, sampling=sampling, max_decode_len=max_decode_len)
+    return _AR_JIT(model, inputs, rng, sampling=sampling, max_decode_len=max_decode_len,
+                   classes=_classes(model))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -246,7 +264,9 @@ def _round(drafter, view, verifier, max_decode_len, s: _SpecState) -> _SpecState
                       num_generated=num_generated, done=done, rng=keys.next, stats=stats)
 
 
-def _speculative_impl(target, drafter, inputs, rng, *, verifier, max_decode_len, debug=False):
+def _speculative_impl(target, drafter, inputs, rng, *, verifier, max_decode_len, debug=False,
+                      classes=()):
+    del classes  # the compile cache's key only (`_classes`)
     batch, gamma = inputs.shape[0], drafter.gamma
     view = drafter.view(target)
     tstate, draft = drafter.start(view, inputs, max_decode_len, drafter.layout.width)
@@ -273,7 +293,7 @@ def _speculative_impl(target, drafter, inputs, rng, *, verifier, max_decode_len,
                         stats=s.stats)
 
 
-_SPEC_STATIC = ("verifier", "max_decode_len", "debug")
+_SPEC_STATIC = ("verifier", "max_decode_len", "debug", "classes")
 _SPEC_JIT = jax.jit(_speculative_impl, static_argnames=_SPEC_STATIC)
 
 
@@ -328,7 +348,7 @@ def speculative_decode(
     kwargs = dict(verifier=verifier, max_decode_len=int(max_decode_len))
     if debug:
         return _speculative_impl(target, drafter, inputs, rng, debug=True, **kwargs)
-    return _SPEC_JIT(target, drafter, inputs, rng, **kwargs)
+    return _SPEC_JIT(target, drafter, inputs, rng, classes=_classes(target, drafter), **kwargs)
 
 
 def _drafter(draft, gamma, tree, lenience) -> drafters.Drafter:

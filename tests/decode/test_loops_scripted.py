@@ -38,6 +38,7 @@ import pytest
 from flax import struct
 
 from speculative import decoding
+from speculative.decode import loops
 from speculative.sampling import SamplingConfig
 
 V = 8
@@ -504,3 +505,14 @@ def test_negative_control_a_cache_fault_changes_the_result(fault):
     assert changed
     if fault != "draft_rewind":  # the target decides the tokens: they change
         assert EOS in np.asarray(bad.tokens).tolist()[0]
+
+
+def test_a_subclass_never_runs_its_parents_program():
+    """jax compares the tree structures of two flax struct classes with the same fields as equal
+    (their hashes differ), so a jit cache could hand `NoRewind` the program traced for
+    `ScriptedModel`: the draft_rewind control above then failed now and then, as the cache's
+    contents allowed. The loops key their programs on the classes as well."""
+    t = target()
+    assert loops._classes(t) != loops._classes(_as(NoRewind, t))
+    assert loops._classes(t, t) != loops._classes(t, _as(NoRewind, t))
+    assert loops._classes(t) == loops._classes(target({(2, 3): 4}))  # one class: one program
