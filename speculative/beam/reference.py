@@ -29,7 +29,7 @@ from speculative.beam.checks import (
 from speculative.decode import contract
 
 
-@jax.jit
+@contract.jit_by_class
 def _log_probs(model, encoder_inputs, decoder_tokens):
     """Log-softmax of teacher-forcing logits `[R, N, V]` through the decode contract (one
     `extend` of the whole prefix); position t is the distribution of the token after

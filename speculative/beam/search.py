@@ -191,7 +191,7 @@ def _jitted_search(target, inputs, *, beam_size: int, max_decode_len: int,
     return jax.lax.while_loop(cond, body, init)
 
 
-_JITTED_SEARCH = jax.jit(_jitted_search, static_argnames=("beam_size", "max_decode_len"))
+_JITTED_SEARCH = contract.jit_by_class(_jitted_search, ("beam_size", "max_decode_len"))
 
 
 @struct.dataclass
@@ -406,7 +406,7 @@ def _jitted_speculative_search(target, draft, inputs, *, beam_size: int, draft_b
     return jax.lax.while_loop(cond, body, init)
 
 
-_JITTED_SPECULATIVE = jax.jit(_jitted_speculative_search, static_argnames=(
+_JITTED_SPECULATIVE = contract.jit_by_class(_jitted_speculative_search, (
     "beam_size", "draft_beam", "draft_branch", "gamma", "max_decode_len"))
 
 

@@ -30,7 +30,9 @@ target-aware draft implement the contract themselves.
 
 from __future__ import annotations
 
-from typing import Any, Optional, Protocol, Sequence, Tuple
+import functools
+import inspect
+from typing import Any, Callable, Optional, Protocol, Sequence, Tuple
 
 import jax
 import jax.numpy as jnp
@@ -177,3 +179,47 @@ def reorder_rows(model, state: Any, rows: Array, shared: Any = None) -> Any:
     if missing(model, SharedRows):
         return take_rows(state, rows)
     return model.reorder(state, rows, model.shared(state) if shared is None else shared)
+
+
+# ----------------------------------------------------------------------------------------------
+# Compiling per class.
+
+
+def class_key(*trees) -> tuple:
+    """The class of every node of `trees`' structures (None for a leaf). jax (0.10) compares the
+    tree structures of two flax struct classes with the same fields as equal while hashing them
+    apart, so a jit cache can hand a subclass that overrides a method (a model's `rewind`, a
+    drafter's `propose`) the program traced for its parent, or the reverse; a static argument
+    holding this key keeps their programs apart (classes compare by identity)."""
+
+    def walk(treedef):
+        data = treedef.node_data()
+        return ((None if data is None else data[0]),
+                tuple(walk(child) for child in treedef.children()))
+
+    return tuple(walk(jax.tree_util.tree_structure(t)) for t in trees)
+
+
+def jit_by_class(fn: Callable, static_argnames: Sequence[str] = ()) -> Callable:
+    """`jax.jit(fn, static_argnames)` whose compile cache is also keyed on `class_key` of its
+    positional arguments (models, drafters, states): one program per class, never another's.
+    Every jitted function that takes a model or drafter goes through here."""
+
+    def keyed(*args, classes, **kwargs):
+        del classes  # the cache key only
+        return fn(*args, **kwargs)
+
+    jitted = jax.jit(keyed, static_argnames=tuple(static_argnames) + ("classes",))
+    # A static argument given by position is passed on by name (with those after it).
+    names = [p.name for p in inspect.signature(fn).parameters.values()
+             if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    first = min((names.index(n) for n in static_argnames if n in names), default=len(names))
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        if len(args) > first:
+            kwargs.update(zip(names[first:], args[first:]))
+            args = args[:first]
+        return jitted(*args, classes=class_key(*args), **kwargs)
+
+    return call

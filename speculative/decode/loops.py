@@ -42,7 +42,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from speculative.decode import drafters, trees, validation, verifiers
+from speculative.decode import contract, drafters, trees, validation, verifiers
 from speculative.decode import sampling as sampling_lib
 from speculative.decode.contract import EOS_ID, DecodeModel, write_rows
 from speculative.decode.rounds import RoundKeys
@@ -85,21 +85,6 @@ def _commit(tokens, num_generated, done, new, num_new, max_decode_len):
     return tokens, num_generated, done, count
 
 
-def _classes(*trees) -> tuple:
-    """The class of every node of `trees`' structures (None for a leaf): a static argument of
-    the jitted loops, so a program compiled for one model or drafter class never runs another.
-    jax compares the tree structures of two flax struct classes with the same fields as equal
-    (their hashes differ), so a jit cache could otherwise hand a subclass that overrides a
-    method (a model's `rewind`, a drafter's `propose`) the program traced for its parent."""
-
-    def walk(treedef):
-        data = treedef.node_data()
-        return ((None if data is None else data[0]),
-                tuple(walk(child) for child in treedef.children()))
-
-    return tuple(walk(jax.tree_util.tree_structure(t)) for t in trees)
-
-
 def _python_while(cond, body, state):
     while bool(cond(state)):
         state = body(state)
@@ -136,9 +121,7 @@ class _ARState:
     nonfinite: Array
 
 
-def _autoregressive_impl(model, inputs, rng, *, sampling, max_decode_len, debug=False,
-                         classes=()):
-    del classes  # the compile cache's key only (`_classes`)
+def _autoregressive_impl(model, inputs, rng, *, sampling, max_decode_len, debug=False):
     batch = inputs.shape[0]
     verifier = verifiers.for_sampling(sampling)
     state = model.init(model.params, inputs, _cache_len(model, inputs, max_decode_len, 0))
@@ -178,8 +161,8 @@ def _autoregressive_impl(model, inputs, rng, *, sampling, max_decode_len, debug=
     return DecodeResult(tokens=s.tokens[:, :max_decode_len], lengths=s.num_generated, stats=stats)
 
 
-_AR_STATIC = ("sampling", "max_decode_len", "debug", "classes")
-_AR_JIT = jax.jit(_autoregressive_impl, static_argnames=_AR_STATIC)
+_AR_STATIC = ("sampling", "max_decode_len", "debug")
+_AR_JIT = contract.jit_by_class(_autoregressive_impl, _AR_STATIC)
 
 
 def autoregressive_decode(
@@ -201,8 +184,7 @@ def autoregressive_decode(
     if debug:
         return _autoregressive_impl(model, inputs, rng, sampling=sampling,
                                     max_decode_len=max_decode_len, debug=True)
-    return _AR_JIT(model, inputs, rng, sampling=sampling, max_decode_len=max_decode_len,
-                   classes=_classes(model))
+    return _AR_JIT(model, inputs, rng, sampling=sampling, max_decode_len=max_decode_len)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -264,9 +246,7 @@ def _round(drafter, view, verifier, max_decode_len, s: _SpecState) -> _SpecState
                       num_generated=num_generated, done=done, rng=keys.next, stats=stats)
 
 
-def _speculative_impl(target, drafter, inputs, rng, *, verifier, max_decode_len, debug=False,
-                      classes=()):
-    del classes  # the compile cache's key only (`_classes`)
+def _speculative_impl(target, drafter, inputs, rng, *, verifier, max_decode_len, debug=False):
     batch, gamma = inputs.shape[0], drafter.gamma
     view = drafter.view(target)
     tstate, draft = drafter.start(view, inputs, max_decode_len, drafter.layout.width)
@@ -293,8 +273,8 @@ def _speculative_impl(target, drafter, inputs, rng, *, verifier, max_decode_len,
                         stats=s.stats)
 
 
-_SPEC_STATIC = ("verifier", "max_decode_len", "debug", "classes")
-_SPEC_JIT = jax.jit(_speculative_impl, static_argnames=_SPEC_STATIC)
+_SPEC_STATIC = ("verifier", "max_decode_len", "debug")
+_SPEC_JIT = contract.jit_by_class(_speculative_impl, _SPEC_STATIC)
 
 
 def speculative_decode(
@@ -348,7 +328,7 @@ def speculative_decode(
     kwargs = dict(verifier=verifier, max_decode_len=int(max_decode_len))
     if debug:
         return _speculative_impl(target, drafter, inputs, rng, debug=True, **kwargs)
-    return _SPEC_JIT(target, drafter, inputs, rng, classes=_classes(target, drafter), **kwargs)
+    return _SPEC_JIT(target, drafter, inputs, rng, **kwargs)
 
 
 def _drafter(draft, gamma, tree, lenience) -> drafters.Drafter:

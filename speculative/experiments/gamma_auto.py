@@ -62,6 +62,12 @@ def infer_command(s: GammaAutoSettings, batch_size: int, num_examples: int, auto
     return cmd
 
 
+def shown(cmd: List[str]) -> str:
+    """A command as a reader types it in the repository: `python`, paths relative to it."""
+    args = [a.replace(record.REPO + os.sep, "") for a in cmd[1:]]
+    return " ".join(["python"] + [f'"{a}"' if set(a) & set(" '{}") else a for a in args])
+
+
 def _one_run(s: GammaAutoSettings, batch_size: int, num_examples: int, auto: bool,
              scratch: str, index: int) -> Dict[str, Any]:
     out_dir = os.path.join(scratch, f"{'auto' if auto else 'base'}_b{batch_size}_{index}")
@@ -97,8 +103,8 @@ def run(s: GammaAutoSettings = GammaAutoSettings(), overwrite: bool = False) -> 
                          "choices": sorted({r["choice"] for r in auto})})
             rows[-1]["auto_over_baseline"] = rows[-1]["auto_s"] / rows[-1]["baseline_s"]
     result = {"settings": dataclasses.asdict(s), "rows": rows,
-              "commands": {"auto": " ".join(infer_command(s, 64, 0, True, "OUT")),
-                           "baseline": " ".join(infer_command(s, 64, 0, False, "OUT"))}}
+              "commands": {"auto": shown(infer_command(s, 64, 0, True, "OUT")),
+                           "baseline": shown(infer_command(s, 64, 0, False, "OUT"))}}
     result["provenance"] = host.provenance(load=load)
     files.write_report(s.output_dir, "gamma_auto", result, markdown(result))
     record.index_run("gamma_auto", s.target, os.path.join(s.output_dir, "gamma_auto.json"),

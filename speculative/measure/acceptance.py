@@ -107,7 +107,7 @@ def _forced_pair_logits(target, draft, inputs, generated):
     return p_logits, jnp.asarray(q_logits, jnp.float32)
 
 
-@functools.partial(jax.jit, static_argnames=("depth",))
+@functools.partial(contract.jit_by_class, static_argnames=("depth",))
 def _forced_depth_logits(target, draft, inputs, generated, depth: int):
     """Target logits `[B, L, V]` and draft logits `[depth, B, L, V]` teacher-forced along
     `generated`. Row d - 1 is the d-th draft of a round: for a target-aware draft that offers
@@ -162,7 +162,7 @@ def _betas(p_logits, q_logits, sampling: SamplingConfig, lenience: float):
     return sampling_lib.acceptance_rate(p, q, lenience)
 
 
-@functools.partial(jax.jit, static_argnames=("sampling", "lenience"))
+@functools.partial(contract.jit_by_class, static_argnames=("sampling", "lenience"))
 def forced_betas(target, draft, inputs, generated, *, sampling: SamplingConfig,
                  lenience: float = 1.0):
     """beta at every position of `generated [B, N]` (positions past a row's end are junk)."""
@@ -170,7 +170,7 @@ def forced_betas(target, draft, inputs, generated, *, sampling: SamplingConfig,
     return _betas(p_logits, q_logits, sampling, lenience)
 
 
-@functools.partial(jax.jit, static_argnames=("sampling", "lenience"))
+@functools.partial(contract.jit_by_class, static_argnames=("sampling", "lenience"))
 def _forced_betas_and_confidence(target, draft, inputs, generated, *, sampling, lenience):
     """`forced_betas` and, at each position, the target's top probability at temperature 1."""
     p_logits, q_logits = _forced_pair_logits(target, draft, inputs, generated)

@@ -94,7 +94,7 @@ def spread(times: Sequence[float]) -> Dict[str, Any]:
             "max_s": float(t.max()), "mean_s": float(t.mean()), "repeats_s": t.tolist()}
 
 
-@functools.partial(jax.jit, static_argnames=("num_steps",))
+@functools.partial(contract.jit_by_class, static_argnames=("num_steps",))
 def _extend_steps(model, state, tokens, *, num_steps: int):
     """`num_steps` extends of `tokens [B, K]` at one cache position (rewound after each)."""
     start = state.lengths

@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from speculative.decode import drafters, verifiers
+from speculative.decode import contract, drafters, verifiers
 from speculative.decode.rounds import RoundKeys
 from speculative.measure import costs as costs_lib
 
@@ -48,8 +48,8 @@ def reads_chunks(drafter) -> bool:
     return isinstance(drafter, drafters.TargetAwareDrafter)
 
 
-@functools.partial(jax.jit, static_argnames=("verifier", "num_steps", "max_decode_len",
-                                             "reread"))
+@functools.partial(contract.jit_by_class, static_argnames=(
+    "verifier", "num_steps", "max_decode_len", "reread"))
 def proposals(target, drafter, inputs, rng, *, verifier, num_steps, max_decode_len,
               reread: int = 0):
     """`num_steps` proposals from the decode's first state (0: the start alone), as after a

@@ -38,7 +38,7 @@ import pytest
 from flax import struct
 
 from speculative import decoding
-from speculative.decode import loops
+from speculative.decode import contract
 from speculative.sampling import SamplingConfig
 
 V = 8
@@ -513,6 +513,6 @@ def test_a_subclass_never_runs_its_parents_program():
     `ScriptedModel`: the draft_rewind control above then failed now and then, as the cache's
     contents allowed. The loops key their programs on the classes as well."""
     t = target()
-    assert loops._classes(t) != loops._classes(_as(NoRewind, t))
-    assert loops._classes(t, t) != loops._classes(t, _as(NoRewind, t))
-    assert loops._classes(t) == loops._classes(target({(2, 3): 4}))  # one class: one program
+    assert contract.class_key(t) != contract.class_key(_as(NoRewind, t))
+    assert contract.class_key(t, t) != contract.class_key(t, _as(NoRewind, t))
+    assert contract.class_key(t) == contract.class_key(target({(2, 3): 4}))  # one class
