@@ -3,7 +3,7 @@
 
 Example (about 6 minutes on 2 CPU cores; run it with nothing else busy):
   python scripts/gamma_auto_check.py --overwrite
-(default output: results/large/gamma_auto)
+(default output: results/limits/gamma_auto)
 """
 
 from absl import app, flags

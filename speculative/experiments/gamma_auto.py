@@ -40,7 +40,7 @@ class GammaAutoSettings:
     batch_sizes: Tuple[int, ...] = (64, 1)
     num_examples: Tuple[int, ...] = (0, 64)  # per batch size; 0 = the whole split
     repeats: int = 2
-    output_dir: str = os.path.join(record.REPO, "results", "large", "gamma_auto")
+    output_dir: str = os.path.join(record.REPO, "results", "limits", "gamma_auto")
 
 
 def infer_command(s: GammaAutoSettings, batch_size: int, num_examples: int, auto: bool,
