@@ -37,3 +37,58 @@ def tiny_code_corpus(tmp_path_factory):
         str(out), paths=TINY_CODE_PATHS, valid_fraction=0.05, test_fraction=0.15,
         vocab_size=400)
     return out
+
+
+@pytest.fixture
+def clean_gin():
+    """An empty gin config before and after the test (use with
+    `pytestmark = pytest.mark.usefixtures("clean_gin")`)."""
+    import gin  # pylint: disable=g-import-not-at-top
+
+    gin.clear_config()
+    yield
+    gin.clear_config()
+
+
+@pytest.fixture(scope="module")
+def tiny_gin(tmp_path_factory):
+    """A gin file of tests/helpers/runs.py's `TINY_GIN` (tiny_target, tiny_draft, ... scopes of
+    a 4000-piece vocabulary), for scripts/infer.py runs."""
+    from tests.helpers.runs import TINY_GIN  # pylint: disable=g-import-not-at-top
+
+    path = tmp_path_factory.mktemp("gin") / "tiny.gin"
+    path.write_text(TINY_GIN)
+    return str(path)
+
+
+@pytest.fixture
+def bench_gin(tmp_path):
+    """A gin file of tests/helpers/runs.py's `BENCH_TINY_GIN` (scope `tiny`, vocabulary 16),
+    for benchmark and alpha runs."""
+    from tests.helpers.runs import BENCH_TINY_GIN  # pylint: disable=g-import-not-at-top
+
+    path = tmp_path / "tiny.gin"
+    path.write_text(BENCH_TINY_GIN)
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    """A float32 T5X legacy checkpoint of tests/helpers/checkpoints.py's random `CFG` params at
+    `<model_dir>/checkpoint_7`: (params, model_dir, step_dir) (do not modify)."""
+    from speculative.checkpoints import t5x  # pylint: disable=g-import-not-at-top
+    from tests.helpers.checkpoints import random_params  # pylint: disable=g-import-not-at-top
+
+    model_dir = tmp_path_factory.mktemp("t5x")
+    params = random_params()
+    step_dir = t5x.save_t5x(params, str(model_dir), 7)
+    return params, str(model_dir), step_dir
+
+
+@pytest.fixture(scope="module")
+def tiny_target():
+    """(module, params) of a random tiny target that ends its outputs
+    (tests/helpers/features.py's `ending_target`)."""
+    from tests.helpers.features import ending_target  # pylint: disable=g-import-not-at-top
+
+    return ending_target()

@@ -12,34 +12,12 @@ import shutil
 
 import pytest
 
-from speculative.checkpoints import config_gin, factory, t5x_config
-from speculative.checkpoints import t5x as checkpoints
+from speculative.checkpoints import config_gin, t5x_config
 from speculative.models import t5
 from tests.helpers import FIXTURES, REPO
+from tests.helpers.checkpoints import LM_CONFIG, LM_GIN, RUN_CONFIG, RUN_GIN, run_dir
 
-RUN_GIN = os.path.join(FIXTURES, "t5x_run", "config.gin")
-LM_GIN = os.path.join(FIXTURES, "t5x_decoder_only_run", "config.gin")
 T5X_TREE = os.path.join(FIXTURES, "t5x_gin")
-
-# What tests/fixtures/t5x_run/config.gin says (macros resolved; float32_attention_logits is
-# accepted: attention logits are float32 here always).
-RUN_CONFIG = t5.T5Config(vocab_size=32, emb_dim=16, num_heads=2, head_dim=8, mlp_dim=24,
-                         num_encoder_layers=1, num_decoder_layers=2,
-                         mlp_activations=("gelu", "linear"), dropout_rate=0.05,
-                         logits_via_embedding=False, dtype="float32")
-LM_CONFIG = t5.T5Config(vocab_size=24, emb_dim=12, num_heads=3, head_dim=4, mlp_dim=20,
-                        num_encoder_layers=0, num_decoder_layers=2, mlp_activations=("relu",),
-                        dropout_rate=0.0, logits_via_embedding=True, dtype="float32")
-
-
-def _run_dir(tmp_path, gin_file, config, decoder_only=False, step=3, seed=0):
-    """A T5X-style model dir: config.gin beside checkpoint_<step> of a random model."""
-    model_dir = tmp_path / "run"
-    model_dir.mkdir()
-    shutil.copy(gin_file, model_dir / "config.gin")
-    model = factory.load_model(config, decoder_only=decoder_only, seed=seed)
-    checkpoints.save_t5x(model.params, str(model_dir), step=step)
-    return str(model_dir), model
 
 
 def test_written_config_gin_gives_the_t5config():
@@ -61,7 +39,7 @@ def test_decoder_only_config_gin():
 
 
 def test_config_gin_found_at_beside_and_above_a_checkpoint(tmp_path):
-    model_dir, _ = _run_dir(tmp_path, RUN_GIN, RUN_CONFIG)
+    model_dir, _ = run_dir(tmp_path, RUN_GIN, RUN_CONFIG)
     step = os.path.join(model_dir, "checkpoint_3")
     for path in (model_dir, step, os.path.join(step, "checkpoint"),
                  os.path.join(model_dir, "config.gin"), model_dir + "/"):

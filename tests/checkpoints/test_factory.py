@@ -16,21 +16,16 @@ from speculative.checkpoints import config_gin, factory, param_trees, t5x_config
 from speculative.checkpoints import t5x as checkpoints
 from speculative.checkpoints.param_trees import CheckpointError
 from speculative.decode.sampling import SamplingConfig
-from speculative.models import t5
-from tests.helpers import FIXTURES, tiny_config
-
-CFG = t5.T5Config(vocab_size=40, emb_dim=8, num_heads=2, head_dim=3, mlp_dim=12,
-                  num_encoder_layers=2, num_decoder_layers=2, mlp_activations=("gelu", "linear"))
-
-
-def assert_identical(got, want):
-    flat_got = checkpoints._flatten(got)
-    flat_want = checkpoints._flatten(want)
-    assert sorted(flat_got) == sorted(flat_want)
-    for key, value in flat_want.items():
-        assert flat_got[key].dtype == value.dtype, key
-        assert flat_got[key].shape == value.shape, key
-        assert flat_got[key].tobytes() == value.tobytes(), key  # bit-identical
+from tests.helpers import tiny_config
+from tests.helpers.checkpoints import (
+    CFG,
+    LM_CONFIG,
+    LM_GIN,
+    RUN_CONFIG,
+    RUN_GIN,
+    assert_identical,
+    run_dir,
+)
 
 
 @pytest.mark.parametrize("how", ["orbax", "orbax_target", "flax_msgpack"])
@@ -63,32 +58,10 @@ def test_a_cpu_loaded_models_params_saved_as_they_are_load_in_t5x_names(tmp_path
 
 # ----------------------------------------------------------------------------------------------
 # From tests/test_t5x_config.py.
-RUN_GIN = os.path.join(FIXTURES, "t5x_run", "config.gin")
-LM_GIN = os.path.join(FIXTURES, "t5x_decoder_only_run", "config.gin")
-
-# What tests/fixtures/t5x_run/config.gin says (macros resolved; float32_attention_logits is
-# accepted: attention logits are float32 here always).
-RUN_CONFIG = t5.T5Config(vocab_size=32, emb_dim=16, num_heads=2, head_dim=8, mlp_dim=24,
-                         num_encoder_layers=1, num_decoder_layers=2,
-                         mlp_activations=("gelu", "linear"), dropout_rate=0.05,
-                         logits_via_embedding=False, dtype="float32")
-LM_CONFIG = t5.T5Config(vocab_size=24, emb_dim=12, num_heads=3, head_dim=4, mlp_dim=20,
-                        num_encoder_layers=0, num_decoder_layers=2, mlp_activations=("relu",),
-                        dropout_rate=0.0, logits_via_embedding=True, dtype="float32")
-
-
-def _run_dir(tmp_path, gin_file, config, decoder_only=False, step=3, seed=0):
-    """A T5X-style model dir: config.gin beside checkpoint_<step> of a random model."""
-    model_dir = tmp_path / "run"
-    model_dir.mkdir()
-    shutil.copy(gin_file, model_dir / "config.gin")
-    model = factory.load_model(config, decoder_only=decoder_only, seed=seed)
-    checkpoints.save_t5x(model.params, str(model_dir), step=step)
-    return str(model_dir), model
 
 
 def test_load_model_from_a_t5x_dir_decodes_identically(tmp_path, caplog):
-    model_dir, original = _run_dir(tmp_path, RUN_GIN, RUN_CONFIG)
+    model_dir, original = run_dir(tmp_path, RUN_GIN, RUN_CONFIG)
     with caplog.at_level(logging.INFO, logger="absl"):
         loaded = loading.load_model(None, model_dir)
     assert isinstance(loaded, decoding.EncoderDecoderModel)
@@ -110,7 +83,7 @@ def test_load_model_from_a_t5x_dir_decodes_identically(tmp_path, caplog):
 
 
 def test_decoder_only_run_dir_loads_as_decoder_only(tmp_path):
-    model_dir, original = _run_dir(tmp_path, LM_GIN, LM_CONFIG, decoder_only=True)
+    model_dir, original = run_dir(tmp_path, LM_GIN, LM_CONFIG, decoder_only=True)
     loaded = loading.load_model(None, model_dir)
     assert isinstance(loaded, decoding.DecoderOnlyModel)
     prompts = np.asarray([[4, 5, 6], [7, 0, 0]], np.int32)

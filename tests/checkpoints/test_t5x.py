@@ -16,34 +16,7 @@ from flax import serialization
 from speculative.checkpoints import t5x as checkpoints
 from speculative.checkpoints.param_trees import CheckpointError
 from speculative.models import t5
-
-CFG = t5.T5Config(vocab_size=40, emb_dim=8, num_heads=2, head_dim=3, mlp_dim=12,
-                  num_encoder_layers=2, num_decoder_layers=2, mlp_activations=("gelu", "linear"))
-
-
-def random_params(config=CFG, dtype=np.float32, seed=0):
-    rng = np.random.default_rng(seed)
-    return jax.tree_util.tree_map(lambda s: rng.standard_normal(s.shape).astype(dtype),
-                                  t5.param_shapes(t5.Transformer(config)))
-
-
-def assert_identical(got, want):
-    flat_got = checkpoints._flatten(got)
-    flat_want = checkpoints._flatten(want)
-    assert sorted(flat_got) == sorted(flat_want)
-    for key, value in flat_want.items():
-        assert flat_got[key].dtype == value.dtype, key
-        assert flat_got[key].shape == value.shape, key
-        assert flat_got[key].tobytes() == value.tobytes(), key  # bit-identical
-
-
-@pytest.fixture(scope="module")
-def saved(tmp_path_factory):
-    """A float32 T5X legacy checkpoint at `<model_dir>/checkpoint_7` (do not modify)."""
-    model_dir = tmp_path_factory.mktemp("t5x")
-    params = random_params()
-    step_dir = checkpoints.save_t5x(params, str(model_dir), 7)
-    return params, str(model_dir), step_dir
+from tests.helpers.checkpoints import CFG, assert_identical, random_params
 
 
 @pytest.fixture

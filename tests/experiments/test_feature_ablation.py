@@ -11,24 +11,12 @@ import pytest
 
 from speculative.experiments import feature_ablation
 from speculative.models import feature_draft as fd
-from speculative.training import feature_data, feature_training
-
-
-def _fake_cache(path, outputs):
-    """A cache directory holding only what the hot vocabulary reads: outputs and lengths."""
-    path.mkdir()
-    (path / "manifest.json").write_text(json.dumps({"format": feature_data.FORMAT}))
-    width = max(len(o) for o in outputs)
-    out = np.zeros((len(outputs), width), np.int16)
-    for i, o in enumerate(outputs):
-        out[i, :len(o)] = o
-    np.savez(path / "shard_00000.npz", out=out,
-             out_len=np.asarray([len(o) for o in outputs], np.int32))
-    return str(path)
+from speculative.training import feature_training
+from tests.helpers.features import fake_cache
 
 
 def test_ablation_row_with_a_hot_vocabulary_of_a_trained_draft(tmp_path):
-    cache = _fake_cache(tmp_path / "cache", [[4, 4, 9, 1], [4, 9, 2, 1]])
+    cache = fake_cache(tmp_path / "cache", [[4, 4, 9, 1], [4, 9, 2, 1]])
     config = fd.FeatureDraftConfig(vocab_size=12, target_emb_dim=6, feature_layers=(1,),
                                    emb_dim=8, num_heads=2, head_dim=4, mlp_dim=16)
     params = fd.init_params(fd.FeatureDraft(config), jax.random.PRNGKey(0))

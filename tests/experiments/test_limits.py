@@ -20,33 +20,9 @@ from speculative import decoding
 from speculative.decode.sampling import SamplingConfig
 from speculative.experiments import limits
 from speculative.measure import host
-from speculative.models import t5
 from speculative.runs import mini
 from tests.helpers import REPO, tiny_config
-
-needs_bundle = pytest.mark.skipif(not mini.available(), reason="no bundled models")
-
-
-def _tiny_bytes(tied: bool, batch: int, position: float, encoder_length: float) -> int:
-    """By hand for conftest's tiny config: E = 16, H * D = 2 * 8 = 16, mlp 32 (gated: wi_0,
-    wi_1, wo), 2 decoder layers, 8 relative-position buckets, vocab 16, float32."""
-    per_layer = (4 * 16 * 16      # self-attention query, key, value, out
-                 + 2 * 16 * 16    # cross-attention query and out (key/value: once per sequence)
-                 + 3 * 16 * 32    # MLP
-                 + 3 * 16)        # three RMSNorm scales
-    decoder = 2 * per_layer + 8 * 2 + 16  # + relative position table + final norm
-    output = 16 * 16 if tied else 16 * 16 + batch * 16  # tied embedding | logits + B lookups
-    kv_per_position = 2 * 2 * batch * 16  # keys and values, 2 layers, B rows, H * D
-    return 4 * (decoder + output + kv_per_position * (position + encoder_length))
-
-
-def _model(config):
-    """A T5 DecodeModel with random numpy weights (T5X's initialisers would compile first)."""
-    rng = np.random.default_rng(0)
-    module = t5.Transformer(config)
-    params = jax.tree_util.tree_map(lambda s: (0.3 * rng.standard_normal(s.shape)).astype(s.dtype),
-                                    t5.param_shapes(module))
-    return decoding.EncoderDecoderModel(module, params)
+from tests.helpers.host import needs_bundle, random_model, tiny_bytes
 
 
 def test_mean_position_and_crossover():
@@ -75,7 +51,7 @@ def _benchmark_json(tmp_path, **config_overrides):
 def test_benchmark_bounds_known_answer(tmp_path):
     path = _benchmark_json(tmp_path)
     [row] = limits.benchmark_bounds(path, {"gb_per_s": 1.0})  # 1e9 bytes per second
-    nbytes = _tiny_bytes(False, 2, 2.5, 5)  # two rows of 4 tokens: mean position 2.5
+    nbytes = tiny_bytes(False, 2, 2.5, 5)  # two rows of 4 tokens: mean position 2.5
     assert row["bytes"]["total"] == nbytes
     assert row["bound_s"] == pytest.approx(nbytes / 1e9)
     assert row["step_over_bound"] == pytest.approx(0.002 / (nbytes / 1e9))
@@ -90,7 +66,7 @@ def test_benchmark_bounds_known_answer(tmp_path):
 def test_batch_scaling_identical_draft(tiny_cfg):
     """A draft identical to the target is always accepted (alpha = 1); steps, positions and
     bytes follow from the rows' lengths; every ratio the tables read is finite."""
-    target = _model(tiny_cfg)
+    target = random_model(tiny_cfg)
     sources = np.random.default_rng(0).integers(2, 16, (2, 6)).astype(np.int32)
     lengths = np.asarray(decoding.autoregressive_decode(
         target, sources, rng=jax.random.PRNGKey(0), sampling=SamplingConfig(0.0),
@@ -105,7 +81,7 @@ def test_batch_scaling_identical_draft(tiny_cfg):
     assert r["baseline_steps"] == lengths.max()  # the loop runs until the longest row ends
     position = host.mean_position(lengths)
     assert r["mean_position"] == pytest.approx(position) and r["mean_source_length"] == 6
-    assert r["bytes"]["total"] == pytest.approx(_tiny_bytes(False, 2, position, 6))
+    assert r["bytes"]["total"] == pytest.approx(tiny_bytes(False, 2, position, 6))
     assert r["bytes_as_allocated"]["self_kv"] == 4 * 2 * 2 * 2 * 16 * 6  # cache of 4 + 2
     assert r["bound_s"] == pytest.approx(r["bytes"]["total"] / 10e9)
     for key in ("speedup", "step_over_bound", "verify_over_bound", "baseline_over_bound"):

@@ -4,7 +4,6 @@ statistics, and alpha binned by the target's top probability."""
 import itertools
 import math
 
-import gin
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -13,29 +12,15 @@ import pytest
 from speculative import decoding, loading
 from speculative.decode.sampling import SamplingConfig
 from speculative.measure import acceptance
-from speculative.models import t5
 from speculative.runs import benchmark
+from tests.helpers.runs import L_IN, N, bench_cfg
 
-
-@pytest.fixture(autouse=True)
-def _clean_gin():
-    gin.clear_config()
-    yield
-    gin.clear_config()
-
-TINY = dict(vocab_size=16, emb_dim=16, num_heads=2, head_dim=8, mlp_dim=32,
-            num_encoder_layers=2, num_decoder_layers=2, mlp_activations=("gelu", "linear"),
-            dropout_rate=0.0)
-N, L_IN = 16, 8  # max_decode_len and input length shared by the tests (one compilation each)
-
-
-def _cfg():
-    return t5.T5Config(**TINY)
+pytestmark = pytest.mark.usefixtures("clean_gin")
 
 
 def test_forced_betas_match_full_forward():
     """Teacher forcing through `extend` == beta from `Transformer.apply` on [BOS] + generated."""
-    cfg = _cfg()
+    cfg = bench_cfg()
     target = loading.load_model(cfg, None, seed=0)
     draft = loading.load_model(cfg, None, seed=1)
     inputs = jnp.asarray(next(benchmark.input_batches(4, vocab_size=16, input_length=L_IN,
@@ -68,7 +53,7 @@ def test_forced_betas_match_full_forward():
 def test_alpha_by_confidence_bins_the_betas_by_the_targets_top_probability():
     """The bins hold every position of `collect_betas` once, binned by the target's top
     probability from a full forward; each bin's alpha is the mean of its positions' betas."""
-    cfg = _cfg()
+    cfg = bench_cfg()
     target = loading.load_model(cfg, None, seed=0)
     draft = loading.load_model(cfg, None, seed=1)
     batches = list(itertools.islice(

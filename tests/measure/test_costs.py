@@ -4,7 +4,6 @@ and predicted wall times."""
 import itertools
 import math
 
-import gin
 import jax
 import numpy as np
 import pytest
@@ -13,24 +12,10 @@ from speculative import decoding, loading
 from speculative.decode.sampling import SamplingConfig
 from speculative.measure import costs, theory
 from speculative.measure import timing as measure
-from speculative.models import t5
 from speculative.runs import benchmark
+from tests.helpers.runs import L_IN, N, bench_cfg
 
-
-@pytest.fixture(autouse=True)
-def _clean_gin():
-    gin.clear_config()
-    yield
-    gin.clear_config()
-
-TINY = dict(vocab_size=16, emb_dim=16, num_heads=2, head_dim=8, mlp_dim=32,
-            num_encoder_layers=2, num_decoder_layers=2, mlp_activations=("gelu", "linear"),
-            dropout_rate=0.0)
-N, L_IN = 16, 8  # max_decode_len and input length shared by the tests (one compilation each)
-
-
-def _cfg():
-    return t5.T5Config(**TINY)
+pytestmark = pytest.mark.usefixtures("clean_gin")
 
 
 def test_fit_line():
@@ -44,7 +29,7 @@ def test_decode_loop_cost_model(temperature):
     """Calibration programs are timed with the decoders; each fitted line runs through the
     calibration points' iterations (the decoders' own round counts), and the prediction is the
     start-up plus iterations (Eq. 1's expected rounds; at alpha = 1, ceil(n / (gamma + 1)))."""
-    target = loading.load_model(_cfg(), None, seed=0)
+    target = loading.load_model(bench_cfg(), None, seed=0)
     batches = list(itertools.islice(
         benchmark.input_batches(1, vocab_size=16, input_length=L_IN, seed=1), 10))
     sampling = SamplingConfig(temperature=temperature)
@@ -91,7 +76,7 @@ def test_calibration_limits_per_batch():
     """Text that rarely ends (a language model continuing code) is calibrated with one
     max_decode_len per batch: each program decodes up to its own limit; a count that does not
     match the batches is refused."""
-    target = loading.load_model(_cfg(), None, seed=0)
+    target = loading.load_model(bench_cfg(), None, seed=0)
     batches = list(itertools.islice(
         benchmark.input_batches(1, vocab_size=16, input_length=L_IN, seed=1), 3))
     programs = costs.calibration_programs(target, target, batches[:2], [],

@@ -4,39 +4,13 @@ load averages and the git commit of a run."""
 import os
 import subprocess
 
-import jax
-import numpy as np
 import pytest
 
-from speculative import decoding
 from speculative.measure import host
 from speculative.models import t5
 from speculative.runs import mini
 from tests.helpers import tiny_config
-
-needs_bundle = pytest.mark.skipif(not mini.available(), reason="no bundled models")
-
-
-def _tiny_bytes(tied: bool, batch: int, position: float, encoder_length: float) -> int:
-    """By hand for conftest's tiny config: E = 16, H * D = 2 * 8 = 16, mlp 32 (gated: wi_0,
-    wi_1, wo), 2 decoder layers, 8 relative-position buckets, vocab 16, float32."""
-    per_layer = (4 * 16 * 16      # self-attention query, key, value, out
-                 + 2 * 16 * 16    # cross-attention query and out (key/value: once per sequence)
-                 + 3 * 16 * 32    # MLP
-                 + 3 * 16)        # three RMSNorm scales
-    decoder = 2 * per_layer + 8 * 2 + 16  # + relative position table + final norm
-    output = 16 * 16 if tied else 16 * 16 + batch * 16  # tied embedding | logits + B lookups
-    kv_per_position = 2 * 2 * batch * 16  # keys and values, 2 layers, B rows, H * D
-    return 4 * (decoder + output + kv_per_position * (position + encoder_length))
-
-
-def _model(config):
-    """A T5 DecodeModel with random numpy weights (T5X's initialisers would compile first)."""
-    rng = np.random.default_rng(0)
-    module = t5.Transformer(config)
-    params = jax.tree_util.tree_map(lambda s: (0.3 * rng.standard_normal(s.shape)).astype(s.dtype),
-                                    t5.param_shapes(module))
-    return decoding.EncoderDecoderModel(module, params)
+from tests.helpers.host import needs_bundle, random_model, tiny_bytes
 
 
 @pytest.mark.parametrize("tied", [False, True])
@@ -44,11 +18,11 @@ def test_step_bytes_by_hand(tied):
     config = tiny_config(logits_via_embedding=tied)
     params = t5.param_shapes(t5.Transformer(config))
     got = host.step_bytes(config, params, batch_size=3, position=5, encoder_length=7)
-    assert got["total"] == _tiny_bytes(tied, 3, 5, 7)
+    assert got["total"] == tiny_bytes(tied, 3, 5, 7)
     assert got["self_kv"] == 4 * 2 * 2 * 3 * 16 * 5 and got["cross_kv"] == 4 * 2 * 2 * 3 * 16 * 7
     assert got["total"] == sum(v for k, v in got.items() if k != "total")
     # Real arrays count like their shapes; the KV terms match the decode loop's memory check.
-    model = _model(config)
+    model = random_model(config)
     assert host.step_bytes(config, model.params, batch_size=3, position=5,
                              encoder_length=7) == got
     assert got["self_kv"] == model.cache_bytes(3, 5)

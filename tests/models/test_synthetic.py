@@ -1,36 +1,22 @@
 """speculative/models/synthetic.py: a synthetic draft accepts at the requested alpha."""
 
 
-import gin
 import jax
 import pytest
 
 from speculative import decoding, loading
 from speculative.decode.sampling import SamplingConfig
-from speculative.models import synthetic, t5
+from speculative.models import synthetic
 from speculative.runs import benchmark
+from tests.helpers.runs import L_IN, N, bench_cfg
 
-
-@pytest.fixture(autouse=True)
-def _clean_gin():
-    gin.clear_config()
-    yield
-    gin.clear_config()
-
-TINY = dict(vocab_size=16, emb_dim=16, num_heads=2, head_dim=8, mlp_dim=32,
-            num_encoder_layers=2, num_decoder_layers=2, mlp_activations=("gelu", "linear"),
-            dropout_rate=0.0)
-N, L_IN = 16, 8  # max_decode_len and input length shared by the tests (one compilation each)
-
-
-def _cfg():
-    return t5.T5Config(**TINY)
+pytestmark = pytest.mark.usefixtures("clean_gin")
 
 
 def test_synthetic_acceptance_gives_requested_alpha(tmp_path):
     """At temperature 0 the synthetic draft is accepted with the requested probability."""
     results = benchmark.run(
-        target_model=_cfg(), draft_model=None, output_dir=str(tmp_path),
+        target_model=bench_cfg(), draft_model=None, output_dir=str(tmp_path),
         synthetic_acceptance=0.6, gammas=[3], batch_sizes=[4], temperatures=[0.0],
         max_decode_len=N, input_length=L_IN, num_batches=4, repeats=1, cost_steps=2)
     [run] = results["runs"]
@@ -38,7 +24,7 @@ def test_synthetic_acceptance_gives_requested_alpha(tmp_path):
     assert run["stats"]["tested"] > 150
     assert run["alpha"] == pytest.approx(0.6, abs=0.1)
     assert run["speculative_tokens"] == run["baseline_tokens"]  # still exact greedy output
-    target = loading.load_model(_cfg(), None, seed=0)
+    target = loading.load_model(bench_cfg(), None, seed=0)
     inputs = next(benchmark.input_batches(4, vocab_size=16, input_length=L_IN, seed=0))
     for requested in (0.0, 1.0):  # the same compilation: acceptance and seed are traced
         draft = synthetic.SyntheticDraft(target, requested, seed=0)

@@ -6,51 +6,29 @@ import os
 import subprocess
 import sys
 
-import gin
 import pytest
 
 from speculative.models import t5
 from speculative.runs import alpha as alpha_lib
 from tests.helpers import REPO
+from tests.helpers.runs import BENCH_TINY, L_IN, N, bench_cfg
 
+pytestmark = pytest.mark.usefixtures("clean_gin")
 
-@pytest.fixture(autouse=True)
-def _clean_gin():
-    gin.clear_config()
-    yield
-    gin.clear_config()
-
-TINY = dict(vocab_size=16, emb_dim=16, num_heads=2, head_dim=8, mlp_dim=32,
-            num_encoder_layers=2, num_decoder_layers=2, mlp_activations=("gelu", "linear"),
-            dropout_rate=0.0)
-TINY_GIN = "from __gin__ import dynamic_registration\nfrom speculative.models import t5\n\n" + (
-    "".join(f"tiny/t5.T5Config.{k} = {v!r}\n" for k, v in TINY.items()))
-N, L_IN = 16, 8  # max_decode_len and input length shared by the tests (one compilation each)
 SETTING_KEYS = {"sampling", "num_tokens", "num_sequences", "mean_sequence_length", "alpha",
                 "se_naive", "se_cluster", "se_batch_means", "batch_length",
                 "lag1_autocorrelation", "effective_sample_size", "histogram"}
 
 
-@pytest.fixture
-def tiny_gin(tmp_path):
-    path = tmp_path / "tiny.gin"
-    path.write_text(TINY_GIN)
-    return str(path)
-
-
-def _cfg():
-    return t5.T5Config(**TINY)
-
-
 def test_bad_alpha_config_raises(tmp_path):
     with pytest.raises(ValueError, match="num_tokens holds 0"):
-        alpha_lib.run(target_model=_cfg(), draft_model=_cfg(), output_dir=str(tmp_path),
+        alpha_lib.run(target_model=bench_cfg(), draft_model=bench_cfg(), output_dir=str(tmp_path),
                       num_tokens=0)
     with pytest.raises(TypeError, match="draft_model='small'"):
-        alpha_lib.run(target_model=_cfg(), draft_model="small", output_dir=str(tmp_path))
+        alpha_lib.run(target_model=bench_cfg(), draft_model="small", output_dir=str(tmp_path))
     with pytest.raises(ValueError, match="draft vocab_size=32 differ"):
-        alpha_lib.run(target_model=_cfg(), output_dir=str(tmp_path),
-                      draft_model=t5.T5Config(**{**TINY, "vocab_size": 32}))
+        alpha_lib.run(target_model=bench_cfg(), output_dir=str(tmp_path),
+                      draft_model=t5.T5Config(**{**BENCH_TINY, "vocab_size": 32}))
 
 
 def _script(name, *args, timeout=120):
@@ -60,11 +38,11 @@ def _script(name, *args, timeout=120):
 
 
 @pytest.mark.slow  # ~12 s; the benchmark CLI test covers the gin path in CI
-def test_measure_alpha_cli_identical_draft_is_one(tmp_path, tiny_gin):
+def test_measure_alpha_cli_identical_draft_is_one(tmp_path, bench_gin):
     """The script end to end (gin file + --gin.X flags); a draft equal to the target: alpha = 1."""
     out = tmp_path / "cli"
     result = _script(
-        "measure_alpha.py", f"--gin_file={tiny_gin}", "--gin_file=configs/runs/measure_alpha.gin",
+        "measure_alpha.py", f"--gin_file={bench_gin}", "--gin_file=configs/runs/measure_alpha.gin",
         "--gin.TARGET_MODEL=@tiny/t5.T5Config()", "--gin.DRAFT_MODEL=@tiny/t5.T5Config()",
         "--gin.TARGET_CHECKPOINT=None", "--gin.DRAFT_CHECKPOINT=None",
         "--gin.alpha.run.draft_seed=0",

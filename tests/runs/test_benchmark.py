@@ -13,7 +13,6 @@ import signal
 import subprocess
 import sys
 
-import gin
 import numpy as np
 import pytest
 
@@ -23,20 +22,10 @@ from speculative.models import t5
 from speculative.runs import benchmark
 from speculative.runs import config as config_lib
 from tests.helpers import REPO, run_interrupted, snapshot
+from tests.helpers.runs import BENCH_TINY, L_IN, N, bench_cfg
 
+pytestmark = pytest.mark.usefixtures("clean_gin")
 
-@pytest.fixture(autouse=True)
-def _clean_gin():
-    gin.clear_config()
-    yield
-    gin.clear_config()
-
-TINY = dict(vocab_size=16, emb_dim=16, num_heads=2, head_dim=8, mlp_dim=32,
-            num_encoder_layers=2, num_decoder_layers=2, mlp_activations=("gelu", "linear"),
-            dropout_rate=0.0)
-TINY_GIN = "from __gin__ import dynamic_registration\nfrom speculative.models import t5\n\n" + (
-    "".join(f"tiny/t5.T5Config.{k} = {v!r}\n" for k, v in TINY.items()))
-N, L_IN = 16, 8  # max_decode_len and input length shared by the tests (one compilation each)
 
 RUN_KEYS = {"sampling", "batch_size", "gamma", "max_decode_len", "timings", "speedup",
             "speedup_spread", "baseline_tokens", "speculative_tokens", "speedup_per_token",
@@ -47,17 +36,6 @@ TIMING_KEYS = {"median_s", "q25_s", "q75_s", "min_s", "max_s", "mean_s", "repeat
                "first_call_s", "compile_s"}
 
 
-@pytest.fixture
-def tiny_gin(tmp_path):
-    path = tmp_path / "tiny.gin"
-    path.write_text(TINY_GIN)
-    return str(path)
-
-
-def _cfg():
-    return t5.T5Config(**TINY)
-
-
 def _common_bindings(out_dir):
     return ["TARGET_MODEL = @tiny/t5.T5Config()", "DRAFT_MODEL = @tiny/t5.T5Config()",
             "TARGET_CHECKPOINT = None", "DRAFT_CHECKPOINT = None",
@@ -65,12 +43,12 @@ def _common_bindings(out_dir):
             "TEMPERATURES = [0.0]"]
 
 
-def test_benchmark_gin_identical_draft(tmp_path, tiny_gin):
+def test_benchmark_gin_identical_draft(tmp_path, bench_gin):
     """Draft == target: alpha = 1 and each row needs ceil(length / (gamma + 1)) target calls."""
     out = tmp_path / "bench"
     gamma = 3
     config_lib.parse_gin(
-        ["configs/runs/benchmark.gin", tiny_gin],
+        ["configs/runs/benchmark.gin", bench_gin],
         _common_bindings(out) + [f"GAMMAS = [{gamma}]", "BATCH_SIZES = [4]", "REPEATS = 2",
                                  "benchmark.run.draft_seed = 0", "benchmark.run.cost_steps = 2"])
     benchmark.run()
@@ -115,11 +93,11 @@ def test_benchmark_gin_identical_draft(tmp_path, tiny_gin):
     (dict(batch_sizes=[0]), "batch_sizes holds 0"),
     (dict(synthetic_acceptance=1.5), "synthetic_acceptance=1.5"),
     (dict(calibration_batches=-1), "calibration_batches=-1"),
-    (dict(draft_model=t5.T5Config(**{**TINY, "vocab_size": 32})),
+    (dict(draft_model=t5.T5Config(**{**BENCH_TINY, "vocab_size": 32})),
      "Target vocab_size=16 and draft vocab_size=32 differ"),
 ])
 def test_bad_benchmark_config_raises(tmp_path, override, message):
-    kwargs = dict(target_model=_cfg(), draft_model=_cfg(), output_dir=str(tmp_path))
+    kwargs = dict(target_model=bench_cfg(), draft_model=bench_cfg(), output_dir=str(tmp_path))
     kwargs.update(override)
     with pytest.raises((ValueError, TypeError), match=message):
         benchmark.run(**kwargs)
@@ -169,7 +147,7 @@ def test_script_help_shows_docstring(script, first_line):
 
 @pytest.mark.slow  # ~25 s each; CI: the same harness on infer, the converter and mini_results
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
-def test_an_interrupted_benchmark_leaves_the_earlier_run(tmp_path, tiny_gin, signum):
+def test_an_interrupted_benchmark_leaves_the_earlier_run(tmp_path, bench_gin, signum):
     """scripts/benchmark.py over an earlier run (OVERWRITE=True), stopped by a real signal
     just before its results are renamed into place: the earlier benchmark.json and config.gin
     stay together, and no temporary file is left."""
@@ -178,7 +156,7 @@ def test_an_interrupted_benchmark_leaves_the_earlier_run(tmp_path, tiny_gin, sig
     before = {"benchmark.json": b'{"earlier": true}', "config.gin": b"# earlier run"}
     for name, data in before.items():
         (out / name).write_bytes(data)
-    args = [f"--gin_file={tiny_gin}", "--gin_file=configs/runs/benchmark.gin"]
+    args = [f"--gin_file={bench_gin}", "--gin_file=configs/runs/benchmark.gin"]
     args += [f"--gin_bindings={b}" for b in _common_bindings(out) + [
         "GAMMAS = [2]", "BATCH_SIZES = [2]", "REPEATS = 1", "OVERWRITE = True",
         "benchmark.run.cost_steps = 1"]]

@@ -29,44 +29,17 @@ from speculative.measure import speculation
 from speculative.models import t5
 from speculative.runs import config as config_lib
 from speculative.runs import infer, table2
-from tests.helpers import run_interrupted, snapshot
-from tests.helpers.runs import TINY_GIN
+from tests.helpers import REPO, run_interrupted, snapshot
+from tests.helpers.runs import (
+    INFER_GIN,
+    LENGTHS,
+    NUM_EXAMPLES,
+    fake_interleaved,
+    infer_bindings,
+    script_env,
+)
 
-
-@pytest.fixture(autouse=True)
-def _clean_gin():
-    gin.clear_config()
-    yield
-    gin.clear_config()
-
-REPO = config_lib.REPO_ROOT
-INFER_GIN = os.path.join(REPO, "configs", "runs", "infer.gin")
-
-NUM_EXAMPLES = 5  # BATCH_SIZE 2: batches of 2, 2 and 1 (+ 1 padding row)
-LENGTHS = {"inputs": 16, "targets": 8}
-
-
-def _bindings(out_dir, **macros):
-    values = dict(TARGET_MODEL="@tiny_target/t5.T5Config()",
-                  DRAFT_MODEL="@tiny_draft/t5.T5Config()",
-                  TARGET_CHECKPOINT="None", DRAFT_CHECKPOINT="None",
-                  MIXTURE_OR_TASK_NAME=repr(tasks.MINI_TASK), TASK_FEATURE_LENGTHS=repr(LENGTHS),
-                  INFER_OUTPUT_DIR=repr(str(out_dir) if out_dir else None),
-                  NUM_EXAMPLES=str(NUM_EXAMPLES),
-                  BATCH_SIZE="2", GAMMA="3", TEMPERATURE="0.0")
-    values.update(macros)
-    return [f"{k} = {v}" for k, v in values.items()]
-
-
-def _env():
-    return dict(os.environ, JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="3")
-
-
-@pytest.fixture(scope="module")
-def tiny_gin(tmp_path_factory):
-    path = tmp_path_factory.mktemp("gin") / "tiny.gin"
-    path.write_text(TINY_GIN)
-    return str(path)
+pytestmark = pytest.mark.usefixtures("clean_gin")
 
 
 @pytest.fixture(scope="module")
@@ -75,9 +48,9 @@ def speculative_run(tiny_gin, tmp_path_factory):
     out = tmp_path_factory.mktemp("spec")
     cmd = [sys.executable, os.path.join(REPO, "scripts", "infer.py"),
            f"--gin_file={INFER_GIN}", f"--gin_file={tiny_gin}"]
-    cmd += [f"--gin_bindings={b}" for b in _bindings(out)]
+    cmd += [f"--gin_bindings={b}" for b in infer_bindings(out)]
     proc = subprocess.run(cmd, capture_output=True, text=True,
-                          env=dict(_env(), SPECULATIVE_PROGRESS="1"), timeout=300, cwd=REPO)
+                          env=dict(script_env(), SPECULATIVE_PROGRESS="1"), timeout=300, cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return out, proc.stderr
 
@@ -134,7 +107,7 @@ def test_infer_script_end_to_end_and_baseline_identical(speculative_run, tiny_gi
     # The baseline through the same run function (in-process): identical predictions at T = 0.
     base_out = tmp_path / "base"
     config_lib.parse_gin([INFER_GIN, tiny_gin],
-                         _bindings(base_out, SPECULATIVE="False", DRAFT_MODEL="None",
+                         infer_bindings(base_out, SPECULATIVE="False", DRAFT_MODEL="None",
                                    DRAFT_CHECKPOINT="None") + ["infer.infer.progress = False"])
     result = infer.infer()
     base = _read_jsonl(base_out / "predictions.jsonl")
@@ -149,7 +122,7 @@ def test_infer_script_end_to_end_and_baseline_identical(speculative_run, tiny_gi
 
 def test_truncation_can_be_an_error(tiny_gin, tmp_path, monkeypatch):
     config_lib.parse_gin([INFER_GIN, tiny_gin],
-                         _bindings(tmp_path) + ["infer.infer.truncate_inputs = False"])
+                         infer_bindings(tmp_path) + ["infer.infer.truncate_inputs = False"])
     monkeypatch.setattr(infer, "load_models", lambda s: pytest.fail("models loaded"))
     with pytest.raises(ValueError, match=r"more than TASK_FEATURE_LENGTHS\['inputs'\]=16"):
         infer.infer()
@@ -169,7 +142,7 @@ def test_paper_task_offline_fails_before_any_model_loads(tmp_path, monkeypatch):
 
 
 def test_infer_script_paper_task_offline_prints_one_message(tmp_path):
-    env = dict(_env(), TFDS_DATA_DIR=str(tmp_path / "no_tfds"))
+    env = dict(script_env(), TFDS_DATA_DIR=str(tmp_path / "no_tfds"))
     cmd = [sys.executable, os.path.join(REPO, "scripts", "infer.py"),
            f"--gin_file={table2.row_file('ende_small_t0')}",
            f'--gin.TARGET_CHECKPOINT="{tmp_path}"', f'--gin.DRAFT_CHECKPOINT="{tmp_path}"',
@@ -189,7 +162,7 @@ def test_infer_script_paper_task_offline_prints_one_message(tmp_path):
 ])
 def test_script_help_prints_docstring_with_example(script, first_line):
     proc = subprocess.run([sys.executable, os.path.join(REPO, "scripts", script), "--help"],
-                          capture_output=True, text=True, env=_env(), timeout=120, cwd=REPO)
+                          capture_output=True, text=True, env=script_env(), timeout=120, cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.startswith(first_line), proc.stderr[-2000:]
     assert f"python scripts/{script}" in proc.stdout
@@ -205,7 +178,7 @@ def test_output_dir_is_never_overwritten_silently_and_writes_are_atomic(tiny_gin
     """An earlier run is refused before any work unless OVERWRITE; with it, an interruption in
     the middle of writing leaves the earlier complete run, never a mix of two runs."""
     out = tmp_path / "run"
-    config_lib.parse_gin([INFER_GIN, tiny_gin], _bindings(out))
+    config_lib.parse_gin([INFER_GIN, tiny_gin], infer_bindings(out))
     first = infer.infer()
     before = {name: (out / name).read_text() for name in os.listdir(out)}
     assert sorted(before) == ["config.gin", "metrics.json", "predictions.jsonl"]
@@ -215,7 +188,7 @@ def test_output_dir_is_never_overwritten_silently_and_writes_are_atomic(tiny_gin
         infer.infer()  # refused before any model is loaded
     monkeypatch.undo()
 
-    config_lib.parse_gin([INFER_GIN, tiny_gin], _bindings(out, OVERWRITE="True", SEED="7"))
+    config_lib.parse_gin([INFER_GIN, tiny_gin], infer_bindings(out, OVERWRITE="True", SEED="7"))
     real_dump = json.dump
 
     def interrupted_dump(obj, f, **kw):  # Ctrl-C while metrics.json (the last file) is written
@@ -245,7 +218,8 @@ def test_output_dir_is_never_overwritten_silently_and_writes_are_atomic(tiny_gin
         infer.infer()
     assert (out / "notes.txt").read_text() == "mine" and (out / "checkpoint_1000").is_dir()
     # A path that is a file is refused before any work, and left as it is.
-    config_lib.parse_gin([INFER_GIN, tiny_gin], _bindings(tmp_path / "notes", OVERWRITE="True"))
+    config_lib.parse_gin([INFER_GIN, tiny_gin],
+                         infer_bindings(tmp_path / "notes", OVERWRITE="True"))
     (tmp_path / "notes").write_text("a file")
     with pytest.raises(FileExistsError, match="is a file"):
         infer.infer()
@@ -255,7 +229,7 @@ def test_output_dir_is_never_overwritten_silently_and_writes_are_atomic(tiny_gin
 def test_unwritable_output_dir_fails_before_any_work(tiny_gin, tmp_path, monkeypatch):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
-    config_lib.parse_gin([INFER_GIN, tiny_gin], _bindings(blocker / "run"))
+    config_lib.parse_gin([INFER_GIN, tiny_gin], infer_bindings(blocker / "run"))
     monkeypatch.setattr(infer, "load_models", lambda s: pytest.fail("models loaded"))
     with pytest.raises(PermissionError, match="cannot be written"):
         infer.infer()
@@ -288,13 +262,14 @@ def test_sigint_during_the_write_of_a_real_process_leaves_the_earlier_run(tiny_g
     """scripts/infer.py in its own process, interrupted by a real SIGINT while it writes over
     an earlier run (OVERWRITE=True): the earlier complete run is left, nothing else."""
     out = tmp_path / "run"
-    config_lib.parse_gin([INFER_GIN, tiny_gin], _bindings(out))
+    config_lib.parse_gin([INFER_GIN, tiny_gin], infer_bindings(out))
     infer.infer()
     before = {name: (out / name).read_text() for name in os.listdir(out)}
     cmd = [sys.executable, "-c", _SIGINT_CHILD, os.path.join(REPO, "scripts", "infer.py"),
            f"--gin_file={INFER_GIN}", f"--gin_file={tiny_gin}"]
-    cmd += [f"--gin_bindings={b}" for b in _bindings(out, OVERWRITE="True", SEED="7")]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=_env(), timeout=300, cwd=REPO)
+    cmd += [f"--gin_bindings={b}" for b in infer_bindings(out, OVERWRITE="True", SEED="7")]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=script_env(), timeout=300,
+                          cwd=REPO)
     assert proc.returncode != 0 and "KeyboardInterrupt" in proc.stderr, proc.stderr[-3000:]
     assert {name: (out / name).read_text() for name in os.listdir(out)} == before
     assert os.listdir(tmp_path) == ["run"]  # the staging directory was removed
@@ -307,12 +282,12 @@ def test_a_signal_before_the_swap_leaves_the_earlier_run_and_no_staging(tiny_gin
     """SIGTERM (a scheduler's stop) unwinds like Ctrl-C: the earlier run stays whole and the
     staging directory is removed."""
     out = tmp_path / "run"
-    config_lib.parse_gin([INFER_GIN, tiny_gin], _bindings(out))
+    config_lib.parse_gin([INFER_GIN, tiny_gin], infer_bindings(out))
     infer.infer()
     before = snapshot(out)
     args = [f"--gin_file={INFER_GIN}", f"--gin_file={tiny_gin}"]
-    args += [f"--gin_bindings={b}" for b in _bindings(out, OVERWRITE="True", SEED="7")]
-    run_interrupted("infer.py", args, result=str(out), signum=signum, env=_env())
+    args += [f"--gin_bindings={b}" for b in infer_bindings(out, OVERWRITE="True", SEED="7")]
+    run_interrupted("infer.py", args, result=str(out), signum=signum, env=script_env())
     assert snapshot(out) == before
     assert os.listdir(tmp_path) == ["run"]
 
@@ -324,7 +299,7 @@ def test_infer_beam_search_speculative_equals_the_targets_own(tiny_gin, tmp_path
     for speculative in (True, False):
         gin.clear_config()
         out = tmp_path / str(speculative)
-        config_lib.parse_gin([INFER_GIN, tiny_gin], _bindings(
+        config_lib.parse_gin([INFER_GIN, tiny_gin], infer_bindings(
             out, SPECULATIVE=str(speculative), BEAM_SIZE="2", DRAFT_BEAM="3", NUM_EXAMPLES="2",
             FORCE_SPECULATIVE_BEAM=str(speculative))
             + ["infer.infer.progress = False"])
@@ -343,7 +318,7 @@ def test_infer_beam_search_speculative_equals_the_targets_own(tiny_gin, tmp_path
             [x["score"] for x in b["beams"]], rel=1e-5)
     # Not forced, the run times both searches on its first inputs and runs the faster one.
     gin.clear_config()
-    config_lib.parse_gin([INFER_GIN, tiny_gin], _bindings(  # DRAFT_BEAM fixed: one candidate,
+    config_lib.parse_gin([INFER_GIN, tiny_gin], infer_bindings(  # DRAFT_BEAM fixed: one candidate,
         tmp_path / "auto", BEAM_SIZE="2", DRAFT_BEAM="3", NUM_EXAMPLES="2")  # compiled above
         + ["infer.infer.progress = False"])
     auto = infer.infer()
@@ -370,7 +345,7 @@ def test_infer_beam_search_speculative_equals_the_targets_own(tiny_gin, tmp_path
     (dict(BEAM_SIZE="2", LENGTH_PENALTY="'0.6'"), "LENGTH_PENALTY='0.6'"),
 ])
 def test_infer_beam_settings_are_checked_first(tiny_gin, macros, match):
-    config_lib.parse_gin([INFER_GIN, tiny_gin], _bindings(None, **macros))
+    config_lib.parse_gin([INFER_GIN, tiny_gin], infer_bindings(None, **macros))
     with pytest.raises(ValueError, match=match):
         infer.infer(dry_run=True)
 
@@ -387,7 +362,7 @@ def _code_bindings(out_dir, **macros):
                   MIXTURE_OR_TASK_NAME=repr(tasks.CODE_TASK),
                   TASK_FEATURE_LENGTHS=repr(CODE_LENGTHS), NUM_EXAMPLES="3")
     values.update(macros)
-    return _bindings(out_dir, **values) + ["infer.infer.progress = False"]
+    return infer_bindings(out_dir, **values) + ["infer.infer.progress = False"]
 
 
 def test_infer_decoder_only_on_stdlib_code_speculative_equals_baseline(tiny_gin, tmp_path):
@@ -504,7 +479,7 @@ def test_preloaded_models_of_the_other_kind_are_refused(tiny_gin):
         None, SPECULATIVE="False", DRAFT_MODEL="None", NUM_EXAMPLES="1"))
     settings = infer.infer(dry_run=True)
     gin.clear_config()
-    config_lib.parse_gin([INFER_GIN, tiny_gin], _bindings(None))
+    config_lib.parse_gin([INFER_GIN, tiny_gin], infer_bindings(None))
     encdec = loading.load_model(infer.infer(dry_run=True).target_config)
     with pytest.raises(ValueError, match="DECODER_ONLY=True but the target is an "
                                          "encoder-decoder model"):
@@ -522,9 +497,9 @@ def test_infer_takes_ngram_and_prompt_lookup_drafts(tiny_gin, tmp_path, draft):
         spec = repr(os.path.join(mini.MODELS_DIR, "mini_bigram.npz"))
     else:
         spec = repr("prompt_lookup")
-    config_lib.parse_gin([INFER_GIN, tiny_gin], _bindings(tmp_path / "spec", DRAFT_MODEL=spec))
+    config_lib.parse_gin([INFER_GIN, tiny_gin], infer_bindings(tmp_path / "spec", DRAFT_MODEL=spec))
     spec_run = infer.infer()
-    config_lib.parse_gin([INFER_GIN, tiny_gin], _bindings(tmp_path / "base",
+    config_lib.parse_gin([INFER_GIN, tiny_gin], infer_bindings(tmp_path / "base",
                                                           SPECULATIVE="False"))
     base_run = infer.infer()
     assert [r["prediction"] for r in spec_run.records] == \
@@ -544,17 +519,6 @@ def test_the_log_names_what_a_model_spec_loads():
 # fastest. The timings are injected; the decodes are real (their results are the run's).
 
 
-def _fake_interleaved(seconds):
-    """`costs.interleaved` with each program called once (its real results) and the seconds
-    of `seconds[(kind, gamma)]` instead of a clock's."""
-    def timer(programs, repeats, progress=None):
-        del progress
-        outputs = {name: fn() for name, fn in programs.items()}
-        times = {name: [seconds[name[:2]]] * repeats for name in programs}
-        return {name: 1.0 for name in programs}, times, outputs
-    return timer
-
-
 def test_gamma_auto_where_the_gate_closes_runs_the_baseline_with_its_first_results(
         tiny_gin, tmp_path, monkeypatch):
     """The gate (stage 0) decodes the first batch with the baseline and prices the verify; where
@@ -565,7 +529,7 @@ def test_gamma_auto_where_the_gate_closes_runs_the_baseline_with_its_first_resul
                         functools.partial(speculation.SpeculationSearch, min_speedup=1e6))
     monkeypatch.setattr(speculation, "interleaved", lambda *a, **k: pytest.fail("timed"))
     config_lib.parse_gin([INFER_GIN, tiny_gin], [
-        b for b in _bindings(tmp_path / "gated") if not b.startswith("GAMMA")]
+        b for b in infer_bindings(tmp_path / "gated") if not b.startswith("GAMMA")]
         + ["infer.infer.progress = False"])
     gated = infer.infer()
     metrics = json.loads((tmp_path / "gated" / "metrics.json").read_text())
@@ -575,7 +539,8 @@ def test_gamma_auto_where_the_gate_closes_runs_the_baseline_with_its_first_resul
     assert [c["name"] for c in choice["candidates"]] == ["baseline"]
     assert "rounds for" in choice["line"] and "at most" in choice["line"]
     gin.clear_config()
-    config_lib.parse_gin([INFER_GIN, tiny_gin], _bindings(tmp_path / "plain", SPECULATIVE="False")
+    config_lib.parse_gin([INFER_GIN, tiny_gin],
+                         infer_bindings(tmp_path / "plain", SPECULATIVE="False")
                          + ["infer.infer.progress = False"])
     plain = infer.infer()
     assert [r["prediction_tokens"] for r in gated.records] == \
@@ -597,10 +562,10 @@ def test_gamma_auto_runs_the_fastest_choice_and_records_it(tiny_gin, tmp_path, m
                                      ("chain", 4): 0.5, ("chain", 6): 0.7}),
                           ("baseline", {("baseline", None): 1.0, ("chain", 2): 1.1,
                                         ("chain", 4): 1.2, ("chain", 6): 1.3})):
-        monkeypatch.setattr(speculation, "interleaved", _fake_interleaved(seconds))
+        monkeypatch.setattr(speculation, "interleaved", fake_interleaved(seconds))
         gin.clear_config()
         config_lib.parse_gin([INFER_GIN, tiny_gin], [
-            b for b in _bindings(tmp_path / name) if not b.startswith("GAMMA")]
+            b for b in infer_bindings(tmp_path / name) if not b.startswith("GAMMA")]
             + ["infer.infer.progress = False"])
         runs[name] = (infer.infer(), json.loads((tmp_path / name / "metrics.json").read_text()))
     (spec, spec_metrics), (base, base_metrics) = runs["chain"], runs["baseline"]
@@ -629,7 +594,7 @@ def test_gamma_auto_runs_the_fastest_choice_and_records_it(tiny_gin, tmp_path, m
     # A fixed GAMMA times nothing and keeps its gamma.
     monkeypatch.setattr(speculation, "choose_speculation", lambda *a, **k: pytest.fail("timed"))
     gin.clear_config()
-    config_lib.parse_gin([INFER_GIN, tiny_gin], _bindings(None, GAMMA="2"))
+    config_lib.parse_gin([INFER_GIN, tiny_gin], infer_bindings(None, GAMMA="2"))
     fixed = infer.infer()
     assert "speculation_choice" not in fixed.metrics and fixed.settings.gamma == 2
     with pytest.raises(ValueError, match="GAMMA='fast' is invalid.*or 'auto'"):

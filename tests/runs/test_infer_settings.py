@@ -2,19 +2,13 @@
 passed as keywords."""
 
 
-import gin
 import pytest
 
 from speculative.models import t5
 from speculative.runs import infer
 from tests.helpers.runs import TINY
 
-
-@pytest.fixture(autouse=True)
-def _clean_gin():
-    gin.clear_config()
-    yield
-    gin.clear_config()
+pytestmark = pytest.mark.usefixtures("clean_gin")
 
 
 def test_model_forms_none_with_a_checkpoint_passes_and_a_bundled_name_with_one_shows_the_fix():

@@ -9,52 +9,16 @@ import subprocess
 import sys
 import types
 
-import gin
 import numpy as np
 import pytest
 
 from speculative import loading
-from speculative.data import tasks
 from speculative.measure import acceptance, speculation, theory
-from speculative.runs import config as config_lib
 from speculative.runs import table2
-from tests.helpers.runs import TINY_GIN
+from tests.helpers import REPO
+from tests.helpers.runs import INFER_GIN, fake_interleaved, infer_bindings, script_env
 
-
-@pytest.fixture(autouse=True)
-def _clean_gin():
-    gin.clear_config()
-    yield
-    gin.clear_config()
-
-REPO = config_lib.REPO_ROOT
-INFER_GIN = os.path.join(REPO, "configs", "runs", "infer.gin")
-
-NUM_EXAMPLES = 5  # BATCH_SIZE 2: batches of 2, 2 and 1 (+ 1 padding row)
-LENGTHS = {"inputs": 16, "targets": 8}
-
-
-def _bindings(out_dir, **macros):
-    values = dict(TARGET_MODEL="@tiny_target/t5.T5Config()",
-                  DRAFT_MODEL="@tiny_draft/t5.T5Config()",
-                  TARGET_CHECKPOINT="None", DRAFT_CHECKPOINT="None",
-                  MIXTURE_OR_TASK_NAME=repr(tasks.MINI_TASK), TASK_FEATURE_LENGTHS=repr(LENGTHS),
-                  INFER_OUTPUT_DIR=repr(str(out_dir) if out_dir else None),
-                  NUM_EXAMPLES=str(NUM_EXAMPLES),
-                  BATCH_SIZE="2", GAMMA="3", TEMPERATURE="0.0")
-    values.update(macros)
-    return [f"{k} = {v}" for k, v in values.items()]
-
-
-def _env():
-    return dict(os.environ, JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="3")
-
-
-@pytest.fixture(scope="module")
-def tiny_gin(tmp_path_factory):
-    path = tmp_path_factory.mktemp("gin") / "tiny.gin"
-    path.write_text(TINY_GIN)
-    return str(path)
+pytestmark = pytest.mark.usefixtures("clean_gin")
 
 
 def _read_jsonl(path):
@@ -147,7 +111,8 @@ def test_reproduce_table2_script_runs_a_bundled_row(tmp_path):
     out = tmp_path / "t2"
     cmd = [sys.executable, os.path.join(REPO, "scripts", "reproduce_table2.py"),
            f"--gin_file={os.path.join(BUNDLED_ROWS, 'mini_10_t0.gin')}", f"--output_dir={out}"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=_env(), timeout=600, cwd=REPO)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=script_env(), timeout=600,
+                          cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert re.search(r"\| EnDe mini \| mini_draft_10 ★ \| 0 \| \d \|", proc.stdout)  # GAMMA auto
     assert "★: the best draft for that task and temperature" in proc.stdout
@@ -174,7 +139,7 @@ def test_reproduce_table2_on_a_tiny_row(tiny_gin, tmp_path, choose_trees, monkey
         "from __gin__ import dynamic_registration\nfrom speculative.models import t5\n"
         "from speculative.runs import table2\n"
         f"include '{INFER_GIN}'\ninclude '{tiny_gin}'\n"
-        + "\n".join(_bindings(None, NUM_EXAMPLES="2"))
+        + "\n".join(infer_bindings(None, NUM_EXAMPLES="2"))
         + "\ntable2.RowInfo.task = 'mini'\ntable2.RowInfo.draft = 'tiny'\n")
     results = table2.reproduce(["tiny_t0"], str(tmp_path / "out"), rows_dir=str(rows_dir),
                                row_bindings=["infer.infer.progress = False"], cost_repeats=3,
@@ -213,17 +178,6 @@ def test_reproduce_table2_on_a_tiny_row(tiny_gin, tmp_path, choose_trees, monkey
 # fastest. The timings are injected; the decodes are real (their results are the run's).
 
 
-def _fake_interleaved(seconds):
-    """`costs.interleaved` with each program called once (its real results) and the seconds
-    of `seconds[(kind, gamma)]` instead of a clock's."""
-    def timer(programs, repeats, progress=None):
-        del progress
-        outputs = {name: fn() for name, fn in programs.items()}
-        times = {name: [seconds[name[:2]]] * repeats for name in programs}
-        return {name: 1.0 for name in programs}, times, outputs
-    return timer
-
-
 def test_a_table2_row_with_gamma_auto_reports_the_chosen_gamma(tiny_gin, tmp_path, monkeypatch):
     """A row with GAMMA = 'auto' is timed first (injected timings here), decodes at the chosen
     gamma, and its choice is in the notes and the JSON; the star is explained."""
@@ -231,14 +185,14 @@ def test_a_table2_row_with_gamma_auto_reports_the_chosen_gamma(tiny_gin, tmp_pat
     choose = speculation.choose_speculation
     monkeypatch.setattr(speculation, "choose_speculation", lambda t, d, b, search, **k: choose(
         t, d, b, dataclasses.replace(search, gate=False), **k,
-        timer=_fake_interleaved(seconds)))  # the stages alone (the gate: test_speculation)
+        timer=fake_interleaved(seconds)))  # the stages alone (the gate: test_speculation)
     rows_dir = tmp_path / "rows"
     rows_dir.mkdir()
     (rows_dir / "tiny_t0.gin").write_text(
         "from __gin__ import dynamic_registration\nfrom speculative.models import t5\n"
         "from speculative.runs import table2\n"
         f"include '{INFER_GIN}'\ninclude '{tiny_gin}'\n"
-        + "\n".join(_bindings(None, NUM_EXAMPLES="2", GAMMA="'auto'"))
+        + "\n".join(infer_bindings(None, NUM_EXAMPLES="2", GAMMA="'auto'"))
         + "\ntable2.RowInfo.task = 'mini'\ntable2.RowInfo.draft = 'tiny'\n"
         "table2.RowInfo.best = True\n")
     [r] = table2.reproduce(["tiny_t0"], str(tmp_path / "out"), rows_dir=str(rows_dir),

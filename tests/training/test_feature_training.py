@@ -9,49 +9,18 @@ import numpy as np
 import pytest
 
 from speculative import decoding
-from speculative.decode import contract
 from speculative.decode.sampling import SamplingConfig
 from speculative.models import feature_draft as fd
 from speculative.models import t5
 from speculative.training import feature_data, feature_training
 from tests.helpers import random_params, tiny_config
-
-
-@pytest.fixture(scope="module")
-def tiny_target():
-    """A random target that ends its outputs: its EOS logit is a scaled copy of the logit of
-    the token its greedy outputs emit most, so EOS wins wherever that token would."""
-    module = t5.Transformer(tiny_config(vocab_size=16))
-    params = random_params(module, 0)
-    ar = decoding.autoregressive_decode(
-        decoding.EncoderDecoderModel(module, params), _sources(), rng=jax.random.PRNGKey(0),
-        sampling=SamplingConfig(0.0), max_decode_len=30)
-    common = int(np.argmax(np.bincount(np.asarray(ar.tokens).ravel(), minlength=16)[2:])) + 2
-    kernel = params["decoder"]["logits_dense"]["kernel"]
-    params["decoder"]["logits_dense"] = {
-        "kernel": kernel.at[:, contract.EOS_ID].set(kernel[:, common] * 1.5)}
-    return module, params
-
-
-def _sources(n=12, width=6, seed=0):
-    rng = np.random.default_rng(seed)
-    out = np.zeros((n, width), np.int32)
-    for b in range(n):
-        k = int(rng.integers(1, width + 1))
-        out[b, :k] = rng.integers(2, 16, k)
-    return out
-
-
-def _build(path, module, params, **kw):
-    kw = {**dict(target_name="tiny", feature_layers=(1, 2), top_k=4, max_len=30,
-                 shard_size=5), **kw}
-    return feature_data.build(str(path), module, params, _sources(), **kw)
+from tests.helpers.features import build_cache, sources
 
 
 @pytest.mark.slow  # ~25 s
 def test_training_lowers_the_loss_and_resumes_where_it_stopped(tmp_path, tiny_target):
     module, params = tiny_target
-    _build(tmp_path / "cache", module, params)
+    build_cache(tmp_path / "cache", module, params)
     draft = fd.FeatureDraftConfig(vocab_size=16, target_emb_dim=16, feature_layers=(2,),
                                   emb_dim=8, num_heads=2, head_dim=4, mlp_dim=16,
                                   relative_attention_num_buckets=8,
@@ -116,8 +85,8 @@ def test_objectives_are_the_sum_of_their_terms_and_ce_reads_the_target_argmax():
 @pytest.mark.slow  # ~20 s with its fixture
 def test_extra_caches_join_the_training_rows_only(tmp_path, tiny_target):
     module, params = tiny_target
-    _build(tmp_path / "greedy", module, params)
-    _build(tmp_path / "sampled", module, params, temperature=1.0)
+    build_cache(tmp_path / "greedy", module, params)
+    build_cache(tmp_path / "sampled", module, params, temperature=1.0)
     main = feature_training.Corpus.load(str(tmp_path / "greedy"))
     sampled = feature_training.Corpus.load(str(tmp_path / "sampled"))
     both = feature_training.Corpus.load(str(tmp_path / "greedy"),
@@ -150,7 +119,7 @@ def test_extra_caches_join_the_training_rows_only(tmp_path, tiny_target):
     assert feature_training.train(config=config, model_dir=str(tmp_path / "a"), **run)["done"]
     settings = json.load(open(tmp_path / "a" / "train_config.json"))
     assert settings["train"]["extra_caches"] == [str(tmp_path / "sampled")]
-    _build(tmp_path / "other", module, params, feature_layers=(1,))
+    build_cache(tmp_path / "other", module, params, feature_layers=(1,))
     with pytest.raises(ValueError, match="extra_caches.*other settings"):
         feature_training.train(config=feature_training.FeatureTrainConfig(
             extra_caches=(str(tmp_path / "other"),), **kw), model_dir=str(tmp_path / "c"),
@@ -261,7 +230,7 @@ def test_target_head_training_keeps_the_head_and_learns_the_state(tmp_path, tiny
     """Training a `target_head` draft with the state regression: the copied head never moves,
     the KL and the state distance fall, and the trained draft decodes exactly."""
     module, params = tiny_target
-    _build(tmp_path / "cache", module, params)
+    build_cache(tmp_path / "cache", module, params)
     target = decoding.EncoderDecoderModel(module, params)
     config = feature_training.FeatureTrainConfig(steps=40, batch_tokens=48, buckets=(32,),
                                                  depth=2, checkpoint_every=20, warmup_steps=5,
@@ -288,8 +257,8 @@ def test_target_head_training_keeps_the_head_and_learns_the_state(tmp_path, tiny
     model = fd.FeatureDraftModel(fd.FeatureDraft(draft), trained)
     kw = dict(rng=jax.random.PRNGKey(0), sampling=SamplingConfig(0.0), max_decode_len=12)
     np.testing.assert_array_equal(
-        decoding.speculative_decode(target, model, _sources()[:4], gamma=3, **kw).tokens,
-        decoding.autoregressive_decode(target, _sources()[:4], **kw).tokens)
+        decoding.speculative_decode(target, model, sources()[:4], gamma=3, **kw).tokens,
+        decoding.autoregressive_decode(target, sources()[:4], **kw).tokens)
 
 
 # ----------------------------------------------------------------------------------------------
