@@ -92,3 +92,14 @@ def tiny_target():
     from tests.helpers.features import ending_target  # pylint: disable=g-import-not-at-top
 
     return ending_target()
+
+
+@pytest.fixture(scope="module")
+def tiny_models():
+    """A tiny random encoder-decoder target and draft (`tiny_config`, seeds 0 and 1)."""
+    from speculative.models import adapters, t5  # pylint: disable=g-import-not-at-top
+    from tests.helpers import random_params, tiny_config  # pylint: disable=g-import-not-at-top
+
+    module = t5.Transformer(tiny_config())
+    return (adapters.EncoderDecoderModel(module, random_params(module, 0)),
+            adapters.EncoderDecoderModel(module, random_params(module, 1)))

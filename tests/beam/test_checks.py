@@ -7,9 +7,8 @@ import pytest
 from speculative import decoding
 from speculative.beam import reference as beam_reference
 from speculative.beam import search as beam_lib
-from speculative.models import t5
 from speculative.runs import mini
-from tests.helpers import random_params, tiny_config
+from tests.helpers import TINY_INPUTS, random_params, tiny_config
 
 
 def test_beam_search_arguments_are_checked(pair_and_inputs):
@@ -40,28 +39,18 @@ def test_beam_search_arguments_are_checked(pair_and_inputs):
                                          gamma=3, max_decode_len=8)
 
 
-@pytest.fixture(scope="module")
-def models():
-    module = t5.Transformer(tiny_config())
-    target = decoding.EncoderDecoderModel(module, random_params(module, 0))
-    draft = decoding.EncoderDecoderModel(module, random_params(module, 1))
-    return target, draft
 
-
-INPUTS = np.asarray([[5, 6, 7, 1], [9, 3, 1, 0]], np.int32)
-
-
-def test_beam_search_takes_numpy_length_penalties(models):
+def test_beam_search_takes_numpy_length_penalties(tiny_models):
     """`length_penalty=np.float32(0.6)` is a finite float: accepted, same result as 0.6."""
-    target = models[0]
-    want = decoding.beam_search(target, INPUTS, beam_size=2, max_decode_len=4)
+    target = tiny_models[0]
+    want = decoding.beam_search(target, TINY_INPUTS, beam_size=2, max_decode_len=4)
     for penalty in (np.float32(0.6), np.float64(0.6)):
-        got = decoding.beam_search(target, INPUTS, beam_size=2, max_decode_len=4,
+        got = decoding.beam_search(target, TINY_INPUTS, beam_size=2, max_decode_len=4,
                                    length_penalty=penalty)
         np.testing.assert_array_equal(got.sequences, want.sequences)
     for bad in (np.float32("nan"), np.bool_(True), "0.6"):
         with pytest.raises(ValueError, match="length_penalty=.* is invalid: give a finite float"):
-            decoding.beam_search(target, INPUTS, beam_size=2, max_decode_len=4,
+            decoding.beam_search(target, TINY_INPUTS, beam_size=2, max_decode_len=4,
                                  length_penalty=bad)
 
 
@@ -70,7 +59,6 @@ def test_beam_search_checks_inputs_like_the_decode_loops():
     forward too large for memory: each refused before any forward, naming the input."""
     from speculative import decoding
     from speculative.models import t5 as t5_lib
-    from tests.helpers import random_params, tiny_config
 
     module = t5_lib.Transformer(tiny_config())
     model = decoding.EncoderDecoderModel(module, random_params(module, 0))

@@ -18,8 +18,8 @@ from speculative.decode import loops as decoding
 from speculative.decode import sampling as sampling_lib
 from speculative.decode.sampling import SamplingConfig
 from speculative.models import adapters, t5
+from tests.helpers import TINY_INPUTS, random_params, tiny_config
 from tests.helpers import decoding as td
-from tests.helpers import random_params, tiny_config
 
 GREEDY = SamplingConfig(temperature=0.0)
 
@@ -284,24 +284,15 @@ def _poisoned(params, leaf="decoder"):
         params)
 
 
-@pytest.fixture(scope="module")
-def models():
-    module = t5.Transformer(tiny_config())
-    target = adapters.EncoderDecoderModel(module, random_params(module, 0))
-    draft = adapters.EncoderDecoderModel(module, random_params(module, 1))
-    return target, draft
-
-
-INPUTS = np.asarray([[5, 6, 7, 1], [9, 3, 1, 0]], np.int32)
-
 
 @pytest.mark.parametrize("cfg", TEMPERATURES, ids=["T0", "T1"])
-def test_nan_target_stops_and_flags_every_row(models, cfg):
-    target, draft = models
+def test_nan_target_stops_and_flags_every_row(tiny_models, cfg):
+    target, draft = tiny_models
     broken = target.replace(params=_poisoned(target.params))
     key = jax.random.PRNGKey(0)
-    ar = decoding.autoregressive_decode(broken, INPUTS, rng=key, sampling=cfg, max_decode_len=8)
-    spec = decoding.speculative_decode(broken, draft, INPUTS, rng=key, gamma=3, sampling=cfg,
+    ar = decoding.autoregressive_decode(broken, TINY_INPUTS, rng=key, sampling=cfg,
+                                        max_decode_len=8)
+    spec = decoding.speculative_decode(broken, draft, TINY_INPUTS, rng=key, gamma=3, sampling=cfg,
                                        max_decode_len=8)
     for out in (ar, spec):
         assert np.asarray(out.stats.nonfinite).tolist() == [True, True]
@@ -313,11 +304,11 @@ def test_nan_target_stops_and_flags_every_row(models, cfg):
 
 
 @pytest.mark.parametrize("cfg", TEMPERATURES, ids=["T0", "T1"])
-def test_nan_draft_never_gets_a_token_accepted(models, cfg):
-    target, draft = models
+def test_nan_draft_never_gets_a_token_accepted(tiny_models, cfg):
+    target, draft = tiny_models
     broken = draft.replace(params=_poisoned(draft.params))
     key = jax.random.PRNGKey(1)
-    spec = decoding.speculative_decode(target, broken, INPUTS, rng=key, gamma=3, sampling=cfg,
+    spec = decoding.speculative_decode(target, broken, TINY_INPUTS, rng=key, gamma=3, sampling=cfg,
                                        max_decode_len=8)
     assert int(np.sum(spec.stats.accepted)) == 0
     assert not np.any(np.asarray(spec.stats.nonfinite))  # the target is fine: rows complete
@@ -325,16 +316,16 @@ def test_nan_draft_never_gets_a_token_accepted(models, cfg):
     assert int(np.sum(spec.stats.drafted)) == 0  # drafts end before a NaN distribution
     spec.stats.check_finite()
     if cfg.greedy:  # the target decides every token
-        ar = decoding.autoregressive_decode(target, INPUTS, rng=key, sampling=cfg,
+        ar = decoding.autoregressive_decode(target, TINY_INPUTS, rng=key, sampling=cfg,
                                             max_decode_len=8)
         np.testing.assert_array_equal(ar.tokens, spec.tokens)
 
 
-def test_nan_after_some_tokens_keeps_the_exact_prefix(models):
+def test_nan_after_some_tokens_keeps_the_exact_prefix(tiny_models):
     """A target that breaks only on some inputs' later positions: rows stop where their
     distribution turns non-finite, and what was emitted before equals the clean decode."""
-    target, draft = models
-    clean = decoding.autoregressive_decode(target, INPUTS, rng=jax.random.PRNGKey(0),
+    target, draft = tiny_models
+    clean = decoding.autoregressive_decode(target, TINY_INPUTS, rng=jax.random.PRNGKey(0),
                                            sampling=TEMPERATURES[0], max_decode_len=8)
     # NaN in the relative-position bias of the decoder's self-attention: position 0 attends
     # only to itself (bucket 0), later positions see other buckets.
@@ -345,14 +336,14 @@ def test_nan_after_some_tokens_keeps_the_exact_prefix(models):
         return x
 
     broken = target.replace(params=jax.tree_util.tree_map_with_path(poison, target.params))
-    for out in (decoding.autoregressive_decode(broken, INPUTS, rng=jax.random.PRNGKey(0),
+    for out in (decoding.autoregressive_decode(broken, TINY_INPUTS, rng=jax.random.PRNGKey(0),
                                                sampling=TEMPERATURES[0], max_decode_len=8),
-                decoding.speculative_decode(broken, draft, INPUTS, rng=jax.random.PRNGKey(0),
+                decoding.speculative_decode(broken, draft, TINY_INPUTS, rng=jax.random.PRNGKey(0),
                                             gamma=2, sampling=TEMPERATURES[0],
                                             max_decode_len=8)):
         flags, lengths = np.asarray(out.stats.nonfinite), np.asarray(out.lengths)
         assert flags.all()
-        for b in range(len(INPUTS)):
+        for b in range(len(TINY_INPUTS)):
             n = lengths[b]
             assert n < 8
             np.testing.assert_array_equal(np.asarray(out.tokens)[b, :n],

@@ -11,19 +11,7 @@ from speculative import decoding
 from speculative.decode import contract, drafters
 from speculative.decode.sampling import SamplingConfig
 from speculative.models import t5
-from tests.helpers import random_params, tiny_config
-
-
-@pytest.fixture(scope="module")
-def models():
-    module = t5.Transformer(tiny_config())
-    target = decoding.EncoderDecoderModel(module, random_params(module, 0))
-    draft = decoding.EncoderDecoderModel(module, random_params(module, 1))
-    return target, draft
-
-
-INPUTS = np.asarray([[5, 6, 7, 1], [9, 3, 1, 0]], np.int32)
-
+from tests.helpers import TINY_INPUTS, random_params, tiny_config
 
 # ----------------------------------------------------------------------------------------------
 # Bad arguments: a clear error naming the argument, before anything is traced or run.
@@ -33,8 +21,8 @@ def _bad_calls(target, draft):
     spec = dict(rng=key, gamma=2, sampling=greedy, max_decode_len=8)
     vocab = target.vocab_size
     return [
-        ("float ids", (INPUTS.astype(np.float32),), spec, TypeError, "dtype float32"),
-        ("bool ids", (INPUTS > 1,), spec, TypeError, "dtype bool"),
+        ("float ids", (TINY_INPUTS.astype(np.float32),), spec, TypeError, "dtype float32"),
+        ("bool ids", (TINY_INPUTS > 1,), spec, TypeError, "dtype bool"),
         ("id = vocab", (np.asarray([[vocab, 1]]),), spec, ValueError, f"vocab_size={vocab}"),
         ("negative id", (np.asarray([[-3, 1]]),), spec, ValueError, "min -3"),
         ("int64 beyond 2^31", (np.asarray([[2 ** 40, 1]], np.int64),), spec, ValueError,
@@ -43,41 +31,41 @@ def _bad_calls(target, draft):
         ("zero-length rows", (np.zeros((2, 0), np.int32),), spec, ValueError, "shape"),
         ("1-D ids", (np.asarray([5, 1]),), spec, ValueError, "shape"),
         ("ragged rows", ([[5, 6, 1], [5, 1]],), spec, ValueError, "rows of different lengths"),
-        ("int rng", (INPUTS,), {**spec, "rng": 0}, TypeError, "rng=0"),
-        ("float rng", (INPUTS,), {**spec, "rng": jnp.zeros(2)}, TypeError, "PRNG key"),
-        ("sampling None", (INPUTS,), {**spec, "sampling": None}, TypeError, "sampling=None"),
-        ("sampling dict", (INPUTS,), {**spec, "sampling": {"temperature": 0}}, TypeError,
+        ("int rng", (TINY_INPUTS,), {**spec, "rng": 0}, TypeError, "rng=0"),
+        ("float rng", (TINY_INPUTS,), {**spec, "rng": jnp.zeros(2)}, TypeError, "PRNG key"),
+        ("sampling None", (TINY_INPUTS,), {**spec, "sampling": None}, TypeError, "sampling=None"),
+        ("sampling dict", (TINY_INPUTS,), {**spec, "sampling": {"temperature": 0}}, TypeError,
          "SamplingConfig"),
-        ("gamma in the millions", (INPUTS,), {**spec, "gamma": 5_000_000}, ValueError,
+        ("gamma in the millions", (TINY_INPUTS,), {**spec, "gamma": 5_000_000}, ValueError,
          "gamma=5000000"),
-        ("gamma 0", (INPUTS,), {**spec, "gamma": 0}, ValueError, "gamma=0"),
+        ("gamma 0", (TINY_INPUTS,), {**spec, "gamma": 0}, ValueError, "gamma=0"),
         # Dynamic gamma is a ChainDrafter's settings, passed as the draft (it brings gamma).
-        ("initial_gamma with the constant schedule", (INPUTS,),
+        ("initial_gamma with the constant schedule", (TINY_INPUTS,),
          {**spec, "gamma": None, "draft": drafters.ChainDrafter(draft, 2, initial_gamma=1)},
          ValueError, "applies to schedule='heuristic'"),
-        ("initial_gamma beyond gamma", (INPUTS,),
+        ("initial_gamma beyond gamma", (TINY_INPUTS,),
          {**spec, "gamma": None,
           "draft": drafters.ChainDrafter(draft, 2, schedule="heuristic", initial_gamma=3)},
          ValueError, r"initial_gamma=3 is invalid: an int in \[1, gamma=2\]"),
-        ("unknown schedule", (INPUTS,),
+        ("unknown schedule", (TINY_INPUTS,),
          {**spec, "gamma": None, "draft": drafters.ChainDrafter(draft, 2, schedule="adaptive")},
          ValueError, "schedule='adaptive' is invalid"),
-        ("draft confidence str", (INPUTS,),
+        ("draft confidence str", (TINY_INPUTS,),
          {**spec, "gamma": None, "draft": drafters.ChainDrafter(draft, 2, confidence="0.4")},
          TypeError, "confidence='0.4'"),
-        ("tree with another gamma", (INPUTS,), {**spec, "tree": (2, 2, 1)}, ValueError,
+        ("tree with another gamma", (TINY_INPUTS,), {**spec, "tree": (2, 2, 1)}, ValueError,
          "disagrees with tree"),
-        ("tree of zeros", (INPUTS,), {**spec, "tree": (0,)}, ValueError, r"tree=\(0,\)"),
-        ("gamma True", (INPUTS,), {**spec, "gamma": True}, ValueError, "gamma=True"),
-        ("max_decode_len 0", (INPUTS,), {**spec, "max_decode_len": 0}, ValueError,
+        ("tree of zeros", (TINY_INPUTS,), {**spec, "tree": (0,)}, ValueError, r"tree=\(0,\)"),
+        ("gamma True", (TINY_INPUTS,), {**spec, "gamma": True}, ValueError, "gamma=True"),
+        ("max_decode_len 0", (TINY_INPUTS,), {**spec, "max_decode_len": 0}, ValueError,
          "max_decode_len=0"),
-        ("max_decode_len float", (INPUTS,), {**spec, "max_decode_len": 8.0}, ValueError,
+        ("max_decode_len float", (TINY_INPUTS,), {**spec, "max_decode_len": 8.0}, ValueError,
          "max_decode_len=8.0"),
     ]
 
 
-def test_bad_arguments_are_refused_with_the_argument_named(models):
-    target, draft = models
+def test_bad_arguments_are_refused_with_the_argument_named(tiny_models):
+    target, draft = tiny_models
     for name, args, kw, error, message in _bad_calls(target, draft):
         kw = dict(kw)
         drafter = kw.pop("draft", None)
@@ -107,10 +95,10 @@ def test_decoder_only_prompts_must_be_right_padded():
             decoding.speculative_decode(model, model, bad, gamma=2, **kw)
 
 
-def test_an_unaffordable_cache_is_refused_with_its_size(models):
-    target, draft = models
+def test_an_unaffordable_cache_is_refused_with_its_size(tiny_models):
+    target, draft = tiny_models
     with pytest.raises(ValueError, match=r"KV cache .* needs [0-9.]+ GiB"):
-        decoding.autoregressive_decode(target, INPUTS, rng=jax.random.PRNGKey(0),
+        decoding.autoregressive_decode(target, TINY_INPUTS, rng=jax.random.PRNGKey(0),
                                        sampling=SamplingConfig(0.0), max_decode_len=10 ** 10)
 
 
@@ -124,7 +112,7 @@ class _NoEos(decoding.EncoderDecoderModel):
 
 
 @pytest.mark.skipif(jax.default_backend() != "cpu", reason="the estimate is sized by CPU rates")
-def test_a_length_that_cannot_finish_is_refused_before_work(models):
+def test_a_length_that_cannot_finish_is_refused_before_work(tiny_models):
     """max_decode_len=10**6 on a tiny model that never emits EOS: the KV cache fits in memory,
     but each step would attend over 10**6 slots for 10**6 steps (hours). Each of the four
     decoders refuses it within seconds, naming max_decode_len, the estimate, the longest
@@ -134,17 +122,17 @@ def test_a_length_that_cannot_finish_is_refused_before_work(models):
 
     from speculative.decode import validation  # pylint: disable=g-import-not-at-top
 
-    target, draft = (_NoEos(m.module, m.params) for m in models)
+    target, draft = (_NoEos(m.module, m.params) for m in tiny_models)
     key, greedy, n = jax.random.PRNGKey(0), SamplingConfig(0.0), 10**6
     calls = {
         "autoregressive_decode": lambda: decoding.autoregressive_decode(
-            target, INPUTS, rng=key, sampling=greedy, max_decode_len=n),
+            target, TINY_INPUTS, rng=key, sampling=greedy, max_decode_len=n),
         "speculative_decode": lambda: decoding.speculative_decode(
-            target, draft, INPUTS, rng=key, gamma=4, sampling=greedy, max_decode_len=n),
-        "beam search": lambda: decoding.beam_search(target, INPUTS, beam_size=2,
+            target, draft, TINY_INPUTS, rng=key, gamma=4, sampling=greedy, max_decode_len=n),
+        "beam search": lambda: decoding.beam_search(target, TINY_INPUTS, beam_size=2,
                                                      max_decode_len=n),
         "speculative beam search": lambda: decoding.speculative_beam_search(
-            target, draft, INPUTS, beam_size=2, draft_beam=2, gamma=3, max_decode_len=n),
+            target, draft, TINY_INPUTS, beam_size=2, draft_beam=2, gamma=3, max_decode_len=n),
     }
     fits = {}
     for name, call in calls.items():
@@ -156,11 +144,12 @@ def test_a_length_that_cannot_finish_is_refused_before_work(models):
         assert time.monotonic() - start < 30, name
         fits[name] = int(re.search(r"at most (\d+) fits", str(e.value)).group(1))
     # The longest length that fits is itself accepted (checks only: nothing runs).
-    validation.check_lengths((target,), jnp.asarray(INPUTS), fits["autoregressive_decode"])
+    validation.check_lengths((target,), jnp.asarray(TINY_INPUTS), fits["autoregressive_decode"])
     with pytest.raises(ValueError, match="max_decode_len"):
-        validation.check_lengths((target,), jnp.asarray(INPUTS), fits["autoregressive_decode"] + 1)
+        validation.check_lengths((target,), jnp.asarray(TINY_INPUTS),
+                                 fits["autoregressive_decode"] + 1)
     assert 1000 < fits["beam search"] < fits["autoregressive_decode"] < n
     # The cap is stated and lifts: per check, or for every call.
-    validation.check_lengths((target, draft), jnp.asarray(INPUTS), n, 4, time_limit_s=None)
+    validation.check_lengths((target, draft), jnp.asarray(TINY_INPUTS), n, 4, time_limit_s=None)
     with pytest.raises(ValueError, match=r"time_limit_s=0 is invalid"):
-        validation.check_lengths((target,), jnp.asarray(INPUTS), 8, time_limit_s=0)
+        validation.check_lengths((target,), jnp.asarray(TINY_INPUTS), 8, time_limit_s=0)

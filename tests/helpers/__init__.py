@@ -5,6 +5,7 @@ interrupted by a signal, directory snapshots, and the repository's paths."""
 import os
 
 import jax
+import numpy as np
 
 from speculative.models import t5
 
@@ -22,6 +23,9 @@ def tiny_config(**overrides) -> t5.T5Config:
                 relative_attention_max_distance=16)
     base.update(overrides)
     return t5.T5Config(**base)
+
+
+TINY_INPUTS = np.asarray([[5, 6, 7, 1], [9, 3, 1, 0]], np.int32)  # two rows, one padded
 
 
 def random_params(module, seed):
