@@ -16,6 +16,7 @@ def _positive(x) -> bool:
     return isinstance(x, float) and math.isfinite(x) and x > 0
 
 
+@pytest.mark.slow  # ~40 s: compiles 16 programs; the GPU script's dry run also runs it
 def test_chain_and_block_costs_at_every_gamma(tmp_path):
     settings = block_costs.BlockCostSettings(**TINY, output_dir=str(tmp_path))
     block_costs.run(settings)
