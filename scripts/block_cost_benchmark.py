@@ -34,11 +34,7 @@ _OVERWRITE = flags.DEFINE_bool("overwrite", False, "Replace an earlier block_cos
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-    try:
-        gammas = tuple(int(g) for g in _GAMMAS.value)
-    except ValueError:
-        raise ValueError(f"--gammas={','.join(_GAMMAS.value)}: give integers, e.g. 2,4,7.") \
-            from None
+    gammas = tuple(config_lib.flag_numbers(_GAMMAS.value, "gammas", int))
     settings = block_costs.BlockCostSettings(
         target=_TARGET.value, gammas=gammas, alpha=_ALPHA.value, draft_emb_dim=_EMB.value,
         hot_vocab=_HOT.value, input_length=_INPUT.value, max_decode_len=_DECODE.value,

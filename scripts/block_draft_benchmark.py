@@ -24,11 +24,7 @@ _OVERWRITE = flags.DEFINE_bool("overwrite", False, "Replace an earlier block_dra
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-    try:
-        gammas = tuple(int(g) for g in _GAMMAS.value)
-    except ValueError:
-        raise ValueError(f"--gammas={','.join(_GAMMAS.value)}: give integers, e.g. 2,3,5,7.") \
-            from None
+    gammas = tuple(config_lib.flag_numbers(_GAMMAS.value, "gammas", int))
     settings = block_drafts.BlockBenchSettings(
         drafts=tuple(_DRAFTS.value), gammas=gammas, num_sentences=_NUM.value,
         repeats=_REPEATS.value, output_dir=_OUT.value)

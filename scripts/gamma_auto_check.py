@@ -24,12 +24,8 @@ _OVERWRITE = flags.DEFINE_bool("overwrite", False, "Replace an earlier gamma_aut
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-    try:
-        batches = tuple(int(b) for b in _BATCHES.value)
-        nums = tuple(int(n) for n in _NUM.value)
-    except ValueError:
-        raise ValueError(f"--batch_sizes={','.join(_BATCHES.value)} --num_examples="
-                         f"{','.join(_NUM.value)}: give integers, e.g. 64,1 and 0,64.") from None
+    batches = tuple(config_lib.flag_numbers(_BATCHES.value, "batch_sizes", int))
+    nums = tuple(config_lib.flag_numbers(_NUM.value, "num_examples", int))
     settings = gamma_auto.GammaAutoSettings(batch_sizes=batches, num_examples=nums,
                                             repeats=_REPEATS.value, output_dir=_OUT.value)
     gamma_auto.run(settings, overwrite=_OVERWRITE.value)
