@@ -136,9 +136,10 @@ def extend_program(model, inputs: np.ndarray, num_tokens: int, *, cache_len: int
                     zeros: bool = False) -> Callable[[], Any]:
     """A thunk running `num_steps` extends of `num_tokens` tokens per row (batch of `inputs`).
     A target-aware draft is initialised from `target`'s context and extends on its own
-    hidden states (what each of its draft steps after the first costs). `zeros`: the state is
-    zeros of the shapes `init` gives (`jax.eval_shape`, nothing runs or compiles but the
-    extends; an extend's cost does not depend on what the cache holds)."""
+    hidden states (what each of its draft steps after the first costs). `zeros` (a model that
+    does not read a target): the state is zeros of the shapes `init` gives (`jax.eval_shape`,
+    nothing runs or compiles but the extends; an extend's cost does not depend on what the
+    cache holds)."""
     if zeros and not contract.reads_target(model):
         shapes = jax.eval_shape(lambda m, x: m.init(m.params, x, cache_len), model,
                                 jnp.asarray(inputs))

@@ -80,7 +80,8 @@ def round_programs(target, drafter_of: Dict[str, Callable[[int], Any]], inputs,
                    spec: RoundCostSpec) -> Dict[Any, Callable[[], Any]]:
     """Thunks: the target's one-token step ('target', 1), its verify of gamma + 1 tokens
     ('verify', g), and for each name and gamma the drafter `drafter_of[name](g)`'s start alone
-    (name, g, 0) and start + `round_steps` proposals (name, g, round_steps)."""
+    (name, g, 0) and start + `round_steps` proposals after a round that accepted w - 1 drafts
+    (name, g, round_steps, w) for each of its `widths`."""
     x = jnp.asarray(inputs, jnp.int32)
     cache = target.prefix_length(x.shape[1]) + spec.max_decode_len + max(spec.gammas) + 2
     kw = dict(cache_len=cache, num_steps=spec.round_steps, seed=spec.seed)
@@ -138,13 +139,15 @@ def round_costs(target, drafter_of: Dict[str, Callable[[int], Any]], inputs,
     step = med[("target", 1)] / n
     out = {"target_step_s": step,
            "verify_cost": {g: med[("verify", g)] / n / step for g in spec.gammas},
-           "c_round": {}, "draft_calls_per_round": {}}
-    out["c_round_by_width"] = {}
-    for name, make in drafter_of.items():
-        by_width = {g: {w: max(med[(name, g, n, w)] - med[(name, g, 0)], 0.0) / n / step
-                        for w in widths(make(g))} for g in spec.gammas}
+           "c_round": {}, "c_round_by_width": {}, "draft_calls_per_round": {}}
+    for name in drafter_of:
+        by_width = {g: {} for g in spec.gammas}
+        for key, seconds in med.items():
+            if len(key) == 4 and key[0] == name:  # (name, g, round_steps, w)
+                _, g, _, w = key
+                by_width[g][w] = max(seconds - med[(name, g, 0)], 0.0) / n / step
         out["c_round_by_width"][name] = by_width
         out["c_round"][name] = {g: by_width[g][max(by_width[g])] for g in spec.gammas}
         out["draft_calls_per_round"][name] = {
-            g: float(outputs[(name, g, n, max(widths(make(g))))][1]) for g in spec.gammas}
+            g: float(outputs[(name, g, n, max(by_width[g]))][1]) for g in spec.gammas}
     return out
