@@ -11,8 +11,9 @@ drafts two ways: (a) the chain, a `TargetAwareDrafter` making gamma calls per ro
 block, a `BlockDrafter` making one. Random weights accept nothing meaningful, so this measures
 COSTS only, at batch 1, for each gamma: the target's one-token step (seconds), the verify cost
 of gamma + 1 tokens (target steps), and each drafter's cost per round c_round (target steps;
-`measure.round_costs`: one `propose` with the loop's own state, every program timed in the same
-interleaved rounds) with its draft calls per round. Theorem 3.8 with the round's cost,
+`measure.round_costs`: one `propose` with the loop's own state after a round that accepted
+every draft, so the catch-up is at its widest, every program timed in the same interleaved
+rounds) with its draft calls per round. Theorem 3.8 with the round's cost,
 E[tokens](alpha, gamma) / (c_round + verify_cost(gamma)), is reported at an ASSUMED alpha
 (`alpha`, default 0.8, not measured) so a reader of the device's numbers sees where a block
 would pay: where the chain's gamma calls cost more than the block's one (launch-bound hosts).
@@ -169,8 +170,9 @@ def markdown(result: Dict[str, Any]) -> str:
         f"`{prov['command']}` at {prov['commit']}, {prov['date']}; backend "
         f"{result['backend']}, XLA_FLAGS `{result['xla_flags'].strip() or '(none)'}`; batch 1; "
         f"target step {result['costs']['target_step_s'] * 1e3:.3f} ms. Random weights: costs "
-        "only. c_round: the draft's cost per round in target steps (one `propose`: the chain's "
-        "γ calls, the block's one); verify cost: the target on γ + 1 tokens, in target steps; "
+        "only. c_round: the draft's cost per round in target steps (one `propose` after a round "
+        "that accepted every draft: the chain's γ calls, the block's one); verify cost: the "
+        "target on γ + 1 tokens, in target steps; "
         f"Thm 3.8: E[tokens] / (c_round + verify cost) at an ASSUMED α = {result['alpha_assumed']}"
         " (not measured).", "",
         files.markdown_table(header, body), ""])

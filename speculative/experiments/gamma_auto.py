@@ -95,12 +95,12 @@ def run(s: GammaAutoSettings = GammaAutoSettings(), overwrite: bool = False) -> 
         for batch_size, num in zip(s.batch_sizes, s.num_examples):
             runs = [_one_run(s, batch_size, num, auto, scratch, i)
                     for i in range(s.repeats) for auto in (i % 2 == 0, i % 2 == 1)]
-            auto = [r for r in runs if r["mode"] == "auto"]
-            base = [r for r in runs if r["mode"] == "baseline"]
+            seconds = {mode: [r["run_seconds"] for r in runs if r["mode"] == mode]
+                       for mode in ("auto", "baseline")}
             rows.append({"batch_size": batch_size, "runs": runs,
-                         "auto_s": float(np.median([r["run_seconds"] for r in auto])),
-                         "baseline_s": float(np.median([r["run_seconds"] for r in base])),
-                         "choices": sorted({r["choice"] for r in auto})})
+                         "auto_s": float(np.median(seconds["auto"])),
+                         "baseline_s": float(np.median(seconds["baseline"])),
+                         "choices": sorted({r["choice"] for r in runs if r["mode"] == "auto"})})
             rows[-1]["auto_over_baseline"] = rows[-1]["auto_s"] / rows[-1]["baseline_s"]
     result = {"settings": dataclasses.asdict(s), "rows": rows,
               "commands": {"auto": shown(infer_command(s, 64, 0, True, "OUT")),
