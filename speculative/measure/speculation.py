@@ -13,6 +13,15 @@ its slowest row) bound every speculative candidate's speedup from above, draftin
 the draft's measured rate, e.g. its model card's; 1.0 when unknown, a perfect draft). Where the
 bound is under `min_speedup` (a large batch, where verifying gamma + 1 tokens costs nearly
 gamma + 1 steps) the baseline runs, and the calibration cost one small compile.
+
+Calibration is spent only where it can pay back. When the run's length is known
+(`SpeculationSearch.run_batches`), the rest of the run at the baseline's speed is what any
+choice can save from; compiling a speculative program costs at least what the baseline's compile
+cost (it holds the target's encoder, decoder and sampling too, and the draft besides), and each
+later stage at least one compile per program it adds (the probe's, measured). A stage runs only
+if the most it could save, the rest of the run from the best speed so far down to the gate's
+bound, exceeds that: a short run (a few sentences at batch 1) runs the baseline without
+compiling any speculative program; a long one times every candidate.
 """
 
 from __future__ import annotations
@@ -62,6 +71,8 @@ class SpeculationSearch:
       alpha: the draft's acceptance rate for the gate (e.g. its model card's at this
         temperature); None: 1.0, so the gate closes only where even a perfect draft would lose.
       gate: run the gate first (`speculation_gate`); False times the candidates directly.
+      run_batches: the run's batches, the slice's included; with it a stage runs only if it can
+        pay back its compiles (module docstring). None: unknown, every stage runs.
     """
 
     sampling: SamplingConfig
@@ -73,11 +84,16 @@ class SpeculationSearch:
     min_speedup: float = 1.0
     alpha: Optional[float] = None
     gate: bool = True
+    run_batches: Optional[int] = None
 
     def __post_init__(self):
         if self.alpha is not None and not 0.0 <= self.alpha <= 1.0:
             raise ValueError(f"SpeculationSearch alpha={self.alpha!r}: give the draft's "
                              "acceptance rate in [0, 1], or None (1.0, a perfect draft).")
+        if self.run_batches is not None and (isinstance(self.run_batches, bool) or not isinstance(
+                self.run_batches, (int, np.integer)) or self.run_batches < 1):
+            raise ValueError(f"SpeculationSearch run_batches={self.run_batches!r}: give the "
+                             "run's number of batches (an int >= 1), or None when unknown.")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,14 +105,27 @@ class SpeculationGate:
       gamma: the smallest gamma searched (the cheapest round; at a batch where the verify is
         compute-bound a larger gamma costs proportionally more and gains less).
       step_s: the baseline's seconds per decode step on the slice (compilation excluded).
-      verify_cost: the target's extend of gamma + 1 tokens per row, in baseline steps.
+      verify_cost: the target's extend of gamma + 1 tokens per row, in baseline steps; 1.0 (the
+        least a verify costs) where it was not timed (`verify_timed` False: the run is too
+        short to repay any speculative compile even so).
       steps: the baseline's decode steps on the slice.
       rounds: the expected rounds of the slice at `gamma` (`theory.expected_batch_rounds`: each
         batch until its slowest row is done).
       bound: steps / (rounds * verify_cost): no candidate at `gamma` is faster, even with free
         drafting (`speculation_gate`).
-      open: whether the bound reached `min_speedup` (the candidates are then timed).
+      open: whether the bound reached `min_speedup` and the run can repay a compile (`pays`);
+        the candidates are then timed.
       seconds: the gate's walltime (the baseline's decode included).
+      max_bound: the bound over every gamma searched, each priced at `verify_cost` (a wider
+        verify never costs less): what the payback rule may hope for.
+      compile_s: the baseline's compile seconds: the least a speculative program's costs.
+      remaining_s: the rest of the run (after the slice) at the baseline's speed; None when
+        the run's length is unknown.
+      pays: whether the most speculation could save of `remaining_s` (down to `max_bound`)
+        exceeds `compile_s` (True when `remaining_s` is None).
+      verify_timed: whether `verify_cost` was timed.
+      perfect_bound: the bound of a perfect draft (alpha 1) at the deepest gamma searched: what
+        a token tree (which accepts more per round than the chain's alpha) may hope for.
     """
 
     alpha: float
@@ -108,6 +137,21 @@ class SpeculationGate:
     bound: float
     open: bool
     seconds: float
+    max_bound: float = float("inf")
+    compile_s: float = 0.0
+    remaining_s: Optional[float] = None
+    pays: bool = True
+    verify_timed: bool = True
+    perfect_bound: float = float("inf")
+
+    def saving(self, speedup: float, bound: Optional[float] = None) -> float:
+        """The most seconds of the rest of the run a stage could save by going from `speedup`
+        (the best so far; 1.0 the baseline) to `bound` (default `max_bound`); inf when the
+        run's length is unknown."""
+        if self.remaining_s is None:
+            return float("inf")
+        top = self.max_bound if bound is None else bound
+        return max(self.remaining_s * (1.0 / max(speedup, 1e-12) - 1.0 / max(top, 1e-12)), 0.0)
 
     def to_json(self) -> Dict[str, Any]:
         return dataclasses.asdict(self)
@@ -206,7 +250,12 @@ class SpeculationChoice:
         verdict = ("no speculation (the baseline was fastest)" if not best.speculative
                    else f"{best.name.replace(' g', ' gamma ')} ({best.speedup:.2f}x)")
         gate = self.gate
-        if gate is not None and not gate.open:
+        if gate is not None and not gate.pays:
+            verdict = (f"no speculation: the rest of the run ({gate.remaining_s:.1f} s at the "
+                       f"baseline's speed) could save at most {gate.saving(1.0):.1f} s (at most "
+                       f"{gate.max_bound:.2f}x), less than compiling a speculative program "
+                       f"(at least {gate.compile_s:.1f} s, the baseline's compile)")
+        elif gate is not None and not gate.open:
             verdict = (f"no speculation: a round verifies {gate.gamma + 1} tokens for "
                        f"{gate.verify_cost:.2f} steps, and at alpha {gate.alpha:.2f} the "
                        f"batches need {gate.rounds:.0f} rounds for {gate.steps} steps: at most "
@@ -296,26 +345,58 @@ def _candidate(name, results, seconds: float, first_call_s: float,
 GATE_TIMING_S = 0.1  # the gate times its verify program for about this long (>= 2 steps)
 
 
-def speculation_gate(target, batches: Sequence[Any], search: SpeculationSearch, gamma: int):
+def speculation_gate(target, batches: Sequence[Any], search: SpeculationSearch,
+                     gammas: Sequence[int]):
     """Stage 0 of `choose_speculation`: `(gate, the baseline's candidate, its results)`.
 
     The baseline decodes `batches` once (its results are the run's; its compilation is not
     timed, `costs.first_call`): its seconds per decode step and each row's length. The target's
-    extend of `gamma + 1` tokens at the slice's batch size, on a cache of zeros, is compiled and
-    timed (about `GATE_TIMING_S`, compilation subtracted): the verify cost in those steps. A
-    round verifies at least gamma + 1 tokens, and a batch runs until its slowest row is done
-    (`theory.expected_batch_rounds` at the rows' lengths under the i.i.d. model), so even with
-    free drafting no candidate at `gamma` beats
+    extend of `gamma + 1` tokens (gamma = min(gammas)) at the slice's batch size, on a cache of
+    zeros, is compiled and timed (about `GATE_TIMING_S`, compilation subtracted): the verify
+    cost in those steps. A round verifies at least gamma + 1 tokens, and a batch runs until its
+    slowest row is done (`theory.expected_batch_rounds` at the rows' lengths under the i.i.d.
+    model), so even with free drafting no candidate at `gamma` beats
 
         bound = baseline steps / (expected rounds * verify_cost)
 
     (the draft calls, the kernel, the commits and the model calls' extra cost inside the loop
-    only lower it). One compile, the verify's: the draft is not even loaded into a program."""
+    only lower it). One compile, the verify's: the draft is not even loaded into a program.
+
+    With the run's length (`search.run_batches`) the gate also asks whether speculation can
+    repay a compile (`SpeculationGate.pays`): first with every verify at its least, one step
+    (then, on a run too short even for that, the verify is not compiled either), then at the
+    verify cost timed."""
     start = time.perf_counter()
+    gamma = min(gammas)
     program = _speculation_programs(target, batches, search, {"baseline": None})["baseline"]
     run_s, compile_s, results = costs_lib.first_call(program)
     steps = sum(int(np.asarray(r.stats.rounds)) for r in results)
     step_s = run_s / max(steps, 1)
+    alpha = 1.0 if search.alpha is None else float(search.alpha)
+    lengths = [np.asarray(r.lengths) for r in results]
+    rounds = {g: sum(theory.expected_batch_rounds(alpha, g, n) for n in lengths)
+              for g in sorted(set(gammas))}
+    perfect = sum(theory.expected_batch_rounds(1.0, max(gammas), n) for n in lengths)
+    remaining_s = (None if search.run_batches is None else
+                   run_s / len(batches) * max(int(search.run_batches) - len(batches), 0))
+
+    def gate(verify_cost: float, timed: bool) -> SpeculationGate:
+        bounds = {g: steps / max(r * verify_cost, 1e-12) for g, r in rounds.items()}
+        made = SpeculationGate(
+            alpha=alpha, gamma=int(gamma), step_s=step_s, verify_cost=verify_cost, steps=steps,
+            rounds=float(rounds[gamma]), bound=float(bounds[gamma]), open=False,
+            seconds=time.perf_counter() - start, max_bound=float(max(bounds.values())),
+            compile_s=float(compile_s), remaining_s=remaining_s, verify_timed=timed,
+            perfect_bound=float(steps / max(perfect * verify_cost, 1e-12)))
+        pays = made.saving(1.0) > compile_s
+        return dataclasses.replace(made, pays=pays,
+                                   open=pays and made.bound >= search.min_speedup)
+
+    baseline = _candidate(("baseline", None, None), results, run_s, run_s + compile_s, None,
+                          stage=0)
+    least = gate(1.0, timed=False)
+    if not least.pays:  # too short a run even with a free verify: nothing more compiles
+        return least, baseline, tuple(results)
     num = int(np.clip(np.ceil(GATE_TIMING_S / max(step_s, 1e-9)), 2, 64))
     x = np.asarray(batches[0])
     verify = costs_lib.extend_program(
@@ -323,17 +404,7 @@ def speculation_gate(target, batches: Sequence[Any], search: SpeculationSearch, 
         cache_len=target.prefix_length(x.shape[1]) + search.max_decode_len + gamma + 2)
     verify_s = costs_lib.first_call(verify)[0]  # compilation subtracted
     verify_cost = verify_s / num / step_s if step_s > 0 else float("inf")
-    alpha = 1.0 if search.alpha is None else float(search.alpha)
-    rounds = sum(theory.expected_batch_rounds(alpha, gamma, np.asarray(r.lengths))
-                 for r in results)
-    bound = steps / max(rounds * verify_cost, 1e-12)
-    baseline = _candidate(("baseline", None, None), results, run_s, run_s + compile_s, None,
-                          stage=0)
-    gate = SpeculationGate(alpha=alpha, gamma=int(gamma), step_s=step_s,
-                           verify_cost=verify_cost, steps=steps, rounds=float(rounds),
-                           bound=float(bound), open=bound >= search.min_speedup,
-                           seconds=time.perf_counter() - start)
-    return gate, baseline, tuple(results)
+    return gate(verify_cost, timed=True), baseline, tuple(results)
 
 
 def choose_speculation(target, draft, batches: Sequence[Any], search: SpeculationSearch, *,
@@ -349,10 +420,16 @@ def choose_speculation(target, draft, batches: Sequence[Any], search: Speculatio
     In stages, each timed against the baseline in its own rounds, so that where speculation
     does not pay (a large batch) little is spent finding that out:
 
+      0. the gate (`speculation_gate`, unless `search.gate` is False);
       1. the probe: each kind (chain, block) at its smallest gamma, the cheapest round;
       2. if a probe beat the baseline by `search.min_speedup`: the other gammas;
       3. if speculation still paid and `tree_for(best)` (e.g. `acceptance.choose_tree`'s
          tree; None for the chain) names a branching tree: that tree.
+
+    With the run's length known (`search.run_batches`), stages 2 and 3 also have to be able to
+    pay back their compiles (`SpeculationGate.saving` from the best speed so far to the gate's
+    `max_bound`, or `perfect_bound` for a tree, against one compile like the probe's per program,
+    two for the tree: its pricing and its program).
 
     The fastest speculative candidate runs when it beat its baseline by `search.min_speedup`,
     else the baseline. The chosen program's first-call results are the run's results for these
@@ -365,7 +442,7 @@ def choose_speculation(target, draft, batches: Sequence[Any], search: Speculatio
     gate = None
     if search.gate and shapes:
         gate, baseline, base_results = speculation_gate(target, batches, search,
-                                                        min(g for _, g, _ in shapes))
+                                                        [g for _, g, _ in shapes])
         if not gate.open:
             return SpeculationChoice(
                 best=baseline, candidates=(baseline,), batch_size=int(np.shape(batches[0])[0]),
@@ -383,11 +460,19 @@ def choose_speculation(target, draft, batches: Sequence[Any], search: Speculatio
         best = max((c for c in candidates if c.speculative), key=lambda c: c.speedup)
         return best if best.speedup >= search.min_speedup else None
 
+    def pays(bound: float, programs: int) -> bool:
+        """Whether a stage compiling `programs` more programs can repay them (no gate: yes)."""
+        if gate is None or gate.remaining_s is None:
+            return True
+        compiled = [c.first_call_s - c.seconds for c in candidates if c.speculative]
+        return gate.saving(paid.speedup, bound) > programs * max(compiled + [gate.compile_s])
+
     paid = stage(probes)
     rest = [s for s in shapes if s not in probes]
-    if paid is not None and rest:
+    if paid is not None and rest and pays(gate.max_bound if gate else 0.0, len(rest)):
         paid = stage(rest)
-    tree = tree_for(paid) if paid is not None and tree_for is not None else None
+    tree = (tree_for(paid) if paid is not None and tree_for is not None
+            and pays(gate.perfect_bound if gate else 0.0, 2) else None)
     if tree and any(b > 1 for b in tree):  # a branching tree, not the chain
         paid = stage([("tree", len(tree), tuple(tree))])
     best = paid or candidates[0]

@@ -355,7 +355,7 @@ def choose_decoding(settings: InferSettings, target, draft, all_batches):
     calibration = [_sharded(b, target) for b, _ in all_batches[:count]]
     search = speculation.SpeculationSearch(
         sampling=settings.sampling, max_decode_len=settings.max_decode_len,
-        lenience=settings.lenience, seed=settings.seed,
+        lenience=settings.lenience, seed=settings.seed, run_batches=len(all_batches),
         alpha=bundles.card_alpha(settings.draft_config, settings.sampling.temperature,
                                  settings.draft_checkpoint))
     tree_for = (functools.partial(_chosen_tree, settings, target, draft, calibration)

@@ -220,3 +220,63 @@ def test_the_gate_refuses_an_alpha_outside_0_1(alpha):
     with pytest.raises(ValueError, match=f"alpha={alpha}"):
         speculation.SpeculationSearch(sampling=SamplingConfig(0.0), max_decode_len=6,
                                       alpha=alpha)
+
+
+def test_a_run_too_short_to_repay_a_compile_runs_the_baseline_without_compiling_the_verify(
+        tiny_pair):
+    target, draft, batches = tiny_pair
+    search = speculation.SpeculationSearch(sampling=SamplingConfig(0.0), max_decode_len=6,
+                                           min_speedup=0.0, run_batches=len(batches))
+    never = FakeTimer({})
+    choice = speculation.choose_speculation(target, draft, batches, search, timer=never)
+    gate = choice.gate
+    assert not never.calls and not choice.best.speculative
+    # Nothing is left of the run after the slice: nothing to save, so not even the verify's
+    # program compiles (its cost is taken at its least, one step).
+    assert gate.remaining_s == 0.0 and not gate.pays and not gate.open
+    assert not gate.verify_timed and gate.verify_cost == 1.0
+    assert gate.bound == pytest.approx(gate.steps / gate.rounds)
+    assert "could save at most 0.0 s" in choice.line()
+    saved = json.loads(json.dumps(choice.to_json()))
+    assert saved["gate"]["pays"] is False and saved["gate"]["remaining_s"] == 0.0
+
+
+def _gate(**kwargs):
+    fields = dict(alpha=0.8, gamma=2, step_s=0.01, verify_cost=1.2, steps=20, rounds=10.0,
+                  bound=1.6, open=True, seconds=0.1, max_bound=2.0, compile_s=1.0,
+                  remaining_s=10.0, perfect_bound=4.0)
+    return speculation.SpeculationGate(**{**fields, **kwargs})
+
+
+def test_the_saving_a_stage_may_hope_for():
+    gate = _gate()
+    assert gate.saving(1.0) == pytest.approx(10.0 * (1 - 1 / 2.0))
+    assert gate.saving(1.5, 4.0) == pytest.approx(10.0 * (1 / 1.5 - 1 / 4.0))
+    assert gate.saving(2.5) == 0.0  # already past the bound
+    assert _gate(remaining_s=None).saving(1.0) == float("inf")  # the run's length unknown
+
+
+@pytest.mark.parametrize("remaining_s, stages", [(10.0, 1), (1000.0, 2)])
+def test_later_stages_run_only_if_they_can_repay_their_compiles(monkeypatch, remaining_s,
+                                                                 stages):
+    # The fake timer's first calls take 9 s, its timed ones 0.5 s: each program compiles in
+    # about 8.5 s. From 2x (the probe) to the gate's 4x bound a 10 s rest saves at most 1.25 s,
+    # less than two compiles: stage 2 is skipped; a 1000 s rest can save 125 s: it runs.
+    gate = _gate(remaining_s=remaining_s, max_bound=4.0)
+    monkeypatch.setattr(speculation, "speculation_gate", lambda *a: (gate, None, ()))
+    timer = FakeTimer({("baseline", None): 1.0, ("chain", 2): 0.5, ("chain", 4): 0.4,
+                       ("chain", 6): 0.45})
+    search = speculation.SpeculationSearch(sampling=SamplingConfig(0.0), max_decode_len=16)
+    asked = []  # the tree stage (its pricing and its program: two compiles) likewise
+    choice = speculation.choose_speculation(None, DRAFT, [np.zeros((2, 4))], search,
+                                            timer=timer, tree_for=asked.append)
+    assert len(timer.calls) == stages and choice.gate is gate
+    assert choice.best.name == ("chain g2" if stages == 1 else "chain g4")
+    assert len(asked) == stages - 1
+
+
+@pytest.mark.parametrize("run_batches", [0, 2.5, True])
+def test_run_batches_must_be_a_positive_int(run_batches):
+    with pytest.raises(ValueError, match=f"run_batches={run_batches!r}"):
+        speculation.SpeculationSearch(sampling=SamplingConfig(0.0), max_decode_len=6,
+                                      run_batches=run_batches)

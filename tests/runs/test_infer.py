@@ -525,8 +525,9 @@ def test_gamma_auto_where_the_gate_closes_runs_the_baseline_with_its_first_resul
     its bound is under min_speedup (forced here) no speculative program is timed, the run is the
     baseline's, the calibration batch's results are the gate's decode, and metrics.json says
     why."""
-    monkeypatch.setattr(speculation, "SpeculationSearch",
-                        functools.partial(speculation.SpeculationSearch, min_speedup=1e6))
+    search = speculation.SpeculationSearch  # the bound closes it (the run's length unknown)
+    monkeypatch.setattr(speculation, "SpeculationSearch", lambda **k: search(
+        **{**k, "min_speedup": 1e6, "run_batches": None}))
     monkeypatch.setattr(speculation, "interleaved", lambda *a, **k: pytest.fail("timed"))
     config_lib.parse_gin([INFER_GIN, tiny_gin], [
         b for b in infer_bindings(tmp_path / "gated") if not b.startswith("GAMMA")]
