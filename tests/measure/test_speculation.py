@@ -280,3 +280,27 @@ def test_run_batches_must_be_a_positive_int(run_batches):
     with pytest.raises(ValueError, match=f"run_batches={run_batches!r}"):
         speculation.SpeculationSearch(sampling=SamplingConfig(0.0), max_decode_len=6,
                                       run_batches=run_batches)
+
+
+def test_stage_one_reuses_the_gates_baseline_decode_as_its_first_call(tiny_pair, monkeypatch):
+    target, draft, batches = tiny_pair
+    made = []
+    real_gate = speculation.speculation_gate
+    monkeypatch.setattr(speculation, "speculation_gate",
+                        lambda *a: made.append(real_gate(*a)) or made[-1])
+    firsts = {}
+
+    def timer(programs, repeats):  # calls each program once, as the first call
+        for name, program in programs.items():
+            firsts[name] = program()
+        seconds = {"baseline": 1.0, "chain": 1e3}  # the chain loses: the baseline's results
+        return ({n: 1.0 for n in programs}, {n: [seconds[n[0]]] * repeats for n in programs},
+                firsts)
+
+    search = speculation.SpeculationSearch(sampling=SamplingConfig(0.0), max_decode_len=6,
+                                           min_speedup=1e-2, gammas=(2,))  # gate: open
+    choice = speculation.choose_speculation(target, draft, batches, search, timer=timer)
+    gate_results = made[0][2]
+    assert choice.gate.open and not choice.best.speculative
+    assert all(a is b for a, b in zip(firsts[("baseline", None, None)], gate_results))
+    assert all(a is b for a, b in zip(choice.results, gate_results))
