@@ -189,6 +189,12 @@ class ChainDrafter:
         dstate = self.model.rewind(dstate, start + 1)  # holds S; the junk slot is masked
         return jnp.take_along_axis(logits, behind[:, None, None], axis=1)[:, 0], dstate
 
+    def catch_up_widths(self) -> Tuple[int, ...]:
+        """The widths the catch-up call is compiled at (its cost per round follows the last
+        round's accepted drafts where there are several; `measure.round_costs` times each):
+        one here, the pending token with the one before it."""
+        return (1,)
+
     def step(self, dstate, tokens: Array) -> Tuple[Array, Any]:
         """One single-token draft call: `(logits [B, V], state)`."""
         logits, dstate = self.model.extend(self.model.params, dstate, tokens[:, None])
@@ -309,6 +315,11 @@ class TargetAwareDrafter(ChainDrafter):
             model=dstate, reread=jnp.zeros((batch,), jnp.int32),
             tokens=jnp.zeros((batch, width), jnp.int32).at[:, 0].set(tstate.pending),
             features=features, budget=jnp.full((batch,), budget, jnp.int32))
+
+    def catch_up_widths(self) -> Tuple[int, ...]:
+        """The chunk re-reads the last round's accepted drafts and the committed token at the
+        narrowest of these widths holding them (`read_chunk`)."""
+        return chunk_widths(self.gamma + 1)
 
     def catch_up(self, state, last, start):
         del last  # the chunk ends with it
@@ -464,6 +475,9 @@ class TreeDrafter:
 
     def start(self, view, inputs, max_decode_len, target_width):
         return self.base.start(view, inputs, max_decode_len, target_width)
+
+    def catch_up_widths(self) -> Tuple[int, ...]:
+        return self.base.catch_up_widths()
 
     def propose(self, state, last, start, keys, verifier):
         tree = self.tree

@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from speculative.decode import contract, drafters, verifiers
+from speculative.decode import contract, verifiers
 from speculative.decode.rounds import RoundKeys
 from speculative.measure import costs as costs_lib
 
@@ -42,21 +42,15 @@ class RoundCostSpec:
     seed: int = 0
 
 
-def reads_chunks(drafter) -> bool:
-    """Whether `drafter`'s catch-up re-reads a chunk whose compiled width follows the last
-    round's accepted drafts (`drafters.read_chunk`): its cost per round depends on them."""
-    return isinstance(drafter, drafters.TargetAwareDrafter)
-
-
 @functools.partial(contract.jit_by_class, static_argnames=(
     "verifier", "num_steps", "max_decode_len", "reread"))
 def proposals(target, drafter, inputs, rng, *, verifier, num_steps, max_decode_len,
               reread: int = 0):
     """`num_steps` proposals from the decode's first state (0: the start alone), as after a
-    round that accepted `reread` drafts (a `reads_chunks` drafter re-reads them with the
-    committed token: a chunk of `reread + 1` real tokens). Returns the running sum that keeps
-    every proposal alive and the draft calls of the last proposal (mean over rows; 0 with no
-    proposal)."""
+    round that accepted `reread` drafts (a drafter with several `catch_up_widths` re-reads
+    them with the committed token: a chunk of `reread + 1` real tokens). Returns the running
+    sum that keeps every proposal alive and the draft calls of the last proposal (mean over
+    rows; 0 with no proposal)."""
     view = drafter.view(target)
     tstate, state = drafter.start(view, inputs, max_decode_len, drafter.layout.width)
     if reread:
@@ -103,9 +97,11 @@ def round_programs(target, drafter_of: Dict[str, Callable[[int], Any]], inputs,
 
 
 def widths(drafter) -> Tuple[int, ...]:
-    """The catch-up widths whose rounds `round_costs` times for `drafter` (one for a drafter
-    whose round costs the same whatever was accepted)."""
-    return drafters.chunk_widths(drafter.gamma + 1) if reads_chunks(drafter) else (1,)
+    """The catch-up widths whose rounds `round_costs` times for `drafter`: its
+    `catch_up_widths()`, or one width for a drafter without the method (its round costs the
+    same whatever was accepted)."""
+    get = getattr(drafter, "catch_up_widths", None)
+    return tuple(get()) if get is not None else (1,)
 
 
 def expected_c_round(by_width: Dict[int, float], accepted_rate) -> float:

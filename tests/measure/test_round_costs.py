@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from speculative.decode import drafters
+from speculative.decode import drafters, trees
 from speculative.measure import round_costs
 from tests.helpers import decoding as td
 
@@ -26,6 +26,10 @@ def test_a_chunk_reading_drafter_is_timed_at_each_width_and_a_chain_at_one():
     _, target, draft = td.aware_pair()
     assert round_costs.widths(drafters.TargetAwareDrafter(draft, 3)) == (1, 2, 4)
     assert round_costs.widths(drafters.ChainDrafter(draft, 3)) == (1,)
+    # A tree over a target-aware base re-reads its accepted path as its base does.
+    tree = drafters.TreeDrafter(drafters.TargetAwareDrafter(draft, 3), trees.as_tree((2, 1, 1)))
+    assert round_costs.widths(tree) == (1, 2, 4)
+    assert round_costs.widths(object()) == (1,)  # a drafter without the method: one width
     spec = round_costs.RoundCostSpec(gammas=(2,), max_decode_len=6, round_steps=2, repeats=1)
     inputs = td.prompts([3, 4], 5)
     costs = round_costs.round_costs(
