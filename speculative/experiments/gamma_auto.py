@@ -1,6 +1,6 @@
 """GAMMA = 'auto' against no speculation, as a user runs them: whole `infer.py` runs, interleaved.
 
-    python scripts/gamma_auto_check.py                       # ~6 minutes on 2 CPU cores
+    python scripts/gamma_auto_check.py                       # ~12 minutes on 2 CPU cores
 
 For each batch size, `scripts/infer.py` decodes the task's split with the default GAMMA ('auto':
 the gate, then the timed choice, `measure/speculation.py`) and with `SPECULATIVE=False`, in
@@ -37,8 +37,8 @@ class GammaAutoSettings:
     draft: str = "large_draft_kdtv"
     task: str = "mini_ende"
     lengths: Tuple[int, int] = (48, 48)
-    batch_sizes: Tuple[int, ...] = (64, 1)
-    num_examples: Tuple[int, ...] = (0, 64)  # per batch size; 0 = the whole split
+    batch_sizes: Tuple[int, ...] = (64, 1, 1)
+    num_examples: Tuple[int, ...] = (0, 64, 384)  # per batch size; 0 = the whole split
     repeats: int = 2
     output_dir: str = os.path.join(record.REPO, "results", "limits", "gamma_auto")
 
@@ -70,7 +70,8 @@ def shown(cmd: List[str]) -> str:
 
 def _one_run(s: GammaAutoSettings, batch_size: int, num_examples: int, auto: bool,
              scratch: str, index: int) -> Dict[str, Any]:
-    out_dir = os.path.join(scratch, f"{'auto' if auto else 'base'}_b{batch_size}_{index}")
+    out_dir = os.path.join(scratch, f"{'auto' if auto else 'base'}_b{batch_size}_"
+                                    f"n{num_examples}_{index}")
     cmd = infer_command(s, batch_size, num_examples, auto, out_dir)
     done = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if done.returncode:
@@ -97,7 +98,8 @@ def run(s: GammaAutoSettings = GammaAutoSettings(), overwrite: bool = False) -> 
                     for i in range(s.repeats) for auto in (i % 2 == 0, i % 2 == 1)]
             seconds = {mode: [r["run_seconds"] for r in runs if r["mode"] == mode]
                        for mode in ("auto", "baseline")}
-            rows.append({"batch_size": batch_size, "runs": runs,
+            rows.append({"batch_size": batch_size, "examples": runs[0]["examples"],
+                         "runs": runs,
                          "auto_s": float(np.median(seconds["auto"])),
                          "baseline_s": float(np.median(seconds["baseline"])),
                          "choices": sorted({r["choice"] for r in runs if r["mode"] == "auto"})})
@@ -115,10 +117,11 @@ def run(s: GammaAutoSettings = GammaAutoSettings(), overwrite: bool = False) -> 
 def markdown(result: Dict[str, Any]) -> str:
     """One line per batch size, then each run."""
     prov = result["provenance"]
-    best = [[r["batch_size"], f"{r['auto_s']:.1f}", f"{r['baseline_s']:.1f}",
+    best = [[r["batch_size"], r["runs"][0]["examples"], f"{r['auto_s']:.1f}",
+             f"{r['baseline_s']:.1f}",
              f"{r['auto_over_baseline']:.3f}", ", ".join(str(c) for c in r["choices"])]
             for r in result["rows"]]
-    each = [[r["batch_size"], x["mode"], f"{x['run_seconds']:.1f}",
+    each = [[r["batch_size"], x["examples"], x["mode"], f"{x['run_seconds']:.1f}",
              f"{x['calibration_seconds']:.1f}", x["choice"] or "",
              f"{x['gate']['bound']:.2f}" if x["gate"] else ""]
             for r in result["rows"] for x in r["runs"]]
@@ -128,10 +131,10 @@ def markdown(result: Dict[str, Any]) -> str:
         "runs, alternating; run seconds = decode + compile + calibration (metrics.json). "
         f"'auto' runs: `{result['commands']['auto']}`; baseline: "
         f"`{result['commands']['baseline']}` (batch size and examples per row).", "",
-        files.markdown_table(["batch", "auto (s, median)", "SPECULATIVE=False (s)",
+        files.markdown_table(["batch", "examples", "auto (s, median)", "SPECULATIVE=False (s)",
                               "auto / baseline", "auto chose"], best), "",
         "## Every run", "",
-        files.markdown_table(["batch", "mode", "run s", "calibration s", "choice",
+        files.markdown_table(["batch", "examples", "mode", "run s", "calibration s", "choice",
                               "gate bound"], each), ""])
 
 

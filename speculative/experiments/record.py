@@ -60,7 +60,8 @@ def headline_numbers(experiment: str, report: Dict[str, Any]) -> Dict[str, Any]:
                                        key=lambda x: x["speedup"])
                                    for name in report["settings"]["drafts"]]]}
     if experiment == "gamma_auto":
-        return {"rows": [{"batch_size": r["batch_size"], "auto_s": _r(r["auto_s"], 1),
+        return {"rows": [{"batch_size": r["batch_size"], "examples": r.get("examples"),
+                          "auto_s": _r(r["auto_s"], 1),
                           "baseline_s": _r(r["baseline_s"], 1),
                           "auto_over_baseline": _r(r["auto_over_baseline"]),
                           "choices": r["choices"]} for r in rows]}

@@ -41,7 +41,8 @@ def test_the_report_and_its_headline():
               "commands": {"auto": "A", "baseline": "B"},
               "provenance": {"command": "c", "commit": "abc", "date": "d"}}
     md = gamma_auto.markdown(result)
-    assert "| 64 | 37.0 | 35.0 | 1.057 | baseline |" in md and "| 64 | auto | 37.0 | 5.5 |" in md
+    assert "| 64 | 972 | 37.0 | 35.0 | 1.057 | baseline |" in md
+    assert "| 64 | 972 | auto | 37.0 | 5.5 |" in md
     head = record.headline_numbers("gamma_auto", result)
     assert head["rows"][0]["auto_over_baseline"] == pytest.approx(1.057, abs=1e-3)
 
