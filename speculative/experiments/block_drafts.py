@@ -140,8 +140,27 @@ def best_rows(result: Dict[str, Any]) -> List[Dict[str, Any]]:
     return out
 
 
+def cost_split(result: Dict[str, Any]) -> Dict[str, Dict[str, float]]:
+    """Where each draft's round time goes: c_round after a round that accepted nothing (a
+    catch-up of one token), fitted over gamma by least squares as `fixed + per_draft * (gamma -
+    1)`: what every round pays whatever its gamma (the catch-up, the sampling, the state's
+    upkeep), and what each further draft adds (one more call of a chain, one more placeholder
+    row of a block). Needs two gammas or more."""
+    out = {}
+    for name, by_gamma in result["costs"]["c_round_by_width"].items():
+        at_one = {int(g): float({int(w): c for w, c in by_width.items()}[1])
+                  for g, by_width in by_gamma.items()}  # JSON keys are strings
+        gammas = sorted(at_one)
+        if len(gammas) < 2:
+            continue
+        cost = [at_one[g] for g in gammas]
+        slope, fixed = np.polyfit(np.asarray(gammas, np.float64) - 1.0, cost, 1)
+        out[name] = {"fixed": float(fixed), "per_draft": float(slope)}
+    return out
+
+
 def markdown(result: Dict[str, Any]) -> str:
-    """The report's tables: every (draft, gamma) row, then each draft's best."""
+    """The report's tables: each draft's best, where the draft's time goes, every row."""
     header = ["T", "draft", "γ", "speedup", "α", "tokens / target call", "draft calls / round",
               "c_round", "verify cost", "Thm 3.8 (c_round)", "per-depth acceptance"]
     body = [[b["temperature"], r["draft"], r["gamma"], f"{r['speedup']:.2f}x",
@@ -164,6 +183,13 @@ def markdown(result: Dict[str, Any]) -> str:
         "## Each draft at its fastest γ", "",
         files.markdown_table(["T", "draft", "γ", "speedup", "tokens / target call",
                               "c_round"], best), "",
+        "## Where the draft's time goes", "",
+        "c_round after a round that accepted nothing (a one-token catch-up), fitted over γ as "
+        "fixed + per draft × (γ - 1): the fixed part every round pays, and what each further "
+        "draft adds (a chain's call, a block's placeholder row).", "",
+        files.markdown_table(["draft", "fixed (target steps)", "per further draft"],
+                             [[name, f"{v['fixed']:.3f}", f"{v['per_draft']:.4f}"]
+                              for name, v in cost_split(result).items()]), "",
         "## Every row", "", files.markdown_table(header, body), ""])
 
 

@@ -13,7 +13,11 @@ def _row(draft, gamma, speedup):
 
 
 RESULT = {"settings": {"drafts": ["large_block_draft", "large_feature_draft"]},
-          "costs": {"target_step_s": 0.0056},
+          "costs": {"target_step_s": 0.0056, "c_round_by_width": {
+              # JSON keys: after a round that accepted nothing (width 1) 0.1 + 0.01 (g - 1)
+              "large_block_draft": {str(g): {"1": 0.1 + 0.01 * (g - 1), "2": 9.0}
+                                    for g in (2, 3, 5)},
+              "large_feature_draft": {"7": {"1": 0.3}}}},  # one gamma: no fit
           "temperatures": [{"temperature": 0.0, "rows": [
               _row("large_block_draft", 2, 1.3), _row("large_block_draft", 3, 1.4),
               _row("large_feature_draft", 2, 1.6), _row("large_feature_draft", 7, 2.0)]}],
@@ -35,6 +39,14 @@ def test_markdown_has_both_tables_and_the_target_step():
     assert "| 0.0 | large_feature_draft | 7 | 2.00x | 2.00 | 0.150 |" in md
     assert "| 0.0 | large_block_draft | 2 | 1.30x | 0.600 | 2.00 | 1.00 | 0.150 | 1.30 | 1.50x " \
            "| 0.80 0.40 |" in md
+
+
+def test_the_cost_split_is_the_least_squares_line_through_the_one_token_catch_ups():
+    split = block_drafts.cost_split(RESULT)
+    assert list(split) == ["large_block_draft"]
+    assert split["large_block_draft"]["fixed"] == pytest.approx(0.1)
+    assert split["large_block_draft"]["per_draft"] == pytest.approx(0.01)
+    assert "| large_block_draft | 0.100 | 0.0100 |" in block_drafts.markdown(RESULT)
 
 
 @pytest.mark.parametrize("field,value,message", [
