@@ -3,9 +3,11 @@ decode's accepted counts weight them, and the timed costs of a tiny target-aware
 
 import math
 
+import jax
+import numpy as np
 import pytest
 
-from speculative.decode import drafters, trees
+from speculative.decode import drafters, trees, verifiers
 from speculative.measure import round_costs
 from tests.helpers import decoding as td
 
@@ -40,3 +42,15 @@ def test_a_chunk_reading_drafter_is_timed_at_each_width_and_a_chain_at_one():
     assert costs["c_round"]["aware"][2] == by_width[3]  # the widest: every draft accepted
     assert costs["draft_calls_per_round"]["aware"][2] == 2
     assert costs["target_step_s"] > 0 and costs["verify_cost"][2] > 0
+
+
+def test_proposals_run_each_drafter_including_a_tree_whose_state_grows_per_path():
+    _, target, draft = td.aware_pair()
+    inputs = td.prompts([3, 4], 5)
+    rng = jax.random.PRNGKey(0)
+    chain = drafters.TargetAwareDrafter(draft, 2)
+    for drafter in (chain, drafters.TreeDrafter(chain, trees.as_tree((2, 1)))):
+        acc, calls = round_costs.proposals(target, drafter, inputs, rng,
+                                           verifier=verifiers.GreedyVerifier(), num_steps=3,
+                                           max_decode_len=6)
+        assert np.isfinite(float(acc)) and float(calls) == 2.0
