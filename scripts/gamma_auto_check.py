@@ -1,7 +1,7 @@
 """GAMMA = 'auto' against SPECULATIVE=False: whole infer.py runs, interleaved
 (speculative/experiments/gamma_auto.py).
 
-Example (about 12 minutes on 2 CPU cores; run it with nothing else busy):
+Example (about 15 minutes on 2 CPU cores; run it with nothing else busy):
   python scripts/gamma_auto_check.py --overwrite
 (default output: results/limits/gamma_auto)
 """

@@ -20,8 +20,11 @@ choice can save from; compiling a speculative program costs at least what the ba
 cost (it holds the target's encoder, decoder and sampling too, and the draft besides), and each
 later stage at least one compile per program it adds (the probe's, measured). A stage runs only
 if the most it could save, the rest of the run from the best speed so far down to the gate's
-bound, exceeds that: a short run (a few sentences at batch 1) runs the baseline without
-compiling any speculative program; a long one times every candidate.
+bound, exceeds that, and if its compiles and decodes keep the calibration after the gate within
+1/`CALIBRATION_SHARE` of the rest of the run at the baseline's speed (the slice itself is at
+most that share of the run): a short run (a few sentences at batch 1) runs the baseline without
+compiling any speculative program; a long one times every candidate. The choice's `notes` say
+which stages were left out and why.
 """
 
 from __future__ import annotations
@@ -213,6 +216,9 @@ class SpeculationChoice:
       seconds: the calibration's walltime (compilations and every decode included).
       results: the best program's results for the slice's batches (the run's first results;
         not in the JSON).
+      gate: stage 0's bound and costs (None when `search.gate` is False).
+      notes: the stages not timed, and why (they could not repay their compiles, or would
+        have taken calibration past its budget).
     """
 
     best: SpeculationCandidate
@@ -223,6 +229,7 @@ class SpeculationChoice:
     seconds: float
     results: Tuple[Any, ...] = dataclasses.field(default=(), compare=False, repr=False)
     gate: Optional[SpeculationGate] = None
+    notes: Tuple[str, ...] = ()
 
     def to_json(self) -> Dict[str, Any]:
         return {"choice": self.best.name, "kind": self.best.kind, "gamma": self.best.gamma,
@@ -230,7 +237,7 @@ class SpeculationChoice:
                 "speedup": self.best.speedup, "batch_size": self.batch_size,
                 "calibration_batches": self.batches, "repeats": self.repeats,
                 "calibration_seconds": self.seconds,
-                "gate": self.gate.to_json() if self.gate else None,
+                "gate": self.gate.to_json() if self.gate else None, "notes": list(self.notes),
                 "candidates": [c.to_json() for c in self.candidates]}
 
     def line(self) -> str:
@@ -260,6 +267,10 @@ class SpeculationChoice:
                        f"{gate.verify_cost:.2f} steps, and at alpha {gate.alpha:.2f} the "
                        f"batches need {gate.rounds:.0f} rounds for {gate.steps} steps: at most "
                        f"{gate.bound:.2f}x even with free drafting")
+        if self.notes and len(self.candidates) == 1 and gate is not None and gate.open:
+            verdict = f"no speculation: {self.notes[0]}"
+        elif self.notes:
+            verdict += f" ({'; '.join(self.notes)})"
         return (f"gamma auto: {', '.join(parts)} on {self.batches} x {self.batch_size} rows "
                 f"(calibration {self.seconds:.1f} s) -> {verdict}")
 
@@ -461,7 +472,8 @@ def choose_speculation(target, draft, batches: Sequence[Any], search: Speculatio
                 batches=len(batches), repeats=0, seconds=time.perf_counter() - start,
                 results=base_results, gate=gate)
     probes = [s for i, s in enumerate(shapes) if all(s[0] != t[0] for t in shapes[:i])]
-    candidates, results, stages = [], {}, []
+    candidates, results, stages, notes = [], {}, [], []
+    opened = time.perf_counter()
 
     def stage(stage_shapes) -> Optional[SpeculationCandidate]:
         timed, timed_results = _time_candidates(  # stage 1's baseline: the gate's decode
@@ -473,23 +485,46 @@ def choose_speculation(target, draft, batches: Sequence[Any], search: Speculatio
         best = max((c for c in candidates if c.speculative), key=lambda c: c.speedup)
         return best if best.speedup >= search.min_speedup else None
 
-    def pays(bound: float, programs: int) -> bool:
-        """Whether a stage compiling `programs` more programs can repay them (no gate: yes)."""
+    def affordable(label: str, programs: int, bound: float, speedup: float) -> bool:
+        """Whether a stage compiling `programs` programs can repay them (from `speedup`, the
+        best so far, to `bound`) and fits the calibration budget (module docstring); always,
+        without a gate or the run's length."""
         if gate is None or gate.remaining_s is None:
             return True
         compiled = [c.first_call_s - c.seconds for c in candidates if c.speculative]
-        return gate.saving(paid.speedup, bound) > programs * max(compiled + [gate.compile_s])
+        compile_s = programs * max(compiled + [gate.compile_s])
+        slice_s = gate.step_s * gate.steps  # the slice at the baseline's speed
+        cost = compile_s + (2 * programs + 1) * slice_s
+        budget = gate.remaining_s / CALIBRATION_SHARE
+        saving = gate.saving(speedup, bound)
+        if saving <= compile_s:
+            notes.append(f"{label} not timed: it could save at most {saving:.1f} s, less than "
+                         f"its compiles (~{compile_s:.1f} s)")
+        elif time.perf_counter() - opened + cost > budget:
+            notes.append(f"{label} not timed: its ~{cost:.1f} s would take calibration past "
+                         f"1/{CALIBRATION_SHARE} of the rest of the run ({budget:.1f} s)")
+        else:
+            return True
+        return False
 
+    if gate is not None and not affordable("the probe", len(probes), gate.max_bound, 1.0):
+        return SpeculationChoice(
+            best=baseline, candidates=(baseline,), batch_size=int(np.shape(batches[0])[0]),
+            batches=len(batches), repeats=0, seconds=time.perf_counter() - start,
+            results=base_results, gate=gate, notes=tuple(notes))
     paid = stage(probes)
     rest = [s for s in shapes if s not in probes]
-    if paid is not None and rest and pays(gate.max_bound if gate else 0.0, len(rest)):
+    if paid is not None and rest and affordable(
+            "the other gammas", len(rest), gate.max_bound if gate else 0.0, paid.speedup):
         paid = stage(rest)
-    tree = (tree_for(paid) if paid is not None and tree_for is not None
-            and pays(gate.perfect_bound if gate else 0.0, 2) else None)
+    # The tree stage compiles about four programs: its pricing (the verify at several widths,
+    # the acceptance program) and the tree's own.
+    tree = (tree_for(paid) if paid is not None and tree_for is not None and affordable(
+        "a token tree", 4, gate.perfect_bound if gate else 0.0, paid.speedup) else None)
     if tree and any(b > 1 for b in tree):  # a branching tree, not the chain
         paid = stage([("tree", len(tree), tuple(tree))])
     best = paid or candidates[0]
     return SpeculationChoice(
         best=best, candidates=tuple(candidates), batch_size=int(np.shape(batches[0])[0]),
         batches=len(batches), repeats=search.repeats, seconds=time.perf_counter() - start,
-        results=tuple(results[best]), gate=gate)
+        results=tuple(results[best]), gate=gate, notes=tuple(notes))

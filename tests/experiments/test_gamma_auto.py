@@ -32,8 +32,8 @@ def test_bad_settings_are_refused_by_name(tmp_path, field, value, message):
 
 
 def test_the_report_and_its_headline():
-    runs = [{"mode": m, "batch_size": 64, "run_seconds": t, "calibration_seconds": c,
-             "choice": ch, "gate": g, "line": "", "examples": 972}
+    runs = [{"mode": m, "batch_size": 64, "wall_seconds": t + 3.0, "run_seconds": t,
+             "calibration_seconds": c, "choice": ch, "gate": g, "line": "", "examples": 972}
             for m, t, c, ch, g in (("auto", 37.0, 5.5, "baseline", {"bound": 0.9}),
                                    ("baseline", 35.0, 0.0, None, None))]
     result = {"rows": [{"batch_size": 64, "runs": runs, "auto_s": 37.0, "baseline_s": 35.0,
@@ -42,7 +42,7 @@ def test_the_report_and_its_headline():
               "provenance": {"command": "c", "commit": "abc", "date": "d"}}
     md = gamma_auto.markdown(result)
     assert "| 64 | 972 | 37.0 | 35.0 | 1.057 | baseline |" in md
-    assert "| 64 | 972 | auto | 37.0 | 5.5 |" in md
+    assert "| 64 | 972 | auto | 40.0 | 37.0 | 5.5 |" in md
     head = record.headline_numbers("gamma_auto", result)
     assert head["rows"][0]["auto_over_baseline"] == pytest.approx(1.057, abs=1e-3)
 
@@ -55,7 +55,8 @@ def test_gamma_auto_runs_both_modes_end_to_end(tmp_path):
     report = json.loads((tmp_path / "gamma_auto.json").read_text())
     [row] = report["rows"]
     assert [r["mode"] for r in row["runs"]] == ["auto", "baseline"]
-    assert all(r["run_seconds"] > 0 and r["examples"] == 4 for r in row["runs"])
+    assert all(r["wall_seconds"] > r["run_seconds"] > 0 and r["examples"] == 4
+               for r in row["runs"])
     assert row["runs"][0]["gate"] is not None and row["runs"][1]["choice"] is None
     assert report["provenance"]["commit"]
     with pytest.raises(FileExistsError, match="overwrite"):

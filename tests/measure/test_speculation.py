@@ -256,23 +256,38 @@ def test_the_saving_a_stage_may_hope_for():
     assert _gate(remaining_s=None).saving(1.0) == float("inf")  # the run's length unknown
 
 
-@pytest.mark.parametrize("remaining_s, stages", [(10.0, 1), (1000.0, 2)])
-def test_later_stages_run_only_if_they_can_repay_their_compiles(monkeypatch, remaining_s,
-                                                                 stages):
-    # The fake timer's first calls take 9 s, its timed ones 0.5 s: each program compiles in
-    # about 8.5 s. From 2x (the probe) to the gate's 4x bound a 10 s rest saves at most 1.25 s,
-    # less than two compiles: stage 2 is skipped; a 1000 s rest can save 125 s: it runs.
+@pytest.mark.parametrize("remaining_s, stages, why", [
+    (10.0, 0, "the probe not timed: its ~1.6 s would take calibration past 1/8 of the rest of "
+              "the run (1.2 s)"),
+    (20.0, 1, "the other gammas not timed: it could save at most 5.0 s, less than its "
+              "compiles (~17.0 s)"),
+    (100.0, 1, "the other gammas not timed: its ~18.0 s would take calibration past 1/8"),
+    (1000.0, 2, None)])
+def test_a_stage_runs_only_if_it_can_repay_its_compiles_within_the_calibration_budget(
+        monkeypatch, remaining_s, stages, why):
+    # The gate: the slice takes the baseline 0.2 s (20 steps of 10 ms), its compile 1 s, the
+    # bound 4x. The fake timer's first calls take 9 s and its timed ones 0.5 s: each program
+    # compiles in about 8.5 s. A stage's cost: its compiles and two decodes of the slice per
+    # program, plus the baseline's; the budget: 1/8 of the rest of the run.
     gate = _gate(remaining_s=remaining_s, max_bound=4.0)
-    monkeypatch.setattr(speculation, "speculation_gate", lambda *a: (gate, None, ()))
+    baseline = speculation._candidate(("baseline", None, None), [_result()], 0.2, 1.2, None, 0)
+    monkeypatch.setattr(speculation, "speculation_gate", lambda *a: (gate, baseline, ()))
     timer = FakeTimer({("baseline", None): 1.0, ("chain", 2): 0.5, ("chain", 4): 0.4,
                        ("chain", 6): 0.45})
     search = speculation.SpeculationSearch(sampling=SamplingConfig(0.0), max_decode_len=16)
-    asked = []  # the tree stage (its pricing and its program: two compiles) likewise
+    asked = []  # the tree stage (its pricing and its program: four compiles) likewise
     choice = speculation.choose_speculation(None, DRAFT, [np.zeros((2, 4))], search,
                                             timer=timer, tree_for=asked.append)
     assert len(timer.calls) == stages and choice.gate is gate
-    assert choice.best.name == ("chain g2" if stages == 1 else "chain g4")
-    assert len(asked) == stages - 1
+    assert choice.best.name == ["baseline", "chain g2", "chain g4"][stages]
+    assert len(asked) == (stages == 2)
+    if why is None:
+        assert choice.notes == ()
+    else:
+        assert choice.notes[0].startswith(why) and why in choice.line()
+    if stages == 0:
+        assert "-> no speculation: the probe not timed" in choice.line()
+        assert json.loads(json.dumps(choice.to_json()))["notes"] == list(choice.notes)
 
 
 @pytest.mark.parametrize("run_batches", [0, 2.5, True])
