@@ -36,6 +36,10 @@ CURRENT_RUNS = (
     ("results/large/trees/trees.json", "token trees, large pair"),
     ("results/large/beam/beam.json", "speculative beam search over the jitted one, w = 1 / 2 / 4"),
     ("results/limits/limits.json", "batch size where speculative stops paying (T = 0)"),
+    ("results/large/target_aware/block_drafts/block_drafts.json",
+     "block draft vs chains, each at its best γ (c_round: draft cost per round)"),
+    ("results/limits/gamma_auto/gamma_auto.json",
+     "GAMMA = 'auto' vs no speculation, whole infer.py runs (T = 0)"),
 )
 # (path, host) of docs/limits.md's host table: one experiment on different hosts.
 HOST_RUNS = (
@@ -131,6 +135,22 @@ def _summary(report: Dict, path: str) -> Tuple[str, str]:
         return tuple("; ".join(f"{c['target']} from batch {c['batch_size']}"
                                for c in report["crossover"] if c["temperature"] == t) or "-"
                      for t in (0.0, 1.0))
+    if name == "block_drafts.json":
+        best = {}
+        for block in report["temperatures"]:
+            cells = []
+            for name_ in report["settings"]["drafts"]:
+                r = max((x for x in block["rows"] if x["draft"] == name_),
+                        key=lambda x: x["speedup"])
+                cells.append(f"{name_} {_x(r['speedup'])} (γ {r['gamma']}, c_round "
+                             f"{r['c_round']:.2f})")
+            best[block["temperature"]] = ", ".join(cells)
+        return best.get(0.0, "-"), best.get(1.0, "-")
+    if name == "gamma_auto.json":
+        return "; ".join(
+            f"batch {r['batch_size']}, {r.get('examples', '?')} sentences: "
+            f"{r['auto_over_baseline']:.2f}x the baseline's walltime "
+            f"({', '.join(map(str, r['choices']))})" for r in report["rows"]), "-"
     raise ValueError(f"no summary for {path}")
 
 

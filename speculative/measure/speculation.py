@@ -116,8 +116,8 @@ class SpeculationGate:
         batch until its slowest row is done).
       bound: steps / (rounds * verify_cost): no candidate at `gamma` is faster, even with free
         drafting (`speculation_gate`).
-      open: whether the bound reached `min_speedup` and the run can repay a compile (`pays`);
-        the candidates are then timed.
+      open: whether the bound reached `min_speedup`, the run can repay a compile (`pays`) and
+        the least probe fits the calibration budget (`fits`); the candidates are then timed.
       seconds: the gate's walltime (the baseline's decode included).
       max_bound: the bound over every gamma searched, each priced at `verify_cost` (a wider
         verify never costs less): what the payback rule may hope for.
@@ -126,6 +126,9 @@ class SpeculationGate:
         the run's length is unknown.
       pays: whether the most speculation could save of `remaining_s` (down to `max_bound`)
         exceeds `compile_s` (True when `remaining_s` is None).
+      fits: whether the least a probe costs (`compile_s` and three decodes of the slice: the
+        candidate's first and timed ones, the baseline's timed one) is within the calibration
+        budget, `remaining_s` / `CALIBRATION_SHARE` (True when `remaining_s` is None).
       verify_timed: whether `verify_cost` was timed.
       perfect_bound: the bound of a perfect draft (alpha 1) at the deepest gamma searched: what
         a token tree (which accepts more per round than the chain's alpha) may hope for.
@@ -144,6 +147,7 @@ class SpeculationGate:
     compile_s: float = 0.0
     remaining_s: Optional[float] = None
     pays: bool = True
+    fits: bool = True
     verify_timed: bool = True
     perfect_bound: float = float("inf")
 
@@ -262,6 +266,12 @@ class SpeculationChoice:
                        f"baseline's speed) could save at most {gate.saving(1.0):.1f} s (at most "
                        f"{gate.max_bound:.2f}x), less than compiling a speculative program "
                        f"(at least {gate.compile_s:.1f} s, the baseline's compile)")
+        elif gate is not None and not gate.fits:
+            probe = gate.compile_s + 3 * gate.steps * gate.step_s
+            verdict = (f"no speculation: the least probe (~{probe:.1f} s: a compile and three "
+                       f"decodes of the slice) would take calibration past "
+                       f"1/{CALIBRATION_SHARE} of the rest of the run "
+                       f"({gate.remaining_s / CALIBRATION_SHARE:.1f} s)")
         elif gate is not None and not gate.open:
             verdict = (f"no speculation: a round verifies {gate.gamma + 1} tokens for "
                        f"{gate.verify_cost:.2f} steps, and at alpha {gate.alpha:.2f} the "
@@ -386,9 +396,9 @@ def speculation_gate(target, batches: Sequence[Any], search: SpeculationSearch,
     only lower it). One compile, the verify's: the draft is not even loaded into a program.
 
     With the run's length (`search.run_batches`) the gate also asks whether speculation can
-    repay a compile (`SpeculationGate.pays`): first with every verify at its least, one step
-    (then, on a run too short even for that, the verify is not compiled either), then at the
-    verify cost timed."""
+    repay a compile (`SpeculationGate.pays`) and whether the least probe fits the calibration
+    budget (`fits`): first with every verify at its least, one step (then, on a run too short
+    even for that, the verify is not compiled either), then at the verify cost timed."""
     start = time.perf_counter()
     gamma = min(gammas)
     program = _speculation_programs(target, batches, search, {"baseline": None})["baseline"]
@@ -412,13 +422,14 @@ def speculation_gate(target, batches: Sequence[Any], search: SpeculationSearch,
             compile_s=float(compile_s), remaining_s=remaining_s, verify_timed=timed,
             perfect_bound=float(steps / max(perfect * verify_cost, 1e-12)))
         pays = made.saving(1.0) > compile_s
-        return dataclasses.replace(made, pays=pays,
-                                   open=pays and made.bound >= search.min_speedup)
+        fits = remaining_s is None or compile_s + 3 * run_s <= remaining_s / CALIBRATION_SHARE
+        return dataclasses.replace(made, pays=pays, fits=fits,
+                                   open=pays and fits and made.bound >= search.min_speedup)
 
     baseline = _candidate(("baseline", None, None), results, run_s, run_s + compile_s, None,
                           stage=0)
     least = gate(1.0, timed=False)
-    if not least.pays:  # too short a run even with a free verify: nothing more compiles
+    if not (least.pays and least.fits):  # too short a run: nothing more compiles
         return least, baseline, tuple(results)
     num = int(np.clip(np.ceil(GATE_TIMING_S / max(step_s, 1e-9)), 2, 64))
     x = np.asarray(batches[0])

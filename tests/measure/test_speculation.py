@@ -319,3 +319,18 @@ def test_stage_one_reuses_the_gates_baseline_decode_as_its_first_call(tiny_pair,
     assert choice.gate.open and not choice.best.speculative
     assert all(a is b for a, b in zip(firsts[("baseline", None, None)], gate_results))
     assert all(a is b for a, b in zip(choice.results, gate_results))
+
+
+def test_a_probe_that_cannot_fit_the_calibration_budget_closes_the_gate_before_the_verify(
+        tiny_pair):
+    target, draft, batches = tiny_pair
+    search = speculation.SpeculationSearch(sampling=SamplingConfig(0.0), max_decode_len=6,
+                                           min_speedup=0.0, run_batches=len(batches) + 1)
+    for i, x in enumerate(batches):  # compiled already: the gate's compile_s is ~0
+        decoding.autoregressive_decode(target, x, rng=jax.random.fold_in(
+            jax.random.PRNGKey(0), i), sampling=search.sampling, max_decode_len=6)
+    choice = speculation.choose_speculation(target, draft, batches, search, timer=FakeTimer({}))
+    gate = choice.gate
+    # One batch is left: a probe decodes the slice three times, more than 1/8 of that batch.
+    assert gate.pays and not gate.fits and not gate.open and not gate.verify_timed
+    assert not choice.best.speculative and "-> no speculation: the least probe" in choice.line()
