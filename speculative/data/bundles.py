@@ -369,8 +369,8 @@ def feature_draft_config(entry: dict):
 
 
 def _card_entry(models_dir: str, name: str) -> dict:
-    with open(os.path.join(models_dir, "model_card.json")) as f:
-        return json.load(f)["models"][name]
+    """Entry `name` of the model card in `models_dir` (`bundle_card`)."""
+    return bundle_card(models_dir, os.path.join(models_dir, CARD_FILE))["models"][name]
 
 
 def load_feature_draft(entry: dict, models_dir: str = ENDE.models_dir,

@@ -441,6 +441,40 @@ def speculation_gate(target, batches: Sequence[Any], search: SpeculationSearch,
     return gate(verify_cost, timed=True), baseline, tuple(results)
 
 
+class _Budget:
+    """What `choose_speculation`'s later stages may spend (module docstring): a stage runs only
+    if it can repay its compiles and fits 1/`CALIBRATION_SHARE` of the rest of the run, counted
+    from the gate's end; `notes` says which did not, and why."""
+
+    def __init__(self, gate: Optional[SpeculationGate], candidates: List[SpeculationCandidate]):
+        self.gate, self.candidates, self.notes = gate, candidates, []
+        self.opened = time.perf_counter()
+
+    def allows(self, label: str, programs: int, bound: float, speedup: float) -> bool:
+        """Whether a stage compiling `programs` programs can repay them (from `speedup`, the
+        best so far, to `bound`) and fits the budget; always without a gate or the run's
+        length."""
+        gate = self.gate
+        if gate is None or gate.remaining_s is None:
+            return True
+        compiled = [c.first_call_s - c.seconds for c in self.candidates if c.speculative]
+        compile_s = programs * max(compiled + [gate.compile_s])
+        slice_s = gate.step_s * gate.steps  # the slice at the baseline's speed
+        cost = compile_s + (2 * programs + 1) * slice_s
+        budget = gate.remaining_s / CALIBRATION_SHARE
+        saving = gate.saving(speedup, bound)
+        if saving <= compile_s:
+            self.notes.append(f"{label} not timed: it could save at most {saving:.1f} s, less "
+                              f"than its compiles (~{compile_s:.1f} s)")
+        elif time.perf_counter() - self.opened + cost > budget:
+            self.notes.append(f"{label} not timed: its ~{cost:.1f} s would take calibration "
+                              f"past 1/{CALIBRATION_SHARE} of the rest of the run "
+                              f"({budget:.1f} s)")
+        else:
+            return True
+        return False
+
+
 def choose_speculation(target, draft, batches: Sequence[Any], search: SpeculationSearch, *,
                        tree_for: Optional[Callable[[SpeculationCandidate],
                                                    Optional[Tuple[int, ...]]]] = None,
@@ -483,8 +517,8 @@ def choose_speculation(target, draft, batches: Sequence[Any], search: Speculatio
                 batches=len(batches), repeats=0, seconds=time.perf_counter() - start,
                 results=base_results, gate=gate)
     probes = [s for i, s in enumerate(shapes) if all(s[0] != t[0] for t in shapes[:i])]
-    candidates, results, stages, notes = [], {}, [], []
-    opened = time.perf_counter()
+    candidates, results, stages = [], {}, []
+    budget = _Budget(gate, candidates)
 
     def stage(stage_shapes) -> Optional[SpeculationCandidate]:
         timed, timed_results = _time_candidates(  # stage 1's baseline: the gate's decode
@@ -496,41 +530,19 @@ def choose_speculation(target, draft, batches: Sequence[Any], search: Speculatio
         best = max((c for c in candidates if c.speculative), key=lambda c: c.speedup)
         return best if best.speedup >= search.min_speedup else None
 
-    def affordable(label: str, programs: int, bound: float, speedup: float) -> bool:
-        """Whether a stage compiling `programs` programs can repay them (from `speedup`, the
-        best so far, to `bound`) and fits the calibration budget (module docstring); always,
-        without a gate or the run's length."""
-        if gate is None or gate.remaining_s is None:
-            return True
-        compiled = [c.first_call_s - c.seconds for c in candidates if c.speculative]
-        compile_s = programs * max(compiled + [gate.compile_s])
-        slice_s = gate.step_s * gate.steps  # the slice at the baseline's speed
-        cost = compile_s + (2 * programs + 1) * slice_s
-        budget = gate.remaining_s / CALIBRATION_SHARE
-        saving = gate.saving(speedup, bound)
-        if saving <= compile_s:
-            notes.append(f"{label} not timed: it could save at most {saving:.1f} s, less than "
-                         f"its compiles (~{compile_s:.1f} s)")
-        elif time.perf_counter() - opened + cost > budget:
-            notes.append(f"{label} not timed: its ~{cost:.1f} s would take calibration past "
-                         f"1/{CALIBRATION_SHARE} of the rest of the run ({budget:.1f} s)")
-        else:
-            return True
-        return False
-
-    if gate is not None and not affordable("the probe", len(probes), gate.max_bound, 1.0):
+    if gate is not None and not budget.allows("the probe", len(probes), gate.max_bound, 1.0):
         return SpeculationChoice(
             best=baseline, candidates=(baseline,), batch_size=int(np.shape(batches[0])[0]),
             batches=len(batches), repeats=0, seconds=time.perf_counter() - start,
-            results=base_results, gate=gate, notes=tuple(notes))
+            results=base_results, gate=gate, notes=tuple(budget.notes))
     paid = stage(probes)
     rest = [s for s in shapes if s not in probes]
-    if paid is not None and rest and affordable(
+    if paid is not None and rest and budget.allows(
             "the other gammas", len(rest), gate.max_bound if gate else 0.0, paid.speedup):
         paid = stage(rest)
     # The tree stage compiles about four programs: its pricing (the verify at several widths,
     # the acceptance program) and the tree's own.
-    tree = (tree_for(paid) if paid is not None and tree_for is not None and affordable(
+    tree = (tree_for(paid) if paid is not None and tree_for is not None and budget.allows(
         "a token tree", 4, gate.perfect_bound if gate else 0.0, paid.speedup) else None)
     if tree and any(b > 1 for b in tree):  # a branching tree, not the chain
         paid = stage([("tree", len(tree), tuple(tree))])
@@ -538,4 +550,4 @@ def choose_speculation(target, draft, batches: Sequence[Any], search: Speculatio
     return SpeculationChoice(
         best=best, candidates=tuple(candidates), batch_size=int(np.shape(batches[0])[0]),
         batches=len(batches), repeats=search.repeats, seconds=time.perf_counter() - start,
-        results=tuple(results[best]), gate=gate, notes=tuple(notes))
+        results=tuple(results[best]), gate=gate, notes=tuple(budget.notes))

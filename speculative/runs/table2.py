@@ -512,7 +512,10 @@ def _choose_gamma(result: RowResult, settings, models, examples, row_out: Option
                    for b, _ in all_batches[:count]]
     search = speculation.SpeculationSearch(
         sampling=settings.sampling, max_decode_len=settings.max_decode_len,
-        lenience=settings.lenience, seed=settings.seed, run_batches=len(all_batches),
+        lenience=settings.lenience, seed=settings.seed,
+        # A row measures speculative decoding: its candidates are always timed (no gate, no
+        # calibration budget), and the fastest speculative one is reported (`row_gamma`).
+        gate=False,
         alpha=bundles.card_alpha(settings.draft_config, settings.sampling.temperature,
                                  settings.draft_checkpoint))
     choice = speculation.choose_speculation(models[0], models[1], calibration, search)

@@ -183,9 +183,9 @@ def test_a_table2_row_with_gamma_auto_reports_the_chosen_gamma(tiny_gin, tmp_pat
     gamma, and its choice is in the notes and the JSON; the star is explained."""
     seconds = {("baseline", None): 1.0, ("chain", 2): 0.9, ("chain", 4): 0.5, ("chain", 6): 0.7}
     choose = speculation.choose_speculation
+    searched = []  # a row always times its candidates: no gate, no calibration budget
     monkeypatch.setattr(speculation, "choose_speculation", lambda t, d, b, search, **k: choose(
-        t, d, b, dataclasses.replace(search, gate=False), **k,
-        timer=fake_interleaved(seconds)))  # the stages alone (the gate: test_speculation)
+        t, d, b, searched.append(search) or search, **k, timer=fake_interleaved(seconds)))
     rows_dir = tmp_path / "rows"
     rows_dir.mkdir()
     (rows_dir / "tiny_t0.gin").write_text(
@@ -199,6 +199,7 @@ def test_a_table2_row_with_gamma_auto_reports_the_chosen_gamma(tiny_gin, tmp_pat
                            row_bindings=["infer.infer.progress = False"], cost_repeats=2,
                            speed_repeats=1, choose_trees=False)
     assert r.gamma == 4 and r.settings.gamma == 4 and r.speculation_choice.best.gamma == 4
+    assert [(x.gate, x.run_batches) for x in searched] == [(False, None)]
     table = (tmp_path / "out" / "table2.md").read_text()
     assert "| mini | tiny ★ | 0 | 4 |" in table
     assert "γ auto, tiny_t0: gamma auto: baseline" in table and "the row reports γ 4" in table
