@@ -22,8 +22,9 @@ from tests.helpers import random_params, tiny_config
 GREEDY = SamplingConfig(temperature=0.0)
 
 
-def _block_draft(vocab, max_gamma=4, seed=5):
+def _block_draft(vocab, max_gamma=4, seed=5, cross_attention=True):
     cfg = fd.FeatureDraftConfig(vocab_size=vocab, target_emb_dim=16, feature_layers=(1, 2),
+                                cross_attention=cross_attention,
                                 emb_dim=8, num_heads=2, head_dim=4, mlp_dim=16,
                                 relative_attention_num_buckets=8,
                                 relative_attention_max_distance=16)
@@ -58,6 +59,22 @@ def test_block_drafter_greedy_identity_with_one_draft_call_per_round(block_pair,
     # one draft forward per round and row, whatever gamma or the tree
     np.testing.assert_array_equal(spec.stats.draft_calls, spec.stats.target_calls)
     assert spec.stats.summary()["draft_calls_per_round"] == 1.0
+
+
+@pytest.mark.parametrize("tree", [None, (2, 1, 1)])
+def test_block_drafter_greedy_identity_on_a_decoder_only_target(tree):
+    # The decoder-only case: the draft reads the target's features of the prompt and of each
+    # accepted token (no encoder, no cross-attention); prompts of different lengths per row.
+    module = t5.DecoderOnly(tiny_config(vocab_size=16))
+    target = adapters.as_decode_model(module, random_params(module, 3))
+    draft = _block_draft(16, cross_attention=False)
+    inputs = td.prompts([3, 6, 1], 6)  # ids in [2, 16)
+    kw = dict(rng=jax.random.PRNGKey(0), sampling=GREEDY, max_decode_len=10)
+    plain = decoding.autoregressive_decode(target, inputs, **kw)
+    spec = decoding.speculative_decode(target, draft, inputs, gamma=3, tree=tree, **kw)
+    np.testing.assert_array_equal(spec.tokens, plain.tokens)
+    np.testing.assert_array_equal(spec.lengths, plain.lengths)
+    np.testing.assert_array_equal(spec.stats.draft_calls, spec.stats.target_calls)
 
 
 def _sample(target, draft, enc, cfg, seed, drafter=None, tree=None):
