@@ -34,9 +34,10 @@ beside each row.
 
 A row with GAMMA = 'auto' (the bundled rows; the paper's rows keep the paper's γ) first times
 the baseline and the chain (and a block draft's block) on its first inputs with
-`speculation.choose_speculation`, as `infer` does, binds GAMMA to the chosen γ (the fastest
-speculative one when the baseline won: a row measures speculative decoding), and says so in
-the table's notes and in table2.json (`speculation_choice`).
+`speculation.choose_speculation`, as `infer` does but without the gate and the calibration
+budget (every candidate is timed), binds GAMMA to the chosen γ (the fastest speculative one
+when the baseline won: a row measures speculative decoding), and says so in the table's notes
+and in table2.json (`speculation_choice`).
 
 A row set of our own is a directory of files like the bundled rows
 (`configs/experiments/table2_bundled/`, which run here with no checkpoints), e.g.
