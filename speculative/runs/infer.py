@@ -348,7 +348,9 @@ def choose_decoding(settings: InferSettings, target, draft, all_batches):
     """GAMMA = 'auto': times the baseline, the chain at `speculation.CHAIN_GAMMAS`, a block
     draft's block and the chooser's token tree on the run's first batches
     (`speculation.calibration_batches`: about 8 rows, at most 1/8 of the run) with
-    `speculation.choose_speculation`, logs the choice and why, and returns `(settings, draft,
+    `speculation.choose_speculation`, which knows the run's length and so spends calibration
+    only where it can pay back (a short run keeps the baseline without compiling anything
+    speculative), logs the choice and why, and returns `(settings, draft,
     choice)`: settings that run the fastest (SPECULATIVE False when the baseline was) and the
     drafter it decodes with (None for the baseline)."""
     count = speculation.calibration_batches(len(all_batches), settings.batch_size)
