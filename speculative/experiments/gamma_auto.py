@@ -22,7 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -127,8 +127,7 @@ def markdown(result: Dict[str, Any]) -> str:
             for r in result["rows"]]
     each = [[r["batch_size"], x["examples"], x["mode"], f"{x['wall_seconds']:.1f}",
              f"{x['run_seconds']:.1f}",
-             f"{x['calibration_seconds']:.1f}", x["choice"] or "",
-             f"{x['gate']['bound']:.2f}" if x["gate"] else ""]
+             f"{x['calibration_seconds']:.1f}", x["choice"] or "", _gate_cell(x["gate"])]
             for r in result["rows"] for x in r["runs"]]
     return "\n".join([
         "# GAMMA = 'auto' against no speculation", "",
@@ -141,8 +140,21 @@ def markdown(result: Dict[str, Any]) -> str:
                               "auto / baseline", "auto chose"], best), "",
         "## Every run", "",
         files.markdown_table(["batch", "examples", "mode", "wall s", "run s", "calibration s",
-                              "choice",
-                              "gate bound"], each), ""])
+                              "choice", "gate"], each), ""])
+
+
+def _gate_cell(gate: Optional[Dict[str, Any]]) -> str:
+    """What the gate decided and why: open with its bound, or closed by the bound, by a run
+    too short to repay a compile ('payback') or by the calibration budget ('budget')."""
+    if not gate:
+        return ""
+    if gate.get("open"):
+        return f"open (bound {gate['bound']:.2f})"
+    if not gate.get("pays", True):
+        return "closed: payback"
+    if not gate.get("fits", True):
+        return "closed: budget"
+    return f"closed: bound {gate['bound']:.2f}"
 
 
 def check(s: GammaAutoSettings) -> None:

@@ -42,7 +42,11 @@ def test_the_report_and_its_headline():
               "provenance": {"command": "c", "commit": "abc", "date": "d"}}
     md = gamma_auto.markdown(result)
     assert "| 64 | 972 | 37.0 | 35.0 | 1.057 | baseline |" in md
-    assert "| 64 | 972 | auto | 40.0 | 37.0 | 5.5 |" in md
+    assert "| 64 | 972 | auto | 40.0 | 37.0 | 5.5 | baseline | closed: bound 0.90 |" in md
+    cells = [gamma_auto._gate_cell(g) for g in (
+        None, {"open": True, "bound": 1.5}, {"open": False, "pays": False, "bound": 3.0},
+        {"open": False, "pays": True, "fits": False, "bound": 2.0})]
+    assert cells == ["", "open (bound 1.50)", "closed: payback", "closed: budget"]
     head = record.headline_numbers("gamma_auto", result)
     assert head["rows"][0]["auto_over_baseline"] == pytest.approx(1.057, abs=1e-3)
 
