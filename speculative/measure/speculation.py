@@ -110,7 +110,8 @@ class SpeculationGate:
       step_s: the baseline's seconds per decode step on the slice (compilation excluded).
       verify_cost: the target's extend of gamma + 1 tokens per row, in baseline steps; 1.0 (the
         least a verify costs) where it was not timed (`verify_timed` False: the run is too
-        short to repay any speculative compile even so).
+        short to repay a speculative compile, or to fit a probe in its calibration budget,
+        even so).
       steps: the baseline's decode steps on the slice.
       rounds: the expected rounds of the slice at `gamma` (`theory.expected_batch_rounds`: each
         batch until its slowest row is done).
@@ -497,7 +498,8 @@ def choose_speculation(target, draft, batches: Sequence[Any], search: Speculatio
     With the run's length known (`search.run_batches`), stages 2 and 3 also have to be able to
     pay back their compiles (`SpeculationGate.saving` from the best speed so far to the gate's
     `max_bound`, or `perfect_bound` for a tree, against one compile like the probe's per program,
-    two for the tree: its pricing and its program).
+    four for the tree: its pricing and its program) and keep calibration within its budget
+    (`_Budget`); the probe too must fit the budget. `notes` says what was left out.
 
     The fastest speculative candidate runs when it beat its baseline by `search.min_speedup`,
     else the baseline. The chosen program's first-call results are the run's results for these
