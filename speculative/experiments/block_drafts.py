@@ -129,17 +129,6 @@ def run(s: BlockBenchSettings = BlockBenchSettings(), overwrite: bool = False) -
     return result
 
 
-def best_rows(result: Dict[str, Any]) -> List[Dict[str, Any]]:
-    """Each draft's fastest gamma at each temperature."""
-    out = []
-    for block in result["temperatures"]:
-        for name in result["settings"]["drafts"]:
-            rows = [r for r in block["rows"] if r["draft"] == name]
-            out.append({"temperature": block["temperature"],
-                        **max(rows, key=lambda r: r["speedup"])})
-    return out
-
-
 def cost_split(result: Dict[str, Any]) -> Dict[str, Dict[str, float]]:
     """Where each draft's round time goes: c_round after a round that accepted nothing (a
     catch-up of one token), fitted over gamma by least squares as `fixed + per_draft * (gamma -
@@ -171,7 +160,7 @@ def markdown(result: Dict[str, Any]) -> str:
             for b in result["temperatures"] for r in b["rows"]]
     best = [[r["temperature"], r["draft"], r["gamma"], f"{r['speedup']:.2f}x",
              f"{r['tokens_per_target_call']:.2f}", f"{r['c_round']:.3f}"]
-            for r in best_rows(result)]
+            for r in record.best_rows(result)]
     prov = result["provenance"]
     return "\n".join([
         "# Block drafts against chains", "",

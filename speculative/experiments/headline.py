@@ -21,6 +21,7 @@ import os
 from typing import Callable, Dict, List, Optional, Tuple
 
 from speculative import files
+from speculative.experiments import record
 
 INDEX = os.path.join("results", "runs.jsonl")
 HEADLINE_RUNS = ("results/demo/large_feature_draft.json", "results/demo/large_draft_kdtv.json")
@@ -136,16 +137,10 @@ def _summary(report: Dict, path: str) -> Tuple[str, str]:
                                for c in report["crossover"] if c["temperature"] == t) or "-"
                      for t in (0.0, 1.0))
     if name == "block_drafts.json":
-        best = {}
-        for block in report["temperatures"]:
-            cells = []
-            for name_ in report["settings"]["drafts"]:
-                r = max((x for x in block["rows"] if x["draft"] == name_),
-                        key=lambda x: x["speedup"])
-                cells.append(f"{name_} {_x(r['speedup'])} (γ {r['gamma']}, c_round "
-                             f"{r['c_round']:.2f})")
-            best[block["temperature"]] = ", ".join(cells)
-        return best.get(0.0, "-"), best.get(1.0, "-")
+        best = record.best_rows(report)
+        return tuple(", ".join(f"{r['draft']} {_x(r['speedup'])} (γ {r['gamma']}, c_round "
+                               f"{r['c_round']:.2f})" for r in best if r["temperature"] == t)
+                     or "-" for t in (0.0, 1.0))
     if name == "gamma_auto.json":
         return "; ".join(
             f"batch {r['batch_size']}, {r.get('examples', '?')} sentences: "

@@ -13,7 +13,7 @@ provenance and the headline numbers (`headline_numbers`).
 
 import os
 import re
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 from speculative import files
 
@@ -23,6 +23,18 @@ INDEX = os.path.join(REPO, "results", "runs.jsonl")
 
 def _r(x: Optional[float], n: int = 3) -> Optional[float]:
     return None if x is None else round(float(x), n)
+
+
+def best_rows(report: Dict[str, Any]) -> List[Dict[str, Any]]:
+    """Each draft's fastest row at each temperature of a block-draft report
+    (experiments/block_drafts.py), its temperature added."""
+    out = []
+    for block in report["temperatures"]:
+        for name in report["settings"]["drafts"]:
+            rows = [r for r in block["rows"] if r["draft"] == name]
+            out.append({"temperature": block["temperature"],
+                        **max(rows, key=lambda r: r["speedup"])})
+    return out
 
 
 def headline_numbers(experiment: str, report: Dict[str, Any]) -> Dict[str, Any]:
@@ -52,13 +64,10 @@ def headline_numbers(experiment: str, report: Dict[str, Any]) -> Dict[str, Any]:
                           "speculative_over_jitted": _r((r.get("proposal") or {}).get("speedup"))}
                          for r in rows]}
     if experiment == "block_drafts":
-        return {"best": [{"T": b["temperature"], "draft": r["draft"], "gamma": r["gamma"],
+        return {"best": [{"T": r["temperature"], "draft": r["draft"], "gamma": r["gamma"],
                           "speedup": _r(r["speedup"]), "c_round": _r(r["c_round"]),
                           "tokens_per_target_call": _r(r["tokens_per_target_call"])}
-                         for b in report["temperatures"]
-                         for r in [max((x for x in b["rows"] if x["draft"] == name),
-                                       key=lambda x: x["speedup"])
-                                   for name in report["settings"]["drafts"]]]}
+                         for r in best_rows(report)]}
     if experiment == "gamma_auto":
         return {"rows": [{"batch_size": r["batch_size"], "examples": r.get("examples"),
                           "auto_s": _r(r["auto_s"], 1),

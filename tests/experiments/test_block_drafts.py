@@ -25,7 +25,7 @@ RESULT = {"settings": {"drafts": ["large_block_draft", "large_feature_draft"]},
 
 
 def test_best_rows_are_each_drafts_fastest_gamma():
-    best = block_drafts.best_rows(RESULT)
+    best = record.best_rows(RESULT)
     assert [(r["draft"], r["gamma"], r["temperature"]) for r in best] == [
         ("large_block_draft", 3, 0.0), ("large_feature_draft", 7, 0.0)]
     head = record.headline_numbers("block_drafts", RESULT)
