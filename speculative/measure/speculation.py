@@ -127,9 +127,8 @@ class SpeculationGate:
         the run's length is unknown.
       pays: whether the most speculation could save of `remaining_s` (down to `max_bound`)
         exceeds `compile_s` (True when `remaining_s` is None).
-      fits: whether the least a probe costs (`compile_s` and three decodes of the slice: the
-        candidate's first and timed ones, the baseline's timed one) is within the calibration
-        budget, `remaining_s` / `CALIBRATION_SHARE` (True when `remaining_s` is None).
+      fits: whether the least a probe costs (`stage_cost(1, compile_s)`) is within the
+        calibration budget (`budget_s`; True when `remaining_s` is None).
       verify_timed: whether `verify_cost` was timed.
       perfect_bound: the bound of a perfect draft (alpha 1) at the deepest gamma searched: what
         a token tree (which accepts more per round than the chain's alpha) may hope for.
@@ -160,6 +159,18 @@ class SpeculationGate:
             return float("inf")
         top = self.max_bound if bound is None else bound
         return max(self.remaining_s * (1.0 / max(speedup, 1e-12) - 1.0 / max(top, 1e-12)), 0.0)
+
+    @property
+    def budget_s(self) -> Optional[float]:
+        """What calibration after the gate may spend: 1/`CALIBRATION_SHARE` of `remaining_s`
+        (None when the run's length is unknown)."""
+        return None if self.remaining_s is None else self.remaining_s / CALIBRATION_SHARE
+
+    def stage_cost(self, programs: int, compile_s: float) -> float:
+        """The least a stage timing `programs` programs costs: their compiles (`compile_s` in
+        all) and decodes of the slice at the baseline's speed, two per program (the first call
+        and a timed one) and the baseline's timed one."""
+        return compile_s + (2 * programs + 1) * self.step_s * self.steps
 
     def to_json(self) -> Dict[str, Any]:
         return dataclasses.asdict(self)
@@ -268,11 +279,10 @@ class SpeculationChoice:
                        f"{gate.max_bound:.2f}x), less than compiling a speculative program "
                        f"(at least {gate.compile_s:.1f} s, the baseline's compile)")
         elif gate is not None and not gate.fits:
-            probe = gate.compile_s + 3 * gate.steps * gate.step_s
-            verdict = (f"no speculation: the least probe (~{probe:.1f} s: a compile and three "
-                       f"decodes of the slice) would take calibration past "
-                       f"1/{CALIBRATION_SHARE} of the rest of the run "
-                       f"({gate.remaining_s / CALIBRATION_SHARE:.1f} s)")
+            verdict = (f"no speculation: the least probe (~{gate.stage_cost(1, gate.compile_s):.1f}"
+                       f" s: a compile and three decodes of the slice) would take calibration "
+                       f"past 1/{CALIBRATION_SHARE} of the rest of the run "
+                       f"({gate.budget_s:.1f} s)")
         elif gate is not None and not gate.open:
             verdict = (f"no speculation: a round verifies {gate.gamma + 1} tokens for "
                        f"{gate.verify_cost:.2f} steps, and at alpha {gate.alpha:.2f} the "
@@ -423,7 +433,7 @@ def speculation_gate(target, batches: Sequence[Any], search: SpeculationSearch,
             compile_s=float(compile_s), remaining_s=remaining_s, verify_timed=timed,
             perfect_bound=float(steps / max(perfect * verify_cost, 1e-12)))
         pays = made.saving(1.0) > compile_s
-        fits = remaining_s is None or compile_s + 3 * run_s <= remaining_s / CALIBRATION_SHARE
+        fits = remaining_s is None or made.stage_cost(1, compile_s) <= made.budget_s
         return dataclasses.replace(made, pays=pays, fits=fits,
                                    open=pays and fits and made.bound >= search.min_speedup)
 
@@ -460,9 +470,7 @@ class _Budget:
             return True
         compiled = [c.first_call_s - c.seconds for c in self.candidates if c.speculative]
         compile_s = programs * max(compiled + [gate.compile_s])
-        slice_s = gate.step_s * gate.steps  # the slice at the baseline's speed
-        cost = compile_s + (2 * programs + 1) * slice_s
-        budget = gate.remaining_s / CALIBRATION_SHARE
+        cost, budget = gate.stage_cost(programs, compile_s), gate.budget_s
         saving = gate.saving(speedup, bound)
         if saving <= compile_s:
             self.notes.append(f"{label} not timed: it could save at most {saving:.1f} s, less "
