@@ -23,8 +23,9 @@ if the most it could save, the rest of the run from the best speed so far down t
 bound, exceeds that, and if its compiles and decodes keep the calibration after the gate within
 1/`CALIBRATION_SHARE` of the rest of the run at the baseline's speed (the slice itself is at
 most that share of the run): a short run (a few sentences at batch 1) runs the baseline without
-compiling any speculative program; a long one times every candidate. The choice's `notes` say
-which stages were left out and why.
+compiling any speculative program; a long one times every candidate; in between, the other
+gammas are timed in the order Theorem 3.8 of the probe ranks them (`predicted_speedup`), as
+many as fit. The choice's `notes` say what was left out and why.
 """
 
 from __future__ import annotations
@@ -452,6 +453,27 @@ def speculation_gate(target, batches: Sequence[Any], search: SpeculationSearch,
     return gate(verify_cost, timed=True), baseline, tuple(results)
 
 
+def predicted_speedup(probe: SpeculationCandidate, gamma: int, verify_cost: float) -> float:
+    """Theorem 3.8 at `gamma` from a timed probe of the same kind, to order what stage 2 times
+    (never what runs: every candidate is timed before it can be chosen).
+
+    alpha is the probe's (`theory.alpha_from_tokens` of its tokens per target call); the
+    draft's cost per drafted token is the probe's round (tokens per target call / speedup, in
+    baseline steps) less `verify_cost` (the gate's verify of the probe's gamma + 1 tokens),
+    over the probe's gamma; every gamma's verify is priced at `verify_cost`. A guess: a wider
+    verify costs more than that, and a block's placeholder row less than a chain's call.
+    E.g. a gamma-2 probe at 2.44 tokens per call and 1.7x with a 1.3-step verify: alpha 0.8,
+    c 0.07, so gamma 6 (2.3x) is timed before gamma 4 (2.1x)."""
+    g = int(probe.gamma)
+    # Tokens per call of a finished decode (each row's last round cut at EOS) lie in the
+    # Eq. (1) range; the bounds only guard the guess against an empty slice.
+    tokens = float(np.clip(probe.tokens_per_target_call, 1.0, g + 1.0))
+    alpha = theory.alpha_from_tokens(tokens, g)
+    round_steps = tokens / max(probe.speedup, 1e-12)
+    c = max(round_steps - verify_cost, 0.0) / g
+    return float(theory.speedup(alpha, int(gamma), c, verify_cost))
+
+
 class _Budget:
     """What `choose_speculation`'s later stages may spend (module docstring): a stage runs only
     if it can repay its compiles and fits 1/`CALIBRATION_SHARE` of the rest of the run, counted
@@ -461,27 +483,49 @@ class _Budget:
         self.gate, self.candidates, self.notes = gate, candidates, []
         self.opened = time.perf_counter()
 
-    def allows(self, label: str, programs: int, bound: float, speedup: float) -> bool:
-        """Whether a stage compiling `programs` programs can repay them (from `speedup`, the
-        best so far, to `bound`) and fits the budget; always without a gate or the run's
-        length."""
+    def refusal(self, label: str, programs: int, bound: float, speedup: float) -> Optional[str]:
+        """Why a stage compiling `programs` programs may not run (it cannot repay them, from
+        `speedup`, the best so far, to `bound`, or does not fit the budget), or None where it
+        may; always None without a gate or the run's length. `label` names what the stage
+        would time, or with a trailing '+' what it would add to a stage that may run."""
         gate = self.gate
         if gate is None or gate.remaining_s is None:
-            return True
+            return None
         compiled = [c.first_call_s - c.seconds for c in self.candidates if c.speculative]
         compile_s = programs * max(compiled + [gate.compile_s])
         cost, budget = gate.stage_cost(programs, compile_s), gate.budget_s
         saving = gate.saving(speedup, bound)
+        added = label.endswith("+")
+        head = f"{label.rstrip('+')} not timed: " + ("with it the stage" if added else "it")
         if saving <= compile_s:
-            self.notes.append(f"{label} not timed: it could save at most {saving:.1f} s, less "
-                              f"than its compiles (~{compile_s:.1f} s)")
-        elif time.perf_counter() - self.opened + cost > budget:
-            self.notes.append(f"{label} not timed: its ~{cost:.1f} s would take calibration "
-                              f"past 1/{CALIBRATION_SHARE} of the rest of the run "
-                              f"({budget:.1f} s)")
-        else:
-            return True
-        return False
+            return (f"{head} could save at most {saving:.1f} s, less than its compiles "
+                    f"(~{compile_s:.1f} s)")
+        if time.perf_counter() - self.opened + cost > budget:
+            head += "'s" if added else "s"
+            return (f"{head} ~{cost:.1f} s would take calibration past 1/{CALIBRATION_SHARE} "
+                    f"of the rest of the run ({budget:.1f} s)")
+        return None
+
+    def allows(self, label: str, programs: int, bound: float, speedup: float) -> bool:
+        """Whether a stage compiling `programs` programs may run (`refusal`; noted if not)."""
+        why = self.refusal(label, programs, bound, speedup)
+        if why is not None:
+            self.notes.append(why)
+        return why is None
+
+    def fit(self, label: str, shapes: List[Any], bound: float, speedup: float,
+            name: Callable[[Any], str]) -> List[Any]:
+        """The longest prefix of `shapes` (the most promising first, one program each) whose
+        stage may run; what is left out is noted, with why the next one could not be added
+        (or, where none fits, why the whole stage `label` could not run)."""
+        n = next((n for n in range(len(shapes), 0, -1)
+                  if self.refusal(label, n, bound, speedup) is None), 0)
+        if n == 0:
+            self.allows(label, len(shapes), bound, speedup)
+        elif n < len(shapes):
+            left = ", ".join(name(s) for s in shapes[n:])
+            self.notes.append(self.refusal(left + "+", n + 1, bound, speedup))
+        return shapes[:n]
 
 
 def choose_speculation(target, draft, batches: Sequence[Any], search: SpeculationSearch, *,
@@ -499,7 +543,8 @@ def choose_speculation(target, draft, batches: Sequence[Any], search: Speculatio
 
       0. the gate (`speculation_gate`, unless `search.gate` is False);
       1. the probe: each kind (chain, block) at its smallest gamma, the cheapest round;
-      2. if a probe beat the baseline by `search.min_speedup`: the other gammas;
+      2. if a probe beat the baseline by `search.min_speedup`: the other gammas, the most
+         promising first (`predicted_speedup`: Theorem 3.8 of each kind's probe);
       3. if speculation still paid and `tree_for(best)` (e.g. `acceptance.choose_tree`'s
          tree; None for the chain) names a branching tree: that tree.
 
@@ -507,7 +552,8 @@ def choose_speculation(target, draft, batches: Sequence[Any], search: Speculatio
     pay back their compiles (`SpeculationGate.saving` from the best speed so far to the gate's
     `max_bound`, or `perfect_bound` for a tree, against one compile like the probe's per program,
     four for the tree: its pricing and its program) and keep calibration within its budget
-    (`_Budget`); the probe too must fit the budget. `notes` says what was left out.
+    (`_Budget`); the probe too must fit the budget. Stage 2 times as many of its gammas, in its
+    order, as can (`_Budget.fit`). `notes` says what was left out.
 
     The fastest speculative candidate runs when it beat its baseline by `search.min_speedup`,
     else the baseline. The chosen program's first-call results are the run's results for these
@@ -547,9 +593,14 @@ def choose_speculation(target, draft, batches: Sequence[Any], search: Speculatio
             results=base_results, gate=gate, notes=tuple(budget.notes))
     paid = stage(probes)
     rest = [s for s in shapes if s not in probes]
-    if paid is not None and rest and budget.allows(
-            "the other gammas", len(rest), gate.max_bound if gate else 0.0, paid.speedup):
-        paid = stage(rest)
+    if paid is not None and rest:  # the most promising first, as many as the budget allows
+        probe = {c.kind: c for c in candidates if c.speculative}
+        verify_cost = gate.verify_cost if gate else 1.0
+        rest.sort(key=lambda s: -predicted_speedup(probe[s[0]], s[1], verify_cost))
+        rest = budget.fit("the other gammas", rest, gate.max_bound if gate else 0.0,
+                          paid.speedup, name=lambda s: f"{s[0]} g{s[1]}")
+        if rest:
+            paid = stage(rest)
     # The tree stage compiles about four programs: its pricing (the verify at several widths,
     # the acceptance program) and the tree's own.
     tree = (tree_for(paid) if paid is not None and tree_for is not None and budget.allows(
