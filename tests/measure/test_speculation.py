@@ -261,35 +261,45 @@ def test_the_saving_a_stage_may_hope_for():
 @pytest.mark.parametrize("remaining_s, stages, best, why", [
     (10.0, 0, "baseline", "the probe not timed: its ~1.6 s would take calibration past 1/8 "
                           "of the rest of the run (1.2 s)"),
-    (20.0, 1, "chain g2", "the other gammas not timed: it could save at most 5.0 s, less "
-                          "than its compiles (~17.0 s)"),
-    # The budget (12.5 s) holds one more gamma (~9.1 s), not two: the one theory ranks first.
-    (100.0, 2, "chain g6", "chain g4 not timed: with it the stage's ~18.0 s would take "
-                           "calibration past 1/8"),
+    (20.0, 1, "chain g2", "the other gammas not timed: it would save about 2.5 s (at 3.77x, "
+                          "Theorem 3.8 of the probe), less than it costs (~18.0 s: compiles "
+                          "and decodes)"),
+    # One more gamma repays its cost (12.4 s > 9.1 s), two do not: the one ranked first.
+    (100.0, 2, "chain g6", "chain g4 not timed: with it the stage would save about 12.4 s "
+                           "(at 3.77x, Theorem 3.8 of the probe), less than it costs (~18.0 s: "
+                           "compiles and decodes)"),
     (1000.0, 2, "chain g4", None)])
 def test_a_stage_runs_only_if_it_can_repay_its_compiles_within_the_calibration_budget(
         monkeypatch, remaining_s, stages, best, why):
     # The gate: the slice takes the baseline 0.2 s (20 steps of 10 ms), its compile 1 s, the
-    # bound 4x. The fake timer's first calls take 9 s and its timed ones 0.5 s: each program
-    # compiles in about 8.5 s. A stage's cost: its compiles and two decodes of the slice per
-    # program, plus the baseline's; the budget: 1/8 of the rest of the run. The probe (chain
-    # g2, 2.0 tokens per call: alpha 0.62) ranks gamma 6 before gamma 4.
-    gate = _gate(remaining_s=remaining_s, max_bound=4.0)
+    # verify of 3 tokens 1.0 step, the bound 4x. The fake timer's first calls take 9 s: each
+    # program compiles in about 8.5 s. A stage's cost: its compiles and two decodes of the slice
+    # per program, plus the baseline's; the budget: 1/8 of the rest of the run. The probe
+    # (chain g2: 18 tokens in 0.5 s, the baseline's 14 in 1 s) is 2.57x at 2.57 tokens per
+    # call: alpha 0.85, and its round (1 step) is all verify, c = 0. With the verify of 7
+    # tokens timed at 1.2 steps (1.1 for 5), Theorem 3.8 predicts gamma 6 3.77x, gamma 4 3.37x;
+    # what a stage may save: the rest of the run from 2.57x to 3.77x (0.124 of it).
+    gate = _gate(remaining_s=remaining_s, max_bound=4.0, verify_cost=1.0)
     baseline = speculation._candidate(("baseline", None, None), [_result()], 0.2, 1.2, None, 0)
     monkeypatch.setattr(speculation, "speculation_gate", lambda *a: (gate, baseline, ()))
+    widths = []
+    monkeypatch.setattr(speculation, "time_verify",
+                        lambda t, b, s, gamma, step_s: widths.append(gamma) or 1.2)
     timer = FakeTimer({("baseline", None): 1.0, ("chain", 2): 0.5, ("chain", 4): 0.4,
-                       ("chain", 6): 0.45})
+                       ("chain", 6): 0.45},
+                      tokens={("chain", g): (10, 8) for g in (2, 4, 6)})
     search = speculation.SpeculationSearch(sampling=SamplingConfig(0.0), max_decode_len=16)
     asked = []  # the tree stage (its pricing and its program: four compiles) likewise
     choice = speculation.choose_speculation(None, DRAFT, [np.zeros((2, 4))], search,
                                             timer=timer, tree_for=asked.append)
     assert len(timer.calls) == stages and choice.gate is gate
+    assert widths == ([6] if stages else [])  # the widest verify, once the probe paid
     assert choice.best.name == best
     assert len(asked) == (remaining_s == 1000.0)  # the tree's four compiles fit only there
     if why is None:
         assert choice.notes == ()
     else:
-        assert choice.notes[0].startswith(why) and why in choice.line()
+        assert choice.notes[0] == why and why in choice.line()
     if stages == 0:
         assert "-> no speculation: the probe not timed" in choice.line()
         assert json.loads(json.dumps(choice.to_json()))["notes"] == list(choice.notes)
@@ -304,6 +314,11 @@ def test_predicted_speedup_ranks_gammas_by_theorem_3_8_of_the_probe():
         assert speculation.predicted_speedup(probe, gamma, 1.3) == pytest.approx(
             theory.speedup(0.8, gamma, c, 1.3), rel=1e-9)
     assert speculation.predicted_speedup(probe, 2, 1.3) == pytest.approx(1.7)  # the probe's
+    # A verify that grows with gamma (1.3 steps for 3 tokens, 1.7 for 7) is priced per gamma.
+    growing = speculation._through({2: 1.3, 6: 1.7})
+    assert growing(4) == pytest.approx(1.5)
+    assert speculation.predicted_speedup(probe, 6, growing) == pytest.approx(
+        theory.speedup(0.8, 6, c, 1.7), rel=1e-9)
     # A slow draft (c 0.5: the probe barely paid, 1.06x) ranks the short gammas first.
     slow = dataclasses.replace(probe, speedup=2.44 / (1.3 + 2 * 0.5))
     assert speculation.predicted_speedup(slow, 4, 1.3) < speculation.predicted_speedup(slow, 2, 1.3)
