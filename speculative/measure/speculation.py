@@ -18,15 +18,13 @@ Calibration is spent only where it can pay back. When the run's length is known
 (`SpeculationSearch.run_batches`), the rest of the run at the baseline's speed is what any
 choice can save from; compiling a speculative program costs at least what the baseline's compile
 cost (it holds the target's encoder, decoder and sampling too, and the draft besides), and each
-later stage at least one compile per program it adds (the probe's, measured) and two decodes of
-the slice per program. A stage runs only if what it could save, the rest of the run from the
-best speed so far to the gate's bound (for the other gammas: to Theorem 3.8 of the probe, with
-the verify timed at the widest gamma, `predicted_speedup`), exceeds that cost, and if the cost
-keeps the calibration after the gate within 1/`CALIBRATION_SHARE` of the rest of the run at the
-baseline's speed (the slice itself is at most that share of the run): a short run (a few
-sentences at batch 1) runs the baseline without compiling any speculative program; a long one
-times every candidate; in between, as many of the other gammas as can repay, in the order the
-prediction ranks them. The choice's `notes` say what was left out and why.
+later stage at least one compile per program it adds (the probe's, measured). A stage runs only
+if the most it could save, the rest of the run from the best speed so far down to the gate's
+bound, exceeds that, and if its compiles and decodes keep the calibration after the gate within
+1/`CALIBRATION_SHARE` of the rest of the run at the baseline's speed (the slice itself is at
+most that share of the run): a short run (a few sentences at batch 1) runs the baseline without
+compiling any speculative program; a long one times every candidate. The choice's `notes` say
+which stages were left out and why.
 """
 
 from __future__ import annotations
@@ -77,7 +75,7 @@ class SpeculationSearch:
         temperature); None: 1.0, so the gate closes only where even a perfect draft would lose.
       gate: run the gate first (`speculation_gate`); False times the candidates directly.
       run_batches: the run's batches, the slice's included; with it a stage runs only if it can
-        pay back its cost (module docstring). None: unknown, every stage runs.
+        pay back its compiles (module docstring). None: unknown, every stage runs.
     """
 
     sampling: SamplingConfig
@@ -235,8 +233,8 @@ class SpeculationChoice:
       results: the best program's results for the slice's batches (the run's first results;
         not in the JSON).
       gate: stage 0's bound and costs (None when `search.gate` is False).
-      notes: the stages not timed, and why (they could not repay their cost, or would have
-        taken calibration past its budget).
+      notes: the stages not timed, and why (they could not repay their compiles, or would
+        have taken calibration past its budget).
     """
 
     best: SpeculationCandidate
@@ -444,114 +442,46 @@ def speculation_gate(target, batches: Sequence[Any], search: SpeculationSearch,
     least = gate(1.0, timed=False)
     if not (least.pays and least.fits):  # too short a run: nothing more compiles
         return least, baseline, tuple(results)
-    return gate(time_verify(target, batches, search, gamma, step_s), timed=True), baseline, \
-        tuple(results)
-
-
-def time_verify(target, batches: Sequence[Any], search: SpeculationSearch, gamma: int,
-                step_s: float) -> float:
-    """The target's extend of `gamma + 1` tokens per row at the slice's batch size, on a cache
-    of zeros, in steps of `step_s` seconds (the baseline's): one compile, then about
-    `GATE_TIMING_S` of extends (at least two), compilation subtracted."""
     num = int(np.clip(np.ceil(GATE_TIMING_S / max(step_s, 1e-9)), 2, 64))
     x = np.asarray(batches[0])
     verify = costs_lib.extend_program(
         target, x, gamma + 1, num_steps=num, seed=search.seed, zeros=True,
         cache_len=target.prefix_length(x.shape[1]) + search.max_decode_len + gamma + 2)
     verify_s = costs_lib.first_call(verify)[0]  # compilation subtracted
-    return verify_s / num / step_s if step_s > 0 else float("inf")
-
-
-def predicted_speedup(probe: SpeculationCandidate, gamma: int,
-                      verify_cost: theory.VerifyCost) -> float:
-    """Theorem 3.8 at `gamma` from a timed probe of the same kind, to decide what stage 2 times
-    and in which order (never what runs: every candidate is timed before it can be chosen).
-
-    alpha is the probe's (`theory.alpha_from_tokens` of its tokens per target call); the
-    draft's cost per drafted token c is the probe's round (tokens per target call / speedup, in
-    baseline steps) less the verify of its gamma + 1 tokens, over its gamma: the round's fixed
-    overheads are counted in c, which makes longer gammas look dearer than they are.
-    `verify_cost`: the verify's cost in baseline steps, a number or a function of gamma (as
-    `theory.speedup`'s). E.g. a gamma-2 probe at 2.44 tokens per call and 1.7x, the verify
-    1.3 steps at every gamma: alpha 0.8, c 0.07, gamma 6 2.3x, gamma 4 2.1x."""
-    g = int(probe.gamma)
-    # Tokens per call of a finished decode (each row's last round cut at EOS) lie in the
-    # Eq. (1) range; the bounds only guard the guess against an empty slice.
-    tokens = float(np.clip(probe.tokens_per_target_call, 1.0, g + 1.0))
-    alpha = theory.alpha_from_tokens(tokens, g)
-    verify_g = float(verify_cost(g)) if callable(verify_cost) else float(verify_cost)
-    c = max(tokens / max(probe.speedup, 1e-12) - verify_g, 0.0) / g
-    return float(theory.speedup(alpha, int(gamma), c, verify_cost))
-
-
-def _through(points: Dict[int, float]) -> Callable[[int], float]:
-    """The line through two `{gamma: verify cost}` points (one point: that cost everywhere)."""
-    (g0, v0), (g1, v1) = sorted(points.items())[0], sorted(points.items())[-1]
-    slope = (v1 - v0) / (g1 - g0) if g1 != g0 else 0.0
-    return lambda g: v0 + slope * (g - g0)
+    verify_cost = verify_s / num / step_s if step_s > 0 else float("inf")
+    return gate(verify_cost, timed=True), baseline, tuple(results)
 
 
 class _Budget:
     """What `choose_speculation`'s later stages may spend (module docstring): a stage runs only
-    if it can repay its cost and fits 1/`CALIBRATION_SHARE` of the rest of the run, counted
+    if it can repay its compiles and fits 1/`CALIBRATION_SHARE` of the rest of the run, counted
     from the gate's end; `notes` says which did not, and why."""
 
     def __init__(self, gate: Optional[SpeculationGate], candidates: List[SpeculationCandidate]):
         self.gate, self.candidates, self.notes = gate, candidates, []
         self.opened = time.perf_counter()
 
-    @property
-    def limited(self) -> bool:
-        """Whether stages are held to the budget (a gate and the run's length)."""
-        return self.gate is not None and self.gate.remaining_s is not None
-
-    def refusal(self, label: str, programs: int, bound: float, speedup: float,
-                predicted: bool = False) -> Optional[str]:
-        """Why a stage timing `programs` programs may not run (it cannot repay its cost, from
-        `speedup`, the best so far, to `bound`, or does not fit the budget), or None where it
-        may; always None without a gate or the run's length. `label` names what the stage
-        would time, or with a trailing '+' what it would add to a stage that may run;
-        `predicted`: `bound` is a prediction (`predicted_speedup`), not an upper bound."""
+    def allows(self, label: str, programs: int, bound: float, speedup: float) -> bool:
+        """Whether a stage compiling `programs` programs can repay them (from `speedup`, the
+        best so far, to `bound`) and fits the budget; always without a gate or the run's
+        length."""
         gate = self.gate
-        if not self.limited:
-            return None
+        if gate is None or gate.remaining_s is None:
+            return True
         compiled = [c.first_call_s - c.seconds for c in self.candidates if c.speculative]
         compile_s = programs * max(compiled + [gate.compile_s])
         cost, budget = gate.stage_cost(programs, compile_s), gate.budget_s
         saving = gate.saving(speedup, bound)
-        added = label.endswith("+")
-        head = f"{label.rstrip('+')} not timed: " + ("with it the stage" if added else "it")
-        if saving <= cost:
-            how = (f"would save about {saving:.1f} s (at {bound:.2f}x, Theorem 3.8 of the "
-                   f"probe)" if predicted else f"could save at most {saving:.1f} s")
-            return f"{head} {how}, less than it costs (~{cost:.1f} s: compiles and decodes)"
-        if time.perf_counter() - self.opened + cost > budget:
-            head += "'s" if added else "s"
-            return (f"{head} ~{cost:.1f} s would take calibration past 1/{CALIBRATION_SHARE} "
-                    f"of the rest of the run ({budget:.1f} s)")
-        return None
-
-    def allows(self, label: str, programs: int, bound: float, speedup: float) -> bool:
-        """Whether a stage compiling `programs` programs may run (`refusal`; noted if not)."""
-        why = self.refusal(label, programs, bound, speedup)
-        if why is not None:
-            self.notes.append(why)
-        return why is None
-
-    def fit(self, label: str, shapes: List[Any], bound: float, speedup: float,
-            name: Callable[[Any], str]) -> List[Any]:
-        """The longest prefix of `shapes` (the most promising first, one program each) whose
-        stage may run, repaying its cost on the way from `speedup` to the predicted `bound`;
-        what is left out is noted, with why the next one could not be added (or, where none
-        fits, why the whole stage `label` could not run)."""
-        n = next((n for n in range(len(shapes), 0, -1)
-                  if self.refusal(label, n, bound, speedup, True) is None), 0)
-        if n == 0:  # with more programs a stage only costs more: refused as well
-            self.notes.append(self.refusal(label, len(shapes), bound, speedup, True))
-        elif n < len(shapes):
-            left = ", ".join(name(s) for s in shapes[n:])
-            self.notes.append(self.refusal(left + "+", n + 1, bound, speedup, True))
-        return shapes[:n]
+        if saving <= compile_s:
+            self.notes.append(f"{label} not timed: it could save at most {saving:.1f} s, less "
+                              f"than its compiles (~{compile_s:.1f} s)")
+        elif time.perf_counter() - self.opened + cost > budget:
+            self.notes.append(f"{label} not timed: its ~{cost:.1f} s would take calibration "
+                              f"past 1/{CALIBRATION_SHARE} of the rest of the run "
+                              f"({budget:.1f} s)")
+        else:
+            return True
+        return False
 
 
 def choose_speculation(target, draft, batches: Sequence[Any], search: SpeculationSearch, *,
@@ -569,18 +499,15 @@ def choose_speculation(target, draft, batches: Sequence[Any], search: Speculatio
 
       0. the gate (`speculation_gate`, unless `search.gate` is False);
       1. the probe: each kind (chain, block) at its smallest gamma, the cheapest round;
-      2. if a probe beat the baseline by `search.min_speedup`: the other gammas, the most
-         promising first (`predicted_speedup`: Theorem 3.8 of each kind's probe);
+      2. if a probe beat the baseline by `search.min_speedup`: the other gammas;
       3. if speculation still paid and `tree_for(best)` (e.g. `acceptance.choose_tree`'s
          tree; None for the chain) names a branching tree: that tree.
 
     With the run's length known (`search.run_batches`), stages 2 and 3 also have to be able to
-    pay back their cost (`SpeculationGate.saving` from the best speed so far to the prediction
-    for stage 2, the verify timed at its widest gamma, or the gate's `perfect_bound` for a tree,
-    against one compile like the probe's and two decodes of the slice per program, four
-    programs for the tree: its pricing and its program) and keep calibration within its budget
-    (`_Budget`); the probe too must fit the budget. Stage 2 times as many of its gammas, in its
-    order, as can (`_Budget.fit`). `notes` says what was left out.
+    pay back their compiles (`SpeculationGate.saving` from the best speed so far to the gate's
+    `max_bound`, or `perfect_bound` for a tree, against one compile like the probe's per program,
+    four for the tree: its pricing and its program) and keep calibration within its budget
+    (`_Budget`); the probe too must fit the budget. `notes` says what was left out.
 
     The fastest speculative candidate runs when it beat its baseline by `search.min_speedup`,
     else the baseline. The chosen program's first-call results are the run's results for these
@@ -620,19 +547,9 @@ def choose_speculation(target, draft, batches: Sequence[Any], search: Speculatio
             results=base_results, gate=gate, notes=tuple(budget.notes))
     paid = stage(probes)
     rest = [s for s in shapes if s not in probes]
-    if paid is not None and rest:  # the most promising first, as many as can repay
-        probe = {c.kind: c for c in candidates if c.speculative}
-        verify: theory.VerifyCost = gate.verify_cost if gate else 1.0
-        if budget.limited:  # the verify's growth with gamma, from its cost at the widest
-            widest = max(g for _, g, _ in rest)
-            verify = _through({gate.gamma: gate.verify_cost, widest: time_verify(
-                target, batches, search, widest, gate.step_s)})
-        predicted = {s: predicted_speedup(probe[s[0]], s[1], verify) for s in rest}
-        rest.sort(key=lambda s: -predicted[s])
-        rest = budget.fit("the other gammas", rest, min(predicted[rest[0]], gate.max_bound)
-                          if gate else 0.0, paid.speedup, name=lambda s: f"{s[0]} g{s[1]}")
-        if rest:
-            paid = stage(rest)
+    if paid is not None and rest and budget.allows(
+            "the other gammas", len(rest), gate.max_bound if gate else 0.0, paid.speedup):
+        paid = stage(rest)
     # The tree stage compiles about four programs: its pricing (the verify at several widths,
     # the acceptance program) and the tree's own.
     tree = (tree_for(paid) if paid is not None and tree_for is not None and budget.allows(

@@ -143,37 +143,6 @@ def expected_tokens(alpha: ArrayLike, gamma: ArrayLike):
     return _out(_expected_tokens(_alpha(alpha), _gamma(gamma)))
 
 
-def alpha_from_tokens(tokens: ArrayLike, gamma: ArrayLike):
-    """The acceptance rate whose Eq. (1) is `tokens`: the inverse of `expected_tokens` in alpha.
-
-    E.g. a decode that emitted 2.44 tokens per target call at gamma = 2 had alpha = 0.8 under
-    the i.i.d. model (`expected_tokens(0.8, 2)` = 2.44). Eq. (1) rises strictly in alpha from 1
-    (alpha = 0) to gamma + 1 (alpha = 1), so the root is unique; it is found by bisection to
-    1e-12.
-
-    Args:
-      tokens: tokens per round (per target call), in [1, gamma + 1].
-      gamma: draft length(s), integers >= 1. Broadcasts with `tokens`.
-
-    Returns:
-      float for scalar inputs, else an array of the broadcast shape.
-    """
-    g = _gamma(gamma, minimum=1)
-    t = np.asarray(tokens, dtype=np.float64)
-    t, g = np.broadcast_arrays(t, g)
-    bad = ~((t >= 1.0) & (t <= g + 1.0))  # Also catches NaN.
-    if np.any(bad):
-        raise ValueError(
-            f"tokens must lie in [1, gamma + 1], got tokens={_show(t, bad)}; a round emits at "
-            "least one token (the target's) and at most gamma + 1.")
-    lo, hi = np.zeros(t.shape), np.ones(t.shape)
-    for _ in range(45):  # 2^-45 < 1e-13
-        mid = 0.5 * (lo + hi)
-        below = _expected_tokens(mid, g) < t
-        lo, hi = np.where(below, mid, lo), np.where(below, hi, mid)
-    return _out(0.5 * (lo + hi))
-
-
 def _round_yield(a: float, g: int) -> list:
     """P(a round emits k tokens), k = 1 .. g + 1, under the i.i.d. model: alpha^(k-1) (1 -
     alpha) for k <= gamma, alpha^gamma for k = gamma + 1."""

@@ -11,7 +11,6 @@ tiny random pair: its bound is Theorem 3.8 of its own measured costs, and where 
 baseline's results are the run's and no speculative program is timed.
 """
 
-import dataclasses
 import json
 import types
 
@@ -159,9 +158,8 @@ def test_the_choice_json_records_every_candidate_and_the_reused_results():
     assert saved["choice"] == "chain g2" and saved["kind"] == "chain" and saved["gamma"] == 2
     assert saved["speedup"] == pytest.approx(2.0) and saved["batch_size"] == 2
     assert saved["calibration_batches"] == 2 and saved["calibration_seconds"] >= 0
-    # In the order timed: stage 2 the most promising first (`predicted_speedup` of the probe).
     assert [(c["name"], c["stage"]) for c in saved["candidates"]] == [
-        ("baseline", 1), ("chain g2", 1), ("baseline", 2), ("chain g6", 2), ("chain g4", 2)]
+        ("baseline", 1), ("chain g2", 1), ("baseline", 2), ("chain g4", 2), ("chain g6", 2)]
     assert saved["candidates"][0]["ms_per_token"] == pytest.approx(1000 / 14)
     assert len(choice.results) == 1  # the best program's first-call results (one per call)
 
@@ -258,70 +256,38 @@ def test_the_saving_a_stage_may_hope_for():
     assert _gate(remaining_s=None).saving(1.0) == float("inf")  # the run's length unknown
 
 
-@pytest.mark.parametrize("remaining_s, stages, best, why", [
-    (10.0, 0, "baseline", "the probe not timed: its ~1.6 s would take calibration past 1/8 "
-                          "of the rest of the run (1.2 s)"),
-    (20.0, 1, "chain g2", "the other gammas not timed: it would save about 2.5 s (at 3.77x, "
-                          "Theorem 3.8 of the probe), less than it costs (~18.0 s: compiles "
-                          "and decodes)"),
-    # One more gamma repays its cost (12.4 s > 9.1 s), two do not: the one ranked first.
-    (100.0, 2, "chain g6", "chain g4 not timed: with it the stage would save about 12.4 s "
-                           "(at 3.77x, Theorem 3.8 of the probe), less than it costs (~18.0 s: "
-                           "compiles and decodes)"),
-    (1000.0, 2, "chain g4", None)])
+@pytest.mark.parametrize("remaining_s, stages, why", [
+    (10.0, 0, "the probe not timed: its ~1.6 s would take calibration past 1/8 of the rest of "
+              "the run (1.2 s)"),
+    (20.0, 1, "the other gammas not timed: it could save at most 5.0 s, less than its "
+              "compiles (~17.0 s)"),
+    (100.0, 1, "the other gammas not timed: its ~18.0 s would take calibration past 1/8"),
+    (1000.0, 2, None)])
 def test_a_stage_runs_only_if_it_can_repay_its_compiles_within_the_calibration_budget(
-        monkeypatch, remaining_s, stages, best, why):
+        monkeypatch, remaining_s, stages, why):
     # The gate: the slice takes the baseline 0.2 s (20 steps of 10 ms), its compile 1 s, the
-    # verify of 3 tokens 1.0 step, the bound 4x. The fake timer's first calls take 9 s: each
-    # program compiles in about 8.5 s. A stage's cost: its compiles and two decodes of the slice
-    # per program, plus the baseline's; the budget: 1/8 of the rest of the run. The probe
-    # (chain g2: 18 tokens in 0.5 s, the baseline's 14 in 1 s) is 2.57x at 2.57 tokens per
-    # call: alpha 0.85, and its round (1 step) is all verify, c = 0. With the verify of 7
-    # tokens timed at 1.2 steps (1.1 for 5), Theorem 3.8 predicts gamma 6 3.77x, gamma 4 3.37x;
-    # what a stage may save: the rest of the run from 2.57x to 3.77x (0.124 of it).
-    gate = _gate(remaining_s=remaining_s, max_bound=4.0, verify_cost=1.0)
+    # bound 4x. The fake timer's first calls take 9 s and its timed ones 0.5 s: each program
+    # compiles in about 8.5 s. A stage's cost: its compiles and two decodes of the slice per
+    # program, plus the baseline's; the budget: 1/8 of the rest of the run.
+    gate = _gate(remaining_s=remaining_s, max_bound=4.0)
     baseline = speculation._candidate(("baseline", None, None), [_result()], 0.2, 1.2, None, 0)
     monkeypatch.setattr(speculation, "speculation_gate", lambda *a: (gate, baseline, ()))
-    widths = []
-    monkeypatch.setattr(speculation, "time_verify",
-                        lambda t, b, s, gamma, step_s: widths.append(gamma) or 1.2)
     timer = FakeTimer({("baseline", None): 1.0, ("chain", 2): 0.5, ("chain", 4): 0.4,
-                       ("chain", 6): 0.45},
-                      tokens={("chain", g): (10, 8) for g in (2, 4, 6)})
+                       ("chain", 6): 0.45})
     search = speculation.SpeculationSearch(sampling=SamplingConfig(0.0), max_decode_len=16)
     asked = []  # the tree stage (its pricing and its program: four compiles) likewise
     choice = speculation.choose_speculation(None, DRAFT, [np.zeros((2, 4))], search,
                                             timer=timer, tree_for=asked.append)
     assert len(timer.calls) == stages and choice.gate is gate
-    assert widths == ([6] if stages else [])  # the widest verify, once the probe paid
-    assert choice.best.name == best
-    assert len(asked) == (remaining_s == 1000.0)  # the tree's four compiles fit only there
+    assert choice.best.name == ["baseline", "chain g2", "chain g4"][stages]
+    assert len(asked) == (stages == 2)
     if why is None:
         assert choice.notes == ()
     else:
-        assert choice.notes[0] == why and why in choice.line()
+        assert choice.notes[0].startswith(why) and why in choice.line()
     if stages == 0:
         assert "-> no speculation: the probe not timed" in choice.line()
         assert json.loads(json.dumps(choice.to_json()))["notes"] == list(choice.notes)
-
-
-def test_predicted_speedup_ranks_gammas_by_theorem_3_8_of_the_probe():
-    # A gamma-2 probe at 2.44 tokens per call (alpha 0.8) and 1.7x; the verify 1.3 steps: its
-    # round is 2.44 / 1.7 = 1.435 steps, so the draft costs c = (1.435 - 1.3) / 2 per token.
-    probe = speculation.SpeculationCandidate("chain", 2, None, 1.0, 2.0, 244, 1.7, 2.44)
-    c = (2.44 / 1.7 - 1.3) / 2
-    for gamma in (2, 4, 6):
-        assert speculation.predicted_speedup(probe, gamma, 1.3) == pytest.approx(
-            theory.speedup(0.8, gamma, c, 1.3), rel=1e-9)
-    assert speculation.predicted_speedup(probe, 2, 1.3) == pytest.approx(1.7)  # the probe's
-    # A verify that grows with gamma (1.3 steps for 3 tokens, 1.7 for 7) is priced per gamma.
-    growing = speculation._through({2: 1.3, 6: 1.7})
-    assert growing(4) == pytest.approx(1.5)
-    assert speculation.predicted_speedup(probe, 6, growing) == pytest.approx(
-        theory.speedup(0.8, 6, c, 1.7), rel=1e-9)
-    # A slow draft (c 0.5: the probe barely paid, 1.06x) ranks the short gammas first.
-    slow = dataclasses.replace(probe, speedup=2.44 / (1.3 + 2 * 0.5))
-    assert speculation.predicted_speedup(slow, 4, 1.3) < speculation.predicted_speedup(slow, 2, 1.3)
 
 
 @pytest.mark.parametrize("run_batches", [0, 2.5, True])

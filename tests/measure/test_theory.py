@@ -174,26 +174,6 @@ def test_expected_tokens_limits():
     assert theory.expected_tokens(0.9, 2000) == pytest.approx(10.0)
 
 
-def test_alpha_from_tokens_inverts_eq_1():
-    alphas = np.array([[0.0], [0.31], [0.8], [0.97], [1.0]])
-    gammas = np.array([1, 2, 7])
-    tokens = theory.expected_tokens(alphas, gammas)
-    np.testing.assert_allclose(theory.alpha_from_tokens(tokens, gammas),
-                               np.broadcast_to(alphas, tokens.shape), atol=1e-10)
-    assert theory.alpha_from_tokens(2.44, 2) == pytest.approx(0.8, abs=1e-12)
-    assert theory.alpha_from_tokens(1.0, 5) == pytest.approx(0.0, abs=1e-12)  # nothing accepted
-    assert theory.alpha_from_tokens(8.0, 7) == pytest.approx(1.0, abs=1e-12)  # all accepted
-
-
-@pytest.mark.parametrize("tokens, gamma, match", [
-    (0.9, 2, r"tokens must lie in \[1, gamma \+ 1\], got tokens=0.9"),
-    (3.5, 2, r"got tokens=3.5"), (float("nan"), 2, "got tokens=nan"),
-    (2.0, 0, "gamma must be an integer >= 1")])
-def test_alpha_from_tokens_refuses_what_no_round_emits(tokens, gamma, match):
-    with pytest.raises(ValueError, match=match):
-        theory.alpha_from_tokens(tokens, gamma)
-
-
 def test_memory_access_factor_is_eq1():
     assert theory.memory_access_factor(0.8, 5) == pytest.approx(3.68928)
     assert theory.memory_access_factor(0.0, 5) == 1.0
