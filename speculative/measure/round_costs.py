@@ -71,8 +71,13 @@ def proposals(target, drafter, inputs, rng, *, verifier, num_steps, max_decode_l
         calls = jnp.mean(jnp.asarray(proposal.draft_calls, jnp.float32))
         return acc + jnp.sum(proposal.q) + jnp.sum(proposal.tokens), calls, _same_shapes(out, st)
 
+    # Every program starts from the sum of the start states: without it, the start alone
+    # (num_steps 0, the baseline subtracted) would compile to nothing (its states unused) and
+    # the prefill and the draft's init would be counted in the proposals, 1/num_steps each.
+    keep = sum(jnp.sum(jnp.asarray(leaf, jnp.float32))
+               for leaf in jax.tree_util.tree_leaves((tstate, state)))
     zero = jnp.zeros((), jnp.float32)
-    return jax.lax.fori_loop(0, num_steps, body, (zero, zero, state))[:2]
+    return jax.lax.fori_loop(0, num_steps, body, (keep, zero, state))[:2]
 
 
 def _same_shapes(new, old):
