@@ -54,3 +54,20 @@ def test_proposals_run_each_drafter_including_a_tree_whose_state_grows_per_path(
                                            verifier=verifiers.GreedyVerifier(), num_steps=3,
                                            max_decode_len=6)
         assert np.isfinite(float(acc)) and float(calls) == 2.0
+
+
+def test_the_start_alone_computes_the_start_that_the_proposals_read():
+    # c_round is (start + proposals - start alone) / round_steps: the start alone must still
+    # run the target's prefill and the draft's init. A NaN in the target's weights reaches its
+    # states, so it must reach the start-alone result too (it read 0.0 when the unused start
+    # was compiled away, and c_round counted the prefill 1/round_steps per proposal).
+    _, target, draft = td.aware_pair()
+    broken = target.replace(params=jax.tree_util.tree_map(
+        lambda a: np.full(np.shape(a), np.nan, np.asarray(a).dtype), target.params))
+    chain = drafters.TargetAwareDrafter(draft, 2)
+    kw = dict(verifier=verifiers.GreedyVerifier(), max_decode_len=6)
+    inputs, rng = td.prompts([3, 4], 5), jax.random.PRNGKey(0)
+    assert np.isfinite(float(round_costs.proposals(target, chain, inputs, rng, num_steps=0,
+                                                   **kw)[0]))
+    assert np.isnan(float(round_costs.proposals(broken, chain, inputs, rng, num_steps=0,
+                                                **kw)[0]))
