@@ -1,7 +1,10 @@
 """Shared fixtures: tiny T5 configs that compile in seconds on 2 CPU cores (the helpers
 behind them live in tests/helpers)."""
 
+import atexit
 import os
+import shutil
+import tempfile
 
 # The suite runs in two worker processes (pytest.ini); on a GPU each would otherwise reserve
 # most of its memory.
@@ -19,6 +22,23 @@ import pytest  # pylint: disable=g-import-not-at-top,wrong-import-position
 if os.environ.get("SPECULATIVE_TEST_XLA_OPTIMIZE") != "1":
     os.environ["JAX_DISABLE_MOST_OPTIMIZATIONS"] = "1"
     jax.config.update("jax_disable_most_optimizations", True)
+
+# Many tests compile the same programs (the tiny pairs' decode loops, the bundled pairs') in
+# both workers and in the scripts they run: XLA's persistent compilation cache, in a directory
+# of this run only (made by the first process, inherited by the workers and the subprocesses,
+# removed at its exit), compiles each once. Results do not depend on it; a directory given in
+# JAX_COMPILATION_CACHE_DIR is used as it is (and kept).
+if not os.environ.get("JAX_COMPILATION_CACHE_DIR"):
+    _CACHE = tempfile.mkdtemp(prefix="speculative-tests-xla-")
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = _CACHE
+    atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
+jax.config.update("jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE_DIR"])
+jax.config.update("jax_persistent_cache_min_compile_time_secs",
+                  float(os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"]))
+jax.config.update("jax_persistent_cache_min_entry_size_bytes",
+                  int(os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"]))
 
 from tests.helpers import TINY_CODE_PATHS, load_script, tiny_config  # noqa: E402
 
