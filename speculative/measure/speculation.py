@@ -518,14 +518,19 @@ def choose_speculation(target, draft, batches: Sequence[Any], search: Speculatio
     start = time.perf_counter()
     shapes = [(k, g, None) for k, g in speculation_candidates(draft, search)]
     gate = None
+
+    def baseline_only(notes=()) -> SpeculationChoice:
+        """The gate's baseline runs (its decode of the slice is the run's), nothing timed."""
+        return SpeculationChoice(
+            best=baseline, candidates=(baseline,), batch_size=int(np.shape(batches[0])[0]),
+            batches=len(batches), repeats=0, seconds=time.perf_counter() - start,
+            results=base_results, gate=gate, notes=tuple(notes))
+
     if search.gate and shapes:
         gate, baseline, base_results = speculation_gate(target, batches, search,
                                                         [g for _, g, _ in shapes])
         if not gate.open:
-            return SpeculationChoice(
-                best=baseline, candidates=(baseline,), batch_size=int(np.shape(batches[0])[0]),
-                batches=len(batches), repeats=0, seconds=time.perf_counter() - start,
-                results=base_results, gate=gate)
+            return baseline_only()
     probes = [s for i, s in enumerate(shapes) if all(s[0] != t[0] for t in shapes[:i])]
     candidates, results, stages = [], {}, []
     budget = _Budget(gate, candidates)
@@ -541,10 +546,7 @@ def choose_speculation(target, draft, batches: Sequence[Any], search: Speculatio
         return best if best.speedup >= search.min_speedup else None
 
     if gate is not None and not budget.allows("the probe", len(probes), gate.max_bound, 1.0):
-        return SpeculationChoice(
-            best=baseline, candidates=(baseline,), batch_size=int(np.shape(batches[0])[0]),
-            batches=len(batches), repeats=0, seconds=time.perf_counter() - start,
-            results=base_results, gate=gate, notes=tuple(budget.notes))
+        return baseline_only(budget.notes)
     paid = stage(probes)
     rest = [s for s in shapes if s not in probes]
     if paid is not None and rest and budget.allows(
