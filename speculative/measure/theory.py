@@ -427,7 +427,7 @@ def oracle_gain_over_fixed(
 
 
 # ----------------------------------------------------------------------------------------------
-# Token trees (speculative/trees.py): b_k children per node at depth k.
+# Token trees (speculative/decode/trees.py): b_k children per node at depth k.
 
 
 def _rank_rates(rank_accept) -> np.ndarray:

@@ -1,5 +1,6 @@
-"""T5 modules as `DecodeModel`s (speculative/contract.py): the adapters the decode loops drive.
-The factory that makes them from a config and a checkpoint is `checkpoints.factory.load_model`.
+"""T5 modules as `DecodeModel`s (speculative/decode/contract.py): the adapters the decode loops
+drive. The factory that makes them from a config and a checkpoint is
+`checkpoints.factory.load_model`.
 
     target = EncoderDecoderModel(t5.Transformer(config), params)    # inputs: encoder tokens
     lm = DecoderOnlyModel(t5.DecoderOnly(config), params)           # inputs: prompts

@@ -15,11 +15,11 @@ estimate).
 A run warm-starts from a trained feature draft (`block_draft.from_feature_draft`: its
 parameters, the placeholder stream's layers as copies of its own, fresh placeholders) and by
 default trains the placeholder stream only (`freeze_feature_draft`), so q_1 stays the feature
-draft's. It uses T5X's Adafactor with warmup and cosine decay (the
-project's recipe, `trainer.make_optimizer`), saves `model_dir/train_state.msgpack` every
-`checkpoint_every` steps (atomically) and resumes from it with the same data order; a finished
-run writes `params.msgpack` (float32). The cost of a step is about G times a plain forward of
-its real tokens: `batch_tokens` counts real tokens.
+draft's. The optimizer and the resumable loop are the feature draft's
+(`feature_training.optimizer_for`, `feature_training.run`: T5X's Adafactor with warmup and
+cosine decay; the state saved atomically every `checkpoint_every` steps, a run resumed with the
+same data order, `params.msgpack` (float32) at the end). The cost of a step is about G times
+a plain forward of its real tokens: `batch_tokens` counts real tokens.
 
 Shape legend: B batch, L length, G gamma, V vocab, k top-k.
 """
@@ -27,25 +27,19 @@ Shape legend: B batch, L length, G gamma, V vocab, k top-k.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
-import time
-from typing import Any, Callable, Dict, Iterator, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import flax
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 from absl import logging
 
-from speculative import files
 from speculative.models import block_draft as bd
-from speculative.training import feature_data, feature_training, trainer
-from speculative.training.config import TrainConfig
+from speculative.training import feature_data, feature_training
 
 Array = jax.Array
-EVAL_EPOCH = 2**31 - 1  # the seed of the held-out batches' (irrelevant) order
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,7 +53,7 @@ class BlockTrainConfig:
         forward holds gamma times as many rows.
       buckets: padded lengths (source and output share one).
       objective: as `FeatureTrainConfig.objective` ('kl', 'tv', 'ce' joined by '+').
-      optimizer, learning_rate, warmup_steps: `trainer.make_optimizer`'s; cosine decay to 10%.
+      optimizer, learning_rate, warmup_steps: `feature_training.optimizer_for`'s.
       checkpoint_every: steps between saved states (and held-out evaluations).
       max_shards: the first shards of the cache only (None = all complete ones).
       extra_caches: more caches of the same target (e.g. sampled translations) for training.
@@ -105,13 +99,6 @@ def depth_metrics(logits: Array, top_ids: Array, top_probs: Array, weights: Arra
     return out
 
 
-def _optimizer(config: BlockTrainConfig) -> optax.GradientTransformation:
-    return trainer.make_optimizer(TrainConfig(
-        steps=config.steps, learning_rate=config.learning_rate,
-        warmup_steps=config.warmup_steps, optimizer=config.optimizer, decay="cosine",
-        final_lr_fraction=0.1, grad_clip=1.0))
-
-
 def step_fns(module: bd.BlockDraft, optimizer, config: BlockTrainConfig):
     """(train_step(params, opt_state, batch), eval_step(params, batch)), both jitted."""
     hot = module.config.hot_ids
@@ -150,53 +137,6 @@ def step_fns(module: bd.BlockDraft, optimizer, config: BlockTrainConfig):
     return train_step, eval_step
 
 
-# ------------------------------------------------------------------------------------ the data
-
-def _batches(corpus: feature_training.Corpus, config: BlockTrainConfig, rows: np.ndarray,
-             epoch: int, skip: int = 0) -> Iterator[Dict[str, np.ndarray]]:
-    """One shuffled pass (epoch `epoch`, seeded) over `rows`, bucketed by length, from its
-    batch `skip` on (skipped batches are not built: a resumed run starts at once)."""
-    rng = np.random.default_rng([config.seed, epoch])
-    plan = corpus.plan(config, rows, rng)
-    for k in rng.permutation(len(plan))[skip:]:
-        idx, length, per = plan[k]
-        yield corpus.batch(idx, length, per)
-
-
-def evaluate(eval_step, params, corpus, rows, config: BlockTrainConfig) -> Dict[str, float]:
-    """Metrics over `rows` (token-weighted means of the batches)."""
-    totals, count = {}, 0.0
-    for batch in _batches(corpus, config, rows, epoch=EVAL_EPOCH):
-        _, metrics = eval_step(params, batch)
-        n = float(np.sum(batch["weights"]))
-        for k, v in jax.device_get(metrics).items():
-            totals[k] = totals.get(k, 0.0) + float(v) * n
-        count += n
-    return {k: v / count for k, v in totals.items()}
-
-
-def load_corpus(cache_dir: str, config: BlockTrainConfig,
-                feature_layers: Tuple[int, ...]) -> feature_training.Corpus:
-    """The cache's sentences with the feature columns of `feature_layers` (checked against
-    the manifest)."""
-    manifest = feature_data.read_manifest(cache_dir)
-    if not set(feature_layers) <= set(manifest["feature_layers"]):
-        raise ValueError(f"The draft reads target layers {feature_layers}; the cache in "
-                         f"{cache_dir} holds {manifest['feature_layers']}.")
-    corpus = feature_training.Corpus.load(cache_dir, config.max_shards, config.extra_caches)
-    cached = list(manifest["feature_layers"])
-    if list(feature_layers) != cached:
-        width = manifest["emb_dim"]
-        corpus.feat = np.concatenate(
-            [corpus.feat[:, cached.index(i) * width:(cached.index(i) + 1) * width]
-             for i in feature_layers], axis=1) if feature_layers else corpus.feat[:, :0]
-    longest = int(np.max(np.maximum(corpus.src_len, corpus.out_len)))
-    if longest > config.buckets[-1]:
-        raise ValueError(f"The cache holds sentences of {longest} tokens, more than the largest "
-                         f"bucket {config.buckets[-1]}; add a bucket of at least {longest}.")
-    return corpus
-
-
 # ------------------------------------------------------------------------------------ the run
 
 def train(*, module: bd.BlockDraft, config: BlockTrainConfig, cache_dir: str, model_dir: str,
@@ -207,91 +147,38 @@ def train(*, module: bd.BlockDraft, config: BlockTrainConfig, cache_dir: str, mo
     `init_params()` gives the starting parameters (e.g. `bd.from_feature_draft` of a trained
     feature draft; on a resumed run, the template the saved state is read into).
     Writes `model_dir/train_config.json`, `metrics.jsonl`, `train_state.msgpack` (resumable)
-    and, at the end, `params.msgpack` (float32). `stop_at` ends this call after that step.
-    Returns {step, seconds, valid, done}. Long, as `feature_training.train`'s loop was before
-    it was split: the resumable loop (restore, step, evaluate, checkpoint) reads best whole;
-    splitting it is the next clean-up."""
+    and, at the end, `params.msgpack` (float32): the loop is `feature_training.run`, the
+    feature draft's own (`log` gets its line at each checkpoint). `stop_at` ends this call
+    after that step. Returns {step, seconds,
+    valid, done}."""
     if config.gamma > module.max_gamma:
         raise ValueError(f"gamma={config.gamma} exceeds the draft's max_gamma "
                          f"{module.max_gamma}.")
-    manifest = feature_data.read_manifest(cache_dir)
-    if module.config.target_emb_dim != manifest["emb_dim"]:
-        raise ValueError(f"target_emb_dim={module.config.target_emb_dim} but the cached target "
-                         f"has width {manifest['emb_dim']}.")
+    feature_training.check_cache_fits(module.config, cache_dir,
+                                      feature_data.read_manifest(cache_dir))
     os.makedirs(model_dir, exist_ok=True)
-    settings = json.loads(json.dumps(dict(
+    feature_training.write_or_check_settings(model_dir, dict(
         draft=dataclasses.asdict(module.config), max_gamma=module.max_gamma,
-        train=dataclasses.asdict(config), cache_dir=os.path.abspath(cache_dir))))
-    settings_path = os.path.join(model_dir, "train_config.json")
-    if os.path.exists(settings_path):
-        with open(settings_path) as f:
-            old = json.load(f)
-        if old != settings:
-            diff = {k: (old.get(k), v) for k, v in settings.items() if old.get(k) != v}
-            raise ValueError(f"{model_dir} holds a run with other settings; pass another "
-                             f"model_dir. Differences: {diff}")
-    else:
-        files.write_atomic(settings_path, json.dumps(settings, indent=1).encode())
-
-    corpus = load_corpus(cache_dir, config, module.config.feature_layers)
+        train=dataclasses.asdict(config), cache_dir=os.path.abspath(cache_dir)),
+        dict(train=BlockTrainConfig, draft=type(module.config)))
+    corpus = feature_training.load_corpus(cache_dir, config, module.config.feature_layers)
     main = len(corpus) - corpus.num_extra
     train_rows, valid_rows = corpus.split(min(config.valid_sentences, main - 1) / main)
     logging.info("block training: %d train / %d valid sentences", len(train_rows),
                  len(valid_rows))
-    optimizer = _optimizer(config)
-    params = init_params()
-    opt_state = optimizer.init(params)
-    step, seconds = 0, 0.0
-    state_path = os.path.join(model_dir, "train_state.msgpack")
-    if os.path.exists(state_path):
-        with open(state_path, "rb") as f:
-            restored = flax.serialization.from_bytes(
-                {"params": params, "opt_state": opt_state, "step": 0, "seconds": 0.0}, f.read())
-        params, opt_state = restored["params"], restored["opt_state"]
-        step, seconds = int(restored["step"]), float(restored["seconds"])
-        log(f"{model_dir}: resumed at step {step}")
+    optimizer = feature_training.optimizer_for(config)
     train_step, eval_step = step_fns(module, optimizer, config)
 
-    # Resuming replays the data order deterministically: the epoch and the batch within it.
-    per_epoch = len(corpus.plan(config, train_rows))
-    epoch, skip = divmod(step, per_epoch)
-    it = _batches(corpus, config, train_rows, epoch, skip)
-    metrics_path = os.path.join(model_dir, "metrics.jsonl")
-    window, start, valid = [], time.time(), None
-    last = config.steps if stop_at is None else min(stop_at, config.steps)
-    while step < last:
-        try:
-            batch = next(it)
-        except StopIteration:
-            epoch += 1
-            it = _batches(corpus, config, train_rows, epoch)
-            continue
-        params, opt_state, _, metrics = train_step(params, opt_state, batch)
-        step += 1
-        window.append(metrics)
-        if step % config.checkpoint_every == 0 or step == last:
-            window = jax.device_get(window)
-            seconds += time.time() - start
-            valid = evaluate(eval_step, params, corpus, valid_rows, config)
-            row = {"step": step, "seconds": round(seconds, 1),
-                   "train": {k: float(np.mean([m[k] for m in window])) for k in window[0]},
-                   "valid": valid}
-            window = []
-            with open(metrics_path, "a") as f:
-                f.write(json.dumps(row) + "\n")
-            files.write_atomic(state_path, flax.serialization.to_bytes(
-                {"params": params, "opt_state": opt_state, "step": step, "seconds": seconds}))
-            depths = " ".join(f"{valid[f'top1_d{d}']:.2f}/{valid[f'accept_d{d}']:.2f}"
-                              for d in range(1, config.gamma + 1))
-            log(f"{model_dir}: step {step}/{config.steps} {seconds:.0f}s train kl "
-                f"{row['train']['kl']:.3f} tv {row['train']['tv']:.3f} | valid kl "
+    def describe(train_means, valid):
+        depths = " ".join(f"{valid[f'top1_d{d}']:.2f}/{valid[f'accept_d{d}']:.2f}"
+                          for d in range(1, config.gamma + 1))
+        return (f"train kl {train_means['kl']:.3f} tv {train_means['tv']:.3f} | valid kl "
                 f"{valid['kl']:.3f} top1/accept per depth {depths}")
-            start = time.time()
-    done = step == config.steps
-    if done:
-        files.write_atomic(os.path.join(model_dir, "params.msgpack"),
-                           flax.serialization.to_bytes(params))
-    return {"step": step, "seconds": seconds, "valid": valid, "done": done}
+
+    return feature_training.run(
+        model_dir=model_dir, config=config, corpus=corpus, train_rows=train_rows,
+        valid_rows=valid_rows, params=init_params(), optimizer=optimizer,
+        train_step=train_step, eval_step=eval_step, stop_at=stop_at, describe=describe, log=log)
 
 
 def load_params(model_dir: str, module: bd.BlockDraft) -> Any:

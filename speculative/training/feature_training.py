@@ -22,10 +22,11 @@ Shape legend: B batch, L length, E embed, F feature width, k top-k, V vocab.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import time
-from typing import Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import flax
 import jax
@@ -212,11 +213,13 @@ class Corpus:
         return plan
 
     def batches(self, config: FeatureTrainConfig, rng: np.random.Generator,
-                rows: Optional[np.ndarray] = None) -> Iterator[Dict[str, np.ndarray]]:
-        """One shuffled pass over `rows` (default: all), bucketed by length."""
+                rows: Optional[np.ndarray] = None,
+                skip: int = 0) -> Iterator[Dict[str, np.ndarray]]:
+        """One shuffled pass over `rows` (default: all), bucketed by length, from its batch
+        `skip` on (the skipped batches are not built: a resumed run starts at once)."""
         rows = np.arange(len(self)) if rows is None else np.asarray(rows)
         plan = self.plan(config, rows, rng)
-        for k in rng.permutation(len(plan)):
+        for k in rng.permutation(len(plan))[skip:]:
             idx, length, per = plan[k]
             yield self.batch(idx, length, per)
 
@@ -274,10 +277,12 @@ def losses(logits: Array, top_ids: Array, top_probs: Array, weights: Array,
 
 # ------------------------------------------------------------------------------------ the trainer
 
-def _optimizer(config: FeatureTrainConfig) -> optax.GradientTransformation:
-    """The project's optimizer recipe (`trainer.make_optimizer`): T5X's Adafactor, whose
-    updates are relative to each parameter's scale, so the N(0, 1) embedding (which is also the
-    output layer) learns as fast as the kernels; plain Adam moves it ~100x too slowly."""
+def optimizer_for(config) -> optax.GradientTransformation:
+    """The optimizer of a feature-cache run (`FeatureTrainConfig`, `BlockTrainConfig`): the
+    project's recipe (`trainer.make_optimizer`), T5X's Adafactor, whose updates are relative to
+    each parameter's scale, so the N(0, 1) embedding (which is also the output layer) learns as
+    fast as the kernels (plain Adam moves it ~100x too slowly), with linear warmup, cosine decay
+    to 10% and global-norm clipping 1."""
     return trainer.make_optimizer(TrainConfig(
         steps=config.steps, learning_rate=config.learning_rate,
         warmup_steps=config.warmup_steps, optimizer=config.optimizer, decay="cosine",
@@ -326,69 +331,91 @@ def train(*, draft_config: fd.FeatureDraftConfig, config: FeatureTrainConfig, ca
     Writes `model_dir/train_config.json`, `metrics.jsonl`, `train_state.msgpack` (resumable)
     and, at the end, `params.msgpack` (float32). A held-out `valid_fraction` of the sentences
     (the last ones) is scored every checkpoint. `stop_at` ends this call after that step (a
-    piece of the run; call again to go on). Returns the final metrics."""
+    piece of the run; call again to go on). Returns the final metrics (`run`)."""
     manifest = feature_data.read_manifest(cache_dir)
     _check_setup(draft_config, config, cache_dir, manifest, target)
     os.makedirs(model_dir, exist_ok=True)
-    _check_or_write_settings(draft_config, config, cache_dir, model_dir, valid_fraction)
-    corpus = _load_corpus(draft_config, config, cache_dir, manifest)
+    write_or_check_settings(model_dir, dict(
+        draft=dataclasses.asdict(draft_config), train=dataclasses.asdict(config),
+        cache_dir=os.path.abspath(cache_dir), valid_fraction=valid_fraction),
+        dict(train=FeatureTrainConfig, draft=fd.FeatureDraftConfig))
+    corpus = load_corpus(cache_dir, config, draft_config.feature_layers)
     train_rows, valid_rows = corpus.split(valid_fraction)
     logging.info("feature training: %d train / %d valid sentences", len(train_rows),
                  len(valid_rows))
 
     module = fd.FeatureDraft(draft_config)
-    optimizer = _optimizer(config)
+    optimizer = optimizer_for(config)
     params = (load_params(config.init_from, draft_config) if config.init_from
               else fd.init_params(module, jax.random.PRNGKey(config.seed)))
     if draft_config.target_head:
         params = fd.with_target_head(draft_config, params, target.params,
                                      target.module.config)
-    state_path = os.path.join(model_dir, "train_state.msgpack")
-    params, opt_state, step, seconds = _restore(state_path, params, optimizer.init(params))
     train_step, eval_step = _step_fns(module, optimizer, config)
 
-    def batches_from(epoch):
-        return corpus.batches(config, np.random.default_rng([config.seed, epoch]), train_rows)
+    def describe(train_means, valid):
+        return (f"train kl {train_means['kl']:.3f} top1 {train_means['top1']:.3f} | valid "
+                + " ".join(f"{k} {v:.3f}" for k, v in valid.items()))
 
-    # Resuming replays the data order deterministically: epoch and position within it.
+    return run(model_dir=model_dir, config=config, corpus=corpus, train_rows=train_rows,
+               valid_rows=valid_rows, params=params, optimizer=optimizer,
+               train_step=train_step, eval_step=eval_step, stop_at=stop_at, describe=describe)
+
+
+# ------------------------------------------------------------------- the loop both trainers run
+
+def run(*, model_dir: str, config, corpus: Corpus, train_rows: np.ndarray,
+        valid_rows: np.ndarray, params: Any, optimizer: optax.GradientTransformation,
+        train_step: Callable, eval_step: Callable, stop_at: Optional[int] = None,
+        describe: Callable[[Dict[str, float], Dict[str, float]], str],
+        log: Callable[[str], None] = functools.partial(print, flush=True)) -> dict:
+    """The resumable loop of a feature-cache run (`train`, `block_training.train`).
+
+    Restores `model_dir/train_state.msgpack` if there is one (else starts from `params`),
+    replays the data order to the step it stopped at (epoch `step // batches per epoch`, seeded
+    with `config.seed`; the skipped batches are not built), runs `train_step(params, opt_state,
+    batch) -> (params, opt_state, loss, metrics)` up to `config.steps` (or `stop_at`), and every
+    `config.checkpoint_every` steps and at the last: scores `valid_rows` (`evaluate`), appends
+    a row to `metrics.jsonl`, `log`s `describe(train means, valid)` and saves the state
+    atomically. A finished run writes `params.msgpack` (float32).
+    Returns {step, seconds, valid, done}."""
+    state_path = os.path.join(model_dir, "train_state.msgpack")
+    params, opt_state, step, seconds = _restore(state_path, params, optimizer.init(params))
     per_epoch = len(corpus.plan(config, train_rows))
     epoch, skip = divmod(step, per_epoch)
-    it = batches_from(epoch)
-    for _ in range(skip):
-        next(it)
+    it = corpus.batches(config, np.random.default_rng([config.seed, epoch]), train_rows, skip)
     metrics_path = os.path.join(model_dir, "metrics.jsonl")
-    window, start = [], time.time()
-    valid = None
+    window, start, valid = [], time.time(), None
     last = config.steps if stop_at is None else min(stop_at, config.steps)
     while step < last:
         try:
             batch = next(it)
         except StopIteration:
             epoch += 1
-            it = batches_from(epoch)
+            it = corpus.batches(config, np.random.default_rng([config.seed, epoch]), train_rows)
             continue
-        params, opt_state, loss, metrics = train_step(params, opt_state, batch)
+        params, opt_state, _, metrics = train_step(params, opt_state, batch)
         step += 1
-        window.append(jax.device_get(metrics))
+        window.append(metrics)  # fetched at the checkpoint: the steps run ahead meanwhile
         if step % config.checkpoint_every == 0 or step == last:
+            window = jax.device_get(window)
             seconds += time.time() - start
-            start = time.time()
             valid = evaluate(eval_step, params, corpus, valid_rows, config)
-            row = {"step": step, "seconds": round(seconds, 1),
-                   "train": {k: float(np.mean([m[k] for m in window])) for k in window[0]},
-                   "valid": valid}
+            means = {k: float(np.mean([m[k] for m in window])) for k in window[0]}
             window = []
             with open(metrics_path, "a") as f:
-                f.write(json.dumps(row) + "\n")
-            print(f"{model_dir}: step {step}/{config.steps} {seconds:.0f}s train kl "
-                  f"{row['train']['kl']:.3f} top1 {row['train']['top1']:.3f} | valid "
-                  + " ".join(f"{k} {v:.3f}" for k, v in valid.items()), flush=True)
+                f.write(json.dumps({"step": step, "seconds": round(seconds, 1), "train": means,
+                                    "valid": valid}) + "\n")
             files.write_atomic(state_path, flax.serialization.to_bytes(
                 {"params": params, "opt_state": opt_state, "step": step, "seconds": seconds}))
-    if step == config.steps:
+            log(f"{model_dir}: step {step}/{config.steps} {seconds:.0f}s "
+                f"{describe(means, valid)}")
+            start = time.time()
+    done = step == config.steps
+    if done:
         files.write_atomic(os.path.join(model_dir, "params.msgpack"),
                            flax.serialization.to_bytes(params))
-    return {"step": step, "seconds": seconds, "valid": valid, "done": step == config.steps}
+    return {"step": step, "seconds": seconds, "valid": valid, "done": done}
 
 
 def _restore(state_path: str, params, opt_state):
@@ -416,12 +443,7 @@ def _check_setup(draft_config: fd.FeatureDraftConfig, config: FeatureTrainConfig
             raise ValueError(f"extra_caches: {extra} was written with other settings than "
                              f"{cache_dir} (main, extra: {diff}); build it with the same "
                              "target, feature layers and top_k.")
-    if not set(draft_config.feature_layers) <= set(manifest["feature_layers"]):
-        raise ValueError(f"The draft reads target layers {draft_config.feature_layers}; the "
-                         f"cache in {cache_dir} holds {manifest['feature_layers']}.")
-    if draft_config.target_emb_dim != manifest["emb_dim"]:
-        raise ValueError(f"target_emb_dim={draft_config.target_emb_dim} but the cached target "
-                         f"has width {manifest['emb_dim']}.")
+    check_cache_fits(draft_config, cache_dir, manifest)
     if config.state_loss_weight and not draft_config.target_head:
         raise ValueError(f"state_loss_weight={config.state_loss_weight} regresses a "
                          "target_head draft's state guesses; set target_head=True or 0.")
@@ -436,11 +458,21 @@ def _check_setup(draft_config: fd.FeatureDraftConfig, config: FeatureTrainConfig
                              f"{draft_config.feature_layers}.")
 
 
-def _check_or_write_settings(draft_config: fd.FeatureDraftConfig, config: FeatureTrainConfig,
-                             cache_dir: str, model_dir: str, valid_fraction: float) -> None:
-    """Writes `model_dir/train_config.json`, or refuses a run there with other settings."""
-    settings = dict(draft=dataclasses.asdict(draft_config), train=dataclasses.asdict(config),
-                    cache_dir=os.path.abspath(cache_dir), valid_fraction=valid_fraction)
+def check_cache_fits(draft_config: fd.FeatureDraftConfig, cache_dir: str,
+                     manifest: dict) -> None:
+    """Refuses a draft that reads target layers the cache lacks, or a cache of another width."""
+    if not set(draft_config.feature_layers) <= set(manifest["feature_layers"]):
+        raise ValueError(f"The draft reads target layers {draft_config.feature_layers}; the "
+                         f"cache in {cache_dir} holds {manifest['feature_layers']}.")
+    if draft_config.target_emb_dim != manifest["emb_dim"]:
+        raise ValueError(f"target_emb_dim={draft_config.target_emb_dim} but the cached target "
+                         f"has width {manifest['emb_dim']}.")
+
+
+def write_or_check_settings(model_dir: str, settings: dict, defaults_of: Dict[str, type]) -> None:
+    """Writes `model_dir/train_config.json`, or refuses a run there with other settings.
+    `defaults_of` names the dataclass of each dict-valued entry (e.g. 'train'): a field added
+    since that run, at its default, is the same setting."""
     settings = json.loads(json.dumps(settings))
     settings_path = os.path.join(model_dir, "train_config.json")
     if not os.path.exists(settings_path):
@@ -448,8 +480,7 @@ def _check_or_write_settings(draft_config: fd.FeatureDraftConfig, config: Featur
         return
     with open(settings_path) as f:
         old = json.load(f)
-    # A field added since that run, at its default, is the same setting.
-    for key, cls in (("train", FeatureTrainConfig), ("draft", fd.FeatureDraftConfig)):
+    for key, cls in defaults_of.items():
         defaults = json.loads(json.dumps({f.name: f.default for f in dataclasses.fields(cls)
                                           if f.default is not dataclasses.MISSING}))
         old[key] = {**defaults, **old.get(key, {})}
@@ -459,12 +490,13 @@ def _check_or_write_settings(draft_config: fd.FeatureDraftConfig, config: Featur
                          f"model_dir. Differences: {diff}")
 
 
-def _load_corpus(draft_config: fd.FeatureDraftConfig, config: FeatureTrainConfig,
-                 cache_dir: str, manifest: dict) -> Corpus:
-    """The cache's sentences with the draft's feature columns only; refuses sentences longer
-    than the largest bucket."""
+def load_corpus(cache_dir: str, config, feature_layers: Sequence[int]) -> Corpus:
+    """The cache's sentences (the first `config.max_shards` shards, with
+    `config.extra_caches`) with the feature columns of `feature_layers` only (held by the
+    cache: `check_cache_fits`); refuses sentences longer than the largest bucket."""
+    manifest = feature_data.read_manifest(cache_dir)
     corpus = Corpus.load(cache_dir, config.max_shards, config.extra_caches)
-    selected = _select_layers(manifest, draft_config.feature_layers)
+    selected = _select_layers(manifest, feature_layers)
     if selected is not None:  # no layers (the encoder-output-only draft): no feature columns
         corpus.feat = (np.concatenate([corpus.feat[:, s] for s in selected], axis=1)
                        if selected else corpus.feat[:, :0])
@@ -484,9 +516,9 @@ def _select_layers(manifest, layers) -> Optional[List[slice]]:
     return [slice(cached.index(i) * width, (cached.index(i) + 1) * width) for i in layers]
 
 
-def evaluate(eval_step, params, corpus: Corpus, rows: np.ndarray,
-             config: FeatureTrainConfig) -> Dict[str, float]:
-    """Metrics over `rows` (token-weighted mean of the batches)."""
+def evaluate(eval_step, params, corpus: Corpus, rows: np.ndarray, config) -> Dict[str, float]:
+    """Metrics over `rows` (token-weighted mean of the batches; `eval_step(params, batch) ->
+    (loss, metrics)`)."""
     totals, count = {}, 0.0
     for batch in corpus.batches(config, np.random.default_rng(0), rows):
         _, metrics = eval_step(params, batch)

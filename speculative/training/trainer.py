@@ -8,8 +8,8 @@ of a run on disk (`ResumableRun`). `training.train` drives them:
     state, metrics = train_step(state, inputs, targets, rng)   # jitted, state donated
     valid_loss = evaluate_loss(make_eval_step(module), state.params, examples, config)
 
-The step minimises `config.objective`'s loss (speculative/objectives.py); reported losses are
-always the plain cross-entropy (nats per target token, EOS included).
+The step minimises `config.objective`'s loss (speculative/training/objectives.py); reported
+losses are always the plain cross-entropy (nats per target token, EOS included).
 
 Shape legend: B batch, L length, k the teacher's top-k.
 """

@@ -1,4 +1,4 @@
-"""Tests of scripts/build_code_corpus.py and speculative/code_corpus.py.
+"""Tests of scripts/build_code_corpus.py and speculative/data/code_corpus.py.
 
 Known answers: the sources found are the stdlib's minus test packages, installed packages and
 per-machine build files; a build is byte-for-byte deterministic and its splits are disjoint,
