@@ -63,10 +63,9 @@ def run(drafts: Sequence[str], target_name: str = bundles.LARGE_TARGET,
             print(_line(rows[-1]), flush=True)
     report = {"target": target_name, "alpha_tokens": num_alpha_tokens, "seed": seed,
               "edges": [float(e) for e in edges], "rows": rows,
-              "environment": host.environment(), "provenance": host.provenance()}
-    files.write_report(output_dir, "alpha_by_confidence", report, markdown(report))
-    record.index_run("alpha_by_confidence", target_name,
-                     os.path.join(output_dir, "alpha_by_confidence.json"), report)
+              "environment": host.environment()}
+    record.publish("alpha_by_confidence", target_name, output_dir, "alpha_by_confidence", report,
+                   markdown)
     return report
 
 

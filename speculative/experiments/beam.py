@@ -17,7 +17,6 @@ with the same scores on every sentence.
 
 from __future__ import annotations
 
-import os
 import time
 from typing import Dict, Sequence
 
@@ -119,10 +118,8 @@ def run(output_dir: str, target_name: str = mini.LARGE_TARGET, draft_name: str =
               "max_decode_len": MAX_LEN, "rows": rows, "seconds": round(time.time() - start, 1),
               "load_average_1m": load.record(),
               "environment": host.environment()}
-    result["provenance"] = host.provenance(load=result["load_average_1m"])
-    files.write_report(output_dir, "beam", result, markdown(result))
-    record.index_run("beam", f"{target_name}/{draft_name}",
-                     os.path.join(output_dir, "beam.json"), result)
+    record.publish("beam", f"{target_name}/{draft_name}", output_dir, "beam", result, markdown,
+                   load=result["load_average_1m"])
     return result
 
 

@@ -147,10 +147,8 @@ def run(s: BlockCostSettings = BlockCostSettings(), overwrite: bool = False) -> 
               "draft": dataclasses.asdict(draft.module.config) | {"hot_ids": s.hot_vocab},
               "xla_flags": os.environ.get("XLA_FLAGS", ""), "backend": jax.default_backend(),
               "costs": costs, "rows": rows}
-    result["provenance"] = host.provenance(load=load, bandwidth=True)
-    files.write_report(s.output_dir, "block_costs", result, markdown(result))
-    record.index_run("block_costs", s.target, os.path.join(s.output_dir, "block_costs.json"),
-                     result)
+    record.publish("block_costs", s.target, s.output_dir, "block_costs", result, markdown,
+                   load=load, bandwidth=True)
     return result
 
 

@@ -122,10 +122,8 @@ def run(s: BlockBenchSettings = BlockBenchSettings(), overwrite: bool = False) -
                 row["theorem_3_8_round_cost"] = theory.speedup(
                     row["alpha"], g, row["c_round"] / g, costs["verify_cost"][g])
         result["temperatures"].append({"temperature": t, "baseline_s": base_s, "rows": rows})
-    result["provenance"] = host.provenance(load=load, bandwidth=True)
-    files.write_report(s.output_dir, "block_drafts", result, markdown(result))
-    record.index_run("block_drafts", s.target, os.path.join(s.output_dir, "block_drafts.json"),
-                     result)
+    record.publish("block_drafts", s.target, s.output_dir, "block_drafts", result, markdown,
+                   load=load, bandwidth=True)
     return result
 
 

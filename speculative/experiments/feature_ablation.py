@@ -155,11 +155,9 @@ def run(output_dir: str, drafts: Sequence[str], num_sentences: int = 16,
               "alpha_tokens": num_alpha_tokens, "repeats": repeats, "rows": rows,
               "load_average_1m": load.record(),
               "environment": host.environment()}
-    result["provenance"] = host.provenance(load=result["load_average_1m"])
-    files.write_report(output_dir, "ablation", result, markdown(result))
     variant = os.path.basename(os.path.normpath(output_dir))  # e.g. feature_ablation_48
-    record.index_run("feature_ablation", f"{target_name}/{variant}",
-                     os.path.join(output_dir, "ablation.json"), result)
+    record.publish("feature_ablation", f"{target_name}/{variant}", output_dir, "ablation",
+                   result, markdown, load=result["load_average_1m"])
     return result
 
 

@@ -111,10 +111,8 @@ def run(s: GammaAutoSettings = GammaAutoSettings(), overwrite: bool = False) -> 
     result = {"settings": dataclasses.asdict(s), "rows": rows,
               "commands": {"auto": shown(infer_command(s, 64, 0, True, "OUT")),
                            "baseline": shown(infer_command(s, 64, 0, False, "OUT"))}}
-    result["provenance"] = host.provenance(load=load)
-    files.write_report(s.output_dir, "gamma_auto", result, markdown(result))
-    record.index_run("gamma_auto", s.target, os.path.join(s.output_dir, "gamma_auto.json"),
-                     result)
+    record.publish("gamma_auto", s.target, s.output_dir, "gamma_auto", result, markdown,
+                   load=load)
     return result
 
 

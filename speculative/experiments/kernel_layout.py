@@ -108,10 +108,8 @@ def run(output_dir: Optional[str] = None, target_name: str = bundles.LARGE_TARGE
               "seconds": round(time.time() - start, 1),
               "load_average_1m": load.record(),
               "environment": host.environment()}
-    report["provenance"] = host.provenance(load=report["load_average_1m"])
-    files.write_report(output_dir, "kernel_layout", report, markdown(report))
-    record.index_run("kernel_layout", f"{target_name}/{draft_name}",
-                     os.path.join(output_dir, "kernel_layout.json"), report)
+    record.publish("kernel_layout", f"{target_name}/{draft_name}", output_dir, "kernel_layout",
+                   report, markdown, load=report["load_average_1m"])
     return report
 
 

@@ -1,21 +1,22 @@
 """How a report records where its numbers came from, and indexes its run.
 
-    result["provenance"] = host.provenance(load=load)     # commit, command, date, host
-    files.write_report(output_dir, "trees", result, markdown(result))
-    record.index_run("trees", target_name, os.path.join(output_dir, "trees.json"), result)
+    record.publish("trees", target_name, output_dir, "trees", result, markdown, load=load)
 
-`index_run` appends the run's line to `results/runs.jsonl` (`files.append_run`) when the file
-it wrote lies under this repository's `results/`: the index lists the committed runs, so a run
-written elsewhere (`--output_dir=/tmp/x`) is not added. The line holds the run id
-(`<experiment>-<pair>-<UTC yyyymmdd-HHMMSS>`), the path relative to the repository, the
-provenance and the headline numbers (`headline_numbers`).
+stamps the result with its provenance (`host.provenance`: commit, command, date, host, load),
+writes `<output_dir>/trees.json` and `trees.md` atomically (`files.write_report`) and indexes
+the run (`index_run`). `index_run` appends the run's line to `results/runs.jsonl`
+(`files.append_run`) when the file it wrote lies under this repository's `results/`: the index
+lists the committed runs, so a run written elsewhere (`--output_dir=/tmp/x`) is not added. The
+line holds the run id (`<experiment>-<pair>-<UTC yyyymmdd-HHMMSS>`), the path relative to the
+repository, the provenance and the headline numbers (`headline_numbers`).
 """
 
 import os
 import re
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from speculative import files
+from speculative.measure import host
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 INDEX = os.path.join(REPO, "results", "runs.jsonl")
@@ -126,3 +127,14 @@ def index_run(experiment: str, pair: str, path: str, report: Dict[str, Any],
     files.append_run(index_path, record)
     print(f"Run {record['run_id']} added to {index_path}")
     return record
+
+
+def publish(experiment: str, pair: str, output_dir: str, stem: str, result: Dict[str, Any],
+            markdown: Callable[[Dict[str, Any]], str], *, load: Any = None,
+            bandwidth: bool = False) -> Optional[Dict[str, Any]]:
+    """The end of every report: `result["provenance"]` (`host.provenance(load=load,
+    bandwidth=bandwidth)`), `<output_dir>/<stem>.json` and `.md` written atomically, and the
+    run added to the index (`index_run`; returns its record, or None outside `results/`)."""
+    result["provenance"] = host.provenance(load=load, bandwidth=bandwidth)
+    files.write_report(output_dir, stem, result, markdown(result))
+    return index_run(experiment, pair, os.path.join(output_dir, f"{stem}.json"), result)

@@ -19,7 +19,6 @@ Run it with nothing else busy on the machine:
 
 from __future__ import annotations
 
-import os
 import time
 from typing import Dict
 
@@ -118,10 +117,8 @@ def run(output_dir: str, target_name: str = mini.LARGE_TARGET, draft_name: str =
               "seconds": round(time.time() - start, 1),
               "load_average_1m": load.record(),
               "environment": host.environment()}
-    result["provenance"] = host.provenance(load=result["load_average_1m"])
-    files.write_report(output_dir, "trees", result, markdown(result))
-    record.index_run("trees", f"{target_name}/{draft_name}",
-                     os.path.join(output_dir, "trees.json"), result)
+    record.publish("trees", f"{target_name}/{draft_name}", output_dir, "trees", result, markdown,
+                   load=result["load_average_1m"])
     return result
 
 

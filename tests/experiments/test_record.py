@@ -1,10 +1,14 @@
 """Provenance of results: `host.provenance` (commit, command, date, host), `files.new_run_dir`
-(a fresh directory per run) and `files.append_run` (the append-only `results/runs.jsonl`)."""
+(a fresh directory per run), `files.append_run` (the append-only `results/runs.jsonl`) and
+`record.publish`, the end of every report."""
 
 import datetime
 import json
 import os
 
+import pytest
+
+from speculative import files
 from speculative.experiments import record
 from speculative.measure import host
 
@@ -65,3 +69,18 @@ def test_headline_numbers_of_tables():
         "best_T0": {"draft": "b", "gamma": 5, "alpha": 0.8, "speedup": 1.5},
         "best_T1": {"draft": "a", "gamma": 2, "alpha": 0.6, "speedup": 1.1}}
     assert record.headline_numbers("unknown", report) == {}
+
+
+def test_publish_stamps_writes_both_files_and_indexes_under_results_only(tmp_path):
+    def markdown(result):
+        return f"# {result['rows'][0]['x']} at {result['provenance']['commit'][:7]}\n"
+
+    out = tmp_path / "elsewhere"  # outside this repository's results/: written, not indexed
+    result = {"rows": [{"x": 3}]}
+    assert record.publish("trees", "a/b", str(out), "trees", result, markdown) is None
+    written = json.loads((out / "trees.json").read_text())
+    assert written["rows"] == [{"x": 3}]
+    assert {"commit", "command", "date", "host"} <= set(written["provenance"])
+    assert (out / "trees.md").read_text().startswith("# 3 at ")
+    with pytest.raises(FileExistsError):  # never over an earlier run unless asked
+        files.check_report(str(out), "trees", overwrite=False)
