@@ -16,7 +16,6 @@ import re
 from typing import Any, Callable, Dict, List, Optional
 
 from speculative import files
-from speculative.measure import host
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 INDEX = os.path.join(REPO, "results", "runs.jsonl")
@@ -134,7 +133,11 @@ def publish(experiment: str, pair: str, output_dir: str, stem: str, result: Dict
             bandwidth: bool = False) -> Optional[Dict[str, Any]]:
     """The end of every report: `result["provenance"]` (`host.provenance(load=load,
     bandwidth=bandwidth)`), `<output_dir>/<stem>.json` and `.md` written atomically, and the
-    run added to the index (`index_run`; returns its record, or None outside `results/`)."""
+    run added to the index (`index_run`; returns its record, or None outside `results/`).
+    `host` (and with it jax) is imported here, not with the module: the readers of the index
+    (`headline.py`) need neither."""
+    from speculative.measure import host  # pylint: disable=g-import-not-at-top
+
     result["provenance"] = host.provenance(load=load, bandwidth=bandwidth)
     files.write_report(output_dir, stem, result, markdown(result))
     return index_run(experiment, pair, os.path.join(output_dir, f"{stem}.json"), result)

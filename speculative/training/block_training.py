@@ -149,8 +149,7 @@ def train(*, module: bd.BlockDraft, config: BlockTrainConfig, cache_dir: str, mo
     Writes `model_dir/train_config.json`, `metrics.jsonl`, `train_state.msgpack` (resumable)
     and, at the end, `params.msgpack` (float32): the loop is `feature_training.run`, the
     feature draft's own (`log` gets its line at each checkpoint). `stop_at` ends this call
-    after that step. Returns {step, seconds,
-    valid, done}."""
+    after that step. Returns {step, seconds, valid, done}."""
     if config.gamma > module.max_gamma:
         raise ValueError(f"gamma={config.gamma} exceeds the draft's max_gamma "
                          f"{module.max_gamma}.")
