@@ -14,6 +14,8 @@ import pytest
 
 from speculative.runs import config as config_lib
 
+OUTPUT = "mini_ende-predict.jsonl-00000-of-00001"  # T5X's name of infer's output file
+
 SCRIPT = textwrap.dedent(r"""
     import json, os, sys, warnings
     import jax, numpy as np
@@ -221,7 +223,7 @@ def test_two_processes_split_a_batch_and_write_what_one_process_writes(tmp_path)
         assert p.returncode == 0, err[-3000:]
 
     def read(run):
-        records = [json.loads(line) for line in (tmp_path / run / "predictions.jsonl")
+        records = [json.loads(line) for line in (tmp_path / run / OUTPUT)
                    .read_text().splitlines()]
         metrics = json.loads((tmp_path / run / "metrics.json").read_text())
         return records, metrics["decoding"], metrics["metrics"]

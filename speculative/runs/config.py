@@ -81,12 +81,15 @@ def _find(name: str, search_paths: Sequence[str]) -> Optional[str]:
 
 
 _REFERENCE = re.compile(r"%([A-Z][A-Z0-9_]*)")
+_MACRO_NAME = re.compile(r"[A-Z][A-Z0-9_]*")
+_ALIAS = re.compile(r"^[A-Z][A-Z0-9_]*\s*=\s*%([A-Z][A-Z0-9_]*)\s*$", re.MULTILINE)
 
 
 def _macro_sources(gin_files: Sequence[str], search_paths: Sequence[str]):
-    """({macro: file defining it}, {macro referenced as %NAME: a file reading it}) over the
-    files and their includes."""
+    """({macro: file defining it}, {macro referenced as %NAME: a file reading it}, {macros
+    some file reads only as another's alias, `A = %B`: B}) over the files and their includes."""
     defined, referenced, todo, seen = {}, {}, list(gin_files), set()
+    aliased = set()
     while todo:
         path = _find(todo.pop(), search_paths)
         if path is None or path in seen:
@@ -98,8 +101,9 @@ def _macro_sources(gin_files: Sequence[str], search_paths: Sequence[str]):
             defined.setdefault(name, path)
         for name in _REFERENCE.findall(text):
             referenced.setdefault(name, path)
+        aliased.update(_ALIAS.findall(text))
         todo += _INCLUDE.findall(text)
-    return defined, referenced
+    return defined, referenced, aliased
 
 
 def defined_macros(gin_files: Sequence[str], search_paths: Sequence[str]) -> set:
@@ -111,7 +115,7 @@ def check_macros(gin_files: Sequence[str], gin_bindings: Sequence[str],
                  search_paths: Sequence[str] = (".", REPO_ROOT)) -> None:
     """Refuses a binding `NAME = ...` of a macro no gin file defines (gin would accept it and
     never use it: a typo like --gin.TEMPERATUR=1.0 would silently keep the default)."""
-    defined, referenced = _macro_sources(gin_files, search_paths)
+    defined, referenced, _ = _macro_sources(gin_files, search_paths)
     known = set(defined) | set(referenced)  # a binding may define a macro a file only reads
     for binding in gin_bindings:
         match = _MACRO.match(binding)
@@ -237,15 +241,34 @@ def unset_required(gin_files: Sequence[str],
     """The macros the files define that are still `%gin.REQUIRED` after parsing (gin checks
     them only when a config is finalized, and a run would otherwise get its sentinel)."""
     missing = []
-    for name in sorted(_macro_sources(gin_files, search_paths)[0]):
-        try:
-            value = gin.query_parameter(f"%{name}")
-        except ValueError:
-            continue
-        if value is gin.REQUIRED or (isinstance(value, gin.config.ConfigurableReference)
-                                     and str(value) == "%gin.REQUIRED"):
+    defined, _, aliases = _macro_sources(gin_files, search_paths)
+    # An alias (`TARGET_CHECKPOINT = %CHECKPOINT_PATH`: T5X's name for ours) is set when either
+    # name is: the macro it reads is reported through the alias (`is_required` follows it),
+    # never on its own.
+    for name in sorted(defined):
+        if name not in aliases and is_required(name):
             missing.append(name)
     return missing
+
+
+def _macro_value(name: str):
+    try:
+        return gin.query_parameter(f"%{name}")
+    except ValueError:
+        return None
+
+
+def is_required(name: str) -> bool:
+    """Whether macro `name` is still `%gin.REQUIRED`, following aliases (`A = %B`)."""
+    value, seen = _macro_value(name), {name}
+    while isinstance(value, gin.config.ConfigurableReference) and str(value) != "%gin.REQUIRED":
+        reference = str(value)[1:]
+        if not _MACRO_NAME.fullmatch(reference) or reference in seen:
+            return False
+        seen.add(reference)
+        value = _macro_value(reference)
+    return value is gin.REQUIRED or (isinstance(value, gin.config.ConfigurableReference)
+                                     and str(value) == "%gin.REQUIRED")
 
 
 def check_required(gin_files: Sequence[str], search_paths: Sequence[str],

@@ -29,7 +29,11 @@ MODELS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
 MACROS = {"target_config": "TARGET_MODEL", "draft_config": "DRAFT_MODEL",
           "target_checkpoint": "TARGET_CHECKPOINT", "draft_checkpoint": "DRAFT_CHECKPOINT",
           "mixture_or_task_name": "MIXTURE_OR_TASK_NAME",
-          "task_feature_lengths": "TASK_FEATURE_LENGTHS", "output_dir": "INFER_OUTPUT_DIR"}
+          "task_feature_lengths": "TASK_FEATURE_LENGTHS", "output_dir": "INFER_OUTPUT_DIR",
+          "input_file": "INPUT_FILE", "checkpoint_period": "CHECKPOINT_PERIOD",
+          "shard_id": "SHARD_ID", "num_shards": "NUM_SHARDS", "time_limit_s": "TIME_LIMIT_S",
+          "infer_mode": "MODE"}
+MODES = ("predict", "score")  # T5X's infer modes: decode targets, or score given ones
 
 
 def model_gin(name: str) -> Optional[str]:
@@ -118,6 +122,19 @@ class InferSettings:
         every alive beam's greedy path (gin: DRAFT_BEAM; 0 = greedy paths only; None = the run
         chooses it and GAMMA by timing, see force_speculative_beam).
       length_penalty: T5X's ((5 + length) / 6) ** length_penalty (gin: LENGTH_PENALTY).
+      input_file: read the inputs from this file instead of the task's split (gin:
+        INPUT_FILE): text (one input a line), .tsv (input, optional reference) or .jsonl
+        ({"input": ..., optional "target" or "reference"}); encoded with the task's
+        vocabulary and prefix (`infer_inputs.read_input_file`).
+      checkpoint_period: batches per output chunk (gin: CHECKPOINT_PERIOD, T5X's
+        checkpoint_period): each chunk is written with a completion marker, and a rerun of the
+        same command resumes after the last complete one.
+      shard_id, num_shards: this process decodes examples i with i % num_shards == shard_id
+        (gin: SHARD_ID, NUM_SHARDS; T5X's), writing `...-<shard_id>-of-<num_shards>`.
+      infer_mode: 'predict' (decode) or 'score' (the target's log-likelihood of each given
+        target; gin: MODE, T5X's `infer.mode`; no draft is needed).
+      time_limit_s: the most worst-case seconds one decode call may take before it is refused
+        (gin: TIME_LIMIT_S; None: no limit; `decode.validation.TIME_LIMIT_S` for the run).
       force_speculative_beam: with SPECULATIVE and BEAM_SIZE, run speculative_beam_search with
         DRAFT_BEAM (None = BEAM_SIZE) and GAMMA (gin: FORCE_SPECULATIVE_BEAM). Without it the
         run times the plain search against the speculative proposals on its first inputs
@@ -154,6 +171,12 @@ class InferSettings:
     draft_branch: int = 1  # chosen with draft_beam by infer.choose_beam_search
     length_penalty: float = 0.6
     force_speculative_beam: bool = False
+    input_file: Optional[str] = None
+    checkpoint_period: int = 100
+    shard_id: int = 0
+    num_shards: int = 1
+    infer_mode: str = "predict"
+    time_limit_s: Optional[float] = 600.0
 
     def __post_init__(self):
         def fail(name, value, fix):
@@ -178,7 +201,7 @@ class InferSettings:
             fail("TASK_FEATURE_LENGTHS", lengths,
                  "give positive ints for both features, e.g. {'inputs': 64, 'targets': 64}.")
         self._resolve_bundled("target", fail)
-        if self.speculative:
+        if self.drafts:
             self._resolve_bundled("draft", fail)
         from_checkpoint = self.target_config is None and bool(self.target_checkpoint)
         if not (isinstance(self.target_config, t5.T5Config) or from_checkpoint):
@@ -191,7 +214,7 @@ class InferSettings:
                  "use True (decoder-only language models) or False (encoder-decoder T5).")
         if not from_checkpoint:
             self._check_model_kind(fail, "TARGET_MODEL", self.target_config)
-        if self.speculative:
+        if self.drafts:
             self._check_draft_spec(fail)
             if self.gamma != AUTO and (not isinstance(self.gamma, int)
                                        or isinstance(self.gamma, bool) or self.gamma < 1):
@@ -206,6 +229,7 @@ class InferSettings:
             fail("sampling", self.sampling, "bind a @sampling.SamplingConfig().")
         if self.beam_size is not None:
             self._check_beam(fail)
+        self._check_run_shape(fail)
         if self.mesh_shape is not None:
             data = self.make_mesh().shape["data"]  # raises for a shape the devices cannot hold
             if self.batch_size % data:
@@ -308,6 +332,37 @@ class InferSettings:
                 self.length_penalty):
             fail("LENGTH_PENALTY", self.length_penalty, "use a finite float (T5X's 0.6).")
 
+    def _check_run_shape(self, fail) -> None:
+        """INPUT_FILE, CHECKPOINT_PERIOD, SHARD_ID / NUM_SHARDS, the mode and TIME_LIMIT_S."""
+        def count(value):
+            return isinstance(value, int) and not isinstance(value, bool)
+
+        if self.input_file is not None and not (isinstance(self.input_file, str)
+                                                and os.path.isfile(self.input_file)):
+            fail("INPUT_FILE", self.input_file, "no such file; give the path of a text file "
+                 "(one input a line), a .tsv (input<TAB>reference) or a .jsonl "
+                 '({"input": ..., "target": ...} a line), or None to read the task\'s split.')
+        if not count(self.checkpoint_period) or self.checkpoint_period < 1:
+            fail("CHECKPOINT_PERIOD", self.checkpoint_period,
+                 "use an int >= 1 (batches per output chunk; T5X's default is 100).")
+        if not count(self.num_shards) or self.num_shards < 1:
+            fail("NUM_SHARDS", self.num_shards, "use an int >= 1.")
+        if not count(self.shard_id) or not 0 <= self.shard_id < self.num_shards:
+            fail("SHARD_ID", self.shard_id,
+                 f"use an int in [0, NUM_SHARDS={self.num_shards}).")
+        if self.infer_mode not in MODES:
+            fail("MODE", self.infer_mode,
+                 f"use one of {MODES} ('score' writes the target's log-likelihood of each "
+                 "given target, as T5X's infer.mode = 'score').")
+        if self.infer_mode == "score" and self.beam_size is not None:
+            fail("BEAM_SIZE", self.beam_size, "mode 'score' decodes nothing; use None.")
+        if self.time_limit_s is not None and (
+                isinstance(self.time_limit_s, bool)
+                or not isinstance(self.time_limit_s, (int, float))
+                or not self.time_limit_s > 0):
+            fail("TIME_LIMIT_S", self.time_limit_s,
+                 "give seconds > 0 (the most a decode call may take), or None for no limit.")
+
     def make_mesh(self):
         """The ('data', 'model') mesh of MESH_SHAPE, or None (one device)."""
         if self.mesh_shape is None:
@@ -326,12 +381,21 @@ class InferSettings:
         return int(self.task_feature_lengths["targets"])
 
     @property
+    def drafts(self) -> bool:
+        """Whether the run needs a draft (speculative, and not mode 'score')."""
+        return self.speculative and self.infer_mode != "score"
+
+    @property
     def auto_gamma(self) -> bool:
         """Whether the run chooses how to speculate by timing (GAMMA = 'auto')."""
         return self.gamma == AUTO
 
     @property
     def mode(self) -> str:
+        """How the settings decode as given (GAMMA 'auto' and beam choices are the plan's:
+        `infer_choice.DecodePlan.mode`)."""
+        if self.infer_mode == "score":
+            return "score"
         if self.beam_size is not None:
             # The speculative search runs when asked for (FORCE_SPECULATIVE_BEAM) or when the
             # run found it faster here (`choose_beam_search`, which sets the flag).

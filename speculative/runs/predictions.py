@@ -1,12 +1,14 @@
 """Predictions as an inference run (`runs/infer.py`) writes them: one record per example
-(`row_records`, or `beam_records` for beam search: predictions.jsonl's lines) and the run's
+(`row_records`, or `beam_records` for beam search, `score_records` for mode 'score': the
+lines of `<task>-<mode>.jsonl-<shard>-of-<num_shards>`, in T5X's layout: `inputs` holds the
+pretokenized features, beside `prediction` or `score`) and the run's
 decoding summary over its batches (`decode_summary`, `beam_summary`) and task metrics
 (`task_metrics`) for metrics.json."""
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 import jax
 import numpy as np
@@ -27,12 +29,18 @@ class Example:
     input_ids: np.ndarray  # [<= L_in] int32: encoder input (ends with EOS), or prompt
     input_length: int  # before truncation
     truncated: bool
+    target_ids: Optional[np.ndarray] = None  # [<= N] int32: the given target (mode 'score')
+
+
+def inputs_field(ex: Example) -> Dict[str, str]:
+    """T5X's `inputs` of a line: the example's pretokenized features."""
+    return {"inputs_pretokenized": ex.inputs_text, "targets_pretokenized": ex.targets_text}
 
 
 def record(ex: Example, ids: List[int], vocabulary, max_decode_len: int) -> Dict[str, Any]:
     """The fields every prediction record has: the example, the prediction and how it ended."""
     ended = bool(ids and ids[-1] == contract.EOS_ID)
-    return {"index": ex.index, "inputs": ex.inputs_text, "targets": ex.targets_text,
+    return {"index": ex.index, "inputs": inputs_field(ex),
             "prediction": vocabulary.decode(ids), "prediction_tokens": ids,
             "input_length": ex.input_length, "input_truncated": ex.truncated,
             "ended_with_eos": ended,
@@ -125,8 +133,20 @@ def beam_summary(results: List[beam_lib.BeamSearchResult], rows: List[int]) -> D
     }
 
 
+def score_records(examples, scores) -> List[Dict[str, Any]]:
+    """Mode 'score': one record per example, T5X's `score` (the target's log-likelihood of the
+    given target, summed over its tokens) beside the inputs."""
+    return [{"index": ex.index, "inputs": inputs_field(ex),
+             "score": files.json_ready(float(score)), "target_length": len(ex.target_ids)}
+            for ex, score in zip(examples, scores)]
+
+
 def task_metrics(task, records) -> Dict[str, float]:
-    targets = [r["targets"] for r in records]
+    """The task's metrics of the predictions against the references ({} without references:
+    an INPUT_FILE of inputs alone)."""
+    targets = [r["inputs"]["targets_pretokenized"] for r in records]
+    if not all(targets) or "prediction" not in records[0]:
+        return {}
     predictions = [r["prediction"] for r in records]
     metrics = {}
     for fn in task.predict_metric_fns:

@@ -261,9 +261,9 @@ def resolve_row(name: str, *, rows_dir: str = DEFAULT_ROWS_DIR, checkpoints=None
 
 
 def _required(macro: str) -> bool:
-    """Whether gin macro `macro` is still %gin.REQUIRED."""
-    value = gin.query_parameter(f"%{macro}")
-    return isinstance(value, gin.config.ConfigurableReference) and str(value) == "%gin.REQUIRED"
+    """Whether gin macro `macro` is still %gin.REQUIRED (through an alias such as
+    TARGET_CHECKPOINT = %CHECKPOINT_PATH)."""
+    return config_lib.is_required(macro)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -28,7 +28,7 @@ from speculative.decode import contract
 from speculative.measure import speculation
 from speculative.models import t5
 from speculative.runs import config as config_lib
-from speculative.runs import infer, table2
+from speculative.runs import infer, infer_choice, infer_output, table2
 from tests.helpers import REPO, run_interrupted, snapshot
 from tests.helpers.runs import (
     INFER_GIN,
@@ -60,7 +60,11 @@ def _read_jsonl(path):
         return [json.loads(line) for line in f]
 
 
-RECORD_KEYS = {"index", "inputs", "targets", "prediction", "prediction_tokens", "input_length",
+OUTPUT = infer.output_name(tasks.MINI_TASK, "predict", 0, 1)  # T5X's name of the output file
+OUTPUT_FILES = ["config.gin", "metrics.json", OUTPUT, OUTPUT + ".COMPLETED"]
+
+
+RECORD_KEYS = {"index", "inputs", "prediction", "prediction_tokens", "input_length",
                "input_truncated", "ended_with_eos", "hit_max_decode_len", "generated",
                "target_calls", "draft_calls", "drafted", "accepted", "tested", "beta_sum",
                "alpha", "tokens_per_target_call", "accepted_per_position"}
@@ -68,13 +72,14 @@ RECORD_KEYS = {"index", "inputs", "targets", "prediction", "prediction_tokens", 
 
 def test_infer_script_end_to_end_and_baseline_identical(speculative_run, tiny_gin, tmp_path):
     out, stderr = speculative_run
-    assert sorted(os.listdir(out)) == ["config.gin", "metrics.json", "predictions.jsonl"]
+    assert sorted(os.listdir(out)) == sorted(OUTPUT_FILES)
     assert "speculative decoding" in stderr  # the tqdm bar over batches
-    spec = _read_jsonl(out / "predictions.jsonl")
+    spec = _read_jsonl(out / OUTPUT)
     assert len(spec) == NUM_EXAMPLES and [r["index"] for r in spec] == list(range(NUM_EXAMPLES))
     for r in spec:
         assert set(r) == RECORD_KEYS
-        assert r["inputs"].startswith(tasks.EN_DE_PREFIX) and r["targets"]
+        assert r["inputs"]["inputs_pretokenized"].startswith(tasks.EN_DE_PREFIX)
+        assert r["inputs"]["targets_pretokenized"]
         assert len(r["prediction_tokens"]) == r["generated"] <= LENGTHS["targets"]
         assert 1 <= r["target_calls"] <= r["generated"]
         assert r["draft_calls"] == 3 * r["target_calls"]
@@ -110,7 +115,7 @@ def test_infer_script_end_to_end_and_baseline_identical(speculative_run, tiny_gi
                          infer_bindings(base_out, SPECULATIVE="False", DRAFT_MODEL="None",
                                    DRAFT_CHECKPOINT="None") + ["infer.infer.progress = False"])
     result = infer.infer()
-    base = _read_jsonl(base_out / "predictions.jsonl")
+    base = _read_jsonl(base_out / OUTPUT)
     assert [r["prediction_tokens"] for r in base] == [r["prediction_tokens"] for r in spec]
     assert [r["prediction"] for r in base] == [r["prediction"] for r in spec]
     assert all(r["target_calls"] == r["generated"] and r["alpha"] is None for r in base)
@@ -130,7 +135,7 @@ def test_truncation_can_be_an_error(tiny_gin, tmp_path, monkeypatch):
 
 def test_paper_task_offline_fails_before_any_model_loads(tmp_path, monkeypatch):
     monkeypatch.setenv("TFDS_DATA_DIR", str(tmp_path / "no_tfds"))
-    monkeypatch.setattr(infer.loading, "load_model",
+    monkeypatch.setattr(loading, "load_model",
                         lambda *a, **k: pytest.fail("a model was loaded before the data check"))
     info, settings, _ = table2.resolve_row(
         "ende_small_t0", checkpoints={"*": {"target": str(tmp_path), "draft": str(tmp_path)}},
@@ -175,13 +180,13 @@ def test_script_help_prints_docstring_with_example(script, first_line):
 
 def test_output_dir_is_never_overwritten_silently_and_writes_are_atomic(tiny_gin, tmp_path,
                                                                           monkeypatch):
-    """An earlier run is refused before any work unless OVERWRITE; with it, an interruption in
-    the middle of writing leaves the earlier complete run, never a mix of two runs."""
+    """An earlier run is refused before any work unless OVERWRITE; with it, an interruption
+    while the run's files are written leaves the earlier complete run's files as they were."""
     out = tmp_path / "run"
     config_lib.parse_gin([INFER_GIN, tiny_gin], infer_bindings(out))
     first = infer.infer()
     before = {name: (out / name).read_text() for name in os.listdir(out)}
-    assert sorted(before) == ["config.gin", "metrics.json", "predictions.jsonl"]
+    assert sorted(before) == sorted(OUTPUT_FILES)
 
     monkeypatch.setattr(infer, "load_models", lambda s: pytest.fail("models loaded"))
     with pytest.raises(FileExistsError, match="OVERWRITE=True"):
@@ -189,28 +194,30 @@ def test_output_dir_is_never_overwritten_silently_and_writes_are_atomic(tiny_gin
     monkeypatch.undo()
 
     config_lib.parse_gin([INFER_GIN, tiny_gin], infer_bindings(out, OVERWRITE="True", SEED="7"))
-    real_dump = json.dump
+    real_dumps = json.dumps
 
-    def interrupted_dump(obj, f, **kw):  # Ctrl-C while metrics.json (the last file) is written
+    def interrupted_dumps(obj, **kw):  # Ctrl-C while metrics.json (the last file) is made
         if isinstance(obj, dict) and "files" in obj:
-            f.write("{")
             raise KeyboardInterrupt
-        return real_dump(obj, f, **kw)
+        return real_dumps(obj, **kw)
 
-    monkeypatch.setattr(infer.json, "dump", interrupted_dump)
+    monkeypatch.setattr(infer_output.json, "dumps", interrupted_dumps)
     with pytest.raises(KeyboardInterrupt):
         infer.infer()
     monkeypatch.undo()
-    assert {name: (out / name).read_text() for name in os.listdir(out)} == before
+    assert {name: (out / name).read_text() for name in before} == before
+    # The interrupted run's complete chunks wait beside them, for a rerun to resume.
+    assert [n for n in os.listdir(out) if n not in before] == ["tmp-mini_ende-00000-of-00001"]
 
     second = infer.infer()  # OVERWRITE=True, not interrupted: the new complete run
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["settings"]["seed"] == 7
-    assert (out / "predictions.jsonl").read_text().count("\n") == NUM_EXAMPLES
-    assert os.listdir(tmp_path) == ["run"]  # no staging or set-aside directories left
+    assert (out / OUTPUT).read_text().count("\n") == NUM_EXAMPLES
+    assert sorted(os.listdir(out)) == sorted(OUTPUT_FILES)  # no chunks left
+    assert os.listdir(tmp_path) == ["run"]
     assert first.output_files == second.output_files
 
-    # A user's own files beside a run: overwriting would delete them, so it is refused.
+    # A user's own files beside a run: the run refuses to write among them.
     (out / "notes.txt").write_text("mine")
     (out / "checkpoint_1000").mkdir()
     monkeypatch.setattr(infer, "load_models", lambda s: pytest.fail("models loaded"))
@@ -237,18 +244,16 @@ def test_unwritable_output_dir_fails_before_any_work(tiny_gin, tmp_path, monkeyp
 
 _SIGINT_CHILD = r'''
 import json, os, runpy, signal, sys
-real_dump = json.dump
+real_dumps = json.dumps
 
 
-def dump(obj, f, **kw):  # a real SIGINT to this process while metrics.json is half written
+def dumps(obj, **kw):  # a real SIGINT to this process while metrics.json is made
     if isinstance(obj, dict) and "files" in obj:
-        f.write("{")
-        f.flush()
         os.kill(os.getpid(), signal.SIGINT)
-    return real_dump(obj, f, **kw)
+    return real_dumps(obj, **kw)
 
 
-json.dump = dump
+json.dumps = dumps
 # As in a terminal: Ctrl-C raises KeyboardInterrupt (a shell's background job would otherwise
 # start this process with SIGINT ignored).
 signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -271,8 +276,9 @@ def test_sigint_during_the_write_of_a_real_process_leaves_the_earlier_run(tiny_g
     proc = subprocess.run(cmd, capture_output=True, text=True, env=script_env(), timeout=300,
                           cwd=REPO)
     assert proc.returncode != 0 and "KeyboardInterrupt" in proc.stderr, proc.stderr[-3000:]
-    assert {name: (out / name).read_text() for name in os.listdir(out)} == before
-    assert os.listdir(tmp_path) == ["run"]  # the staging directory was removed
+    assert {name: (out / name).read_text() for name in before} == before
+    assert set(os.listdir(out)) - set(before) <= {"tmp-mini_ende-00000-of-00001"}  # its chunks
+    assert os.listdir(tmp_path) == ["run"]
 
 
 @pytest.mark.slow  # ~20 s; CI: the converter's and mini_results' SIGTERM tests (same harness)
@@ -303,7 +309,7 @@ def test_infer_beam_search_speculative_equals_the_targets_own(tiny_gin, tmp_path
             out, SPECULATIVE=str(speculative), BEAM_SIZE="2", DRAFT_BEAM="3", NUM_EXAMPLES="2",
             FORCE_SPECULATIVE_BEAM=str(speculative))
             + ["infer.infer.progress = False"])
-        runs[speculative] = (infer.infer(), _read_jsonl(out / "predictions.jsonl"))
+        runs[speculative] = (infer.infer(), _read_jsonl(out / OUTPUT))
     (spec, spec_rows), (base, base_rows) = runs[True], runs[False]
     assert spec.metrics["mode"] == "speculative_beam_search"
     assert base.metrics["mode"] == "beam_search"
@@ -328,7 +334,7 @@ def test_infer_beam_search_speculative_equals_the_targets_own(tiny_gin, tmp_path
     assert auto.metrics["mode"] == ("speculative_beam_search"
                                     if choice["speedup"] >= infer.MIN_BEAM_SPEEDUP
                                     else "beam_search")
-    assert ([r["prediction_tokens"] for r in _read_jsonl(tmp_path / "auto" / "predictions.jsonl")]
+    assert ([r["prediction_tokens"] for r in _read_jsonl(tmp_path / "auto" / OUTPUT)]
             == [r["prediction_tokens"] for r in base_rows])
     d, db = spec.metrics["decoding"], base.metrics["decoding"]
     assert db["target_calls"] == db["target_alone_forwards"] and db["target_calls_saved"] == 0
@@ -375,7 +381,8 @@ def test_infer_decoder_only_on_stdlib_code_speculative_equals_baseline(tiny_gin,
         out = tmp_path / str(speculative)
         config_lib.parse_gin([INFER_GIN, tiny_gin], _code_bindings(
             out, SPECULATIVE=str(speculative)))
-        runs[speculative] = (infer.infer(), _read_jsonl(out / "predictions.jsonl"),
+        runs[speculative] = (infer.infer(),
+                             _read_jsonl(out / infer.output_name(tasks.CODE_TASK, "predict", 0, 1)),
                              json.loads((out / "metrics.json").read_text()))
     (spec, spec_rows, spec_metrics), (base, base_rows, base_metrics) = runs[True], runs[False]
     assert [r["index"] for r in spec_rows] == [0, 1, 2]  # BATCH_SIZE 2: the filler row dropped
@@ -386,7 +393,8 @@ def test_infer_decoder_only_on_stdlib_code_speculative_equals_baseline(tiny_gin,
     for r in spec_rows:
         assert 1 <= r["generated"] == len(r["prediction_tokens"]) <= CODE_LENGTHS["targets"]
         assert r["prediction"] == vocabulary.decode(r["prediction_tokens"])
-        assert r["inputs"].endswith("\n") and r["targets"]  # 16 whole lines, then the next 16
+        inputs = r["inputs"]  # 16 whole lines, then the next 16
+        assert inputs["inputs_pretokenized"].endswith("\n") and inputs["targets_pretokenized"]
         assert r["input_truncated"] and r["input_length"] > CODE_LENGTHS["inputs"]
         assert r["alpha"] is not None and 0.0 <= r["alpha"] <= 1.0
     assert all(r["target_calls"] == r["generated"] and r["alpha"] is None for r in base_rows)
@@ -554,7 +562,7 @@ def test_gamma_auto_runs_the_fastest_choice_and_records_it(tiny_gin, tmp_path, m
     the line that says why; at T = 0 both give the same text."""
     assert infer.InferSettings.__dataclass_fields__["gamma"].default == "auto"
     asked = []
-    monkeypatch.setattr(infer, "_chosen_tree", lambda *a: asked.append(a) or None)
+    monkeypatch.setattr(infer_choice, "chosen_tree", lambda *a: asked.append(a) or None)
     # the stages with injected timings; the gate's real costs are tested below
     monkeypatch.setattr(speculation, "SpeculationSearch",
                         functools.partial(speculation.SpeculationSearch, gate=False))
@@ -579,7 +587,8 @@ def test_gamma_auto_runs_the_fastest_choice_and_records_it(tiny_gin, tmp_path, m
     assert all(c["ms_per_token"] > 0 for c in choice["candidates"])
     assert choice["batch_size"] == 2 and choice["calibration_batches"] == 1  # 3 batches: 1
     assert "-> chain gamma 4" in choice["line"] and choice["line"].startswith("gamma auto:")
-    assert spec_metrics["mode"] == "speculative" and spec_metrics["settings"]["gamma"] == 4
+    assert spec_metrics["mode"] == "speculative" and spec_metrics["plan"]["gamma"] == 4
+    assert spec_metrics["settings"]["gamma"] == "auto"  # the settings as given, never rebound
     assert all(r["draft_calls"] == 4 * r["target_calls"] for r in spec.records)
     timing = spec_metrics["timing"]
     # The calibration batch's result is reused, its decode (0.5 s, timed in the calibration)

@@ -1,4 +1,4 @@
-"""speculative/runs/predictions.py: the records of predictions.jsonl (one per example: the
+"""speculative/runs/predictions.py: the lines of infer's output file (one per example: the
 prediction, how it ended, its row's counters) from a decode result, without a model."""
 
 import numpy as np
@@ -25,7 +25,9 @@ def _example(index, truncated=False):
 def test_a_record_says_how_its_prediction_ended():
     vocab = _Vocabulary()
     ended = predictions.record(_example(3, truncated=True), [4, 5, EOS], vocab, max_decode_len=3)
-    assert ended == {"index": 3, "inputs": "in 3", "targets": "out 3", "prediction": "4 5 1",
+    assert ended == {"index": 3, "inputs": {"inputs_pretokenized": "in 3",
+                                            "targets_pretokenized": "out 3"},
+                     "prediction": "4 5 1",
                      "prediction_tokens": [4, 5, EOS], "input_length": 9,
                      "input_truncated": True, "ended_with_eos": True,
                      "hit_max_decode_len": False}

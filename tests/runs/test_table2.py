@@ -169,7 +169,7 @@ def test_reproduce_table2_on_a_tiny_row(tiny_gin, tmp_path, choose_trees, monkey
         assert choice is None and "Token trees" not in table and r.tree_speed is None
     for run in ("speculative", "baseline"):
         run_dir = tmp_path / "out" / "tiny_t0" / run
-        assert len(_read_jsonl(run_dir / "predictions.jsonl")) == 2
+        assert len(_read_jsonl(run_dir / "mini_ende-predict.jsonl-00000-of-00001")) == 2
         assert f"SPECULATIVE = {run == 'speculative'}" in (run_dir / "config.gin").read_text()
 
 
