@@ -66,6 +66,7 @@ from speculative.measure import costs as costs_lib
 from speculative.measure import host
 from speculative.measure import timing as measure
 from speculative.models import partitioning, synthetic
+from speculative.runs import infer_encode
 from speculative.runs.infer_settings import with_overrides
 
 Array = jax.Array
@@ -101,9 +102,7 @@ def _tsv_examples(tsv_path: str, spm_path: Optional[str],
 
     sources = [source for source, _ in text.load_pairs(tsv_path)]
     for ids in text.Tokenizer(spm_path).encode_inputs(sources):
-        if len(ids) > input_length:
-            ids = ids[:input_length - 1] + ids[-1:]
-        yield np.asarray(ids, np.int32)
+        yield infer_encode.fit_input(np.asarray(ids, np.int32), input_length, decoder_only=False)
 
 
 def _task_examples(task: Optional[str], tsv_path: Optional[str], spm_path: Optional[str],
@@ -150,11 +149,9 @@ def input_batches(batch_size: int, *, vocab_size: int, input_length: int, seed: 
             raise ValueError(
                 f"Task {task or tsv_path!r} has token id {int(ids.max())} but the models' "
                 f"vocab_size is {vocab_size}; use models built for the task's vocabulary.")
-        row = np.zeros((input_length,), np.int32)
-        row[:ids.size] = ids
-        rows.append(row)
+        rows.append(ids)
         if len(rows) == batch_size:
-            yield np.stack(rows)
+            yield infer_encode.pad_rows(rows, batch_size, input_length)
             rows = []
 
 

@@ -20,20 +20,23 @@ prompt's end). Targets (mode 'score') are fitted the same way to `max_decode_len
 from __future__ import annotations
 
 import functools
-from typing import Iterator, List, Optional, Tuple
+from typing import TYPE_CHECKING, Iterator, List, Optional, Tuple
 
 import numpy as np
 
-from speculative.data import tasks
 from speculative.decode import contract
 from speculative.models import partitioning
-from speculative.runs.infer_inputs import Source
 from speculative.runs.infer_settings import InferSettings
 from speculative.runs.predictions import Example
+
+if TYPE_CHECKING:  # stage 1's type; seqio (behind it) is imported only where a task is read
+    from speculative.runs.infer_inputs import Source
 
 
 def task_prefix(task) -> str:
     """The text the task puts before each input (its `tasks.prefix_pair` step's), or ''."""
+    from speculative.data import tasks  # pylint: disable=g-import-not-at-top
+
     for step in getattr(task, "preprocessors", ()):
         if isinstance(step, functools.partial) and step.func is tasks.prefix_pair:
             return step.keywords.get("prefix", "")

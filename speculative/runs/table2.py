@@ -71,11 +71,9 @@ import gin
 import numpy as np
 
 from speculative import files
-from speculative.data import bundles
 from speculative.measure import acceptance, speculation, theory
 from speculative.measure import costs as costs_lib
 from speculative.measure import timing as measure
-from speculative.models import partitioning
 from speculative.runs import config as config_lib
 
 _UNSET = object()
@@ -505,20 +503,13 @@ def _choose_gamma(result: RowResult, settings, models, examples, row_out: Option
     choice is `choose_trees`'), records the choice, binds GAMMA to the row's γ (`row_gamma`)
     and returns the speculative run's settings (its config.gin then reruns it)."""
     from speculative.runs import infer as infer_lib  # pylint: disable=g-import-not-at-top
+    from speculative.runs import infer_choice  # pylint: disable=g-import-not-at-top
 
     all_batches = list(infer_lib.batches(examples, settings.batch_size, settings.input_length))
-    count = speculation.calibration_batches(len(all_batches), settings.batch_size)
-    mesh = getattr(models[0], "mesh", None)
-    calibration = [partitioning.shard_batch(b, mesh) if mesh is not None else b
-                   for b, _ in all_batches[:count]]
-    search = speculation.SpeculationSearch(
-        sampling=settings.sampling, max_decode_len=settings.max_decode_len,
-        lenience=settings.lenience, seed=settings.seed,
-        # A row measures speculative decoding: its candidates are always timed (no gate, no
-        # calibration budget), and the fastest speculative one is reported (`row_gamma`).
-        gate=False,
-        alpha=bundles.card_alpha(settings.draft_config, settings.sampling.temperature,
-                                 settings.draft_checkpoint))
+    # A row measures speculative decoding: its candidates are always timed (no gate, no
+    # calibration budget), and the fastest speculative one is reported (`row_gamma`).
+    calibration, search = infer_choice.calibration_slice(settings, models[0], all_batches,
+                                                         gate=False)
     choice = speculation.choose_speculation(models[0], models[1], calibration, search)
     result.speculation_choice = choice
     result.gamma = row_gamma(choice)
@@ -555,9 +546,9 @@ def _price_row(result: RowResult, models, batches, *, cost_repeats: int,
 def _time_row(result: RowResult, models, batches, speed_repeats: int) -> None:
     """Speed: the row's chain (and its chosen tree) against the baseline, interleaved."""
     settings = result.settings
-    mesh = getattr(models[0], "mesh", None)
-    timed_batches = [partitioning.shard_batch(b, mesh) if mesh is not None else b
-                     for b in batches]
+    from speculative.runs import infer_encode  # pylint: disable=g-import-not-at-top
+
+    timed_batches = [infer_encode.sharded(b, models[0]) for b in batches]
     tree = result.tree_choice.tree if result.tree_choice else None
     for shape in (None, tree) if tree else (None,):  # the row's chain, then the tree
         [timed] = measure.measure(
