@@ -11,9 +11,10 @@ draw of a few sampled translations. Takes about 3 minutes on 2 CPU cores; run it
 else busy on the machine.
 
 It writes its numbers, with their provenance (commit, command, date, host), to a new run
-directory, results/runs/demo-<draft>-<UTC time>/demo.json (or --output_json), prints the path,
-and appends the run (id, command, headline numbers) to results/runs.jsonl (--runs_index; a
-JSON written outside results/, e.g. --output_json=/tmp/demo.json, is not indexed).
+directory, out/runs/demo-<draft>-<UTC time>/demo.json (or --output_json; out/ is git-ignored,
+so the working tree stays clean), prints the path, and appends the run (id, command, headline
+numbers) to out/runs.jsonl. --publish writes them to results/runs/ and results/runs.jsonl
+instead, the committed record (a JSON written outside the index's directory is not indexed).
 Bad flags are refused before any model is loaded.
 
 Example:
@@ -47,12 +48,16 @@ _INPUT_LENGTH = flags.DEFINE_integer("input_length", None, "Padded source length
                                      "longest sentence's tokens rounded up to a multiple of 8.")
 _OUTPUT = flags.DEFINE_string("output_json", None, "Write the numbers here; default: "
                               "<runs_dir>/demo-<draft>-<UTC time>/demo.json.")
-_RUNS_DIR = flags.DEFINE_string("runs_dir", os.path.join(REPO, "results", "runs"),
+_RUNS_DIR = flags.DEFINE_string("runs_dir", None,
                                 "Where a new run directory is made when --output_json is not "
-                                "given ('' writes no JSON).")
-_RUNS_INDEX = flags.DEFINE_string("runs_index", os.path.join(REPO, "results", "runs.jsonl"),
-                                  "The run index the run is appended to when its JSON "
-                                  "lies under the index's directory ('' for none).")
+                                "given; default: out/runs (results/runs with --publish); '' "
+                                "writes no JSON.")
+_RUNS_INDEX = flags.DEFINE_string("runs_index", None,
+                                  "The run index the run is appended to when its JSON lies under "
+                                  "the index's directory; default: out/runs.jsonl "
+                                  "(results/runs.jsonl with --publish); '' for none.")
+_PUBLISH = flags.DEFINE_bool("publish", False, "Publish the run: write it under results/ (the "
+                             "committed runs and their index) instead of the ignored out/.")
 _SEED = flags.DEFINE_integer("seed", 0, "PRNG seed of the decode keys (batch i: fold_in(seed, i)).")
 
 
@@ -60,11 +65,15 @@ def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
     temperatures = flag_numbers(_TEMPERATURES.value, "temperatures", float)
+    root = os.path.join(REPO, "results" if _PUBLISH.value else "out")
+    runs_dir = os.path.join(root, "runs") if _RUNS_DIR.value is None else _RUNS_DIR.value
+    runs_index = (os.path.join(root, "runs.jsonl") if _RUNS_INDEX.value is None
+                  else _RUNS_INDEX.value)
     demo.run(num_sentences=_NUM.value, gamma=_GAMMA.value, temperatures=temperatures,
              target_name=_TARGET.value, draft_name=_DRAFT.value, repeats=_REPEATS.value,
              input_length=_INPUT_LENGTH.value, output_json=_OUTPUT.value,
-             samples=_SAMPLES.value, seed=_SEED.value, runs_dir=_RUNS_DIR.value or None,
-             runs_index=_RUNS_INDEX.value or None)
+             samples=_SAMPLES.value, seed=_SEED.value, runs_dir=runs_dir or None,
+             runs_index=runs_index or None)
 
 
 if __name__ == "__main__":
