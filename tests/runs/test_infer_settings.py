@@ -2,6 +2,7 @@
 passed as keywords."""
 
 
+import gin
 import pytest
 
 from speculative.models import t5
@@ -46,3 +47,38 @@ def test_run_settings_take_fields_bound_on_the_run_or_passed_as_keywords():
     with pytest.raises(TypeError, match=r"infer.infer: unknown settings \['gama'\]"):
         with_overrides(InferSettings, settings, {"gama": 3}, "infer.infer")
     assert infer.infer(settings, dry_run=True, gamma=2).gamma == 2
+
+
+def test_checkpoint_path_is_t5x_name_for_the_target_checkpoint(tiny_gin):
+    """CHECKPOINT_PATH (T5X's infer.gin) and TARGET_CHECKPOINT set the same thing; a run that
+    sets neither is refused naming TARGET_CHECKPOINT, one that sets either is not."""
+    from speculative.runs import config as config_lib
+    from tests.helpers.runs import INFER_GIN, infer_bindings
+
+    def parse(**macros):
+        gin.clear_config()
+        bindings = [b for b in infer_bindings(None) if not b.startswith("TARGET_CHECKPOINT")]
+        config_lib.parse_gin([INFER_GIN, tiny_gin],
+                             bindings + [f"{k} = {v}" for k, v in macros.items()])
+        return config_lib.unset_required([INFER_GIN, tiny_gin])
+
+    assert parse(CHECKPOINT_PATH="'/ckpt/xxl'") == []
+    assert infer.infer(dry_run=True).target_checkpoint == "/ckpt/xxl"
+    assert parse(TARGET_CHECKPOINT="None") == []
+    assert infer.infer(dry_run=True).target_checkpoint is None
+    assert parse() == ["TARGET_CHECKPOINT"]
+
+
+def test_time_limit_s_from_gin_bounds_the_run_and_is_restored(tiny_gin, tmp_path):
+    from speculative.decode import validation
+    from speculative.runs import config as config_lib
+    from tests.helpers.runs import INFER_GIN, infer_bindings
+
+    before = validation.TIME_LIMIT_S
+    config_lib.parse_gin([INFER_GIN, tiny_gin], infer_bindings(None, TIME_LIMIT_S="1e-9"))
+    assert infer.infer(dry_run=True).time_limit_s == 1e-9
+    with pytest.raises(ValueError, match=r"max_decode_len=8 is more than .* limit"):
+        infer.infer()
+    assert validation.TIME_LIMIT_S == before
+    with pytest.raises(ValueError, match="TIME_LIMIT_S=0 is invalid"):
+        infer.infer(dry_run=True, time_limit_s=0)
