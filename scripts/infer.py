@@ -1,11 +1,17 @@
-r"""Decodes a seqio task with speculative decoding (or the baseline); writes predictions, metrics.
+r"""Decodes a seqio task (or your own inputs) with speculative decoding; writes T5X's outputs.
 
-Reads MIXTURE_OR_TASK_NAME's SPLIT, decodes it with TARGET_MODEL checked by DRAFT_MODEL
-(SPECULATIVE=False: the target alone), and writes INFER_OUTPUT_DIR/predictions.jsonl (one line per
-example), metrics.json (BLEU or ROUGE where the task has them, decode seconds excluding compile,
-tokens/s, alpha, tokens per target call) and config.gin (the resolved config). Settings and macros:
-configs/runs/infer.gin; the run: speculative/runs/infer.py. A paper task whose TFDS data is not on
-this machine stops with one TaskDataUnavailableError message before any model is loaded.
+Reads MIXTURE_OR_TASK_NAME's SPLIT (or INPUT_FILE: a text file, one input a line, a .tsv
+input<TAB>reference or a .jsonl {"input": ..., "target": ...} a line, encoded with the task's
+vocabulary and prefix), decodes it with TARGET_MODEL checked by DRAFT_MODEL (SPECULATIVE=False:
+the target alone; MODE='score': the target's log-likelihood of each given target) and writes, as
+T5X's infer.py does, INFER_OUTPUT_DIR/<task>-<mode>.jsonl-<shard>-of-<num_shards> (one line per
+example: inputs, prediction, our alpha and target calls) in chunks of CHECKPOINT_PERIOD batches,
+so that the same command run again after a kill resumes where it stopped; then metrics.json
+(BLEU or ROUGE where there are references, decode seconds excluding compile, tokens/s, alpha,
+tokens per target call, what GAMMA 'auto' chose and why) and config.gin. SHARD_ID / NUM_SHARDS
+split the inputs; CHECKPOINT_PATH is T5X's name for TARGET_CHECKPOINT. Settings and macros:
+configs/runs/infer.gin; the run: speculative/runs/infer.py. A paper task whose TFDS data is not
+on this machine stops with one TaskDataUnavailableError message before any model is loaded.
 
 Example (offline: bundled mini_ende task, random-weight models because the checkpoints are None):
 
@@ -16,7 +22,7 @@ Example (offline: bundled mini_ende task, random-weight models because the check
     --gin.TARGET_CHECKPOINT=None --gin.DRAFT_CHECKPOINT=None \
     --gin.MIXTURE_OR_TASK_NAME=\"mini_ende\" \
     --gin.TASK_FEATURE_LENGTHS="{'inputs': 64, 'targets': 32}" \
-    --gin.INFER_OUTPUT_DIR=\"/tmp/infer_mini\" --gin.NUM_EXAMPLES=8
+    --gin.INFER_OUTPUT_DIR=\"out/infer_mini\" --gin.NUM_EXAMPLES=8
 
 (about a minute on 2 CPU cores; random weights: alpha ~ 0, BLEU ~ 0.)
 
@@ -37,7 +43,7 @@ tokens per target call in metrics.json; prompts longer than 'inputs' keep their 
     --gin.DRAFT_CHECKPOINT=\"speculative/data/code/models/code_draft\" --gin.DECODER_ONLY=True \
     --gin.MIXTURE_OR_TASK_NAME=\"stdlib_code\" \
     --gin.TASK_FEATURE_LENGTHS="{'inputs': 256, 'targets': 64}" \
-    --gin.INFER_OUTPUT_DIR=\"/tmp/infer_code\" --gin.NUM_EXAMPLES=16
+    --gin.INFER_OUTPUT_DIR=\"out/infer_code\" --gin.NUM_EXAMPLES=16
 
 Add --gin.SPECULATIVE=False for the baseline (at TEMPERATURE=0 its predictions are identical).
 """

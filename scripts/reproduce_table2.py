@@ -7,7 +7,8 @@ target alone, same pipeline, both timed without compilation; scripts/infer.py's 
 c = draft step / target step time with single-token extend calls (or takes --c=0.02, or
 --c=paper for Table 4's values), and writes OUTPUT_DIR/table2.md and table2.json in the paper's
 format (Task, M_q, Temp, gamma, alpha, Speed) with Theorem 3.8 beside each row, plus every run's
-predictions.jsonl / metrics.json / config.gin under OUTPUT_DIR/<row>/{speculative,baseline}/.
+outputs (<task>-predict.jsonl-00000-of-00001, metrics.json, config.gin) under
+OUTPUT_DIR/<row>/{speculative,baseline}/.
 A ★ after M_q marks the best draft for that task and temperature: the paper's (its Table 2's
 star), or for a bundled row the one its gin file names (`table2.RowInfo.best = True`).
 

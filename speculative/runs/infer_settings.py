@@ -87,7 +87,8 @@ class InferSettings:
       target_checkpoint, draft_checkpoint: paths `checkpoints.load_params` reads, or None.
       mixture_or_task_name: a registered seqio task (not a mixture).
       task_feature_lengths: {'inputs': L_in, 'targets': max_decode_len}.
-      output_dir: where predictions.jsonl, metrics.json and config.gin go (None: write nothing).
+      output_dir: where the T5X-named output file, metrics.json and config.gin go (None:
+        write nothing); `infer_output` names them.
       gamma: draft tokens per round, or 'auto' (gin: GAMMA; the default): the run times the
         baseline, the chain at a few gammas, a block draft's block and the chooser's token
         tree on its first inputs (`speculation.choose_speculation`) and runs the fastest, which may

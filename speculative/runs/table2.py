@@ -14,7 +14,8 @@ For each row `reproduce`:
      settings (`infer.infer(dry_run=True)`); the task's data is checked before any model loads;
   2. loads the target and draft once, runs `infer.run` speculatively and as the baseline (the
      target alone through the same pipeline), each timed without compilation, into
-     `output_dir/<row>/{speculative,baseline}/` (predictions.jsonl, metrics.json, config.gin);
+     `output_dir/<row>/{speculative,baseline}/` (infer's T5X-named output file, metrics.json,
+     config.gin);
   3. takes alpha from the speculative run; Speed comes from the one timing engine the benchmark,
      the mini results and the demo use (`measure.measure`): baseline and
      speculative decoding of the row's first `speed_batches` batches, compiled first, then

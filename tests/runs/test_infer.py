@@ -162,7 +162,7 @@ def test_infer_script_paper_task_offline_prints_one_message(tmp_path):
 
 
 @pytest.mark.parametrize("script,first_line", [
-    ("infer.py", "Decodes a seqio task with speculative decoding"),
+    ("infer.py", "Decodes a seqio task (or your own inputs) with speculative decoding"),
     ("reproduce_table2.py", "Reproduces rows of the paper's Table 2"),
 ])
 def test_script_help_prints_docstring_with_example(script, first_line):
