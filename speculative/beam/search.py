@@ -53,7 +53,7 @@ from speculative.beam.checks import (
     _check,
     _check_speculative,
 )
-from speculative.decode import contract, validation
+from speculative.decode import contract, interrupts, validation
 from speculative.decode.contract import reads_target, reorder_rows, take_rows
 
 Array = jax.Array
@@ -429,10 +429,18 @@ def beam_search(target, inputs, *, beam_size: int, max_decode_len: int,
     if not hasattr(target, "prefix_length") or target.prefix_length(inputs.shape[1]) != 0:
         raise TypeError(f"beam search needs an encoder-decoder target (EncoderDecoderModel); "
                         f"got {type(target).__name__}.")
-    s = jax.device_get(_JITTED_SEARCH(target, jnp.asarray(inputs), beam_size=int(beam_size),
-                                      max_decode_len=int(max_decode_len),
-                                      length_penalty=float(length_penalty)))
+    s = jax.device_get(interrupts.wait(_JITTED_SEARCH(
+        target, jnp.asarray(inputs), beam_size=int(beam_size),
+        max_decode_len=int(max_decode_len), length_penalty=float(length_penalty)),
+        _what("beam_search", inputs, beam_size, max_decode_len)))
     return _jitted_result(s, target_calls=int(s.step))
+
+
+def _what(name: str, inputs, beam_size, max_decode_len) -> str:
+    """A search call in words, for the message of a Ctrl-C (`interrupts.wait`: the jitted
+    search returns to Python only when done, so the wait is where Ctrl-C stops it)."""
+    return (f"{name} of {inputs.shape[0]} row(s) x {int(beam_size)} beams x "
+            f"{int(max_decode_len)} tokens")
 
 
 def _jitted_result(s, *, target_calls: int, rounds: int = 0,
@@ -477,10 +485,11 @@ def speculative_beam_search(target, draft, inputs, *, beam_size: int, draft_beam
         if not hasattr(model, "prefix_length") or model.prefix_length(inputs.shape[1]) != 0:
             raise TypeError(f"beam search needs an encoder-decoder {name}; got "
                             f"{type(model).__name__}.")
-    s = jax.device_get(_JITTED_SPECULATIVE(
+    s = jax.device_get(interrupts.wait(_JITTED_SPECULATIVE(
         target, draft, jnp.asarray(inputs), beam_size=int(beam_size),
         draft_beam=int(draft_beam), draft_branch=int(draft_branch), gamma=int(gamma),
-        max_decode_len=int(max_decode_len), length_penalty=float(length_penalty)))
+        max_decode_len=int(max_decode_len), length_penalty=float(length_penalty)),
+        _what("speculative_beam_search", inputs, beam_size, max_decode_len)))
     rounds = int(s.rounds)
     rereads = 1 if reads_target(draft) else 0  # the path, read again with the features
     return _jitted_result(s, target_calls=rounds, rounds=rounds,

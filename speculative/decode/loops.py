@@ -42,7 +42,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from speculative.decode import contract, drafters, trees, validation, verifiers
+from speculative.decode import contract, drafters, interrupts, trees, validation, verifiers
 from speculative.decode import sampling as sampling_lib
 from speculative.decode.contract import EOS_ID, DecodeModel, write_rows
 from speculative.decode.rounds import RoundKeys
@@ -177,14 +177,22 @@ def autoregressive_decode(
     """Decodes `inputs [B, L_in]` one target call per token (the baseline).
 
     Compiles once per (input shapes, sampling, max_decode_len). `debug=True` runs the same step
-    function in a Python loop without jit (slow; for stepping through with a debugger).
+    function in a Python loop without jit (slow; for stepping through with a debugger). Returns
+    when the decode is done; Ctrl-C stops the wait at once (`interrupts.wait`).
     """
     inputs = validation.check_call((model,), inputs, rng, sampling)
     validation.check_lengths((model,), inputs, max_decode_len)
     if debug:
         return _autoregressive_impl(model, inputs, rng, sampling=sampling,
                                     max_decode_len=max_decode_len, debug=True)
-    return _AR_JIT(model, inputs, rng, sampling=sampling, max_decode_len=max_decode_len)
+    return interrupts.wait(
+        _AR_JIT(model, inputs, rng, sampling=sampling, max_decode_len=max_decode_len),
+        _what("autoregressive_decode", inputs, max_decode_len))
+
+
+def _what(name: str, inputs, max_decode_len) -> str:
+    """A decode call in words, for the message of a Ctrl-C (`interrupts.wait`)."""
+    return f"{name} of {inputs.shape[0]} row(s) x {int(max_decode_len)} tokens"
 
 
 # ----------------------------------------------------------------------------------------------
@@ -290,6 +298,7 @@ def speculative_decode(
     tree: Optional[Sequence[int]] = None,
     verifier: Optional[verifiers.Verifier] = None,
     debug: bool = False,
+    **moved: Any,
 ) -> DecodeResult:
     """Speculative decoding of `inputs [B, L_in]` (Algorithm 1), exact for `lenience=1`.
 
@@ -312,8 +321,11 @@ def speculative_decode(
     The output has the target's distribution under `sampling` (the same adjustment is applied to
     p and q); at temperature 0 it equals `autoregressive_decode` token for token. Rows accept
     independently and stop at EOS (id 1) or after `max_decode_len` tokens. Compiles once per
-    (input shapes, drafter settings, verifier, max_decode_len).
+    (input shapes, drafter settings, verifier, max_decode_len). Returns when the decode is done;
+    Ctrl-C stops the wait at once (`interrupts.wait`). Arguments that moved into a drafter
+    (`draft_confidence`, `gamma_schedule`, `initial_gamma`) raise a TypeError giving the new form.
     """
+    _refuse_moved(moved)
     drafter = _drafter(draft, gamma, tree, lenience)
     models = (target,) if drafter.model is None else (target, drafter.model)
     inputs = validation.check_call(models, inputs, rng, sampling)
@@ -328,7 +340,29 @@ def speculative_decode(
     kwargs = dict(verifier=verifier, max_decode_len=int(max_decode_len))
     if debug:
         return _speculative_impl(target, drafter, inputs, rng, debug=True, **kwargs)
-    return _SPEC_JIT(target, drafter, inputs, rng, **kwargs)
+    return interrupts.wait(_SPEC_JIT(target, drafter, inputs, rng, **kwargs),
+                           _what("speculative_decode", inputs, max_decode_len))
+
+
+# speculative_decode's arguments that became ChainDrafter settings: old name -> new name.
+_MOVED_TO_DRAFTER = {"draft_confidence": "confidence", "gamma_schedule": "schedule",
+                     "initial_gamma": "initial_gamma"}
+
+
+def _refuse_moved(moved) -> None:
+    """A TypeError for `speculative_decode`'s unknown keywords, giving the new form of those
+    that moved into `drafters.ChainDrafter`."""
+    if not moved:
+        return
+    old = [k for k in moved if k in _MOVED_TO_DRAFTER]
+    if old:
+        settings = ", ".join(f"{_MOVED_TO_DRAFTER[k]}={moved[k]!r}" for k in old)
+        raise TypeError(
+            f"speculative_decode({', '.join(f'{k}=' for k in old)}...) moved: these are "
+            "settings of the drafter now; pass draft=speculative.decode.drafters.ChainDrafter("
+            f"draft, gamma, {settings}) and gamma=None (or the same gamma).")
+    raise TypeError(f"speculative_decode() got an unexpected keyword argument "
+                    f"{next(iter(moved))!r}.")
 
 
 def _drafter(draft, gamma, tree, lenience) -> drafters.Drafter:

@@ -588,6 +588,8 @@ def user_errors(main: Callable) -> Callable:
             sys.exit(2)
         except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM as Terminated: clean-up has run
             signum = signal.SIGTERM if isinstance(e, Terminated) else signal.SIGINT
-            _exit_now(_stop_message(signum, ""), 128 + signum)
+            during = getattr(e, "during", None)  # a decode or search (decode/interrupts.py)
+            _exit_now(_stop_message(signum, f"during {during}, whose result is dropped"
+                                    if during else ""), 128 + signum)
 
     return wrapped

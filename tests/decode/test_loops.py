@@ -272,6 +272,20 @@ def test_bad_inputs_raise_clear_errors(encdec, deconly):
         adapters.EncoderDecoderModel(deconly[0].module, deconly[0].params)
 
 
+def test_moved_arguments_name_their_new_form(encdec):
+    """draft_confidence / gamma_schedule / initial_gamma became ChainDrafter settings: passing
+    them gives the new call, not a bare 'unexpected keyword argument'."""
+    target, draft = encdec
+    kw = dict(rng=jax.random.PRNGKey(0), sampling=GREEDY, max_decode_len=4, gamma=2)
+    with pytest.raises(TypeError, match=r"ChainDrafter\(draft, gamma, confidence=0.4\)"):
+        decoding.speculative_decode(target, draft, TINY_INPUTS, draft_confidence=0.4, **kw)
+    with pytest.raises(TypeError, match="schedule='heuristic', initial_gamma=1"):
+        decoding.speculative_decode(target, draft, TINY_INPUTS, gamma_schedule="heuristic",
+                                    initial_gamma=1, **kw)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'gama'"):
+        decoding.speculative_decode(target, draft, TINY_INPUTS, gama=2, **kw)
+
+
 # ----------------------------------------------------------------------------------------------
 # From tests/test_faults.py.
 TEMPERATURES = (SamplingConfig(0.0), SamplingConfig(1.0))
