@@ -124,6 +124,24 @@ def test_importing_the_loops_loads_no_model():
     assert "speculative.models" not in out and "speculative.checkpoints" not in out, out
 
 
+def test_import_speculative_is_light_and_its_modules_come_on_first_use():
+    """`import speculative` imports no JAX; `speculative.loading` (and the other public
+    modules) are then there without their own import line."""
+    code = ("import sys, speculative; light = 'jax' not in sys.modules; "
+            "print(light, callable(speculative.loading.load_model), "
+            "hasattr(speculative.decoding, 'speculative_decode'), "
+            "speculative.sampling.SamplingConfig.__name__, "
+            "callable(speculative.checkpoints.load_params), 'jax' in sys.modules, "
+            "sorted(set(dir(speculative)) & {'decoding', 'loading', 'sampling', 'checkpoints'}))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, cwd=PACKAGE.parent).stdout.split(None, 6)
+    assert out[:6] == ["True", "True", "True", "SamplingConfig", "True", "True"], out
+    assert out[6].strip() == "['checkpoints', 'decoding', 'loading', 'sampling']", out
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        import speculative  # pylint: disable=import-outside-toplevel
+        speculative.nope  # noqa: B018  # pylint: disable=pointless-statement
+
+
 def _functions():
     for module, path in MODULES.items():
         if _room(module) == "experiments":
