@@ -3,8 +3,9 @@ r"""Converts T5 checkpoints between Hugging Face and T5X's legacy format.
 HF -> T5X: reads an HF T5 directory (model.safetensors + config.json, e.g. from
 `T5ForConditionalGeneration.save_pretrained`) and writes a T5X legacy checkpoint
 (msgpack + gzip zarr, format version 3, readable by t5x and by
-`speculative.checkpoints.load_params`) at <t5x_dir>/checkpoint_<step>. The
-matching T5Config is logged.
+`speculative.checkpoints.load_params`) at <t5x_dir>/checkpoint_<step>, and the
+model's config.gin beside it as T5X writes one (so `load_model(None, t5x_dir)`
+needs no other configuration). The matching T5Config is logged.
 
 T5X -> HF (--to_hf): reads a T5X checkpoint (model dir: latest step; step dir; or
 the msgpack file; legacy or Orbax) and writes <hf_dir>/model.safetensors and
@@ -104,8 +105,8 @@ def main(argv):
         config = hf_checkpoints.load_hf_config(FLAGS.hf_dir)
         params = checkpoints.load_params(FLAGS.hf_dir, FLAGS.dtype, config, progress=True)
         step_dir = checkpoints.save_t5x(params, FLAGS.t5x_dir, FLAGS.step,
-                                        overwrite=FLAGS.overwrite, progress=True)
-        logging.info("Wrote %s for %s", step_dir, config)
+                                        overwrite=FLAGS.overwrite, progress=True, config=config)
+        logging.info("Wrote %s and its config.gin for %s", step_dir, config)
         return
     if bool(FLAGS.preset) == bool(FLAGS.config_json):
         raise app.UsageError("--to_hf needs exactly one of --preset or --config_json.")

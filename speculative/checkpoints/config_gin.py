@@ -36,6 +36,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from gin import config_parser
 
+from speculative import files
 from speculative.checkpoints import paths
 from speculative.models import t5
 
@@ -122,7 +123,13 @@ def no_config_message(path, candidates: Sequence[str]) -> str:
 
 
 def t5x_model_config(path, search_paths: Sequence[str] = ()) -> T5XModel:
-    """The model of the T5X gin file at, beside or above `path` (module docstring)."""
+    """The model of the T5X gin file at, beside or above `path` (module docstring); a `path`
+    that does not exist is a FileNotFoundError saying so."""
+    if not paths.exists(os.fspath(path)):
+        raise FileNotFoundError(
+            f"The checkpoint {os.fspath(path)} does not exist, so there is no config.gin beside "
+            "it to read the architecture from: check the path (in gin, TARGET_CHECKPOINT or "
+            "CHECKPOINT_PATH).")
     found = find_config_gin(path)
     if found is None:
         raise ConfigGinError(no_config_message(path, config_gin_candidates(path)))
@@ -345,6 +352,57 @@ def is_t5x_gin(path, search_paths: Sequence[str] = ()) -> bool:
         return False
     return bool(re.search(r"^\s*(from\s+t5x[\s.]|import\s+t5x)|network\.(T5Config|"
                           r"TransformerConfig)\b", text, re.M))
+
+
+# ---------------------------------------------------------------- writing config.gin
+# T5X's example networks fix the relative-attention buckets at 32 and their distance at 128.
+_T5X_FIXED = {"relative_attention_num_buckets": 32, "relative_attention_max_distance": 128}
+
+
+def t5x_gin_text(config: t5.T5Config, decoder_only: bool = False, source: str = "") -> str:
+    """A config.gin in T5X's written form for `config`: the model and its network config only
+    (the trainer's settings are T5X's to write), readable by `read_t5x_gin` and by T5X's
+    example networks (`t5x/examples/t5` or `t5x/examples/decoder_only`). `source` names where
+    the config came from in the header comment."""
+    if not isinstance(config, t5.T5Config):
+        raise TypeError(f"config={config!r} is not a speculative.models.t5.T5Config.")
+    if decoder_only and config.num_encoder_layers:
+        raise ValueError(f"decoder_only=True but config.num_encoder_layers="
+                         f"{config.num_encoder_layers}; a decoder-only model has no encoder.")
+    network = "decoder_only" if decoder_only else "t5"
+    model, module, net_config = (("DecoderOnlyModel", "DecoderWrapper", DECODER_ONLY_CONFIG)
+                                 if decoder_only else
+                                 ("EncoderDecoderModel", "Transformer", ENCODER_DECODER_CONFIG))
+    values = dataclasses.asdict(config)
+    if values["head_dim"] is None:
+        values["head_dim"] = config.emb_dim // config.num_heads
+    if decoder_only:
+        values["num_layers"] = values.pop("num_decoder_layers")
+        del values["num_encoder_layers"]
+    for name, fixed in _T5X_FIXED.items():
+        if values[name] == fixed:  # T5X's value: unsaid, as T5X's networks take no such field
+            del values[name]
+    lines = ["from __gin__ import dynamic_registration",
+             "from t5x import models",
+             f"from t5x.examples.{network} import network", "",
+             "# The architecture of the checkpoints in this directory, as T5X writes config.gin.",
+             "# Written by speculative.checkpoints.config_gin.t5x_gin_text"
+             + (f" from {source}" if source else "") + ".",
+             "# Read by speculative.loading.load_model(None, <this directory>).", "",
+             f"MODEL = @models.{model}()",
+             f"models.{model}.module = @network.{module}()",
+             f"network.{module}.config = @network.{net_config}()"]
+    for name, value in values.items():
+        lines.append(f"network.{net_config}.{name} = {value!r}")
+    return "\n".join(lines) + "\n"
+
+
+def write_config_gin(directory, config: t5.T5Config, decoder_only: bool = False,
+                     source: str = "") -> str:
+    """Writes `directory/config.gin` (`t5x_gin_text`) atomically; returns its path. The
+    directory is a T5X model dir: the one holding checkpoint_<step>/."""
+    return files.write_atomic(os.path.join(os.fspath(directory), CONFIG_GIN),
+                              t5x_gin_text(config, decoder_only, source))
 
 
 def gin_bindings(model: T5XModel, scope: str = "network") -> str:

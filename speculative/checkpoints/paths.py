@@ -50,6 +50,13 @@ def is_file(path: str) -> bool:
     return bool(ts.KvStore.open(spec).result().list(ts.KvStore.KeyRange(key, key + "\0")).result())
 
 
+def exists(path: str) -> bool:
+    """Whether `path` is a file or a directory, local or gs://."""
+    if not is_gcs(path):
+        return os.path.exists(path)
+    return is_file(path) or listdir(path) is not None
+
+
 def open_file(path: str):
     """A binary file object, local or gs:// (read whole: checkpoints' small files)."""
     if not is_gcs(path):

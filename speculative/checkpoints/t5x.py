@@ -41,7 +41,7 @@ from absl import logging
 from flax import serialization
 from tqdm import tqdm
 
-from speculative.checkpoints import paths
+from speculative.checkpoints import config_gin, paths
 from speculative.checkpoints.hf import _hf_leaves, config_from_hf
 from speculative.checkpoints.param_trees import (
     CheckpointError,
@@ -458,7 +458,8 @@ def check_t5x_target(path, step: int, overwrite: bool = False) -> str:
 
 
 def save_t5x(params, path, step: int = 0, *, overwrite: bool = False,
-             progress: bool = False) -> str:
+             progress: bool = False, config: Optional[t5.T5Config] = None,
+             decoder_only: bool = False) -> str:
     """Writes `params` as a T5X legacy (version 3) checkpoint `path/checkpoint_<step>`.
 
     Layout (as t5x/checkpoints.py writes it): msgpack `checkpoint` = `{'version': 3, 'optimizer':
@@ -468,9 +469,17 @@ def save_t5x(params, path, step: int = 0, *, overwrite: bool = False,
     Returns the step dir. Kernels are written in T5X's `[in, out]` layout whichever layout the
     params decode in (`layers.transpose_kernels`, the default on a CPU). Where it cannot write
     (`check_t5x_target`) is refused before anything is written.
+
+    With `config` (the model's `T5Config`; `decoder_only=True` for `t5.DecoderOnly`), the
+    params are checked against it first, and `path/config.gin` is written beside the step dir
+    in the form T5X writes it (`config_gin.write_config_gin`), so `load_model(None, path)`
+    rebuilds the model. A config.gin already there is kept when it describes the same model
+    (T5X's own holds the trainer's settings too) and refused, before anything is written, when
+    it describes another or cannot be read.
     """
     final = check_t5x_target(path, step, overwrite)
     params = layers.untranspose_kernels(params)
+    write_gin = config is not None and _check_config_gin(path, params, config, decoder_only)
     flat = _flatten(params)
     bad = [_name(k) for k in flat if any("." in p or "/" in p for p in k)]
     if bad:
@@ -498,4 +507,32 @@ def save_t5x(params, path, step: int = 0, *, overwrite: bool = False,
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    if write_gin:
+        config_gin.write_config_gin(path, config, decoder_only, source="save_t5x")
     return final
+
+
+def _check_config_gin(path, params, config: t5.T5Config, decoder_only: bool) -> bool:
+    """Whether `save_t5x` writes `path/config.gin` for `config` (False: one describing this
+    model is there); refuses params that do not fit `config`, and a config.gin for another
+    model or one this project cannot read (a model dir holds one architecture)."""
+    if not isinstance(config, t5.T5Config):
+        raise TypeError(f"config={config!r} is not a speculative.models.t5.T5Config.")
+    validate_params(params, t5.DecoderOnly(config) if decoder_only else config,
+                    source="the params given to save_t5x")
+    existing = os.path.join(os.fspath(path), config_gin.CONFIG_GIN)
+    if not os.path.exists(existing):
+        return True
+    try:
+        found = config_gin.read_t5x_gin(existing)
+    except config_gin.ConfigGinError as e:
+        raise CheckpointError(f"{existing} is there already and does not describe a T5 this "
+                              f"project reads ({e}); save into another model dir, or move it "
+                              "away.") from None
+    if (found.config, found.decoder_only) != (config, bool(decoder_only)):
+        kind = "decoder-only" if decoder_only else "encoder-decoder"
+        raise CheckpointError(
+            f"{existing} describes another model ({found.describe()}), not the {kind} "
+            f"{config} being saved: a T5X model dir holds one architecture. Save into "
+            "another model dir.")
+    return False

@@ -12,6 +12,7 @@ import shutil
 
 import pytest
 
+from speculative import loading
 from speculative.checkpoints import config_gin, t5x_config
 from speculative.models import t5
 from tests.helpers import FIXTURES, REPO
@@ -126,3 +127,52 @@ def test_bad_config_gin_is_refused_by_name(tmp_path, text, match):
     (tmp_path / "config.gin").write_text(text)
     with pytest.raises(config_gin.ConfigGinError, match=match):
         t5x_config(str(tmp_path))
+
+
+@pytest.mark.parametrize("config, decoder_only", [(RUN_CONFIG, False), (LM_CONFIG, True),
+                                                  (t5.preset("t5_1_1_small"), False)])
+def test_written_config_gin_reads_back_as_the_same_model(tmp_path, config, decoder_only):
+    """`write_config_gin` writes T5X's form (its example networks' configurables, the buckets
+    unsaid where T5X fixes them), and reads back as the same model with nothing skipped."""
+    path = config_gin.write_config_gin(tmp_path, config, decoder_only, source="a test")
+    text = open(path).read()
+    assert config_gin.is_t5x_gin(path) and "from a test" in text
+    net = "TransformerConfig" if decoder_only else "T5Config"
+    assert f"network.{net}.vocab_size = {config.vocab_size}" in text
+    assert "relative_attention" not in text  # 32 / 128: T5X's fixed values
+    found = config_gin.read_t5x_gin(path)
+    assert (found.config, found.decoder_only, found.skipped) == (config, decoder_only, ())
+    with pytest.raises(ValueError, match="decoder_only=True but config.num_encoder_layers"):
+        config_gin.t5x_gin_text(RUN_CONFIG, decoder_only=True)
+
+
+def test_a_checkpoint_that_does_not_exist_is_named_as_missing(tmp_path):
+    missing = str(tmp_path / "no_such_run" / "checkpoint_100")
+    for call in (lambda: t5x_config(missing), lambda: loading.load_model(None, missing),
+                 lambda: loading.build_model(None, missing)):
+        with pytest.raises(FileNotFoundError, match=f"The checkpoint {missing} does not exist"):
+            call()
+
+
+# The bundled T5 checkpoints each carry a config.gin, written by scripts/write_config_gin.py
+# from their model card's config.
+_BUNDLED_T5 = sorted(n for n in loading.bundled_names() if loading.bundled(n).is_t5)
+
+
+@pytest.mark.parametrize("name", _BUNDLED_T5)
+def test_every_bundled_checkpoint_loads_from_its_directory_alone(name):
+    """load_model(None, <bundled model dir>) works: the config.gin beside each bundled T5
+    checkpoint is the one generated from the card (scripts/write_config_gin.py --bundled) and
+    gives the card's config; the small models (under 2M parameters) load and match."""
+    found = loading.bundled(name)
+    model_dir = os.path.dirname(found.checkpoint)
+    with open(os.path.join(model_dir, "config.gin")) as f:
+        assert f.read() == config_gin.t5x_gin_text(found.config, found.decoder_only,
+                                                   source=f"the model card's {name!r}")
+    for path in (model_dir, found.checkpoint):
+        model = config_gin.t5x_model_config(path)
+        assert (model.config, model.decoder_only) == (found.config, found.decoder_only)
+    if found.entry.get("params", 0) < 2_000_000:
+        loaded = loading.load_model(None, model_dir, kernel_layout="t5x")
+        assert loaded.module.config == found.config
+        assert type(loaded) is type(found.load(kernel_layout="t5x"))

@@ -13,8 +13,9 @@ import jax
 import numpy as np
 import pytest
 
+from speculative import loading
 from speculative.checkpoints import hf as hf_checkpoints
-from speculative.checkpoints import param_trees
+from speculative.checkpoints import param_trees, t5x_config
 from speculative.checkpoints import t5x as checkpoints
 from speculative.checkpoints.param_trees import CheckpointError
 from speculative.models import t5
@@ -99,7 +100,16 @@ def test_convert_script_round_trips_hf_t5x_hf(tmp_path, convert_script, tied):
     from safetensors.numpy import load_file  # pylint: disable=import-outside-toplevel
     _hf_model(tied, seed=5).save_pretrained(tmp_path / "hf")
     _run(convert_script, [f"--hf_dir={tmp_path}/hf", f"--t5x_dir={tmp_path}/t5x", "--step=4"])
-    assert os.listdir(tmp_path / "t5x") == ["checkpoint_4"]
+    # The converter writes the model's config.gin beside the checkpoint, as T5X does, so the
+    # converted checkpoint loads with no other configuration.
+    assert sorted(os.listdir(tmp_path / "t5x")) == ["checkpoint_4", "config.gin"]
+    hf_config = hf_checkpoints.load_hf_config(tmp_path / "hf")
+    assert t5x_config(tmp_path / "t5x") == t5x_config(tmp_path / "t5x" / "checkpoint_4") \
+        == hf_config
+    loaded = loading.load_model(None, str(tmp_path / "t5x"), kernel_layout="t5x")
+    assert loaded.module.config == hf_config
+    assert_identical(jax.tree_util.tree_map(np.asarray, loaded.params),
+                     checkpoints.load_params(tmp_path / "hf"))
     _run(convert_script, ["--to_hf", f"--t5x_dir={tmp_path}/t5x", f"--hf_dir={tmp_path}/out",
                           f"--config_json={tmp_path}/hf/config.json"])
     before, after = load_file(tmp_path / "hf" / "model.safetensors"), load_file(
@@ -115,7 +125,6 @@ def test_convert_script_round_trips_hf_t5x_hf(tmp_path, convert_script, tied):
 
 
 def test_convert_script_round_trips_a_bundled_model_by_name(tmp_path, convert_script):
-    from speculative import loading  # pylint: disable=import-outside-toplevel
     bundled = loading.bundled("mini_target")
     if bundled is None:
         pytest.skip("no bundled models in this checkout")
@@ -142,7 +151,6 @@ def test_convert_script_round_trips_a_bundled_model_by_name(tmp_path, convert_sc
 def test_an_interrupted_export_leaves_the_earlier_one(tmp_path, convert_script, signum):
     """--to_hf --overwrite over an earlier export, stopped just before the swap: the earlier
     export stays whole and no staging directory is left."""
-    from speculative import loading  # pylint: disable=import-outside-toplevel
     if loading.bundled("mini_target") is None:
         pytest.skip("no bundled models in this checkout")
     hf = tmp_path / "hf"
@@ -245,3 +253,19 @@ def test_a_directory_with_an_hf_model_and_a_t5x_checkpoint_is_refused_naming_bot
     with pytest.raises(FileNotFoundError, match=r"checkpoint_-1'\] are interrupted saves .* or "
                                                 r"not a step >= 0"):
         checkpoints.load_params(tmp_path / "neg")
+
+
+def test_names_that_moved_out_of_speculative_checkpoints_give_their_new_place():
+    """`speculative.checkpoints.save_hf_t5` (re-exported before the package split) and the
+    other moved names raise naming where they live now, as an attribute and in an import."""
+    import speculative.checkpoints as package  # pylint: disable=import-outside-toplevel
+
+    new = "speculative.checkpoints.hf.save_hf_t5"
+    with pytest.raises(AttributeError, match=f"moved to {new}: use `from speculative"):
+        package.save_hf_t5  # noqa: B018  # pylint: disable=pointless-statement
+    with pytest.raises(ImportError, match=f"moved to {new}"):
+        from speculative.checkpoints import save_hf_t5  # noqa: F401  # pylint: disable=unused-import
+    with pytest.raises(AttributeError, match="speculative.checkpoints.t5x.load_metadata"):
+        getattr(package, "load_metadata")
+    assert not hasattr(package, "no_such_name") and package.hf.save_hf_t5 is \
+        hf_checkpoints.save_hf_t5

@@ -244,3 +244,38 @@ def test_gcs_and_old_specs_resolve_against_the_checkpoint_dir():
         "driver": "zarr", "kvstore": {"driver": "gcs", "bucket": "b", "path": "c/target.x/"}}
     assert checkpoints._ts_read_spec(gfile, "/ckpt/checkpoint_1") == {
         "driver": "zarr", "kvstore": {"driver": "file", "path": "/ckpt/checkpoint_1/target.x/"}}
+
+
+# ---------------------------------------------------------------- config.gin beside the checkpoint
+def test_save_t5x_with_its_config_writes_a_config_gin_that_rebuilds_the_model(tmp_path):
+    """With `config`, save_t5x writes T5X's config.gin beside checkpoint_<step>: the model dir
+    alone then loads (load_model(None, dir)), encoder-decoder and decoder-only."""
+    from speculative import loading  # pylint: disable=import-outside-toplevel
+    from speculative.checkpoints import config_gin  # pylint: disable=import-outside-toplevel
+
+    lm = t5.T5Config(vocab_size=40, emb_dim=8, num_heads=2, head_dim=3, mlp_dim=12,
+                     num_encoder_layers=0, num_decoder_layers=1, logits_via_embedding=True)
+    for name, config, decoder_only in (("encdec", CFG, False), ("lm", lm, True)):
+        model = loading.load_model(config, decoder_only=decoder_only, seed=1)
+        checkpoints.save_t5x(model.params, tmp_path / name, 2, config=config,
+                             decoder_only=decoder_only)
+        assert sorted(os.listdir(tmp_path / name)) == ["checkpoint_2", "config.gin"]
+        found = config_gin.t5x_model_config(tmp_path / name / "checkpoint_2")
+        assert (found.config, found.decoder_only) == (config, decoder_only)
+        loaded = loading.load_model(None, str(tmp_path / name))
+        assert loaded.module.config == config and type(loaded) is type(model)
+        assert_identical(jax.tree_util.tree_map(np.asarray, loaded.params),
+                         jax.tree_util.tree_map(np.asarray, model.params))
+        # A second step of the same model keeps the config.gin; another model is refused
+        # before anything is written.
+        before = (tmp_path / name / "config.gin").read_text()
+        checkpoints.save_t5x(model.params, tmp_path / name, 3, config=config,
+                             decoder_only=decoder_only)
+        assert (tmp_path / name / "config.gin").read_text() == before
+    other = t5.T5Config(**{**CFG.__dict__, "mlp_dim": 10})
+    with pytest.raises(CheckpointError, match="describes another model"):
+        checkpoints.save_t5x(random_params(other), tmp_path / "encdec", 9, config=other)
+    with pytest.raises(CheckpointError, match="mlp"):  # params that do not fit the config
+        checkpoints.save_t5x(random_params(CFG), tmp_path / "bad", 0, config=other)
+    assert not (tmp_path / "encdec" / "checkpoint_9").exists()
+    assert not (tmp_path / "bad").exists() or not os.listdir(tmp_path / "bad")
