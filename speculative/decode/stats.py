@@ -92,12 +92,26 @@ class DecodeStats:
         with np.errstate(invalid="ignore", divide="ignore"):
             return np.asarray(self.generated, np.float64) / np.asarray(self.target_calls)
 
+    def __str__(self) -> str:
+        """One line that says which counts are per batch and which are summed over rows, e.g.
+        at batch 4: `rounds 13 (batched target forwards, all 4 rows in each) | target_calls 23
+        (summed over rows: 6 + 5 + 6 + 6, the rounds each row was still decoding) | ...`."""
+        calls = np.asarray(self.target_calls).reshape(-1).tolist()
+        per_row = " + ".join(str(c) for c in calls[:8]) + (" + ..." if len(calls) > 8 else "")
+        return (f"rounds {int(self.rounds)} (batched target forwards, all {len(calls)} rows in "
+                f"each) | target_calls {sum(calls)} (summed over rows: {per_row}, the rounds "
+                f"each row was still decoding) | generated {int(np.sum(self.generated))} | "
+                f"tokens per target call {self.tokens_per_target_call:.2f} | alpha "
+                f"{self.alpha:.3f}")
+
     def summary(self, per_row: bool = False) -> dict:
         """Totals as plain Python numbers (JSON-ready); the one place statistics are reduced.
 
-        `rounds` counts batched target forwards, `target_calls` the
-        row-rounds (sum over rows of the rounds each row was decoding); `alpha` and
-        `tokens_per_target_call` are ratios of totals. `per_row=True` adds the per-row counts.
+        `rounds` is per batch: the batched target forwards, each serving every row still
+        decoding. `target_calls` is summed over rows: each row's rounds while it was decoding
+        (at batch 4, rounds 13 and target_calls 23 are consistent: rows stop at their own
+        EOS). `alpha` and `tokens_per_target_call` are ratios of totals. `per_row=True` adds
+        the per-row counts; `str(stats)` says the same in one line.
         """
         target_calls = int(np.sum(np.asarray(self.target_calls)))
         per_position = np.asarray(self.accepted_per_position, np.int64).sum(axis=0)

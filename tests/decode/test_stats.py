@@ -42,3 +42,18 @@ def test_merge_stats_concatenates_rows_drops_fillers_and_sums_forwards(encdec):
     other = decoding.speculative_decode(target, draft, td.prompts([4, 6], 8), **{**kw, "gamma": 2})
     with pytest.raises(ValueError, match="different gammas"):
         stats_lib.merge_stats([a, other.stats])
+
+
+def test_str_says_rounds_are_per_batch_and_target_calls_summed_over_rows(encdec):
+    """At batch > 1, `rounds` < `target_calls` is no error: the one line says why."""
+    target, draft = encdec
+    out = decoding.speculative_decode(target, draft, td.prompts([4, 6, 5], 8, seed=1),
+                                      rng=jax.random.PRNGKey(0), gamma=3,
+                                      sampling=SamplingConfig(1.0), max_decode_len=10)
+    calls = np.asarray(out.stats.target_calls).tolist()
+    line = str(out.stats)
+    assert line.startswith(f"rounds {int(out.stats.rounds)} (batched target forwards, all 3 "
+                           "rows in each) | ")
+    assert f"target_calls {sum(calls)} (summed over rows: {' + '.join(map(str, calls))}, " \
+        in line
+    assert f"tokens per target call {out.stats.tokens_per_target_call:.2f}" in line
