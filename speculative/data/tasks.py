@@ -16,6 +16,11 @@ network (seqio sources and vocabularies are lazy):
                        targets its continuation (the next 16 lines), neither with
                        EOS; its own 4k-piece vocabulary (when its files are
                        present).
+  code_docstring       the offline code -> docstring corpus made by
+                       scripts/build_docstring_corpus.py (Table 2's summarization
+                       task, offline): inputs a function's source without its
+                       docstring, targets the docstring; ROUGE-1/2/L; its own
+                       8k-piece vocabulary (when its files are present).
 
 The paper's tasks use T5's vocabulary (`default_vocabulary()`, 32,100 ids, on
 GCS) and need TFDS data prepared on a connected machine; `check_task_data`
@@ -41,7 +46,7 @@ import os
 from typing import Callable, Dict, Mapping, Optional, Sequence, Tuple, Union
 
 from speculative import files
-from speculative.data import code_corpus
+from speculative.data import code_corpus, docstring_corpus
 from speculative.measure import metrics
 
 with files.quiet_stderr():  # TensorFlow's C++ start-up lines (oneDNN, the CUDA probe)
@@ -60,6 +65,7 @@ CNN_DM_TASK = "cnn_dailymail_v002"
 CNN_DM_TFDS = "cnn_dailymail:3.4.0"
 MINI_TASK = "mini_ende"
 CODE_TASK = "stdlib_code"
+DOCSTRING_TASK = "code_docstring"
 
 # Bundled with the package (vocabulary + splits); the full build output of
 # scripts/build_corpus.py lives in <repo>/data/corpus.
@@ -72,6 +78,7 @@ MINI_SPLIT_FILES = {"train": "train.tsv", "validation": "valid.tsv", "test": "te
 # The code corpus (scripts/build_code_corpus.py): bundled valid/test splits and vocabulary.
 BUNDLED_CODE_DIR = code_corpus.CODE_DIR
 CODE_SPLITS = ("train", "validation", "test")
+BUNDLED_DOCSTRING_DIR = docstring_corpus.DOCSTRING_DIR
 
 MetricSpec = Union[None, str, Sequence[Callable[..., Mapping[str, float]]]]
 
@@ -126,6 +133,11 @@ def code_vocabulary(data_dir: Optional[str] = None) -> seqio.SentencePieceVocabu
     return _corpus_vocabulary(data_dir or BUNDLED_CODE_DIR, "build_code_corpus.py")
 
 
+def docstring_vocabulary(data_dir: Optional[str] = None) -> seqio.SentencePieceVocabulary:
+    """The docstring corpus' SentencePiece vocabulary (pad 0, eos 1, unk 2, "\\n" a piece)."""
+    return _corpus_vocabulary(data_dir or BUNDLED_DOCSTRING_DIR, "build_docstring_corpus.py")
+
+
 def output_features(vocabulary: seqio.Vocabulary,
                     add_eos: bool = True) -> Dict[str, seqio.Feature]:
     """T5's DEFAULT_OUTPUT_FEATURES with `vocabulary`: inputs optional, both with EOS.
@@ -144,7 +156,14 @@ def output_features(vocabulary: seqio.Vocabulary,
 bleu = metrics.bleu
 rouge = metrics.rouge
 
-_METRICS = {"bleu": bleu, "rouge": rouge}
+
+def rouge_l(targets: Sequence[str], predictions: Sequence[str]) -> Dict[str, float]:
+    """ROUGE-1/2/L (not Lsum: a docstring's lines are not sentences), as `code_docstring`
+    reports it."""
+    return metrics.rouge(targets, predictions, score_keys=("rouge1", "rouge2", "rougeL"))
+
+
+_METRICS = {"bleu": bleu, "rouge": rouge, "rouge_l": rouge_l}
 
 
 def _metric_fns(metric: MetricSpec):
@@ -441,8 +460,43 @@ def register_code_task(data_dir: Optional[str] = None, name: str = CODE_TASK,
         vocabulary, None, add_eos=False)
 
 
+def register_docstring_task(data_dir: Optional[str] = None,
+                            name: str = DOCSTRING_TASK) -> seqio.Task:
+    """Registers the code -> docstring corpus in `data_dir` (default: the bundled one).
+
+    inputs: a function's source (decorators kept, docstring removed, dedented), no prefix;
+    targets: its docstring (`inspect.cleandoc`-ed, whole paragraphs); both with EOS; metric
+    ROUGE-1/2/L (`rouge_l`). Splits are those whose file exists (the repository bundles
+    validation and test; `scripts/build_docstring_corpus.py --train_split_only` writes
+    train); the vocabulary is `data_dir/spm.model`. Extra features: `path` and `name`.
+    """
+    data_dir = os.path.abspath(data_dir or BUNDLED_DOCSTRING_DIR)
+    vocabulary = docstring_vocabulary(data_dir)
+    splits = [s for s in CODE_SPLITS
+              if os.path.exists(os.path.join(data_dir, docstring_corpus.split_file(s)))]
+    if not splits:
+        raise TaskDataUnavailableError(
+            f"no train/valid/test.jsonl in {data_dir}; build them with "
+            f"`python scripts/build_docstring_corpus.py --output_dir={data_dir}`")
+
+    def dataset_fn(split, shuffle_files, seed=None):
+        del shuffle_files, seed  # one file per split, read in order
+        examples = docstring_corpus.read_split(data_dir, split)
+        return tf.data.Dataset.from_tensor_slices({
+            key: tf.constant([getattr(e, key) for e in examples], tf.string)
+            for key in docstring_corpus.Example._fields})
+
+    return _register(
+        name, seqio.FunctionDataSource(dataset_fn, splits=splits),
+        [functools.partial(prefix_pair, prefix="", source_key="code",
+                           target_key="docstring")],
+        vocabulary, "rouge_l")
+
+
 register_paper_tasks()
 if os.path.exists(os.path.join(mini_data_dir(), SPM_MODEL)):
     register_mini_task()
 if os.path.exists(os.path.join(BUNDLED_CODE_DIR, SPM_MODEL)):
     register_code_task()
+if os.path.exists(os.path.join(BUNDLED_DOCSTRING_DIR, SPM_MODEL)):
+    register_docstring_task()

@@ -43,11 +43,13 @@ def load_sources(path: str) -> List[str]:
 
 
 class Tokenizer:
-    """The corpus' SentencePiece model (pad 0, eos 1, unk 2), as the `mini_ende` task uses it."""
+    """The corpus' SentencePiece model (pad 0, eos 1, unk 2), as the `mini_ende` task uses it;
+    `prefix` starts every input (the EN->DE task prefix by default; '' for code -> docstring)."""
 
-    def __init__(self, spm_path: Optional[str] = None):
+    def __init__(self, spm_path: Optional[str] = None, prefix: str = PREFIX):
         import sentencepiece  # pylint: disable=g-import-not-at-top
 
+        self.prefix = prefix
         self.path = spm_path or os.path.join(MINI_DIR, "spm.model")
         if not os.path.exists(self.path):
             raise FileNotFoundError(f"No SentencePiece model at {self.path}; build the corpus "
@@ -56,7 +58,7 @@ class Tokenizer:
         self.vocab_size = self.sp.get_piece_size()
 
     def encode_inputs(self, sources: Sequence[str]) -> List[List[int]]:
-        return [ids + [EOS_ID] for ids in self.sp.encode([PREFIX + s for s in sources])]
+        return [ids + [EOS_ID] for ids in self.sp.encode([self.prefix + s for s in sources])]
 
     def encode_sources(self, sources: Sequence[str], length: int) -> np.ndarray:
         """`[B, length]` int32 encoder inputs: prefix + source + EOS, right-padded with 0.

@@ -18,7 +18,12 @@ class TrainConfig:
     Attributes:
       steps: optimizer updates.
       batch_tokens: rows per batch are `batch_tokens // L` for bucket length L (per side).
-      buckets: padded lengths, ascending; the last is the maximum input and target length.
+      buckets: padded lengths, ascending; the last is the maximum input and target length
+        (the maximum input length alone where `target_buckets` is given).
+      target_buckets: the targets' own padded lengths, ascending (empty: `buckets`). For tasks
+        whose inputs are much longer than their outputs (code -> docstring), so the decoder
+        is not run over the input's padded length; a batch is then `[batch_tokens //
+        max(Li, Lt), Li]` inputs and `[.., Lt]` targets for each pair of buckets.
       truncate: cut over-long pairs to the last bucket (keeping EOS) instead of dropping them.
       optimizer: 'adafactor' (T5X's: relative updates, decay_rate 0.8) or 'adamw' (b1 0.9,
         b2 0.98). With T5's N(0, 1) embedding init, AdamW at 1e-3 learns the (tied) embedding
@@ -43,6 +48,7 @@ class TrainConfig:
     steps: int
     batch_tokens: int = 1024
     buckets: Tuple[int, ...] = (12, 16, 20, 24, 32, 48)
+    target_buckets: Tuple[int, ...] = ()
     truncate: bool = False
     optimizer: str = "adafactor"
     learning_rate: float = 2e-2
@@ -59,9 +65,14 @@ class TrainConfig:
     def __post_init__(self):
         b = tuple(int(x) for x in self.buckets)
         object.__setattr__(self, "buckets", b)
+        tb = tuple(int(x) for x in self.target_buckets)
+        object.__setattr__(self, "target_buckets", tb)
         for field, ok, fix in (
                 ("buckets", b and list(b) == sorted(set(b)) and b[0] >= 2, "ascending, >= 2"),
-                ("batch_tokens", b and self.batch_tokens >= b[-1], "at least the last bucket"),
+                ("target_buckets", not tb or (list(tb) == sorted(set(tb)) and tb[0] >= 2),
+                 "empty or ascending, >= 2"),
+                ("batch_tokens", b and self.batch_tokens >= max(b[-1:] + tb[-1:]),
+                 "at least the last bucket"),
                 ("optimizer", self.optimizer in ("adamw", "adafactor"), "'adafactor' or 'adamw'"),
                 ("decay", self.decay in ("cosine", "rsqrt", "constant"),
                  "'cosine', 'rsqrt' or 'constant'"),
@@ -73,5 +84,16 @@ class TrainConfig:
                                  f"{fix}.")
 
     @property
-    def max_length(self) -> int:
+    def input_length(self) -> int:
+        """The longest input."""
         return self.buckets[-1]
+
+    @property
+    def target_length(self) -> int:
+        """The longest target (and decode)."""
+        return (self.target_buckets or self.buckets)[-1]
+
+    @property
+    def max_length(self) -> int:
+        """The longest input or target (both, where there are no `target_buckets`)."""
+        return max(self.input_length, self.target_length)

@@ -60,7 +60,7 @@ from absl import logging
 from speculative import files
 from speculative.checkpoints import factory
 from speculative.checkpoints import t5x as checkpoints
-from speculative.data import code_corpus
+from speculative.data import code_corpus, docstring_corpus
 from speculative.data.text import (
     MINI_DIR,
     Example,
@@ -76,7 +76,12 @@ from speculative.models import adapters as models_lib
 from speculative.models import t5
 from speculative.training.config import TrainConfig
 from speculative.training.data import batches, make_examples, tokenize_pairs
-from speculative.training.evaluation import bleu, decoder_flops_per_token, draft_alpha, num_params
+from speculative.training.evaluation import (
+    decoder_flops_per_token,
+    draft_alpha,
+    greedy_score,
+    num_params,
+)
 from speculative.training.objectives import distill_targets, teacher_distributions
 from speculative.training.trainer import (
     ResumableRun,
@@ -89,6 +94,16 @@ from speculative.training.trainer import (
 )
 
 Array = jax.Array
+
+
+TASKS = ("ende", "docstrings")  # TrainRun.task
+
+
+def load_task_pairs(task: str, data_dir: str, split: str) -> List[Tuple[str, str]]:
+    """A split of an encoder-decoder task's corpus as (source, reference) strings."""
+    if task == "docstrings":
+        return [(e.code, e.docstring) for e in docstring_corpus.read_split(data_dir, split)]
+    return load_pairs(os.path.join(data_dir, f"{split}.tsv"))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,7 +119,11 @@ class TrainRun:
       seed: initialisation, the data order, dropout, the `distill_pairs` pick and alpha.
       name: the model's name in the export and the card (default: the basename of `model_dir`).
       data_dir: the corpus, with `spm.model` (default: the bundled `speculative/data/mini/`;
-        with `decoder_only`, `speculative/data/code/`).
+        with `decoder_only`, `speculative/data/code/`; with `task='docstrings'`,
+        `speculative/data/docstrings/`).
+      task: 'ende' (source -> translation pairs of the gettext corpus, BLEU) or 'docstrings'
+        (function source -> its docstring, `speculative.data.docstring_corpus`, no input
+        prefix, ROUGE-1/2/L); ignored with `decoder_only`.
       decoder_only: train a `t5.DecoderOnly` language model on the code corpus: next-token
         cross-entropy on chunks of `config.max_length` tokens (`lm_examples`), valid loss on the
         valid split's chunks, no BLEU and no `valid_greedy.txt`. A decoder-only target is
@@ -153,6 +172,7 @@ class TrainRun:
     seed: int
     name: Optional[str] = None
     data_dir: Optional[str] = None
+    task: str = "ende"
     decoder_only: bool = False
     eval_every: int = 500
     log_every: int = 50
@@ -245,13 +265,16 @@ def train(run: TrainRun) -> dict:
     start = time.time()
     config, model, model_dir, decoder_only = run.config, run.model, run.model_dir, run.decoder_only
     name = run.name or os.path.basename(os.path.normpath(model_dir))
-    data_dir = run.data_dir or (code_corpus.CODE_DIR if decoder_only else MINI_DIR)
+    data_dir = run.data_dir or (code_corpus.CODE_DIR if decoder_only else
+                                docstring_corpus.DOCSTRING_DIR if run.task == "docstrings"
+                                else MINI_DIR)
     _check_run(run)
     os.makedirs(model_dir, exist_ok=True)
     if run.gin_config is not None:
         with open(os.path.join(model_dir, "config.gin"), "w") as f:
             f.write(run.gin_config)
-    tokenizer = Tokenizer(os.path.join(data_dir, "spm.model"))
+    tokenizer = (Tokenizer(os.path.join(data_dir, "spm.model"), prefix="")
+                 if run.task == "docstrings" else Tokenizer(os.path.join(data_dir, "spm.model")))
     if model.vocab_size != tokenizer.vocab_size:
         raise ValueError(f"Model vocab_size={model.vocab_size} but the vocabulary in {data_dir} "
                          f"has {tokenizer.vocab_size} pieces; set vocab_size="
@@ -279,6 +302,8 @@ def train(run: TrainRun) -> dict:
 def _check_run(run: TrainRun) -> None:
     """Refuses settings that cannot work together, before any work."""
     config = run.config
+    if run.task not in TASKS:
+        raise ValueError(f"task={run.task!r} is not a training task; use one of {TASKS}.")
     if run.decoder_only and (run.distill or run.distill_sources or config.objective != "ce"):
         raise ValueError(
             f"decoder_only=True trains a language model on the corpus itself, but distill="
@@ -321,15 +346,15 @@ def _read_data(run: TrainRun, tokenizer: Tokenizer, data_dir: str) -> _Data:
         logging.info("train: %d chunks of up to %d tokens; valid: %d", len(train_ex), max_len,
                      len(valid_ex))
         return _Data(train_ex, valid_ex, valid_ex[:run.card_subset], [], 0, [])
-    valid_pairs = load_pairs(os.path.join(data_dir, "valid.tsv"))
+    valid_pairs = load_task_pairs(run.task, data_dir, "valid")
     train_ex, dropped = tokenize_pairs(
-        load_pairs(os.path.join(data_dir, "train.tsv"))[:run.max_train_pairs], tokenizer,
-        config)
+        load_task_pairs(run.task, data_dir, "train")[:run.max_train_pairs], tokenizer, config)
     valid_ex, valid_dropped = tokenize_pairs(valid_pairs, tokenizer, config)
     subset_ex, _ = tokenize_pairs(valid_pairs[:run.card_subset], tokenizer,
                                   dataclasses.replace(config, truncate=True))
-    logging.info("train: %d pairs (%d longer than %d dropped); valid: %d (%d dropped)",
-                 len(train_ex), dropped, max_len, len(valid_ex), valid_dropped)
+    logging.info("train: %d pairs (%d longer than %d / %d dropped); valid: %d (%d dropped)",
+                 len(train_ex), dropped, config.input_length, config.target_length,
+                 len(valid_ex), valid_dropped)
     mono_ex = []
     if run.distill_sources:
         mono_ex, _ = make_examples(  # the placeholder target is replaced by the teacher's
@@ -375,12 +400,14 @@ def _fit(run: TrainRun, module, data: _Data):
         "train_config": dataclasses.asdict(config), "distill": run.distill,
         "train_pairs": len(data.train), "distill_sources": run.distill_sources,
         "init_checkpoint": run.init_checkpoint,
-        **({"decoder_only": True} if run.decoder_only else {})})
+        **({"decoder_only": True} if run.decoder_only else {}),
+        **({"task": run.task} if run.task != "ende" else {})})
     state, first_step, prior_s = resume.restore(state)
     train_step, eval_step = make_train_step(module, optimizer, config), make_eval_step(module)
     data_rng = np.random.default_rng(run.seed)
     stream = (b for _ in itertools.count()  # endless epochs, reshuffled each time
-              for b in batches(data.train, config.buckets, config.batch_tokens, rng=data_rng))
+              for b in batches(data.train, config.buckets, config.batch_tokens, rng=data_rng,
+                                target_buckets=config.target_buckets))
     for _ in range(first_step - 1):  # replay the batches a resumed run has already trained on
         next(stream)
     pending, window, record = [], [], {}
@@ -448,18 +475,32 @@ def _summary(run: TrainRun, name: str, module, params, data: _Data, fitted: _Fit
                              "loss_float32": subset_loss}})
         return summary
     bleu_pairs = _bleu_pairs(run, data)
-    bleu_score, hyps = bleu(module, params, bleu_pairs, tokenizer, config.max_length)
-    with open(os.path.join(run.model_dir, "valid_greedy.txt"), "w", encoding="utf-8") as f:
-        f.write("\n".join(hyps) + "\n")
-    logging.info("valid BLEU %.2f on %d sentences", bleu_score, len(bleu_pairs))
+    scores, hyps = _greedy_score(run, module, params, bleu_pairs, tokenizer)
+    if run.task == "docstrings":  # multi-line outputs: one JSON string a line
+        files.write_atomic(os.path.join(run.model_dir, "valid_greedy.jsonl"),
+                           "".join(json.dumps(h, ensure_ascii=False) + "\n" for h in hyps))
+    else:
+        files.write_atomic(os.path.join(run.model_dir, "valid_greedy.txt"),
+                           "\n".join(hyps) + "\n")
+    logging.info("valid %s on %d examples", scores, len(bleu_pairs))
+    summary.update({"task": run.task} if run.task != "ende" else {})
+    summary.update({"valid_" + k: v for k, v in scores.items()})
     summary.update({
         "distilled": run.distill, "train_pairs": len(data.train), "train_dropped": data.dropped,
         "distill_sources": run.distill_sources and {"file": run.distill_sources,
                                                     "pairs": len(data.mono)},
-        "valid_bleu": bleu_score, "bleu_sentences": len(bleu_pairs),
+        "bleu_sentences": len(bleu_pairs),
         "valid_subset": {"first_n_valid_pairs": run.card_subset, "truncate": True,
                          "loss_float32": subset_loss}})
     return summary
+
+
+def _greedy_score(run: TrainRun, module, params, pairs, tokenizer) -> Tuple[dict, List[str]]:
+    """BLEU (EN->DE) or ROUGE (docstrings) of greedy outputs on `pairs`."""
+    config = run.config
+    return greedy_score(module, params, pairs, tokenizer, config.input_length,
+                        config.target_length, "rouge" if run.task == "docstrings" else "bleu",
+                        truncate=run.task == "ende")
 
 
 def _bleu_pairs(run: TrainRun, data: _Data) -> list:
@@ -493,8 +534,8 @@ def _export(run: TrainRun, name: str, summary: dict, module, params, data: _Data
     summary["valid_subset"]["loss_" + run.export_dtype] = evaluate_loss(
         eval_step, bundled, data.subset, run.config)
     if not run.decoder_only:  # what users decode is the stored copy (upcast): its BLEU too
-        summary["valid_bleu_" + run.export_dtype] = bleu(
-            module, bundled, _bleu_pairs(run, data), tokenizer, run.config.max_length)[0]
+        scores = _greedy_score(run, module, bundled, _bleu_pairs(run, data), tokenizer)[0]
+        summary.update({f"valid_{k}_{run.export_dtype}": v for k, v in scores.items()})
     summary["checkpoint"] = os.path.relpath(path, run.export_dir)
     update_card(run.export_dir, name, summary)
 

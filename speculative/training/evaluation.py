@@ -67,14 +67,31 @@ def greedy_decode(module: t5.Transformer, params, inputs: Sequence[np.ndarray], 
     return outputs
 
 
-def bleu(module, params, pairs, tokenizer: Tokenizer, max_length: int) -> Tuple[float, List[str]]:
-    """Greedy corpus BLEU (`metrics.bleu`: sacrebleu, intl tokenizer) and the hypotheses."""
-    inputs = [x[:max_length - 1] + [contract.EOS_ID] if len(x) > max_length else x
-              for x in tokenizer.encode_inputs([s for s, _ in pairs])]
-    outputs = greedy_decode(module, params, [np.asarray(x, np.int32) for x in inputs],
-                            max_decode_len=max_length, input_length=max_length)
+def greedy_score(module, params, pairs, tokenizer: Tokenizer, input_length: int,
+                 max_decode_len: int, metric: str = "bleu",
+                 truncate: bool = False) -> Tuple[dict, List[str]]:
+    """Greedy outputs for `(source, reference)` pairs scored by `metric`: 'bleu' (corpus
+    BLEU, `metrics.bleu`: sacrebleu, intl tokenizer) or 'rouge' (mean ROUGE-1/2/L F x100,
+    `metrics.rouge`) -> (scores, hypotheses). A source longer than `input_length` raises, or
+    with `truncate` is cut to it keeping EOS last (the EN->DE card's BLEU: its valid split has
+    a few sentences over the trained length)."""
+    inputs = [np.asarray(x, np.int32) for x in tokenizer.encode_inputs([s for s, _ in pairs])]
+    if truncate:
+        inputs = [np.append(x[:input_length - 1], contract.EOS_ID).astype(np.int32)
+                  if len(x) > input_length else x for x in inputs]
+    too_long = [i for i, x in enumerate(inputs) if len(x) > input_length]
+    if too_long:
+        raise ValueError(f"Sources {too_long[:5]} have more than input_length={input_length} "
+                         "tokens; raise it or drop them (nothing is cut).")
+    outputs = greedy_decode(module, params, inputs, max_decode_len=max_decode_len,
+                            input_length=input_length)
     hyps = [tokenizer.decode(o) for o in outputs]
-    return metrics_lib.bleu([t for _, t in pairs], hyps)["bleu"], hyps
+    refs = [t for _, t in pairs]
+    if metric == "bleu":
+        return {"bleu": metrics_lib.bleu(refs, hyps)["bleu"]}, hyps
+    if metric == "rouge":
+        return metrics_lib.rouge(refs, hyps, score_keys=("rouge1", "rouge2", "rougeL")), hyps
+    raise ValueError(f"metric={metric!r}: use 'bleu' or 'rouge'.")
 
 
 def draft_alpha(target: contract.DecodeModel, draft: contract.DecodeModel,

@@ -161,7 +161,8 @@ def make_eval_step(module: Module):
 def evaluate_loss(eval_step, params, examples, config: TrainConfig) -> float:
     """Token-mean cross-entropy (nats) over all `examples` (independent of batching)."""
     total, tokens = 0.0, 0.0
-    for inputs, targets in batches(examples, config.buckets, config.batch_tokens):
+    for inputs, targets in batches(examples, config.buckets, config.batch_tokens,
+                                   target_buckets=config.target_buckets):
         ce, n = eval_step(params, inputs, targets)
         total, tokens = total + float(ce), tokens + float(n)
     return total / max(tokens, 1.0)

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Trains the code -> docstring pair (Table 2's summarization task) with scripts/train.py: the
+# recipe of speculative/data/docstrings/models/MODEL_CARD.md as one script.
+#
+# Stages, in this order (each a scripts/train.py run, resumable: a stopped stage continues from
+# its last saved state when the script is run again with the same settings; a stage whose
+# OUT_ROOT/<name>/summary.json exists is skipped):
+#   target  docstring_target: TARGET_STEPS steps (5000), dropout 0.1, learning rate 0.01
+#           (200 warmup steps), then exported (bfloat16) to EXPORT_DIR
+#
+# Command (from the repository root):
+#   bash scripts/train_docstrings.sh [--stages=target] [--print] [OUT_ROOT] [-- TRAIN_ARGS...]
+# --print: print each stage's train.py command instead of running it. OUT_ROOT: default
+# out/docstrings (ignored by git; keep it to resume). TRAIN_ARGS go to every train.py call.
+# Environment: PYTHON (default .venv/bin/python), EXPORT_DIR (default
+# speculative/data/docstrings/models), TARGET_STEPS (5000), CHECKPOINT_EVERY (50).
+# The train split must exist first: python scripts/build_docstring_corpus.py --train_split_only
+# JAX's persistent compilation cache (OUT_ROOT/jax_cache) spares a resumed run its compiles.
+
+set -euo pipefail
+
+usage() { sed -n '2,/^$/s/^# \{0,1\}//p' "$0"; }
+ALL="target"
+STAGES="$ALL"
+OUT_ROOT=""
+PRINT=0
+EXTRA=()
+while (( $# )); do
+  case "$1" in
+    --stages=*) STAGES="${1#--stages=}" ;;
+    --print) PRINT=1 ;;
+    -h|--help) usage; exit 0 ;;
+    --) shift; EXTRA=("$@"); break ;;
+    -*) echo "train_docstrings.sh: unknown option $1; see --help." >&2; exit 2 ;;
+    *) if [[ -n "$OUT_ROOT" ]]; then
+         echo "train_docstrings.sh: give one OUT_ROOT (got $OUT_ROOT and $1)." >&2; exit 2
+       fi
+       OUT_ROOT="$1" ;;
+  esac
+  shift
+done
+for s in ${STAGES//,/ }; do
+  if [[ ! ",$ALL," == *",$s,"* ]]; then
+    echo "train_docstrings.sh: --stages=$STAGES names '$s'; choose from $ALL." >&2
+    exit 2
+  fi
+done
+wanted() { [[ ",$STAGES," == *",$1,"* ]]; }
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+OUT_ROOT="${OUT_ROOT:-out/docstrings}"
+PYTHON="${PYTHON:-.venv/bin/python}"
+EXPORT_DIR="${EXPORT_DIR:-speculative/data/docstrings/models}"
+TARGET_STEPS="${TARGET_STEPS:-5000}"
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+export JAX_COMPILATION_CACHE_DIR="${JAX_COMPILATION_CACHE_DIR:-$OUT_ROOT/jax_cache}"
+(( PRINT )) || mkdir -p "$OUT_ROOT"
+
+q() { printf '"%s"' "$1"; }  # a gin string
+COMMON=(--gin_file=configs/models/docstring_target.gin --gin_file=configs/runs/train_docstrings.gin
+        --gin.EXPORT_DIR="$(q "$EXPORT_DIR")" --gin.CHECKPOINT_EVERY="${CHECKPOINT_EVERY:-50}")
+
+stage() {
+  local name="$1" start=$SECONDS
+  shift
+  if (( PRINT )); then
+    printf '%q ' "$PYTHON" scripts/train.py "$@" --gin.MODEL_DIR="$(q "$OUT_ROOT/$name")" "${EXTRA[@]}"
+    echo
+    return 0
+  fi
+  if [[ -f "$OUT_ROOT/$name/summary.json" ]]; then
+    echo "=== $name: done before ($OUT_ROOT/$name/summary.json), skipped"
+    return 0
+  fi
+  echo "=== $name: $(date -u +%H:%M:%S)"
+  "$PYTHON" scripts/train.py "$@" --gin.MODEL_DIR="$(q "$OUT_ROOT/$name")" "${EXTRA[@]}"
+  echo "=== $name: finished in $((SECONDS - start)) s"
+}
+
+if wanted target; then
+  stage docstring_target "${COMMON[@]}" --gin.MODEL='@docstring_target/t5.T5Config()' \
+    --gin.docstring_target/t5.T5Config.dropout_rate=0.1 --gin.TRAIN_STEPS="$TARGET_STEPS" \
+    --gin.LEARNING_RATE=0.01 --gin.WARMUP_STEPS=200
+fi
+(( PRINT )) || echo "=== all stages done: $STAGES"
