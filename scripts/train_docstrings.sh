@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Trains the code -> docstring pair (Table 2's summarization task) with scripts/train.py: the
-# recipe of speculative/data/docstrings/models/MODEL_CARD.md as one script.
+# Trains the code -> docstring pair (Table 2's summarization task) with scripts/train.py, the
+# whole recipe as one script (stages share scripts/train_stages.sh with train_large.sh).
 #
 # Stages, in this order (each a scripts/train.py run, resumable: a stopped stage continues from
 # its last saved state when the script is run again with the same settings; a stage whose
@@ -19,33 +19,9 @@
 
 set -euo pipefail
 
-usage() { sed -n '2,/^$/s/^# \{0,1\}//p' "$0"; }
 ALL="target"
-STAGES="$ALL"
-OUT_ROOT=""
-PRINT=0
-EXTRA=()
-while (( $# )); do
-  case "$1" in
-    --stages=*) STAGES="${1#--stages=}" ;;
-    --print) PRINT=1 ;;
-    -h|--help) usage; exit 0 ;;
-    --) shift; EXTRA=("$@"); break ;;
-    -*) echo "train_docstrings.sh: unknown option $1; see --help." >&2; exit 2 ;;
-    *) if [[ -n "$OUT_ROOT" ]]; then
-         echo "train_docstrings.sh: give one OUT_ROOT (got $OUT_ROOT and $1)." >&2; exit 2
-       fi
-       OUT_ROOT="$1" ;;
-  esac
-  shift
-done
-for s in ${STAGES//,/ }; do
-  if [[ ! ",$ALL," == *",$s,"* ]]; then
-    echo "train_docstrings.sh: --stages=$STAGES names '$s'; choose from $ALL." >&2
-    exit 2
-  fi
-done
-wanted() { [[ ",$STAGES," == *",$1,"* ]]; }
+source "$(dirname "${BASH_SOURCE[0]}")/train_stages.sh"
+parse_stage_args "$@"
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 OUT_ROOT="${OUT_ROOT:-out/docstrings}"
@@ -56,26 +32,8 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export JAX_COMPILATION_CACHE_DIR="${JAX_COMPILATION_CACHE_DIR:-$OUT_ROOT/jax_cache}"
 (( PRINT )) || mkdir -p "$OUT_ROOT"
 
-q() { printf '"%s"' "$1"; }  # a gin string
 COMMON=(--gin_file=configs/models/docstring_target.gin --gin_file=configs/runs/train_docstrings.gin
         --gin.EXPORT_DIR="$(q "$EXPORT_DIR")" --gin.CHECKPOINT_EVERY="${CHECKPOINT_EVERY:-50}")
-
-stage() {
-  local name="$1" start=$SECONDS
-  shift
-  if (( PRINT )); then
-    printf '%q ' "$PYTHON" scripts/train.py "$@" --gin.MODEL_DIR="$(q "$OUT_ROOT/$name")" "${EXTRA[@]}"
-    echo
-    return 0
-  fi
-  if [[ -f "$OUT_ROOT/$name/summary.json" ]]; then
-    echo "=== $name: done before ($OUT_ROOT/$name/summary.json), skipped"
-    return 0
-  fi
-  echo "=== $name: $(date -u +%H:%M:%S)"
-  "$PYTHON" scripts/train.py "$@" --gin.MODEL_DIR="$(q "$OUT_ROOT/$name")" "${EXTRA[@]}"
-  echo "=== $name: finished in $((SECONDS - start)) s"
-}
 
 if wanted target; then
   stage docstring_target "${COMMON[@]}" --gin.MODEL='@docstring_target/t5.T5Config()' \

@@ -32,33 +32,9 @@
 
 set -euo pipefail
 
-usage() { sed -n '2,/^$/s/^# \{0,1\}//p' "$0"; }
 ALL="target,kd,kdtv,kl,tv,ce"
-STAGES="$ALL"
-OUT_ROOT=""
-PRINT=0
-EXTRA=()
-while (( $# )); do
-  case "$1" in
-    --stages=*) STAGES="${1#--stages=}" ;;
-    --print) PRINT=1 ;;
-    -h|--help) usage; exit 0 ;;
-    --) shift; EXTRA=("$@"); break ;;
-    -*) echo "train_large.sh: unknown option $1; see --help." >&2; exit 2 ;;
-    *) if [[ -n "$OUT_ROOT" ]]; then
-         echo "train_large.sh: give one OUT_ROOT (got $OUT_ROOT and $1)." >&2; exit 2
-       fi
-       OUT_ROOT="$1" ;;
-  esac
-  shift
-done
-for s in ${STAGES//,/ }; do
-  if [[ ! ",$ALL," == *",$s,"* ]]; then
-    echo "train_large.sh: --stages=$STAGES names '$s'; choose from $ALL." >&2
-    exit 2
-  fi
-done
-wanted() { [[ ",$STAGES," == *",$1,"* ]]; }
+source "$(dirname "${BASH_SOURCE[0]}")/train_stages.sh"
+parse_stage_args "$@"
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 OUT_ROOT="${OUT_ROOT:-out/large}"
@@ -71,7 +47,6 @@ DISTILL_PAIRS="${DISTILL_PAIRS:-24000}"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 (( PRINT )) || mkdir -p "$OUT_ROOT"
 
-q() { printf '"%s"' "$1"; }  # a gin string
 COMMON=(--gin_file=configs/models/large_target.gin --gin_file=configs/runs/train.gin
         --gin.EXPORT_DIR="$(q "$EXPORT_DIR")" --gin.CHECKPOINT_EVERY="${CHECKPOINT_EVERY:-100}")
 DRAFT=("${COMMON[@]}" --gin_file=configs/models/large_draft.gin
@@ -82,23 +57,6 @@ TEACH=(--gin.DISTILL=True --gin.DISTILL_PAIRS="$DISTILL_PAIRS"
        --gin.DISTILL_CACHE="$(q "$OUT_ROOT/distill_large_24k.npz")")
 UNSEEN=(--gin.DISTILL_SOURCES="'mono_en.txt'")
 
-# stage NAME ARGS...: runs train.py into OUT_ROOT/NAME unless that run already finished.
-stage() {
-  local name="$1" start=$SECONDS
-  shift
-  if (( PRINT )); then
-    printf '%q ' "$PYTHON" scripts/train.py "$@" --gin.MODEL_DIR="$(q "$OUT_ROOT/$name")" "${EXTRA[@]}"
-    echo
-    return 0
-  fi
-  if [[ -f "$OUT_ROOT/$name/summary.json" ]]; then
-    echo "=== $name: done before ($OUT_ROOT/$name/summary.json), skipped"
-    return 0
-  fi
-  echo "=== $name: $(date -u +%H:%M:%S)"
-  "$PYTHON" scripts/train.py "$@" --gin.MODEL_DIR="$(q "$OUT_ROOT/$name")" "${EXTRA[@]}"
-  echo "=== $name: finished in $((SECONDS - start)) s"
-}
 
 if wanted target; then
   stage large_target "${COMMON[@]}" --gin.MODEL='@large_target/t5.T5Config()' \
