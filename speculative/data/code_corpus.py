@@ -41,10 +41,11 @@ class Document(NamedTuple):
 
 
 def split_file(split: str) -> str:
-    """'train' -> 'train.jsonl' (also accepts seqio's name 'validation' for 'valid')."""
+    """'train' -> 'train.jsonl' (also accepts seqio's name 'validation' for 'valid'); the code
+    and docstring corpora name their split files alike."""
     split = {"validation": "valid"}.get(split, split)
     if split not in SPLITS:
-        raise ValueError(f"split={split!r} is not a split of the code corpus; use one of "
+        raise ValueError(f"split={split!r} is not a split of the corpus; use one of "
                          f"{SPLITS} (or 'validation').")
     return f"{split}.jsonl"
 

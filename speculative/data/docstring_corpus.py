@@ -30,9 +30,9 @@ import tokenize
 from typing import Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 from speculative import files
+from speculative.data.code_corpus import SPLITS, split_file  # noqa: F401  (the same splits)
 
 DOCSTRING_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "docstrings")
-SPLITS = ("train", "valid", "test")
 SPM_MODEL = "spm.model"
 MANIFEST = "manifest.json"
 MIN_WORDS = 5  # a docstring of fewer words says too little to summarise a function
@@ -132,15 +132,6 @@ def cut_paragraphs(docstring: str, fits) -> Tuple[Optional[str], int]:
 
 
 # ---------------------------------------------------------------------------------- split files
-
-def split_file(split: str) -> str:
-    """'train' -> 'train.jsonl' (also accepts seqio's name 'validation' for 'valid')."""
-    split = {"validation": "valid"}.get(split, split)
-    if split not in SPLITS:
-        raise ValueError(f"split={split!r} is not a split of the docstring corpus; use one of "
-                         f"{SPLITS} (or 'validation').")
-    return f"{split}.jsonl"
-
 
 def corpus_file(data_dir: str, name: str) -> str:
     """`data_dir/name`, or FileNotFoundError with the command that builds it."""
