@@ -219,6 +219,15 @@ class PromptLookupDraft(_HistoryDraft):
                              "[0, 1) (0 = one-hot on the copied token).")
 
     def extend(self, params, state: NgramState, tokens: Array) -> Tuple[Array, NgramState]:
+        found, logits, state = self.copy(params, state, tokens)
+        uniform = jnp.full_like(logits, -np.log(self.vocab_size))
+        return jnp.where(found[..., None], logits, uniform), state
+
+    def copy(self, params, state: NgramState,
+             tokens: Array) -> Tuple[Array, Array, NgramState]:
+        """`extend` before its fallback: `(found [B, K], logits [B, K, V], state)`, the logits
+        the copy's (one-hot, or 1 - eps on it) where `found`, junk elsewhere. The hybrid draft
+        (models/hybrid.py) puts a model's logits where nothing was found."""
         del params
         old_lengths = state.lengths
         state = self._write(state, tokens)
@@ -229,9 +238,7 @@ class PromptLookupDraft(_HistoryDraft):
         else:
             hit, miss = np.log1p(-self.eps), np.log(self.eps / (vocab - 1))
         one_hot = jax.nn.one_hot(predicted, vocab, dtype=bool)  # [B, K, V]
-        logits = jnp.where(one_hot, hit, miss).astype(jnp.float32)
-        uniform = jnp.full_like(logits, -np.log(vocab))
-        return jnp.where(found[..., None], logits, uniform), state
+        return found, jnp.where(one_hot, hit, miss).astype(jnp.float32), state
 
     def lookup(self, state: NgramState, start: Array, num: int) -> Tuple[Array, Array]:
         """Copy predictions for the `num` tokens at history slots `start[b] + i`.
