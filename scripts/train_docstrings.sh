@@ -5,15 +5,15 @@
 # Stages, in this order (each a scripts/train.py run, resumable: a stopped stage continues from
 # its last saved state when the script is run again with the same settings; a stage whose
 # OUT_ROOT/<name>/summary.json exists is skipped):
-#   target  docstring_target: TARGET_STEPS steps (5000), dropout 0.1, learning rate 0.01
-#           (200 warmup steps), then exported (bfloat16) to EXPORT_DIR
+#   target  docstring_target: TARGET_STEPS steps (2000; under one epoch, so no dropout), learning
+#           rate 0.01 (200 warmup steps), then exported (bfloat16) to EXPORT_DIR
 #
 # Command (from the repository root):
 #   bash scripts/train_docstrings.sh [--stages=target] [--print] [OUT_ROOT] [-- TRAIN_ARGS...]
 # --print: print each stage's train.py command instead of running it. OUT_ROOT: default
 # out/docstrings (ignored by git; keep it to resume). TRAIN_ARGS go to every train.py call.
 # Environment: PYTHON (default .venv/bin/python), EXPORT_DIR (default
-# speculative/data/docstrings/models), TARGET_STEPS (5000), CHECKPOINT_EVERY (50).
+# speculative/data/docstrings/models), TARGET_STEPS (2000), CHECKPOINT_EVERY (50).
 # The train split must exist first: python scripts/build_docstring_corpus.py --train_split_only
 # JAX's persistent compilation cache (OUT_ROOT/jax_cache) spares a resumed run its compiles.
 
@@ -27,7 +27,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 OUT_ROOT="${OUT_ROOT:-out/docstrings}"
 PYTHON="${PYTHON:-.venv/bin/python}"
 EXPORT_DIR="${EXPORT_DIR:-speculative/data/docstrings/models}"
-TARGET_STEPS="${TARGET_STEPS:-5000}"
+TARGET_STEPS="${TARGET_STEPS:-2000}"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export JAX_COMPILATION_CACHE_DIR="${JAX_COMPILATION_CACHE_DIR:-$OUT_ROOT/jax_cache}"
 (( PRINT )) || mkdir -p "$OUT_ROOT"
@@ -37,7 +37,7 @@ COMMON=(--gin_file=configs/models/docstring_target.gin --gin_file=configs/runs/t
 
 if wanted target; then
   stage docstring_target "${COMMON[@]}" --gin.MODEL='@docstring_target/t5.T5Config()' \
-    --gin.docstring_target/t5.T5Config.dropout_rate=0.1 --gin.TRAIN_STEPS="$TARGET_STEPS" \
+    --gin.docstring_target/t5.T5Config.dropout_rate=0.0 --gin.TRAIN_STEPS="$TARGET_STEPS" \
     --gin.LEARNING_RATE=0.01 --gin.WARMUP_STEPS=200
 fi
 (( PRINT )) || echo "=== all stages done: $STAGES"
