@@ -7,19 +7,25 @@
 # OUT_ROOT/<name>/summary.json exists is skipped):
 #   target  docstring_target: TARGET_STEPS steps (2000; under one epoch, so no dropout), learning
 #           rate 0.01 (200 warmup steps), then exported (bfloat16) to EXPORT_DIR
+#   s       docstring_draft_s: distilled (the exported target's greedy docstrings of
+#           DISTILL_PAIRS training functions, cached in OUT_ROOT/distill_greedy.npz), DRAFT_STEPS
+#           steps at learning rate 0.03
+#   m       docstring_draft_m: the same on the same cache
+# The drafts learn from, and have their alpha measured against, the exported target.
 #
 # Command (from the repository root):
 #   bash scripts/train_docstrings.sh [--stages=target] [--print] [OUT_ROOT] [-- TRAIN_ARGS...]
 # --print: print each stage's train.py command instead of running it. OUT_ROOT: default
 # out/docstrings (ignored by git; keep it to resume). TRAIN_ARGS go to every train.py call.
 # Environment: PYTHON (default .venv/bin/python), EXPORT_DIR (default
-# speculative/data/docstrings/models), TARGET_STEPS (2000), CHECKPOINT_EVERY (50).
+# speculative/data/docstrings/models), TARGET_STEPS (2000), DRAFT_STEPS (1500), DISTILL_PAIRS
+# (6144), CHECKPOINT_EVERY (50).
 # The train split must exist first: python scripts/build_docstring_corpus.py --train_split_only
 # JAX's persistent compilation cache (OUT_ROOT/jax_cache) spares a resumed run its compiles.
 
 set -euo pipefail
 
-ALL="target"
+ALL="target,s,m"
 source "$(dirname "${BASH_SOURCE[0]}")/train_stages.sh"
 parse_stage_args "$@"
 
@@ -28,16 +34,29 @@ OUT_ROOT="${OUT_ROOT:-out/docstrings}"
 PYTHON="${PYTHON:-.venv/bin/python}"
 EXPORT_DIR="${EXPORT_DIR:-speculative/data/docstrings/models}"
 TARGET_STEPS="${TARGET_STEPS:-2000}"
+DRAFT_STEPS="${DRAFT_STEPS:-1500}"
+DISTILL_PAIRS="${DISTILL_PAIRS:-6144}"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export JAX_COMPILATION_CACHE_DIR="${JAX_COMPILATION_CACHE_DIR:-$OUT_ROOT/jax_cache}"
 (( PRINT )) || mkdir -p "$OUT_ROOT"
 
 COMMON=(--gin_file=configs/models/docstring_target.gin --gin_file=configs/runs/train_docstrings.gin
         --gin.EXPORT_DIR="$(q "$EXPORT_DIR")" --gin.CHECKPOINT_EVERY="${CHECKPOINT_EVERY:-50}")
+DRAFT=("${COMMON[@]}" --gin_file=configs/models/docstring_draft.gin --gin.LEARNING_RATE=0.03
+       --gin.TARGET_MODEL='@docstring_target/t5.T5Config()'
+       --gin.TARGET_CHECKPOINT="$(q "$EXPORT_DIR/docstring_target")"
+       --gin.DISTILL=True --gin.DISTILL_PAIRS="$DISTILL_PAIRS"
+       --gin.DISTILL_CACHE="$(q "$OUT_ROOT/distill_greedy.npz")" --gin.TRAIN_STEPS="$DRAFT_STEPS")
 
 if wanted target; then
   stage docstring_target "${COMMON[@]}" --gin.MODEL='@docstring_target/t5.T5Config()' \
     --gin.docstring_target/t5.T5Config.dropout_rate=0.0 --gin.TRAIN_STEPS="$TARGET_STEPS" \
     --gin.LEARNING_RATE=0.01 --gin.WARMUP_STEPS=200
+fi
+if wanted s; then
+  stage docstring_draft_s "${DRAFT[@]}" --gin.MODEL='@docstring_draft_s/t5.T5Config()'
+fi
+if wanted m; then
+  stage docstring_draft_m "${DRAFT[@]}" --gin.MODEL='@docstring_draft_m/t5.T5Config()'
 fi
 (( PRINT )) || echo "=== all stages done: $STAGES"

@@ -223,8 +223,8 @@ def _teach(teacher, examples: Sequence[Example], config: TrainConfig,
     """Distillation data for `examples`: the teacher's greedy outputs as targets and, for the
     'kl' and 'tv' objectives, its top-k distributions along them; cached beside `cache`."""
     t0 = time.time()
-    examples = distill_targets(teacher.module, teacher.params, examples, config.max_length,
-                               cache)
+    examples = distill_targets(teacher.module, teacher.params, examples, config.target_length,
+                               cache, input_length=config.input_length)
     logging.info("distillation targets for %d sources: %.0f s", len(examples), time.time() - t0)
     if config.objective == "ce":
         return examples

@@ -102,14 +102,16 @@ def teacher_losses(logits: Array, teacher_ids: Array, teacher_probs: Array,
 # --------------------------------------------------------------------------- distillation targets
 
 def distill_targets(module, params, examples: Sequence[Example], max_length: int,
-                    cache_path: Optional[str] = None) -> List[Example]:
+                    cache_path: Optional[str] = None,
+                    input_length: Optional[int] = None) -> List[Example]:
     """Sequence-level distillation data: each input with the target model's greedy output.
 
-    Outputs that hit `max_length` without EOS get EOS as their last token. With `cache_path`
-    (an .npz), outputs are read from there if it was written for the same inputs and target
-    parameters, and written otherwise.
+    Inputs are padded to `input_length` (default `max_length`); outputs that hit `max_length`
+    without EOS get EOS as their last token. With `cache_path` (an .npz), outputs are read from
+    there if it was written for the same inputs and target parameters, and written otherwise.
     """
-    inputs = pad_rows([x for x, _ in examples], max_length)
+    input_length = input_length or max_length
+    inputs = pad_rows([x for x, _ in examples], input_length)
     teacher = _fingerprint(params)
     if cache_path and os.path.exists(cache_path):
         with np.load(cache_path) as data:
@@ -121,7 +123,7 @@ def distill_targets(module, params, examples: Sequence[Example], max_length: int
         logging.warning("%s was written for other inputs or parameters; decoding again.",
                         cache_path)
     outputs = greedy_decode(module, params, [x for x, _ in examples], max_decode_len=max_length,
-                            input_length=max_length, progress=True)
+                            input_length=input_length, progress=True)
     eos = contract.EOS_ID
     outputs = [o if len(o) and o[-1] == eos else np.append(o[:max_length - 1], eos)
                .astype(np.int32) for o in outputs]
