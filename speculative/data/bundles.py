@@ -1,4 +1,4 @@
-"""The bundled offline models and their inputs, one `Bundle` class for both bundles:
+"""The bundled offline models and their inputs, one `Bundle` class for every bundle:
 
     ende = bundles.ENDE                          # or bundles.bundle("large_target")
     name = ende.main_target()                    # "large_target" (memory-bound, the main job)
@@ -6,6 +6,8 @@
     [inputs] = ende.batches(4, batch_size=4)     # [4, 48] int32 test sources (prefix, EOS)
     code = bundles.CODE                          # the decoder-only (GPT-like) pair
     [prompts] = code.batches(4, batch_size=4)    # [4, 128] int32 test-split prompts
+    docs = bundles.bundle("docstring_target")    # code -> docstring (Table 2's summarization)
+    [functions] = docs.batches(4, batch_size=4)  # [4, 384] int32 test functions, file order
 
 **EN->DE** (`speculative/data/mini/`): two targets share one vocabulary. `large_target` (41.9M
 parameters; a generated token reads 122 MB of weights, more than a CPU's caches hold, so a step
@@ -25,6 +27,13 @@ documents so that one big file (`pydoc_data/topics.py` holds 80% of the test spl
 fill the first batches; a continuation is 64 tokens, and as code rarely ends, the decode-loop
 cost model is calibrated on continuations cut at CALIBRATION_LIMITS tokens in turn.
 
+**Docstrings** (`speculative/data/docstrings/`): Table 2's summarization task offline, a
+function's source in (up to DOCSTRING_INPUT_LENGTH tokens) and its docstring out (up to
+DOCSTRING_MAX_DECODE_LEN): `docstring_target` (memory-bound), distilled T5 drafts of two sizes,
+prompt lookup (built on demand) and the hybrid (kind 'hybrid': prompt lookup where the input
+matches, a T5 draft elsewhere; `models/hybrid.py`). Inputs are the test split's functions in
+`test.jsonl`'s order.
+
 The models were trained by `scripts/train.py` (recipes: each bundle's `models/MODEL_CARD.md`);
 everything here reads files inside the package, so it works offline.
 """
@@ -40,7 +49,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from speculative.data import code_corpus, text
+from speculative.data import code_corpus, docstring_corpus, text
 from speculative.decode import validation
 from speculative.decode.contract import DecodeModel
 from speculative.models import t5
@@ -52,6 +61,7 @@ FEATURE_DRAFT = "feature_draft"  # the card's `kind` of a target-aware draft
 BLOCK_DRAFT = "block_draft"  # a target-aware draft that proposes a whole block per call
 READS_TARGET = (FEATURE_DRAFT, BLOCK_DRAFT)  # kinds that read the target's features
 PROMPT_LOOKUP = "prompt_lookup"  # a draft spec: copy from the context (ngram.PromptLookupDraft)
+HYBRID = "hybrid"  # the card's `kind` of a copy-or-model draft (models/hybrid.py)
 
 MINI_TARGET = "mini_target"  # compute-bound on a CPU: the contrast
 LARGE_TARGET = "large_target"  # memory-bound: the main job's target
@@ -64,6 +74,10 @@ CHUNK_LENGTH = 256  # configs/runs/train_code.gin's training.TrainConfig.buckets
 PROMPT_LENGTH = 128
 CODE_MAX_DECODE_LEN = 64
 CALIBRATION_LIMITS = (16, 32, 48, 64)  # code timing calibration: continuations of these lengths
+
+DOCSTRING_TARGET = "docstring_target"
+DOCSTRING_INPUT_LENGTH = 384  # a function's source with EOS (the corpus skips longer ones)
+DOCSTRING_MAX_DECODE_LEN = 128  # a docstring with EOS (the corpus cuts longer ones)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -163,6 +177,27 @@ def _split_prompts(split: str, length: int) -> Tuple[np.ndarray, ...]:
     return tuple(p for group in itertools.zip_longest(*per_doc) for p in group if p is not None)
 
 
+def docstring_batches(num: Optional[int], batch_size: int,
+                      length: int = DOCSTRING_INPUT_LENGTH, split: str = "test",
+                      skip: int = 0) -> List[np.ndarray]:
+    """`num` function sources (None = all) of the docstring corpus' `split`, in file order after
+    the first `skip`, encoded as the `code_docstring` task does (no prefix, EOS, 0-padded to
+    `length`) in `[batch_size, length]` int32 batches (the last may be smaller). A source longer
+    than `length` raises: the corpus holds none longer than DOCSTRING_INPUT_LENGTH."""
+    validation.batch_request(num, batch_size, skip)
+    validation.positive_int(length, "length", "tokens per encoded function source")
+    examples = docstring_corpus.read_split(docstring_corpus.DOCSTRING_DIR, split)
+    examples = examples[skip:skip + num if num else None]
+    rows = _docstring_tokenizer().encode_sources([e.code for e in examples], length)
+    return [rows[i:i + batch_size] for i in range(0, len(rows), batch_size)]
+
+
+@functools.lru_cache(maxsize=None)
+def _docstring_tokenizer() -> text.Tokenizer:
+    return text.Tokenizer(os.path.join(docstring_corpus.DOCSTRING_DIR,
+                                       docstring_corpus.SPM_MODEL), prefix="")
+
+
 # ----------------------------------------------------------------------------------------------
 # The bundle.
 
@@ -233,6 +268,14 @@ class Bundle:
             return ngram.PromptLookupDraft(vocab_size=self.config(self.default_target).vocab_size,
                                            decoder_only=self.decoder_only)
         entry = self.entry(name)
+        if entry.get("kind") == HYBRID:
+            from speculative.models import hybrid  # pylint: disable=g-import-not-at-top
+
+            model = self.load(entry["draft"], param_dtype=param_dtype,
+                              kernel_layout=kernel_layout)
+            return hybrid.HybridDraft(model, ngram.PromptLookupDraft(
+                vocab_size=model.vocab_size, decoder_only=self.decoder_only,
+                min_ngram=int(entry["min_ngram"]), max_ngram=int(entry["max_ngram"])))
         if entry.get("kind") in READS_TARGET:
             return load_feature_draft(entry, self.models_dir, kernel_layout)
         if not self.is_t5(name):
@@ -258,6 +301,8 @@ class Bundle:
             return None
         if self.entry(name).get("kind") in READS_TARGET:
             return self.entry(name)["target"]
+        if self.entry(name).get("kind") == HYBRID:
+            return self.target_of(self.entry(name)["draft"])
         if not self.is_t5(name):
             return None
         return self.entry(name).get("target", self.default_target)
@@ -339,12 +384,18 @@ CODE = Bundle("code", os.path.join(code_corpus.CODE_DIR, "models"),
               input_length=PROMPT_LENGTH, max_decode_len=CODE_MAX_DECODE_LEN,
               calibration_limits=CALIBRATION_LIMITS, built_in=(PROMPT_LOOKUP,),
               time_all_drafts=True)
-BUNDLES = (ENDE, CODE)
+DOCSTRINGS = Bundle("docstrings", os.path.join(docstring_corpus.DOCSTRING_DIR, "models"),
+                    "speculative/data/docstrings/models/MODEL_CARD.md", decoder_only=False,
+                    target_names=(DOCSTRING_TARGET,), default_target=DOCSTRING_TARGET,
+                    inputs=docstring_batches, input_length=DOCSTRING_INPUT_LENGTH,
+                    max_decode_len=DOCSTRING_MAX_DECODE_LEN, built_in=(PROMPT_LOOKUP,),
+                    time_all_drafts=True)
+BUNDLES = (ENDE, CODE, DOCSTRINGS)
 
 
 # Where each bundled target's reports go (the Tables 2-4 analogues and the reports beside them).
 RESULT_DIRS = {LARGE_TARGET: "results/large", MINI_TARGET: "results/mini",
-               CODE_TARGET: "results/code"}
+               CODE_TARGET: "results/code", DOCSTRING_TARGET: "results/docstrings"}
 
 
 def bundle(target_name: str) -> Bundle:
@@ -357,8 +408,9 @@ def bundle(target_name: str) -> Bundle:
 
 
 def targets() -> List[str]:
-    """Every bundled target: the EN->DE ones, then the code target where bundled."""
-    return ENDE.targets() + ([CODE_TARGET] if CODE.available() else [])
+    """Every bundled target: the EN->DE ones, then the code and docstring targets where
+    bundled."""
+    return ENDE.targets() + [b.default_target for b in (CODE, DOCSTRINGS) if b.available()]
 
 
 def feature_draft_config(entry: dict):

@@ -84,3 +84,47 @@ def test_card_alpha_is_the_cards_rate_at_the_nearest_temperature():
     assert bundles.card_alpha(kdtv.config, 0.0, kdtv.checkpoint) == pytest.approx(at[0.0])
     assert bundles.card_alpha(kdtv.config, 0.0, "/elsewhere/checkpoint_1") is None
     assert bundles.card_alpha(t5.T5Config(vocab_size=16), 0.0) is None
+
+
+# ------------------------------------------------------------------------- the docstring bundle
+
+def test_docstring_batches_are_the_test_split_in_file_order():
+    from speculative.data import docstring_corpus
+
+    examples = docstring_corpus.read_split(docstring_corpus.DOCSTRING_DIR, "test")[:5]
+    tok = text.Tokenizer(os.path.join(docstring_corpus.DOCSTRING_DIR, "spm.model"), prefix="")
+    want = tok.encode_sources([e.code for e in examples], bundles.DOCSTRING_INPUT_LENGTH)
+    got = bundles.DOCSTRINGS.batches(5, batch_size=2)
+    assert [b.shape for b in got] == [(2, 384), (2, 384), (1, 384)]
+    np.testing.assert_array_equal(np.concatenate(got), want)
+    np.testing.assert_array_equal(bundles.DOCSTRINGS.batches(2, 2, skip=3)[0], want[3:5])
+    assert bundles.bundle("docstring_target") is bundles.DOCSTRINGS
+
+
+def test_a_hybrid_card_entry_loads_its_draft_with_prompt_lookup(tmp_path):
+    """The card's kind 'hybrid' names a T5 draft; the bundle builds models/hybrid.py around it."""
+    import dataclasses
+
+    import jax
+
+    from speculative.models import hybrid
+
+    config = t5.T5Config(vocab_size=32, emb_dim=8, num_heads=2, head_dim=4, mlp_dim=16,
+                         num_encoder_layers=1, num_decoder_layers=1,
+                         mlp_activations=("gelu", "linear"))
+    params = t5.init_params(t5.Transformer(config), jax.random.PRNGKey(0))
+    checkpoints.save_t5x(params, str(tmp_path / "tiny_draft"), step=1)
+    t5_entry = {"config": dataclasses.asdict(config), "checkpoint": "tiny_draft/checkpoint_1"}
+    card = {"models": {
+        "tiny_target": t5_entry, "tiny_draft": {**t5_entry, "target": "tiny_target"},
+        "tiny_hybrid": {"kind": "hybrid", "draft": "tiny_draft", "min_ngram": 2,
+                        "max_ngram": 4}}}
+    (tmp_path / "model_card.json").write_text(json.dumps(card))
+    bundle = dataclasses.replace(bundles.DOCSTRINGS, models_dir=str(tmp_path),
+                                 target_names=("tiny_target",), default_target="tiny_target")
+    draft = bundle.load("tiny_hybrid")
+    assert isinstance(draft, hybrid.HybridDraft)
+    assert (draft.copy.min_ngram, draft.copy.max_ngram, draft.vocab_size) == (2, 4, 32)
+    assert bundle.target_of("tiny_hybrid") == "tiny_target"
+    assert bundle.drafts() == ["tiny_draft", "tiny_hybrid", "prompt_lookup"]
+    assert not bundle.is_t5("tiny_hybrid") and bundle.best_t5_draft() == "tiny_draft"
