@@ -17,8 +17,12 @@ numbers) to out/runs.jsonl. --publish writes them to results/runs/ and results/r
 instead, the committed record (a JSON written outside the index's directory is not indexed).
 Bad flags are refused before any model is loaded.
 
+With --task=docstrings it writes docstrings for functions of the code -> docstring test split
+(Table 2's summarization task) with docstring_target and its best bundled draft, the same way.
+
 Example:
   python scripts/demo.py
+  python scripts/demo.py --task=docstrings
   python scripts/demo.py --target=mini_target       # the compute-bound contrast (no speedup)
   python scripts/demo.py --draft=large_draft_kl --gamma=5 --temperatures=0 \
       --output_json=/tmp/demo.json
@@ -34,7 +38,11 @@ from speculative.runs.config import flag_numbers
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-_NUM = flags.DEFINE_integer("num_sentences", 8, "Test sentences to translate.")
+_TASK = flags.DEFINE_enum("task", "ende", ["ende", "docstrings"], "ende: translate test "
+                          "sentences; docstrings: write docstrings for test functions (Table 2's "
+                          "summarization task).")
+_NUM = flags.DEFINE_integer("num_sentences", None, "Test inputs to decode; default: 8 sentences, "
+                            "4 functions.")
 _GAMMA = flags.DEFINE_integer("gamma", None, "Draft length; default: Theorem 3.8's best for the "
                               "measured alpha and costs, per temperature.")
 _TEMPERATURES = flags.DEFINE_list("temperatures", ["0", "1"], "0 = greedy; > 0 = sampling.")
@@ -42,8 +50,9 @@ _TARGET = flags.DEFINE_string("target", None, "Bundled target; default: large_ta
 _DRAFT = flags.DEFINE_string("draft", None, "Bundled draft name; default: the target's best "
                              "(large_feature_draft for large_target).")
 _REPEATS = flags.DEFINE_integer("repeats", 5, "Timed repeats (medians are reported).")
-_SAMPLES = flags.DEFINE_integer("samples", 4, "At T > 0: sampled translations per sentence "
-                                "(one sample of 8 sentences is too few tokens to time).")
+_SAMPLES = flags.DEFINE_integer("samples", None, "At T > 0: sampled outputs per input (one "
+                                "sample of 8 sentences is too few tokens to time); default: 4 "
+                                "per sentence, 2 per function.")
 _INPUT_LENGTH = flags.DEFINE_integer("input_length", None, "Padded source length; default: the "
                                      "longest sentence's tokens rounded up to a multiple of 8.")
 _OUTPUT = flags.DEFINE_string("output_json", None, "Write the numbers here; default: "
@@ -73,7 +82,7 @@ def main(argv):
              target_name=_TARGET.value, draft_name=_DRAFT.value, repeats=_REPEATS.value,
              input_length=_INPUT_LENGTH.value, output_json=_OUTPUT.value,
              samples=_SAMPLES.value, seed=_SEED.value, runs_dir=runs_dir or None,
-             runs_index=runs_index or None)
+             runs_index=runs_index or None, task=_TASK.value)
 
 
 if __name__ == "__main__":

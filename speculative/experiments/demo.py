@@ -36,12 +36,13 @@ import dataclasses
 import functools
 import json
 import os
-from typing import Optional, Sequence
+from typing import List, Optional, Sequence, Tuple
 
 import jax
 import numpy as np
 
 from speculative import files, loading
+from speculative.data import bundles, docstring_corpus, text
 from speculative.decode import loops as decoding
 from speculative.decode import validation
 from speculative.decode.sampling import SamplingConfig
@@ -49,7 +50,6 @@ from speculative.measure import acceptance, host
 from speculative.measure import costs as costs_lib
 from speculative.measure import timing as measure
 from speculative.models import layers, t5
-from speculative.runs import mini
 
 # What the printed terms mean (printed before the numbers).
 LEGEND = """\
@@ -74,6 +74,67 @@ How to read the numbers:
 # to 26% of the mini target's 0.3 ms step, 1-6% of large_target's; README round breakdown).
 STATE_CHANGE = 1.4
 COST_REPEATS = 7  # interleaved rounds of the single-call costs (c, verify costs)
+
+
+@dataclasses.dataclass(frozen=True)
+class DemoTask:
+    """What the demo decodes: a bundle's test inputs, how they print, and the output length.
+
+    Attributes:
+      name: the --task value.
+      bundle: the bundled models (their card, targets and drafts).
+      labels: the printed prefixes of an input, the target's output and the reference.
+      max_decode_len: tokens per output.
+      num_inputs, samples: the defaults of `run`'s num_sentences and samples.
+    """
+
+    name: str
+    bundle: bundles.Bundle
+    labels: Tuple[str, str, str]
+    max_decode_len: int
+    num_inputs: int
+    samples: int
+
+    def tokenizer(self) -> text.Tokenizer:
+        if self.bundle is bundles.DOCSTRINGS:
+            return bundles._docstring_tokenizer()  # pylint: disable=protected-access
+        return bundles.Vocabulary()
+
+    def pairs(self, num: int, skip: int = 0) -> List[Tuple[str, str]]:
+        """(input text, reference) of the test split, in file order after the first `skip`."""
+        if self.bundle is bundles.DOCSTRINGS:
+            examples = docstring_corpus.read_split(docstring_corpus.DOCSTRING_DIR, "test")
+            return [(e.code, e.docstring) for e in examples[skip:skip + num]]
+        return bundles.test_pairs(skip + num)[skip:]
+
+    def calibration(self, num: int, length: int, skip: int) -> List[np.ndarray]:
+        """`num` batches of one test input each that fit `length` tokens, after the first
+        `skip` inputs (the demo's own), for the decode-loop cost model."""
+        if self.bundle is not bundles.DOCSTRINGS:
+            return bundles.source_batches(num, 1, length, skip=skip)
+        tokenizer, out = self.tokenizer(), []
+        for source, _ in self.pairs(40 * num, skip):
+            ids = tokenizer.encode_inputs([source])[0]
+            if len(ids) <= length:
+                out.append(tokenizer.encode_sources([source], length))
+            if len(out) == num:
+                break
+        return out
+
+    def show(self, source: str) -> str:
+        """An input as printed: a sentence whole, a function by its first line."""
+        if self.bundle is bundles.DOCSTRINGS:
+            return source.splitlines()[0] + " ..."
+        return source
+
+
+TASKS = {
+    "ende": DemoTask("ende", bundles.ENDE, ("EN:  ", "DE:  ", "ref: "), bundles.MAX_DECODE_LEN,
+                     num_inputs=8, samples=4),
+    "docstrings": DemoTask("docstrings", bundles.DOCSTRINGS,
+                           ("function:  ", "docstring: ", "reference: "),
+                           bundles.DOCSTRING_MAX_DECODE_LEN, num_inputs=4, samples=2),
+}
 
 
 def _random_pair():
@@ -142,13 +203,18 @@ def _pick_shape(target, draft, batches, sampling, costs, row_costs, max_decode_l
     return len(choice.plan.tree), choice.tree, choice.line()
 
 
-def run(*, num_sentences: int = 8, gamma: Optional[int] = None,
+def run(*, num_sentences: Optional[int] = None, gamma: Optional[int] = None,
         temperatures: Sequence[float] = (0.0, 1.0), target_name: Optional[str] = None,
         draft_name: Optional[str] = None, repeats: int = 5, input_length: Optional[int] = None,
-        max_decode_len: int = 48, output_json: Optional[str] = None, seed: int = 0,
-        samples: int = 4, runs_dir: Optional[str] = None, runs_index: Optional[str] = None,
-        command: Optional[str] = None) -> dict:
+        max_decode_len: Optional[int] = None, output_json: Optional[str] = None, seed: int = 0,
+        samples: Optional[int] = None, runs_dir: Optional[str] = None,
+        runs_index: Optional[str] = None, command: Optional[str] = None,
+        task: str = "ende") -> dict:
     """Runs the comparison and prints it; returns the numbers, with their provenance.
+
+    `task`: 'ende' (translations, the default) or 'docstrings' (docstrings written for test
+    functions; `TASKS`), whose bundle gives the models, inputs and `max_decode_len`; None for
+    `num_sentences` (inputs), `samples` and `max_decode_len` takes the task's default.
 
     `input_length` (default: the longest sentence's tokens rounded up to a multiple of 8, so
     that the encoder, which both decoders run once per sentence, does not process padding) is
@@ -161,7 +227,13 @@ def run(*, num_sentences: int = 8, gamma: Optional[int] = None,
     (`files.append_run`) when its JSON lies under the index's directory (`results/`: the index
     lists the runs whose files are there). `command`: what provenance records (default: this
     process's command line). Bad arguments and names are refused before any model is loaded."""
-    validation.positive_int(num_sentences, "num_sentences", "test sentences translated")
+    if task not in TASKS:
+        raise ValueError(f"task={task!r} is not a demo task; use one of {sorted(TASKS)}.")
+    task_info = TASKS[task]
+    num_sentences = task_info.num_inputs if num_sentences is None else num_sentences
+    samples = task_info.samples if samples is None else samples
+    max_decode_len = task_info.max_decode_len if max_decode_len is None else max_decode_len
+    validation.positive_int(num_sentences, "num_sentences", "test inputs decoded")
     validation.positive_int(repeats, "repeats", "timed rounds")
     validation.positive_int(samples, "samples", "sampled translations per sentence at T > 0")
     if gamma is not None:  # None chooses; 0 is not a sentinel
@@ -191,23 +263,27 @@ def run(*, num_sentences: int = 8, gamma: Optional[int] = None,
         files.check_writable(runs_dir, "runs_dir")
     if runs_index:
         files.check_writable(os.path.dirname(os.path.abspath(runs_index)), "runs_index")
-    if mini.available():
-        target_name, draft_name = check_names(target_name, draft_name)
-        target, draft = mini.load(target_name), mini.load(draft_name)
+    bundle = task_info.bundle
+    if bundle.available():
+        target_name, draft_name = check_names(target_name, draft_name, bundle)
+        target, draft = bundle.load(target_name), bundle.load(draft_name)
+    elif task != "ende":
+        raise FileNotFoundError(f"task={task!r} needs its bundled models ({bundle.models_dir}); "
+                                f"train them with the recipe in {bundle.recipe}.")
     else:
         print("No bundled models found: using random tiny models (outputs are gibberish).")
         target, draft, draft_name = _random_pair()
         target_name = "random-tiny"
-    vocab = mini.Vocabulary()
-    pairs = mini.test_pairs(num_sentences)
-    if input_length is None:  # pad no further than the longest sentence needs (a multiple of 8)
+    vocab = task_info.tokenizer()
+    pairs = task_info.pairs(num_sentences)
+    if input_length is None:  # pad no further than the longest input needs (a multiple of 8)
         longest = max(len(ids) for ids in vocab.encode_inputs([src for src, _ in pairs]))
         input_length = -(-longest // 8) * 8
     batches = [vocab.encode_sources([src], input_length) for src, _ in pairs]
     # The models' own limits (cache length, memory), before any timing.
     validation.check_lengths((target, draft), batches[0], max_decode_len, gamma)
-    # Other test sentences, on which the decode-loop cost model is fitted.
-    calibration = mini.source_batches(8, 1, input_length, skip=num_sentences)
+    # Other test inputs, on which the decode-loop cost model is fitted.
+    calibration = task_info.calibration(8, input_length, skip=num_sentences)
     load = host.LoadAverage()
     # The verify cost of the fixed gamma; else of every chain up to gamma 8 and of token trees
     # up to TREE_MAX_NODES nodes (between the measured widths, interpolated), which the shape
@@ -228,7 +304,8 @@ def run(*, num_sentences: int = 8, gamma: Optional[int] = None,
     environment = host.environment()  # the CPU and its caches, read once
     caches = environment["cpu"]["cache_bytes"]
     regime = host.cache_regime(weights, caches)
-    print(f"\nTarget {target_name} | draft {draft_name} | batch 1 | {len(pairs)} test sentences")
+    print(f"\nTarget {target_name} | draft {draft_name} | batch 1 | {len(pairs)} test inputs "
+          f"({task})")
     print(_regime_line(target_name, regime, costs.target_step_s,
                        max(caches, key=caches.get) if caches else None) + "\n")
     print(LEGEND)
@@ -247,8 +324,9 @@ def run(*, num_sentences: int = 8, gamma: Optional[int] = None,
         base = decoding.autoregressive_decode(target, x, rng=key, sampling=greedy,
                                               max_decode_len=max_decode_len)
         identical &= bool(np.array_equal(base.tokens, spec.tokens))
-        print(f"EN:  {source}\nDE:  {vocab.decode(np.asarray(spec.tokens[0]))}\n"
-              f"ref: {reference}\n")
+        said, wrote, ref = task_info.labels
+        print(f"{said}{task_info.show(source)}\n{wrote}{vocab.decode(np.asarray(spec.tokens[0]))}"
+              f"\n{ref}{reference}\n")
     print("speculative output identical to the target's greedy output: "
           + ("yes" if identical else "NO"))
 
@@ -295,7 +373,7 @@ def run(*, num_sentences: int = 8, gamma: Optional[int] = None,
         + f" | load average {load_average['before']:.2f} before, {load_average['after']:.2f} "
         "after (2 cores: above ~1.2 another process was busy and the speedups are low)")
     summary = {
-        "target": target_name, "draft": draft_name, "sentences": len(pairs),
+        "task": task, "target": target_name, "draft": draft_name, "sentences": len(pairs),
         "repeats": repeats, "samples": samples, "input_length": input_length,
         "identical_to_baseline": identical,
         "kernel_layout": layers.kernel_layout(target.params),  # docs/limits.md
@@ -362,20 +440,21 @@ def _rounded(value, digits: int = 3):
     return round(value, digits) if isinstance(value, float) else value
 
 
-def check_names(target_name: Optional[str], draft_name: Optional[str]):
+def check_names(target_name: Optional[str], draft_name: Optional[str],
+                bundle: bundles.Bundle = bundles.ENDE):
     """The bundled target and draft names (defaults filled in), or ValueError naming the one
     the bundle lacks, or a draft trained for another target; reads the model card only."""
-    targets = mini.targets()
-    target_name = target_name or mini.main_target()
+    targets = bundle.targets()
+    target_name = target_name or bundle.main_target()
     if target_name not in targets:
         raise ValueError(f"target={target_name!r} is not a bundled target; choose one of "
                          f"{targets}.")
-    draft_name = draft_name or mini.best_draft(target_name)
-    drafts = mini.drafts(target_name)
+    draft_name = draft_name or bundle.best_draft(target_name)
+    drafts = bundle.drafts(target_name)
     if draft_name not in drafts:
         owner = None
         try:
-            owner = mini.target_of(draft_name)
+            owner = bundle.target_of(draft_name)
         except ValueError:
             pass
         raise ValueError(f"draft={draft_name!r} is not a bundled draft of {target_name}"

@@ -2,9 +2,11 @@
 refused before any model loads, the legend, the cache's name, and the run index's line. The
 end-to-end run on the mini pair is tests/test_mini.py::test_demo_runs_on_the_bundled_mini_pair."""
 
+import dataclasses
 import json
 import os
 
+import numpy as np
 import pytest
 
 from speculative import files
@@ -22,7 +24,7 @@ def no_loading(monkeypatch):
     def fail(*args, **kwargs):
         raise AssertionError("a model was loaded or timed before the arguments were checked")
 
-    monkeypatch.setattr(demo.mini, "load", fail)
+    monkeypatch.setattr(bundles.Bundle, "load", fail)
     monkeypatch.setattr(demo.costs_lib, "measure_costs", fail)
     monkeypatch.setattr(demo, "_random_pair", fail)
 
@@ -37,6 +39,28 @@ def no_loading(monkeypatch):
 def test_bad_arguments_are_refused_before_any_model_loads(no_loading, kwargs, error, match):
     with pytest.raises(error, match=match):
         demo.run(**kwargs)
+
+
+def test_a_task_is_checked_and_a_missing_bundle_named(no_loading, monkeypatch, tmp_path):
+    with pytest.raises(ValueError, match=r"task='nope' is not a demo task; use one of "
+                                         r"\['docstrings', 'ende'\]"):
+        demo.run(task="nope")
+    empty = dataclasses.replace(demo.TASKS["docstrings"], bundle=dataclasses.replace(
+        bundles.DOCSTRINGS, models_dir=str(tmp_path)))
+    monkeypatch.setitem(demo.TASKS, "docstrings", empty)
+    with pytest.raises(FileNotFoundError, match="docstrings/models/MODEL_CARD.md"):
+        demo.run(task="docstrings")
+
+
+def test_the_docstring_task_reads_the_test_functions_in_order():
+    task = demo.TASKS["docstrings"]
+    pairs = task.pairs(3)
+    assert task.pairs(2, skip=1) == pairs[1:]
+    assert task.show(pairs[0][0]).startswith(("def ", "async def "))
+    [batch] = task.calibration(1, 384, skip=3)
+    assert batch.shape == (1, 384)
+    np.testing.assert_array_equal(batch, task.tokenizer().encode_sources(
+        [task.pairs(1, skip=3)[0][0]], 384))
 
 
 @pytest.mark.skipif(not mini.available(), reason="needs the bundled models' card")
