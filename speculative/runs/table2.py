@@ -282,9 +282,10 @@ def _temp(t: float) -> str:
 def markdown(results: Sequence[RowResult], c_note: str) -> str:
     """The table in the paper's format, Theorem 3.8 and the paper's values beside each row."""
     lines = [
-        "| Task | M_q | Temp | γ | α | Speed | Thm 3.8 (c) | Thm 3.8, measured verify | "
-        "paper α | paper Speed | paper Thm 3.8 (c) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| Task | M_q | Temp | γ | α | Speed | tokens/call | Thm 3.8 (c) | "
+        "Thm 3.8, measured verify | quality: speculative, baseline | paper α | paper Speed | "
+        "paper Thm 3.8 (c) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         info = r.info
@@ -293,8 +294,10 @@ def markdown(results: Sequence[RowResult], c_note: str) -> str:
             f" ({info.paper_c:g})" if info.paper_c is not None else "")
         lines.append(
             f"| {info.task} | {info.draft}{' ★' if info.best else ''} | {_temp(r.temperature)} | "
-            f"{r.gamma} | {_fmt(r.alpha)} | {_fmt(r.speed, '.2f', 'X')} | {pred} | "
-            f"{_fmt(r.predicted_measured_verify, '.2f', 'X')} | {_fmt(info.paper_alpha, 'g')} | "
+            f"{r.gamma} | {_fmt(r.alpha)} | {_fmt(r.speed, '.2f', 'X')} | "
+            f"{_fmt(r.tokens_per_target_call, '.2f')} | {pred} | "
+            f"{_fmt(r.predicted_measured_verify, '.2f', 'X')} | {quality(r.task_metrics)} | "
+            f"{_fmt(info.paper_alpha, 'g')} | "
             f"{_fmt(info.paper_speed, '.1f', 'X')} | {paper_pred} |")
     notes = [
         "",
@@ -311,6 +314,9 @@ def markdown(results: Sequence[RowResult], c_note: str) -> str:
           for r in results if r.tree_choice],
         *[f"γ auto, {r.name}: {_auto_note(r.speculation_choice)}"
           for r in results if r.speculation_choice],
+        "tokens/call: tokens per target call (Speed's upper bound for a free draft). Quality: "
+        "the task's BLEU or ROUGE-L of the speculative outputs, then the baseline's (equal at "
+        "T = 0, where both are the target's greedy output; two samples of one law at T = 1).",
         "Thm 3.8: (1 - α^(γ+1)) / ((1 - α)(γc + 1)) with the measured α; 'measured verify' "
         "replaces the 1 (the cost of scoring γ+1 tokens in one target call, assumed equal to one "
         "step) by the measured ratio. Paper columns: Table 2 (α, Speed) and Table 4 (Exp, c).",
@@ -319,6 +325,20 @@ def markdown(results: Sequence[RowResult], c_note: str) -> str:
           if any(r.info.best for r in results) else []),
     ]
     return "\n".join(lines + notes) + "\n"
+
+
+QUALITY_METRICS = (("bleu", "BLEU"), ("rougeL", "ROUGE-L"))  # the first a task reports
+
+
+def quality(task_metrics: Dict[str, Any]) -> str:
+    """'BLEU 21.3 = 21.3' (speculative, then the baseline; '=' where they agree, as they must
+    at T = 0, ',' where sampling made them differ), or '-' for a task without BLEU or ROUGE."""
+    spec, base = task_metrics.get("speculative") or {}, task_metrics.get("baseline") or {}
+    for key, label in QUALITY_METRICS:
+        if key in spec and key in base:
+            a, b = f"{spec[key]:.1f}", f"{base[key]:.1f}"
+            return f"{label} {a} {'=' if a == b else ','} {b}"
+    return "-"
 
 
 def _auto_note(choice: speculation.SpeculationChoice) -> str:

@@ -224,3 +224,13 @@ def _fake_results(programs, repeats, seconds):
     return ({name: 1.0 for name in programs},
             {name: [seconds[name[:2]]] * repeats for name in programs},
             {name: [result] for name in programs})
+
+
+def test_the_quality_column_shows_speculative_beside_the_baseline():
+    assert table2.quality({"speculative": {"bleu": 21.34}, "baseline": {"bleu": 21.339}}) == \
+        "BLEU 21.3 = 21.3"
+    rouge = {"rouge1": 30.0, "rouge2": 10.0}
+    assert table2.quality({"speculative": {**rouge, "rougeL": 25.0},
+                           "baseline": {**rouge, "rougeL": 24.46}}) == "ROUGE-L 25.0 , 24.5"
+    assert table2.quality({"speculative": {}, "baseline": {}}) == "-"
+    assert table2.quality({}) == "-"
