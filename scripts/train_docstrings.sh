@@ -11,6 +11,8 @@
 #           DISTILL_PAIRS training functions, cached in OUT_ROOT/distill_greedy.npz), DRAFT_STEPS
 #           steps at learning rate 0.03
 #   m       docstring_draft_m: the same on the same cache
+#   hybrid  docstring_hybrid: the model card entry of prompt lookup (n >= 2) where the source
+#           matches and docstring_draft_s elsewhere, its alpha measured (scripts/add_hybrid_draft.py)
 # The drafts learn from, and have their alpha measured against, the exported target.
 #
 # Command (from the repository root):
@@ -25,7 +27,7 @@
 
 set -euo pipefail
 
-ALL="target,s,m"
+ALL="target,s,m,hybrid"
 source "$(dirname "${BASH_SOURCE[0]}")/train_stages.sh"
 parse_stage_args "$@"
 
@@ -58,5 +60,10 @@ if wanted s; then
 fi
 if wanted m; then
   stage docstring_draft_m "${DRAFT[@]}" --gin.MODEL='@docstring_draft_m/t5.T5Config()'
+fi
+if wanted hybrid; then
+  HYBRID=("$PYTHON" scripts/add_hybrid_draft.py --bundle=docstrings --draft=docstring_draft_s
+          --name=docstring_hybrid --min_ngram=2)
+  if (( PRINT )); then printf '%q ' "${HYBRID[@]}"; echo; else "${HYBRID[@]}"; fi
 fi
 (( PRINT )) || echo "=== all stages done: $STAGES"

@@ -513,10 +513,11 @@ def _measure_as_draft(run: TrainRun, summary: dict, teacher, module, params, dat
     if run.decoder_only:
         inputs, alpha_len = lm_prompts(data.valid, run.prompt_length), run.prompt_length
     else:
-        inputs, alpha_len = [x for x, _ in data.valid], run.config.max_length
+        inputs, alpha_len = [x for x, _ in data.valid], run.config.target_length
     summary["alpha"] = draft_alpha(
         teacher, models_lib.as_decode_model(module, params), inputs[:run.alpha_sentences],
-        rng=alpha_rng, gamma=run.alpha_gamma, max_length=alpha_len)
+        rng=alpha_rng, gamma=run.alpha_gamma, max_length=alpha_len,
+        input_length=None if run.decoder_only else run.config.input_length)
     summary["target"] = _run_name(run.target_checkpoint)
     summary["flops_ratio_to_target"] = (
         summary["decoder_flops_per_token"]["total"]

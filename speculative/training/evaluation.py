@@ -96,14 +96,16 @@ def greedy_score(module, params, pairs, tokenizer: Tokenizer, input_length: int,
 
 def draft_alpha(target: contract.DecodeModel, draft: contract.DecodeModel,
                 inputs: Sequence[np.ndarray], *, rng: Array, gamma: int, max_length: int,
-                temperatures=(0.0, 1.0), batch_size: int = 256) -> List[dict]:
+                temperatures=(0.0, 1.0), batch_size: int = 256,
+                input_length: Optional[int] = None) -> List[dict]:
     """Alpha (mean beta, Leviathan et al. §3.1) of `draft` against `target` at each temperature,
-    from `speculative_decode` stats on `inputs` (padded to `max_length`, also the decode limit);
-    plus generated tokens per target call."""
+    from `speculative_decode` stats on `inputs` (padded to `input_length`, default
+    `max_length`, the decode limit); plus generated tokens per target call."""
     results = []
     for t, temperature in enumerate(temperatures):
         stats, rows = [], []
-        for k, (idx, batch) in enumerate(_decode_batches(inputs, batch_size, max_length)):
+        for k, (idx, batch) in enumerate(_decode_batches(inputs, batch_size,
+                                                         input_length or max_length)):
             stats.append(decoding.speculative_decode(
                 target, draft, batch, rng=jax.random.fold_in(jax.random.fold_in(rng, t), k),
                 gamma=gamma, sampling=sampling_lib.SamplingConfig(temperature),
