@@ -25,6 +25,12 @@ bound, exceeds that, and if its compiles and decodes keep the calibration after 
 most that share of the run): a short run (a few sentences at batch 1) runs the baseline without
 compiling any speculative program; a long one times every candidate. The choice's `notes` say
 which stages were left out and why.
+
+Where the run can repay a compile but no probe fits that budget (batch 1, a few hundred
+examples), a prior decides instead of the baseline (`speculation_prior`): Theorem 3.8's model at
+the draft's card alpha and its timed single-call cost picks the chain's gamma, that program
+decodes the slice once (its results are the run's), and the baseline runs only if it was
+measured slower there.
 """
 
 from __future__ import annotations
@@ -76,6 +82,10 @@ class SpeculationSearch:
       gate: run the gate first (`speculation_gate`); False times the candidates directly.
       run_batches: the run's batches, the slice's included; with it a stage runs only if it can
         pay back its compiles (module docstring). None: unknown, every stage runs.
+      prior: where the gate says speculation pays but the calibration budget leaves no time to
+        time the candidates, decide from the prior (`speculation_prior`: Theorem 3.8 at
+        `alpha`, which must be known) and check it on the slice, instead of keeping the
+        baseline. False: keep the baseline there.
     """
 
     sampling: SamplingConfig
@@ -88,6 +98,7 @@ class SpeculationSearch:
     alpha: Optional[float] = None
     gate: bool = True
     run_batches: Optional[int] = None
+    prior: bool = True
 
     def __post_init__(self):
         if self.alpha is not None and not 0.0 <= self.alpha <= 1.0:
@@ -177,6 +188,52 @@ class SpeculationGate:
 
 
 @dataclasses.dataclass(frozen=True)
+class SpeculationPrior:
+    """The choice where there is no time to time one: the gate says speculation pays (the run
+    can repay a compile, the bound is above `min_speedup`) but no probe fits the calibration
+    budget. Theorem 3.8's model, per batch (`theory.expected_batch_rounds` at the slice's
+    lengths), at the draft's card alpha and measured single-call costs, picks the chain's gamma;
+    that one program then decodes the slice once (its compile and one decode: the decode is the
+    run's), and the baseline runs only if it was measured slower (`speculation_prior`).
+
+    Attributes:
+      alpha: the draft's acceptance rate (`SpeculationSearch.alpha`: its model card's).
+      c: the draft's extend of one token in baseline decode steps (timed; 0.0 for a drafter
+        object or a draft without a model, whose cost was not timed).
+      verify_cost: the gate's verify cost in baseline steps (1.0 where it was not timed).
+      gamma: the chain's gamma the model favours among `SpeculationSearch.gammas`.
+      predicted: its predicted speedup on the slice: steps / (rounds * (verify_cost + gamma c)).
+      measured: its measured speedup on the slice (the baseline's ms/token over its, compiles
+        excluded); None where `predicted` was under `min_speedup` and nothing ran.
+      kept: whether it runs (`measured` >= `min_speedup`).
+      seconds: the prior's walltime (timing the draft, compiling and decoding the slice).
+    """
+
+    alpha: float
+    c: float
+    verify_cost: float
+    gamma: int
+    predicted: float
+    measured: Optional[float]
+    kept: bool
+    seconds: float
+
+    def to_json(self) -> Dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def verdict(self) -> str:
+        model = (f"Theorem 3.8 at the card's alpha {self.alpha:.2f}, c {self.c:.2f} and a "
+                 f"verify of {self.verify_cost:.2f} steps predicts {self.predicted:.2f}x")
+        if self.measured is None:
+            return f"no speculation: no time to time candidates, and {model} at best"
+        if self.kept:
+            return (f"chain gamma {self.gamma} from the prior, as there is no time to time "
+                    f"candidates: {model}, measured {self.measured:.2f}x on the first batches")
+        return (f"no speculation: no time to time candidates; {model} for chain gamma "
+                f"{self.gamma}, but it measured {self.measured:.2f}x on the first batches")
+
+
+@dataclasses.dataclass(frozen=True)
 class SpeculationCandidate:
     """One timed way of decoding: `kind` 'baseline' (autoregressive), 'chain', 'block' (one draft
     call per round) or 'tree', with its gamma (a tree's depth) and branching.
@@ -235,6 +292,7 @@ class SpeculationChoice:
       gate: stage 0's bound and costs (None when `search.gate` is False).
       notes: the stages not timed, and why (they could not repay their compiles, or would
         have taken calibration past its budget).
+      prior: the prior's choice and its check, where it decided (`SpeculationPrior`).
     """
 
     best: SpeculationCandidate
@@ -246,6 +304,7 @@ class SpeculationChoice:
     results: Tuple[Any, ...] = dataclasses.field(default=(), compare=False, repr=False)
     gate: Optional[SpeculationGate] = None
     notes: Tuple[str, ...] = ()
+    prior: Optional[SpeculationPrior] = None
 
     def to_json(self) -> Dict[str, Any]:
         return {"choice": self.best.name, "kind": self.best.kind, "gamma": self.best.gamma,
@@ -254,6 +313,7 @@ class SpeculationChoice:
                 "calibration_batches": self.batches, "repeats": self.repeats,
                 "calibration_seconds": self.seconds,
                 "gate": self.gate.to_json() if self.gate else None, "notes": list(self.notes),
+                "prior": self.prior.to_json() if self.prior else None,
                 "candidates": [c.to_json() for c in self.candidates]}
 
     def line(self) -> str:
@@ -288,7 +348,9 @@ class SpeculationChoice:
                        f"{gate.verify_cost:.2f} steps, and at alpha {gate.alpha:.2f} the "
                        f"batches need {gate.rounds:.0f} rounds for {gate.steps} steps: at most "
                        f"{gate.bound:.2f}x even with free drafting")
-        if self.notes and len(self.candidates) == 1 and gate is not None and gate.open:
+        if self.prior is not None:
+            verdict = self.prior.verdict() + (f" ({'; '.join(self.notes)})" if self.notes else "")
+        elif self.notes and len(self.candidates) == 1 and gate is not None and gate.open:
             verdict = f"no speculation: {self.notes[0]}"
         elif self.notes:
             verdict += f" ({'; '.join(self.notes)})"
@@ -452,6 +514,64 @@ def speculation_gate(target, batches: Sequence[Any], search: SpeculationSearch,
     return gate(verify_cost, timed=True), baseline, tuple(results)
 
 
+def draft_step_cost(target, draft, x, search: SpeculationSearch, step_s: float) -> float:
+    """c: the draft's extend of one token at the slice's batch size (a cache of zeros, about
+    `GATE_TIMING_S`, compilation subtracted) in baseline decode steps of `step_s` seconds; 0.0
+    for a drafter object or a draft without a model (n-gram, prompt lookup), not timed."""
+    if drafters.is_drafter(draft) or getattr(draft, "module", None) is None:
+        return 0.0
+    num = int(np.clip(np.ceil(GATE_TIMING_S / max(step_s, 1e-9)), 2, 64))
+    x = np.asarray(x)
+    program = costs_lib.extend_program(
+        draft, x, 1, num_steps=num, seed=search.seed, zeros=True, target=target,
+        cache_len=draft.prefix_length(x.shape[1]) + search.max_decode_len + 2)
+    return costs_lib.first_call(program)[0] / num / step_s if step_s > 0 else float("inf")
+
+
+def prior_applies(gate: Optional[SpeculationGate], search: SpeculationSearch) -> bool:
+    """Whether the prior decides (`SpeculationPrior`): the draft's alpha is known, the run can
+    repay a speculative compile and the gate's bound reaches `min_speedup`."""
+    return (gate is not None and search.prior and search.alpha is not None and gate.pays
+            and gate.bound >= search.min_speedup)
+
+
+def speculation_prior(target, draft, batches: Sequence[Any], search: SpeculationSearch,
+                      gate: SpeculationGate, baseline: SpeculationCandidate,
+                      base_results: Sequence[Any], shapes) -> Tuple[
+                          SpeculationPrior, Optional[SpeculationCandidate], Tuple[Any, ...]]:
+    """`(prior, the prior's candidate, its results for the slice)` (None, () where the model
+    predicts under `min_speedup` and nothing ran), where the gate says
+    speculation pays but no candidate can be timed (`SpeculationPrior`): the chain's gamma
+    Theorem 3.8's model favours, per batch at the slice's lengths, with the draft's card alpha,
+    its timed step cost (`draft_step_cost`) and the gate's verify cost; if it predicts at least
+    `min_speedup`, that program decodes the slice once (compilation subtracted, its results the
+    run's) and runs unless it was slower than the gate's baseline by that factor."""
+    start = time.perf_counter()
+    c = draft_step_cost(target, draft, batches[0], search, gate.step_s)
+    lengths = [np.asarray(r.lengths) for r in base_results]
+    gammas = sorted({g for k, g, _ in shapes if k == "chain"})
+    predicted = {g: gate.steps / max(sum(theory.expected_batch_rounds(gate.alpha, g, n)
+                                         for n in lengths) * (gate.verify_cost + g * c), 1e-12)
+                 for g in gammas}
+    gamma = max(gammas, key=lambda g: (predicted[g], -g))
+
+    def made(measured, kept):
+        return SpeculationPrior(alpha=gate.alpha, c=float(c), verify_cost=gate.verify_cost,
+                                gamma=int(gamma), predicted=float(predicted[gamma]),
+                                measured=measured, kept=kept,
+                                seconds=time.perf_counter() - start)
+
+    if predicted[gamma] < search.min_speedup:
+        return made(None, False), None, ()
+    name = ("chain", int(gamma), None)
+    program = _speculation_programs(
+        target, batches, search, {name: speculation_drafter(draft, "chain", gamma)})[name]
+    run_s, compile_s, results = costs_lib.first_call(program)
+    candidate = _candidate(name, results, run_s, run_s + compile_s, baseline.ms_per_token, 1)
+    kept = candidate.speedup >= search.min_speedup
+    return made(float(candidate.speedup), kept), candidate, tuple(results)
+
+
 class _Budget:
     """What `choose_speculation`'s later stages may spend (module docstring): a stage runs only
     if it can repay its compiles and fits 1/`CALIBRATION_SHARE` of the rest of the run, counted
@@ -460,6 +580,7 @@ class _Budget:
     def __init__(self, gate: Optional[SpeculationGate], candidates: List[SpeculationCandidate]):
         self.gate, self.candidates, self.notes = gate, candidates, []
         self.opened = time.perf_counter()
+        self.over_budget = False  # a stage was refused for time, not for its payback
 
     def allows(self, label: str, programs: int, bound: float, speedup: float) -> bool:
         """Whether a stage compiling `programs` programs can repay them (from `speedup`, the
@@ -476,6 +597,7 @@ class _Budget:
             self.notes.append(f"{label} not timed: it could save at most {saving:.1f} s, less "
                               f"than its compiles (~{compile_s:.1f} s)")
         elif time.perf_counter() - self.opened + cost > budget:
+            self.over_budget = True
             self.notes.append(f"{label} not timed: its ~{cost:.1f} s would take calibration "
                               f"past 1/{CALIBRATION_SHARE} of the rest of the run "
                               f"({budget:.1f} s)")
@@ -526,11 +648,22 @@ def choose_speculation(target, draft, batches: Sequence[Any], search: Speculatio
             batches=len(batches), repeats=0, seconds=time.perf_counter() - start,
             results=base_results, gate=gate, notes=tuple(notes))
 
+    def from_prior(notes=()) -> SpeculationChoice:
+        """No time to time candidates: the prior decides, checked on the slice."""
+        prior, tried, results = speculation_prior(target, draft, batches, search, gate,
+                                                  baseline, base_results, shapes)
+        best, results = (tried, results) if prior.kept else (baseline, base_results)
+        return SpeculationChoice(
+            best=best, candidates=(baseline,) + ((tried,) if tried is not None else ()),
+            batch_size=int(np.shape(batches[0])[0]), batches=len(batches), repeats=0,
+            seconds=time.perf_counter() - start, results=results, gate=gate,
+            notes=tuple(notes), prior=prior)
+
     if search.gate and shapes:
         gate, baseline, base_results = speculation_gate(target, batches, search,
                                                         [g for _, g, _ in shapes])
         if not gate.open:
-            return baseline_only()
+            return from_prior() if prior_applies(gate, search) else baseline_only()
     probes = [s for i, s in enumerate(shapes) if all(s[0] != t[0] for t in shapes[:i])]
     candidates, results, stages = [], {}, []
     budget = _Budget(gate, candidates)
@@ -546,6 +679,8 @@ def choose_speculation(target, draft, batches: Sequence[Any], search: Speculatio
         return best if best.speedup >= search.min_speedup else None
 
     if gate is not None and not budget.allows("the probe", len(probes), gate.max_bound, 1.0):
+        if budget.over_budget and prior_applies(gate, search):
+            return from_prior(budget.notes)
         return baseline_only(budget.notes)
     paid = stage(probes)
     rest = [s for s in shapes if s not in probes]

@@ -334,3 +334,71 @@ def test_a_probe_that_cannot_fit_the_calibration_budget_closes_the_gate_before_t
     # One batch is left: a probe decodes the slice three times, more than 1/8 of that batch.
     assert gate.pays and not gate.fits and not gate.open and not gate.verify_timed
     assert not choice.best.speculative and "-> no speculation: the least probe" in choice.line()
+
+
+def _prior_setup(tiny_pair, monkeypatch, factor):
+    """The probe-cannot-fit run of the test above with the draft's alpha known (the prior
+    decides), the draft's cost taken as free and every first call after the gate's (the prior's
+    program) reporting `factor` times its run seconds."""
+    target, draft, batches = tiny_pair
+    search = speculation.SpeculationSearch(sampling=SamplingConfig(0.0), max_decode_len=6,
+                                           alpha=0.9, run_batches=len(batches) + 1)
+    for i, x in enumerate(batches):  # compiled already: the gate's compile_s is ~0
+        decoding.autoregressive_decode(target, x, rng=jax.random.fold_in(
+            jax.random.PRNGKey(0), i), sampling=search.sampling, max_decode_len=6)
+    real, calls = speculation.costs_lib.first_call, []
+
+    def first_call(fn):
+        run_s, compile_s, result = real(fn)
+        calls.append(run_s)
+        return (run_s if len(calls) == 1 else run_s * factor), compile_s, result
+
+    monkeypatch.setattr(speculation.costs_lib, "first_call", first_call)
+    monkeypatch.setattr(speculation, "draft_step_cost", lambda *a: 0.0)
+    choice = speculation.choose_speculation(target, draft, batches, search, timer=FakeTimer({}))
+    return choice, calls
+
+
+def test_where_no_probe_fits_the_prior_speculates_when_its_check_is_not_slower(
+        tiny_pair, monkeypatch):
+    choice, calls = _prior_setup(tiny_pair, monkeypatch, 1e-6)
+    gate, prior = choice.gate, choice.prior
+    assert gate.pays and not gate.fits and len(calls) == 2  # the gate's decode, the prior's
+    # Theorem 3.8's model per batch at the card's alpha, c 0 and the gate's verify cost.
+    rounds = {g: sum(theory.expected_batch_rounds(0.9, g, np.asarray(r.lengths))
+                     for r in choice.results) for g in (2, 4, 6)}
+    predicted = {g: gate.steps / (rounds[g] * gate.verify_cost) for g in rounds}
+    assert prior.gamma == max(predicted, key=predicted.get) and prior.c == 0.0
+    assert prior.predicted == pytest.approx(predicted[prior.gamma])
+    assert prior.kept and prior.measured > 1.0
+    assert choice.best.speculative and choice.best.gamma == prior.gamma
+    assert choice.best.kind == "chain" and choice.candidates[1] is choice.best
+    assert "from the prior" in choice.line() and json.loads(json.dumps(choice.to_json()))[
+        "prior"]["gamma"] == prior.gamma
+
+
+def test_where_no_probe_fits_the_prior_falls_back_only_when_measured_slower(
+        tiny_pair, monkeypatch):
+    choice, calls = _prior_setup(tiny_pair, monkeypatch, 1e6)
+    prior = choice.prior
+    assert not prior.kept and prior.measured < 1.0 and len(calls) == 2
+    assert not choice.best.speculative and [c.kind for c in choice.candidates] == [
+        "baseline", "chain"]
+    assert f"it measured {prior.measured:.2f}x on the first batches" in choice.line()
+    # The baseline's results are the gate's decode (greedy: the same tokens either way).
+    assert all(np.array_equal(r.tokens, b.tokens) for r, b in
+               zip(choice.results, (decoding.autoregressive_decode(
+                   tiny_pair[0], x, rng=jax.random.fold_in(jax.random.PRNGKey(0), i),
+                   sampling=SamplingConfig(0.0), max_decode_len=6)
+                   for i, x in enumerate(tiny_pair[2]))))
+
+
+def test_without_a_known_alpha_or_with_prior_off_no_prior_decides(tiny_pair):
+    target, draft, batches = tiny_pair
+    for alpha, prior in ((None, True), (0.9, False)):
+        search = speculation.SpeculationSearch(sampling=SamplingConfig(0.0), max_decode_len=6,
+                                               alpha=alpha, prior=prior,
+                                               run_batches=len(batches) + 1)
+        choice = speculation.choose_speculation(target, draft, batches, search,
+                                                timer=FakeTimer({}))
+        assert choice.prior is None and not choice.best.speculative, (alpha, prior)
