@@ -28,7 +28,7 @@ def _run_settings_cases(tmp_path):
     from speculative.runs import config as config_lib
     from speculative.runs import infer, mini
     from speculative.training import distillation as training
-    from speculative.training.config import TrainConfig
+    from speculative.training.train_config import TrainConfig
 
     cfg = tiny_config(vocab_size=40)
     base = dict(target_config=cfg, draft_config=cfg, target_checkpoint=None,

@@ -29,6 +29,12 @@ TASKS = ("ende", "docstrings")
 STEM = "speedup_by_length"
 
 
+def _bundle(task: str):
+    from speculative.data import bundles  # pylint: disable=g-import-not-at-top
+
+    return {"ende": bundles.ENDE, "docstrings": bundles.DOCSTRINGS}[task]
+
+
 def length_bins(lengths: Sequence[int], bins: int) -> List[np.ndarray]:
     """Indices of `lengths` in `bins` bins of (nearly) equal count, shortest first (ties keep
     input order: a stable sort)."""
@@ -44,11 +50,10 @@ def measure_task(task: str, num: int, bins: int, gamma: int, repeats: int,
 
     from speculative.decode import loops as decoding
     from speculative.decode.sampling import SamplingConfig
-    from speculative.experiments import demo
     from speculative.measure import costs as costs_lib
     from speculative.measure import timing
 
-    bundle = demo.TASKS[task].bundle
+    bundle = _bundle(task)
     target_name = bundle.main_target()
     draft_name = bundle.best_draft(target_name)
     target, draft = bundle.load(target_name), bundle.load(draft_name)
@@ -84,7 +89,6 @@ def run(num: int = 64, bins: int = 4, gamma: int = 4, repeats: int = 3,
     """Measures every task and writes `<output_dir>/speedup_by_length.{json,md,png}`."""
     # pylint: disable=g-import-not-at-top
     from speculative.decode import validation
-    from speculative.experiments import demo
     from speculative.measure import host
 
     validation.positive_int(num, "num", "test inputs per task")
@@ -96,10 +100,10 @@ def run(num: int = 64, bins: int = 4, gamma: int = 4, repeats: int = 3,
     unknown = [t for t in tasks if t not in TASKS]
     if unknown or not tasks:
         raise ValueError(f"tasks={list(tasks)!r}: use one or more of {list(TASKS)}.")
-    missing = [t for t in tasks if not demo.TASKS[t].bundle.available()]
+    missing = [t for t in tasks if not _bundle(t).available()]
     if missing:
         raise FileNotFoundError(f"tasks {missing} need their bundled models; see "
-                                f"{[demo.TASKS[t].bundle.recipe for t in missing]}.")
+                                f"{[_bundle(t).recipe for t in missing]}.")
     files.check_report(output_dir, STEM, overwrite)
     load = host.LoadAverage()
     result = {"num": num, "bins": bins, "gamma": gamma, "repeats": repeats, "temperature": 0.0,

@@ -9,7 +9,7 @@ import numpy as np
 
 from speculative.data.text import Example, Tokenizer
 from speculative.decode.contract import EOS_ID
-from speculative.training.config import TrainConfig
+from speculative.training.train_config import TrainConfig
 
 
 def _fit(ids: Sequence[int], max_len: int, truncate: bool) -> Optional[np.ndarray]:

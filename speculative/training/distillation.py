@@ -7,7 +7,7 @@ It trains the bundled EN->DE models (`speculative/data/mini/models/`) on the get
 name from its module):
 
     data/text.py            the corpora: pairs, tokenizer, code-corpus chunks and prompts
-    training/config.py      TrainConfig and OBJECTIVES
+    training/train_config.py  TrainConfig and OBJECTIVES
     training/data.py        examples cut to length, length-bucketed batches
     training/objectives.py  what is learned: teacher-forced logits, the token and teacher losses,
                             distillation targets and the teacher's distributions
@@ -74,7 +74,6 @@ from speculative.data.text import (
 from speculative.decode import contract
 from speculative.models import adapters as models_lib
 from speculative.models import t5
-from speculative.training.config import TrainConfig
 from speculative.training.data import batches, make_examples, tokenize_pairs
 from speculative.training.evaluation import (
     decoder_flops_per_token,
@@ -83,6 +82,7 @@ from speculative.training.evaluation import (
     num_params,
 )
 from speculative.training.objectives import distill_targets, teacher_distributions
+from speculative.training.train_config import TrainConfig
 from speculative.training.trainer import (
     ResumableRun,
     TrainState,

@@ -38,7 +38,7 @@ from absl import logging
 from speculative import files
 from speculative.models import feature_draft as fd
 from speculative.training import feature_data, trainer
-from speculative.training.config import TrainConfig
+from speculative.training.train_config import TrainConfig
 
 Array = jax.Array
 

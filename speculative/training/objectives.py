@@ -31,9 +31,9 @@ from absl import logging
 from speculative.data.text import Example
 from speculative.decode import contract
 from speculative.models import t5
-from speculative.training.config import TrainConfig
 from speculative.training.data import pad_rows
 from speculative.training.evaluation import greedy_decode
+from speculative.training.train_config import TrainConfig
 
 Array = jax.Array
 Module = Union[t5.Transformer, t5.DecoderOnly]

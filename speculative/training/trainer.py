@@ -29,7 +29,6 @@ from flax import struct
 from speculative import files
 from speculative.checkpoints import t5x as checkpoints
 from speculative.models import t5
-from speculative.training.config import TrainConfig
 from speculative.training.data import batches
 from speculative.training.objectives import (
     Module,
@@ -37,6 +36,7 @@ from speculative.training.objectives import (
     teacher_losses,
     token_losses,
 )
+from speculative.training.train_config import TrainConfig
 
 Array = jax.Array
 

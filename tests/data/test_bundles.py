@@ -12,7 +12,7 @@ from speculative.data import bundles, text
 from speculative.models import ngram, t5
 from speculative.training import data as training_data
 from speculative.training import trainer
-from speculative.training.config import TrainConfig
+from speculative.training.train_config import TrainConfig
 
 BUNDLE = os.path.join(text.MINI_DIR, "models")
 

@@ -30,7 +30,7 @@ from speculative.models import ngram, t5
 from speculative.training import data as training_data
 from speculative.training import distillation as training
 from speculative.training import evaluation, objectives, trainer
-from speculative.training.config import TrainConfig
+from speculative.training.train_config import TrainConfig
 from tests.helpers import REPO, load_script, tiny_config
 
 EOS = contract.EOS_ID

@@ -11,7 +11,7 @@ from speculative.decode import contract
 from speculative.models import t5
 from speculative.training import data as training_data
 from speculative.training import objectives, trainer
-from speculative.training.config import TrainConfig
+from speculative.training.train_config import TrainConfig
 from tests.helpers import tiny_config
 
 EOS = contract.EOS_ID

@@ -1,10 +1,10 @@
-"""speculative/training/config.py: `TrainConfig` normalises its buckets and refuses a bad setting
-by its field's name before any training (the catalogue of bad settings, tests/test_faults.py,
-holds the rest)."""
+"""speculative/training/train_config.py: `TrainConfig` normalises its buckets and refuses a bad
+setting by its field's name before any training (the catalogue of bad settings,
+tests/test_faults.py, holds the rest)."""
 
 import pytest
 
-from speculative.training import config
+from speculative.training import train_config as config
 
 
 def test_buckets_become_ints_and_the_last_is_the_max_length():
