@@ -1,4 +1,4 @@
-"""Chains against token trees on a bundled pair (speculative/experiments/trees.py).
+"""Chains against token trees on a bundled pair (speculative/experiments/tree_benchmark.py).
 
 Example (about 10 minutes on 2 CPU cores; run it with nothing else busy):
   python scripts/tree_benchmark.py --target=large_target --output_dir=results/large/trees
@@ -6,7 +6,7 @@ Example (about 10 minutes on 2 CPU cores; run it with nothing else busy):
 
 from absl import app, flags
 
-from speculative.experiments import trees
+from speculative.experiments import tree_benchmark as trees
 from speculative.runs import config as config_lib
 
 _OUT = flags.DEFINE_string("output_dir", "results/large/trees", "Where to write.")

@@ -1,8 +1,8 @@
-"""experiments/trees.py: the report's table and log line from a hand-made result (the chains
-against trees are measured by `scripts/tree_benchmark.py`, tested end to end in
+"""experiments/tree_benchmark.py: the report's table and log line from a hand-made result (the
+chains against trees are measured by `scripts/tree_benchmark.py`, tested end to end in
 tests/experiments/test_limits.py's GPU dry run)."""
 
-from speculative.experiments import trees
+from speculative.experiments import tree_benchmark as trees
 
 
 def _shape(shape, nodes, speedup):

@@ -162,7 +162,7 @@ def markdown(result: Dict) -> str:
     env = result["environment"]["cpu"]
     load = result["load_average_1m"]
     return (f"# Chains and token trees ({result['target']} + {result['draft']}, batch 1)\n\n"
-            "`python scripts/tree_benchmark.py` (speculative/experiments/trees.py). "
+            "`python scripts/tree_benchmark.py` (speculative/experiments/tree_benchmark.py). "
             f"{result['sentences']} test sentences timed in {result['repeats']} interleaved "
             f"rounds; per-rank acceptance along the target's output for {result['rank_sentences']}"
             f" other test sentences; shapes chosen by `theory.best_tree` (up to "
