@@ -294,6 +294,8 @@ def run(output_dir: Optional[str] = None, num_alpha_tokens: int = 10_000,
 def _task(target_name: str) -> str:
     if target_name == bundles.CODE_TARGET:
         return "Code (GPT-like)"
+    if target_name == bundles.DOCSTRING_TARGET:
+        return "Code → docstring"
     return "EnDe " + target_name.split("_")[0]
 
 
@@ -314,15 +316,19 @@ def _objective(entry: Dict) -> str:
 
 
 def _quality(entry: Dict) -> str:
-    """A model's valid BLEU (EN->DE) or valid loss (a language model), from its card entry."""
-    if "valid_bleu" in entry:
-        return f"{entry['valid_bleu']:.1f}"
+    """A model's valid BLEU (EN->DE), ROUGE-L (docstrings) or valid loss (a language model),
+    from its card entry."""
+    for key in ("valid_bleu", "valid_rougeL"):
+        if key in entry:
+            return f"{entry[key]:.1f}"
     return f"{entry['final_valid_loss']:.3f}" if "final_valid_loss" in entry else "-"
 
 
 def _quality_heading(target_entry: Dict) -> str:
     """The heading of `_quality`'s column, from the target's card entry."""
-    return "valid BLEU" if "valid_bleu" in target_entry else "valid loss (nats/token)"
+    if "valid_bleu" in target_entry:
+        return "valid BLEU"
+    return "valid ROUGE-L" if "valid_rougeL" in target_entry else "valid loss (nats/token)"
 
 
 def _tables(results: Dict) -> Dict[str, str]:
