@@ -40,6 +40,11 @@ jax.config.update("jax_persistent_cache_min_compile_time_secs",
 jax.config.update("jax_persistent_cache_min_entry_size_bytes",
                   int(os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"]))
 
+# GAMMA 'auto''s choices are cached on disk per host and settings (runs/calibration_cache.py):
+# off in the suite, so that every test (and every script it runs) calibrates as it says; the
+# cache's own tests point it at a temporary folder.
+os.environ.setdefault("SPECULATIVE_CALIBRATION_CACHE", "0")
+
 from tests.helpers import TINY_CODE_PATHS, load_script, tiny_config  # noqa: E402
 
 

@@ -154,6 +154,8 @@ def run(settings: InferSettings, models: Optional[Tuple[Any, Any]] = None,
     files = output.finish(num_chunks, metrics)
     tokens_per_second = metrics["timing"]["tokens_per_second"]
     _log_summary(plan, len(records), task_metrics, summary, tokens_per_second)
+    logging.info("*** decoded with %s; why: %s ***", metrics["decision"]["choice"],
+                 metrics["decision"]["reason"])
     return InferResult(settings=settings, plan=plan, metrics=metrics, records=records,
                        output_files=files, task_metrics=task_metrics,
                        alpha=summary.get("alpha"),
@@ -173,6 +175,8 @@ def _metrics(settings: InferSettings, task_name: str, plan: DecodePlan, timing, 
         "split": settings.split if settings.input_file is None else None,
         "input_file": settings.input_file,
         "mode": plan.mode,
+        # what decoded and why (infer_choice.decision): the closing summary's last line
+        "decision": infer_choice.decision(settings, plan),
         "shard": {"shard_id": settings.shard_id, "num_shards": settings.num_shards},
         "num_examples": len(records),
         "metrics": task_metrics,

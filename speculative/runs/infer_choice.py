@@ -32,6 +32,7 @@ from speculative.data import bundles
 from speculative.decode import contract, drafters
 from speculative.measure import acceptance, speculation
 from speculative.measure import costs as costs_lib
+from speculative.runs import calibration_cache
 from speculative.runs.infer_encode import sharded
 from speculative.runs.infer_settings import InferSettings
 
@@ -193,7 +194,20 @@ def choose_decoding(settings: InferSettings, target, draft, all_batches) -> Deco
     `speculation.choose_speculation`, which knows the run's length and so spends calibration
     only where it can pay back (a short run keeps the baseline without compiling anything
     speculative), logs the choice and why; the plan runs the fastest, and takes its results
-    for the calibration batches as the run's (same inputs, same keys)."""
+    for the calibration batches as the run's (same inputs, same keys).
+
+    A choice made before for the same key (`calibration_cache`: this host, the same models,
+    batch size, lengths and sampling) is taken from disk without timing anything; a new one is
+    stored there when it does not depend on the run's length (`calibration_cache.cacheable`)."""
+    key = calibration_cache.calibration_key(settings)
+    cached = calibration_cache.load(key)
+    if cached is not None:
+        plan = DecodePlan.from_json(dict(cached, calibration_seconds=0.0, speculation=dict(
+            cached.get("speculation") or {}, cache_file=cached["cache_file"])))
+        logging.info("gamma auto: %s, as calibrated before on this host (%s; "
+                     "SPECULATIVE_CALIBRATION_CACHE=0 calibrates again)",
+                     choice_words(plan), cached["cache_file"])
+        return plan
     calibration, search = calibration_slice(settings, target, all_batches)
     tree_for = (functools.partial(chosen_tree, settings, target, draft, calibration)
                 if trees_apply(settings, target, draft) else None)
@@ -201,10 +215,51 @@ def choose_decoding(settings: InferSettings, target, draft, all_batches) -> Deco
     logging.warning("%s", choice.line())
     best = choice.best
     per_batch = best.seconds / max(1, choice.batches)
-    return DecodePlan(
+    plan = DecodePlan(
         "speculative" if best.speculative else "autoregressive",
         gamma=best.gamma if best.speculative else None,
         kind=best.kind if best.speculative else None, tree=best.tree,
         speculation=dict(choice.to_json(), line=choice.line()),
         calibration_seconds=choice.seconds,
         reused=tuple((result, per_batch) for result in choice.results))
+    if calibration_cache.cacheable(choice):
+        stored = calibration_cache.store(key, plan.to_json())
+        if stored:
+            logging.info("gamma auto: choice kept in %s for reruns", stored)
+    return plan
+
+
+def choice_words(plan: DecodePlan) -> str:
+    """The plan's choice in words: 'chain gamma 4 (1.62x)', 'tree (2, 1) (1.4x)' or 'the
+    baseline (no speculation)'."""
+    if not plan.speculative:
+        return "the baseline (no speculation)"
+    what = (f"tree {tuple(plan.tree)}" if plan.kind == "tree"
+            else f"{plan.kind or 'chain'} gamma {plan.gamma}")
+    speedup = (plan.speculation or {}).get("speedup")
+    return what + (f" ({speedup:.2f}x)" if speedup else "")
+
+
+def decision(settings: InferSettings, plan: DecodePlan) -> Dict[str, str]:
+    """What the run decoded with and why, for the closing summary and metrics.json's
+    `decision`: {'choice': e.g. 'chain gamma 4 (1.62x)' or 'the baseline (no speculation)',
+    'reason': the GAMMA 'auto' line (timed, from the prior, or cached) or the setting that
+    fixed it}."""
+    if plan.mode == "score":
+        return {"choice": "score (the target alone)", "reason": "mode 'score'"}
+    if plan.beams:
+        choice = (f"speculative beam search (draft beam {plan.draft_beam}, gamma {plan.gamma})"
+                  if plan.speculative else f"beam search (beam {settings.beam_size})")
+        reason = ("FORCE_SPECULATIVE_BEAM" if settings.force_speculative_beam
+                  else "SPECULATIVE = False" if not settings.speculative
+                  else "timed against the plain search on the first inputs")
+        return {"choice": choice, "reason": reason}
+    if not settings.speculative:
+        return {"choice": choice_words(plan), "reason": "SPECULATIVE = False"}
+    if not settings.auto_gamma:
+        return {"choice": choice_words(plan), "reason": f"GAMMA = {settings.gamma} given"}
+    spec = plan.speculation or {}
+    reason = spec.get("line", "GAMMA 'auto'")
+    if spec.get("cache_file"):
+        reason = f"calibrated before on this host ({spec['cache_file']}): {reason}"
+    return {"choice": choice_words(plan), "reason": reason}

@@ -556,11 +556,13 @@ def test_gamma_auto_where_the_gate_closes_runs_the_baseline_with_its_first_resul
         [r["prediction_tokens"] for r in plain.records]
 
 
-def test_gamma_auto_runs_the_fastest_choice_and_records_it(tiny_gin, tmp_path, monkeypatch):
+def test_gamma_auto_runs_the_fastest_choice_and_records_it(tiny_gin, tmp_path, monkeypatch,
+                                                          caplog):
     """Default GAMMA: speculation at the timed-fastest gamma when it beat the baseline, the
     baseline when nothing did; metrics.json records the choice, every candidate's cost and
     the line that says why; at T = 0 both give the same text."""
     assert infer.InferSettings.__dataclass_fields__["gamma"].default == "auto"
+    caplog.set_level("INFO", logger="absl")
     asked = []
     monkeypatch.setattr(infer_choice, "chosen_tree", lambda *a: asked.append(a) or None)
     # the stages with injected timings; the gate's real costs are tested below
@@ -589,6 +591,10 @@ def test_gamma_auto_runs_the_fastest_choice_and_records_it(tiny_gin, tmp_path, m
     assert "-> chain gamma 4" in choice["line"] and choice["line"].startswith("gamma auto:")
     assert spec_metrics["mode"] == "speculative" and spec_metrics["plan"]["gamma"] == 4
     assert spec_metrics["settings"]["gamma"] == "auto"  # the settings as given, never rebound
+    # The closing summary repeats the choice and its reason, and metrics.json keeps them.
+    assert spec_metrics["decision"] == {"choice": "chain gamma 4 (2.00x)",
+                                        "reason": choice["line"]}
+    assert f"*** decoded with chain gamma 4 (2.00x); why: {choice['line']} ***" in caplog.text
     assert all(r["draft_calls"] == 4 * r["target_calls"] for r in spec.records)
     timing = spec_metrics["timing"]
     # The calibration batch's result is reused, its decode (0.5 s, timed in the calibration)
@@ -599,6 +605,8 @@ def test_gamma_auto_runs_the_fastest_choice_and_records_it(tiny_gin, tmp_path, m
     assert base_metrics["speculation_choice"]["choice"] == "baseline"
     assert len(base_metrics["speculation_choice"]["candidates"]) == 2  # the probe lost: no more
     assert "no speculation" in base_metrics["speculation_choice"]["line"]
+    assert base_metrics["decision"] == {"choice": "the baseline (no speculation)",
+                                        "reason": base_metrics["speculation_choice"]["line"]}
     assert base_metrics["mode"] == "autoregressive"
     assert all(r["target_calls"] == r["generated"] and r["alpha"] is None for r in base.records)
     assert [r["prediction_tokens"] for r in spec.records] == \
@@ -610,5 +618,7 @@ def test_gamma_auto_runs_the_fastest_choice_and_records_it(tiny_gin, tmp_path, m
     config_lib.parse_gin([INFER_GIN, tiny_gin], infer_bindings(None, GAMMA="2"))
     fixed = infer.infer()
     assert "speculation_choice" not in fixed.metrics and fixed.settings.gamma == 2
+    assert fixed.metrics["decision"] == {"choice": "chain gamma 2",
+                                         "reason": "GAMMA = 2 given"}
     with pytest.raises(ValueError, match="GAMMA='fast' is invalid.*or 'auto'"):
         infer.infer(fixed.settings, dry_run=True, gamma="fast")
