@@ -42,7 +42,7 @@ import gin
 from absl import app, flags
 
 from speculative.runs import config as config_lib
-from speculative.runs import feature_draft
+from speculative.runs import train_feature_draft as feature_draft
 from speculative.training import distillation as training
 
 FLAGS = flags.FLAGS

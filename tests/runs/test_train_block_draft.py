@@ -1,11 +1,11 @@
-"""runs/block_draft.py: the expected tokens of a block from its per-depth rates (the training
+"""runs/train_block_draft.py: the expected tokens of a block from its per-depth rates (the training
 run and its per-depth acceptance run end to end with the bundled models: `-m slow` in
 tests/training/test_block_training.py)."""
 
 import pytest
 
 from speculative.measure import theory
-from speculative.runs import block_draft
+from speculative.runs import train_block_draft as block_draft
 
 
 def test_expected_tokens_of_a_block_from_its_depth_rates():

@@ -1,6 +1,6 @@
 """Run function of the block draft: train it on a feature cache, measure it, export it.
 
-    python -m speculative.runs.block_draft --gin_file=configs/runs/block_draft.gin \
+    python -m speculative.runs.train_block_draft --gin_file=configs/runs/block_draft.gin \
         --gin.FEATURE_CACHE="'out/feature_cache/greedy'" --gin.MODEL_DIR="'out/block/run'"
 
 (configs/runs/block_draft.gin has the recipe, its runtime and its result). The draft starts from
@@ -31,8 +31,8 @@ from speculative.data import bundles
 from speculative.decode.sampling import SamplingConfig
 from speculative.measure import acceptance
 from speculative.models import block_draft as bd
-from speculative.runs import feature_draft as feature_runs
 from speculative.runs import mini
+from speculative.runs import train_feature_draft as feature_runs
 from speculative.training import block_training, feature_data, feature_training
 from speculative.training import distillation as training
 from speculative.training.data import pad_rows
@@ -40,8 +40,8 @@ from speculative.training.evaluation import num_params
 
 if __name__ == "__main__":
     # `python -m`: run the library module's cli (it exits), so the gin configurables below are
-    # registered once, under speculative.runs.block_draft (the gin file imports that name).
-    from speculative.runs import block_draft as _library  # pylint: disable=g-import-not-at-top
+    # registered once, under speculative.runs.train_block_draft (the gin file imports that name).
+    from speculative.runs import train_block_draft as _library  # pylint: disable=g-import-not-at-top
 
     _library.cli()
 
@@ -136,7 +136,7 @@ def train_block_draft(*, model_dir: str, cache_dir: str,
 
 
 def cli() -> None:
-    """`python -m speculative.runs.block_draft --gin_file=... --gin.NAME=VALUE` (T5X style)."""
+    """`python -m speculative.runs.train_block_draft --gin_file=... --gin.NAME=VALUE`."""
     import re  # pylint: disable=g-import-not-at-top
 
     from speculative.runs import config as config_lib  # pylint: disable=g-import-not-at-top
@@ -150,7 +150,7 @@ def cli() -> None:
         gin.add_config_file_search_path(os.path.abspath("."))
         config_lib.check_macros(flags.FLAGS.gin_file, flags.FLAGS.gin_bindings)
         gin.parse_config_files_and_bindings(flags.FLAGS.gin_file, flags.FLAGS.gin_bindings)
-        command = " ".join(["python -m speculative.runs.block_draft"] + sys.argv[1:])
+        command = " ".join(["python -m speculative.runs.train_block_draft"] + sys.argv[1:])
         gin.get_configurable(train_block_draft)(gin_config=gin.config_str(), command=command)
 
     args = [re.sub(r"^--gin\.([^=]+)=(.*)$", r"--gin_bindings=\1 = \2", a, flags=re.DOTALL)

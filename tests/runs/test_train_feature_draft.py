@@ -1,4 +1,4 @@
-"""speculative/runs/feature_draft.py: the bundled target-aware draft reproduces its card."""
+"""speculative/runs/train_feature_draft.py: the bundled target-aware draft reproduces its card."""
 
 
 import pytest
@@ -18,7 +18,7 @@ def test_bundled_target_aware_draft_reproduces_its_card(bundle, name):
     """The stored (bfloat16) target-aware draft: its forced alpha on the card's first valid
     sentences (code: prompts continued for PROMPT_LENGTH tokens) is what the card records."""
     from speculative.data import bundles
-    from speculative.runs import feature_draft as runs_feature_draft
+    from speculative.runs import train_feature_draft as runs_feature_draft
 
     entry = bundle.entry(name)
     length = bundles.PROMPT_LENGTH if bundle.decoder_only else 48
