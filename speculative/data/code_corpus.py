@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Iterator, List, NamedTuple, Sequence, Tuple
+from typing import Any, Callable, Iterator, List, NamedTuple, Sequence, Tuple
 
 import numpy as np
 
@@ -50,33 +50,40 @@ def split_file(split: str) -> str:
     return f"{split}.jsonl"
 
 
-def corpus_file(data_dir: str, name: str) -> str:
-    """`data_dir/name`, or FileNotFoundError with the command that builds it."""
+def corpus_file(data_dir: str, name: str, builder: str = "scripts/build_code_corpus.py",
+                note: str = "") -> str:
+    """`data_dir/name`, or FileNotFoundError with the command that builds it (`builder`, the
+    corpus' script; `note` adds why a file is missing)."""
     path = os.path.join(data_dir, name)
     if not os.path.exists(path):
-        command, note = f"python scripts/build_code_corpus.py --output_dir={data_dir}", ""
+        command = f"python {builder} --output_dir={data_dir}"
         if name == "train.jsonl":
             command += " --train_split_only"
-            note = (" (the repository commits the valid/test splits and the vocabulary, not the "
-                    "train split; this keeps them)")
-        raise FileNotFoundError(f"No {name} in {data_dir}; build it from this machine's "
-                                f"standard library with `{command}`{note}.")
+            note = note or (" (the repository commits the valid/test splits and the "
+                            "vocabulary, not the train split; this keeps them)")
+        raise FileNotFoundError(f"No {name} in {data_dir}; build it with `{command}`{note}.")
     return path
 
 
-def read_documents(path: str) -> List[Document]:
-    """The documents of one split file (`train.jsonl`, ...), in file order."""
-    docs = []
+def read_records(path: str, fields: Sequence[str], make: Callable[..., Any],
+                 builder: str = "scripts/build_code_corpus.py") -> list:
+    """Each line of a split file as `make(*its fields)`, in file order; a line that is not a
+    JSON object with `fields` raises, naming its number and the corpus' script (`builder`)."""
+    out = []
     with open(path, encoding="utf-8") as f:
         for n, line in enumerate(f, 1):
             try:
                 record = json.loads(line)
-                docs.append(Document(record["path"], record["text"]))
+                out.append(make(*(record[k] for k in fields)))
             except (ValueError, KeyError, TypeError) as e:
-                raise ValueError(f"{path}:{n}: expected a JSON object with 'path' and 'text' "
-                                 f"({e}); rebuild the corpus with "
-                                 "scripts/build_code_corpus.py.") from e
-    return docs
+                raise ValueError(f"{path}:{n}: expected a JSON object with keys {list(fields)} "
+                                 f"({e}); rebuild the corpus with {builder}.") from e
+    return out
+
+
+def read_documents(path: str) -> List[Document]:
+    """The documents of one split file (`train.jsonl`, ...), in file order."""
+    return read_records(path, Document._fields, Document)
 
 
 def write_documents(path: str, docs: Sequence[Document]) -> None:

@@ -30,6 +30,7 @@ import tokenize
 from typing import Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 from speculative import files
+from speculative.data import code_corpus
 from speculative.data.code_corpus import SPLITS, split_file  # noqa: F401  (the same splits)
 
 DOCSTRING_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "docstrings")
@@ -133,31 +134,18 @@ def cut_paragraphs(docstring: str, fits) -> Tuple[Optional[str], int]:
 
 # ---------------------------------------------------------------------------------- split files
 
+BUILDER = "scripts/build_docstring_corpus.py"
+
+
 def corpus_file(data_dir: str, name: str) -> str:
     """`data_dir/name`, or FileNotFoundError with the command that builds it."""
-    path = os.path.join(data_dir, name)
-    if not os.path.exists(path):
-        command = f"python scripts/build_docstring_corpus.py --output_dir={data_dir}"
-        if name == "train.jsonl":
-            command += " --train_split_only"
-        raise FileNotFoundError(f"No {name} in {data_dir}; build it with `{command}` (it "
-                                "fetches the pinned wheels by exact version and sha256).")
-    return path
+    return code_corpus.corpus_file(data_dir, name, BUILDER, " (it fetches the pinned wheels by "
+                                   "exact version and sha256)")
 
 
 def read_examples(path: str) -> List[Example]:
     """The examples of one split file, in file order."""
-    out = []
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            try:
-                record = json.loads(line)
-                out.append(Example(*(record[k] for k in Example._fields)))
-            except (ValueError, KeyError, TypeError) as e:
-                raise ValueError(f"{path}:{n}: expected a JSON object with keys "
-                                 f"{list(Example._fields)} ({e}); rebuild the corpus with "
-                                 "scripts/build_docstring_corpus.py.") from e
-    return out
+    return code_corpus.read_records(path, Example._fields, Example, BUILDER)
 
 
 def read_split(data_dir: str, split: str) -> List[Example]:
