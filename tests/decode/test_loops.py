@@ -15,7 +15,6 @@ import pytest
 
 from speculative.decode import contract, drafters
 from speculative.decode import loops as decoding
-from speculative.decode import sampling as sampling_lib
 from speculative.decode.sampling import SamplingConfig
 from speculative.models import adapters, t5
 from tests.helpers import TINY_INPUTS, random_params, tiny_config
@@ -174,13 +173,7 @@ def test_negative_control_wrong_residual_fails(joint_models, monkeypatch):
     module, target, draft, enc = joint_models
     cfg = td.JOINT_CONFIGS["t1"]
     probs = td.exact_joint(module, target.params, enc, cfg)
-    jax.clear_caches()
-    monkeypatch.setattr(sampling_lib, "speculative_sample", td.kernel_resampling_from_p)
-    try:
-        samples, _ = td.sample_three(target, draft, enc, cfg, gamma=3, seed=5)
-    finally:
-        monkeypatch.undo()
-        jax.clear_caches()
+    samples = td.sample_three_with_wrong_kernel(monkeypatch, target, draft, enc, cfg, 3, 5)
     assert td.joint_pvalue(samples, probs) < 1e-6
 
 

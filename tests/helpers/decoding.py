@@ -104,6 +104,20 @@ def kernel_resampling_from_p(p_probs, q_probs, draft_tokens, rng, lenience=1.0, 
     return n, sampling.sample(jax.random.fold_in(rng, 7), p_next)
 
 
+def sample_three_with_wrong_kernel(monkeypatch, target, draft, enc, cfg, gamma, seed):
+    """`sample_three` with `kernel_resampling_from_p` in place of the exact kernel (a negative
+    control: the law test must reject it); the compiled loops are dropped before and after, so
+    neither the exact nor the wrong kernel's program leaks into another test."""
+    jax.clear_caches()
+    monkeypatch.setattr(sampling, "speculative_sample", kernel_resampling_from_p)
+    try:
+        samples, _ = sample_three(target, draft, enc, cfg, gamma=gamma, seed=seed)
+    finally:
+        monkeypatch.undo()
+        jax.clear_caches()
+    return samples
+
+
 @functools.lru_cache(maxsize=None)  # building the models takes seconds; they are immutable
 def aware_pair(vocab=16, feature_layers=(1, 2), seed=0, decoder_only=False):
     """A tiny random target (encoder-decoder, or decoder-only) and a target-aware draft for it

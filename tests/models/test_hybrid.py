@@ -85,11 +85,5 @@ def test_joint_law_of_three_tokens_matches_target(joint_case):
 def test_joint_law_rejects_a_wrong_kernel(joint_case, monkeypatch):
     """The negative control: resampling from p on rejection (a classic bug) is caught."""
     _, target, draft, enc, cfg, probs = joint_case
-    jax.clear_caches()  # the decode loop compiled with the exact kernel is cached
-    monkeypatch.setattr(sampling_lib, "speculative_sample", td.kernel_resampling_from_p)
-    try:
-        samples, _ = td.sample_three(target, draft, enc, cfg, gamma=3, seed=6)
-    finally:
-        monkeypatch.undo()
-        jax.clear_caches()
+    samples = td.sample_three_with_wrong_kernel(monkeypatch, target, draft, enc, cfg, 3, 6)
     assert td.joint_pvalue(samples, probs) < 1e-6
