@@ -530,7 +530,8 @@ def _export(run: TrainRun, name: str, summary: dict, module, params, data: _Data
     """Saves the `export_dtype` copy, records its loss (and BLEU) and updates the card."""
     exported = jax.tree_util.tree_map(lambda x: np.asarray(x, run.export_dtype), params)
     path = checkpoints.save_t5x(exported, os.path.join(run.export_dir, name),
-                                step=run.config.steps, overwrite=True)
+                                step=run.config.steps, overwrite=True, config=run.model,
+                                decoder_only=run.decoder_only)  # config.gin beside it
     bundled = checkpoints.load_params(path, dtype="float32")
     summary["valid_subset"]["loss_" + run.export_dtype] = evaluate_loss(
         eval_step, bundled, data.subset, run.config)
