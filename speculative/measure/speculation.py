@@ -205,7 +205,8 @@ class SpeculationPrior:
       predicted: its predicted speedup on the slice: steps / (rounds * (verify_cost + gamma c)).
       measured: its measured speedup on the slice (the baseline's ms/token over its, compiles
         excluded); None where `predicted` was under `min_speedup` and nothing ran.
-      kept: whether it runs (`measured` >= `min_speedup`).
+      kept: whether it runs (`measured` >= `min_speedup` less `PRIOR_NOISE`: the baseline only
+        where the prior was measured slower).
       seconds: the prior's walltime (timing the draft, compiling and decoding the slice).
     """
 
@@ -514,6 +515,11 @@ def speculation_gate(target, batches: Sequence[Any], search: SpeculationSearch,
     return gate(verify_cost, timed=True), baseline, tuple(results)
 
 
+# The prior's check is one decode of the slice against one of the baseline's: it switches to the
+# baseline only when measured slower by more than such a pair of decodes varies (a few percent).
+PRIOR_NOISE = 0.03
+
+
 def draft_step_cost(target, draft, x, search: SpeculationSearch, step_s: float) -> float:
     """c: the draft's extend of one token at the slice's batch size (a cache of zeros, about
     `GATE_TIMING_S`, compilation subtracted) in baseline decode steps of `step_s` seconds; 0.0
@@ -545,7 +551,8 @@ def speculation_prior(target, draft, batches: Sequence[Any], search: Speculation
     Theorem 3.8's model favours, per batch at the slice's lengths, with the draft's card alpha,
     its timed step cost (`draft_step_cost`) and the gate's verify cost; if it predicts at least
     `min_speedup`, that program decodes the slice once (compilation subtracted, its results the
-    run's) and runs unless it was slower than the gate's baseline by that factor."""
+    run's) and runs unless it measured under `min_speedup` by more than `PRIOR_NOISE` against
+    the gate's baseline (measured slower)."""
     start = time.perf_counter()
     c = draft_step_cost(target, draft, batches[0], search, gate.step_s)
     lengths = [np.asarray(r.lengths) for r in base_results]
@@ -568,7 +575,7 @@ def speculation_prior(target, draft, batches: Sequence[Any], search: Speculation
         target, batches, search, {name: speculation_drafter(draft, "chain", gamma)})[name]
     run_s, compile_s, results = costs_lib.first_call(program)
     candidate = _candidate(name, results, run_s, run_s + compile_s, baseline.ms_per_token, 1)
-    kept = candidate.speedup >= search.min_speedup
+    kept = candidate.speedup >= search.min_speedup * (1.0 - PRIOR_NOISE)
     return made(float(candidate.speedup), kept), candidate, tuple(results)
 
 
