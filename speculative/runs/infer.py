@@ -23,8 +23,11 @@ model):
      batch padded with copies of its last row (dropped from every output);
      then the models (`infer_models`): target and draft, random weights without a checkpoint;
   3. choose speculation (`infer_choice`): a frozen `DecodePlan` (GAMMA 'auto' times the
-     candidates on the first batches and runs the fastest, no speculation included; beam
-     search times the plain search against the speculative one);
+     candidates on the first batches and runs the fastest, no speculation included, or, with
+     no time to time them, takes Theorem 3.8's prior checked on those batches; a choice made
+     before on this host is read from `calibration_cache`; beam search times the plain search
+     against the speculative one); the run's last log line repeats what runs and why
+     (metrics.json's `decision`);
   4. decode in chunks (`infer_decode`): CHECKPOINT_PERIOD batches a chunk, batch i with key
      `fold_in(PRNGKey(seed), i)`; mode 'score' scores the given targets instead;
   5. score (`infer_score`): alpha, tokens per target call, the task's metric (BLEU, ROUGE)
