@@ -463,11 +463,16 @@ def _write_table(results: List[RowResult], output_dir: Optional[str], c_note: st
     table = markdown(results, c_note)
     print(table)
     if output_dir:  # the table and its JSON together, the JSON last
+        from speculative.measure import host  # pylint: disable=g-import-not-at-top
+
+        provenance = host.provenance()  # commit, command, date, host
         files.write_atomic_group({
-            os.path.join(output_dir, "table2.md"): table,
-            os.path.join(output_dir, "table2.json"): json.dumps(
-                {"c_source": c_note, "dry_run": dry_run, "rows": [r.to_json() for r in results]},
-                indent=2)})
+            os.path.join(output_dir, "table2.md"): table + (
+                f"\nCommand: `{provenance['command']}` (commit {provenance['commit']}, "
+                f"{provenance['date']}, {provenance['host']['cpu_model']}).\n"),
+            os.path.join(output_dir, "table2.json"): json.dumps(files.json_ready(
+                {"c_source": c_note, "dry_run": dry_run, "rows": [r.to_json() for r in results],
+                 "provenance": provenance}), indent=2)})
 
 
 def _check_rows(rows, output_dir: Optional[str], *, rows_dir: str, c, dry_run: bool,
