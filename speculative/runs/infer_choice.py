@@ -11,7 +11,11 @@ The settings say what was asked; the plan says what runs. It is made once and ne
   * GAMMA 'auto' (the default): the baseline, the chain at a few gammas, a block draft's block
     and the token-tree chooser's tree are timed on the run's first batches by the one timing
     engine (`speculation.choose_speculation`), and the fastest runs, no speculation included
-    (`choose_decoding`); the log line says why and metrics.json records it;
+    (`choose_decoding`); where speculation pays but no candidate can be timed within the
+    calibration budget, Theorem 3.8's prior at the draft's card alpha decides, checked on those
+    batches (`speculation.speculation_prior`); a choice made before for the same host, models,
+    batch size, lengths and sampling is read from disk instead (`calibration_cache`); the log
+    line says why and metrics.json records it (`decision`: the run's closing line);
   * BEAM_SIZE with SPECULATIVE: the plain search against the speculative proposals, timed on
     the first inputs (`choose_beam_search`), unless FORCE_SPECULATIVE_BEAM.
 
