@@ -47,6 +47,7 @@ from speculative.decode import loops as decoding
 from speculative.decode import trees as trees_lib
 from speculative.decode.sampling import SamplingConfig
 from speculative.measure import costs as costs_lib
+from speculative.measure import prior as prior_lib
 from speculative.measure import theory
 from speculative.measure.costs import interleaved
 
@@ -188,53 +189,6 @@ class SpeculationGate:
 
 
 @dataclasses.dataclass(frozen=True)
-class SpeculationPrior:
-    """The choice where there is no time to time one: the gate says speculation pays (the run
-    can repay a compile, the bound is above `min_speedup`) but no probe fits the calibration
-    budget. Theorem 3.8's model, per batch (`theory.expected_batch_rounds` at the slice's
-    lengths), at the draft's card alpha and measured single-call costs, picks the chain's gamma;
-    that one program then decodes the slice once (its compile and one decode: the decode is the
-    run's), and the baseline runs only if it was measured slower (`speculation_prior`).
-
-    Attributes:
-      alpha: the draft's acceptance rate (`SpeculationSearch.alpha`: its model card's).
-      c: the draft's extend of one token in baseline decode steps (timed; 0.0 for a drafter
-        object or a draft without a model, whose cost was not timed).
-      verify_cost: the gate's verify cost in baseline steps (1.0 where it was not timed).
-      gamma: the chain's gamma the model favours among `SpeculationSearch.gammas`.
-      predicted: its predicted speedup on the slice: steps / (rounds * (verify_cost + gamma c)).
-      measured: its measured speedup on the slice (the baseline's ms/token over its, compiles
-        excluded); None where `predicted` was under `min_speedup` and nothing ran.
-      kept: whether it runs (`measured` >= `min_speedup` less `PRIOR_NOISE`: the baseline only
-        where the prior was measured slower).
-      seconds: the prior's walltime (timing the draft, compiling and decoding the slice).
-    """
-
-    alpha: float
-    c: float
-    verify_cost: float
-    gamma: int
-    predicted: float
-    measured: Optional[float]
-    kept: bool
-    seconds: float
-
-    def to_json(self) -> Dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    def verdict(self) -> str:
-        model = (f"Theorem 3.8 at the card's alpha {self.alpha:.2f}, c {self.c:.2f} and a "
-                 f"verify of {self.verify_cost:.2f} steps predicts {self.predicted:.2f}x")
-        if self.measured is None:
-            return f"no speculation: no time to time candidates, and {model} at best"
-        if self.kept:
-            return (f"chain gamma {self.gamma} from the prior, as there is no time to time "
-                    f"candidates: {model}, measured {self.measured:.2f}x on the first batches")
-        return (f"no speculation: no time to time candidates; {model} for chain gamma "
-                f"{self.gamma}, but it measured {self.measured:.2f}x on the first batches")
-
-
-@dataclasses.dataclass(frozen=True)
 class SpeculationCandidate:
     """One timed way of decoding: `kind` 'baseline' (autoregressive), 'chain', 'block' (one draft
     call per round) or 'tree', with its gamma (a tree's depth) and branching.
@@ -293,7 +247,7 @@ class SpeculationChoice:
       gate: stage 0's bound and costs (None when `search.gate` is False).
       notes: the stages not timed, and why (they could not repay their compiles, or would
         have taken calibration past its budget).
-      prior: the prior's choice and its check, where it decided (`SpeculationPrior`).
+      prior: the prior's choice and its check, where it decided (`prior.SpeculationPrior`).
     """
 
     best: SpeculationCandidate
@@ -305,7 +259,7 @@ class SpeculationChoice:
     results: Tuple[Any, ...] = dataclasses.field(default=(), compare=False, repr=False)
     gate: Optional[SpeculationGate] = None
     notes: Tuple[str, ...] = ()
-    prior: Optional[SpeculationPrior] = None
+    prior: Optional[prior_lib.SpeculationPrior] = None
 
     def to_json(self) -> Dict[str, Any]:
         return {"choice": self.best.name, "kind": self.best.kind, "gamma": self.best.gamma,
@@ -515,27 +469,8 @@ def speculation_gate(target, batches: Sequence[Any], search: SpeculationSearch,
     return gate(verify_cost, timed=True), baseline, tuple(results)
 
 
-# The prior's check is one decode of the slice against one of the baseline's: it switches to the
-# baseline only when measured slower by more than such a pair of decodes varies (a few percent).
-PRIOR_NOISE = 0.03
-
-
-def draft_step_cost(target, draft, x, search: SpeculationSearch, step_s: float) -> float:
-    """c: the draft's extend of one token at the slice's batch size (a cache of zeros, about
-    `GATE_TIMING_S`, compilation subtracted) in baseline decode steps of `step_s` seconds; 0.0
-    for a drafter object or a draft without a model (n-gram, prompt lookup), not timed."""
-    if drafters.is_drafter(draft) or getattr(draft, "module", None) is None:
-        return 0.0
-    num = int(np.clip(np.ceil(GATE_TIMING_S / max(step_s, 1e-9)), 2, 64))
-    x = np.asarray(x)
-    program = costs_lib.extend_program(
-        draft, x, 1, num_steps=num, seed=search.seed, zeros=True, target=target,
-        cache_len=draft.prefix_length(x.shape[1]) + search.max_decode_len + 2)
-    return costs_lib.first_call(program)[0] / num / step_s if step_s > 0 else float("inf")
-
-
 def prior_applies(gate: Optional[SpeculationGate], search: SpeculationSearch) -> bool:
-    """Whether the prior decides (`SpeculationPrior`): the draft's alpha is known, the run can
+    """Whether the prior decides (`prior.SpeculationPrior`): the draft's alpha is known, the run can
     repay a speculative compile and the gate's bound reaches `min_speedup`."""
     return (gate is not None and search.prior and search.alpha is not None and gate.pays
             and gate.bound >= search.min_speedup)
@@ -543,40 +478,41 @@ def prior_applies(gate: Optional[SpeculationGate], search: SpeculationSearch) ->
 
 def speculation_prior(target, draft, batches: Sequence[Any], search: SpeculationSearch,
                       gate: SpeculationGate, baseline: SpeculationCandidate,
-                      base_results: Sequence[Any], shapes) -> Tuple[
-                          SpeculationPrior, Optional[SpeculationCandidate], Tuple[Any, ...]]:
-    """`(prior, the prior's candidate, its results for the slice)` (None, () where the model
-    predicts under `min_speedup` and nothing ran), where the gate says
-    speculation pays but no candidate can be timed (`SpeculationPrior`): the chain's gamma
-    Theorem 3.8's model favours, per batch at the slice's lengths, with the draft's card alpha,
-    its timed step cost (`draft_step_cost`) and the gate's verify cost; if it predicts at least
-    `min_speedup`, that program decodes the slice once (compilation subtracted, its results the
-    run's) and runs unless it measured under `min_speedup` by more than `PRIOR_NOISE` against
-    the gate's baseline (measured slower)."""
+                      base_results: Sequence[Any], shapes) -> SpeculationChoice:
+    """The choice where the gate says speculation pays but no candidate can be timed
+    (`prior.SpeculationPrior`): the chain's gamma Theorem 3.8's model favours
+    (`prior.predicted_speedups` at the card's alpha, the draft's timed step cost and the gate's
+    verify cost); if it predicts at least `min_speedup`, that program decodes the slice once
+    (compilation subtracted, its results the run's) and runs unless it measured under
+    `min_speedup` by more than `prior.PRIOR_NOISE` against the gate's baseline; else the
+    baseline, with the gate's results."""
     start = time.perf_counter()
-    c = draft_step_cost(target, draft, batches[0], search, gate.step_s)
-    lengths = [np.asarray(r.lengths) for r in base_results]
-    gammas = sorted({g for k, g, _ in shapes if k == "chain"})
-    predicted = {g: gate.steps / max(sum(theory.expected_batch_rounds(gate.alpha, g, n)
-                                         for n in lengths) * (gate.verify_cost + g * c), 1e-12)
-                 for g in gammas}
-    gamma = max(gammas, key=lambda g: (predicted[g], -g))
-
-    def made(measured, kept):
-        return SpeculationPrior(alpha=gate.alpha, c=float(c), verify_cost=gate.verify_cost,
-                                gamma=int(gamma), predicted=float(predicted[gamma]),
-                                measured=measured, kept=kept,
-                                seconds=time.perf_counter() - start)
-
-    if predicted[gamma] < search.min_speedup:
-        return made(None, False), None, ()
-    name = ("chain", int(gamma), None)
-    program = _speculation_programs(
-        target, batches, search, {name: speculation_drafter(draft, "chain", gamma)})[name]
-    run_s, compile_s, results = costs_lib.first_call(program)
-    candidate = _candidate(name, results, run_s, run_s + compile_s, baseline.ms_per_token, 1)
-    kept = candidate.speedup >= search.min_speedup * (1.0 - PRIOR_NOISE)
-    return made(float(candidate.speedup), kept), candidate, tuple(results)
+    c = prior_lib.draft_step_cost(target, draft, batches[0], seed=search.seed,
+                                  max_decode_len=search.max_decode_len, step_s=gate.step_s)
+    predicted = prior_lib.predicted_speedups(
+        alpha=gate.alpha, c=c, verify_cost=gate.verify_cost, steps=gate.steps,
+        lengths=[r.lengths for r in base_results], gammas={g for k, g, _ in shapes
+                                                            if k == "chain"})
+    gamma = max(predicted, key=lambda g: (predicted[g], -g))
+    tried, results, measured = None, (), None
+    if predicted[gamma] >= search.min_speedup:
+        name = ("chain", int(gamma), None)
+        program = _speculation_programs(
+            target, batches, search, {name: speculation_drafter(draft, "chain", gamma)})[name]
+        run_s, compile_s, results = costs_lib.first_call(program)
+        tried = _candidate(name, results, run_s, run_s + compile_s, baseline.ms_per_token, 1)
+        measured = float(tried.speedup)
+    kept = measured is not None and measured >= search.min_speedup * (1 - prior_lib.PRIOR_NOISE)
+    prior = prior_lib.SpeculationPrior(
+        alpha=gate.alpha, c=float(c), verify_cost=gate.verify_cost, gamma=int(gamma),
+        predicted=float(predicted[gamma]), measured=measured, kept=kept,
+        seconds=time.perf_counter() - start)
+    return SpeculationChoice(
+        best=tried if kept else baseline,
+        candidates=(baseline,) + ((tried,) if tried is not None else ()),
+        batch_size=int(np.shape(batches[0])[0]), batches=len(batches), repeats=0,
+        seconds=0.0, results=tuple(results) if kept else tuple(base_results), gate=gate,
+        prior=prior)
 
 
 class _Budget:
@@ -641,6 +577,9 @@ def choose_speculation(target, draft, batches: Sequence[Any], search: Speculatio
     The fastest speculative candidate runs when it beat its baseline by `search.min_speedup`,
     else the baseline. The chosen program's first-call results are the run's results for these
     batches (same inputs, same keys), so the run need not decode them again.
+
+    It is long because its stages share the gate, the budget and the results found so far,
+    which its small closures (`stage`, `baseline_only`, `from_prior`) keep in one place.
     """
     if not batches:
         raise ValueError("choose_speculation needs at least one calibration batch.")
@@ -657,14 +596,9 @@ def choose_speculation(target, draft, batches: Sequence[Any], search: Speculatio
 
     def from_prior(notes=()) -> SpeculationChoice:
         """No time to time candidates: the prior decides, checked on the slice."""
-        prior, tried, results = speculation_prior(target, draft, batches, search, gate,
-                                                  baseline, base_results, shapes)
-        best, results = (tried, results) if prior.kept else (baseline, base_results)
-        return SpeculationChoice(
-            best=best, candidates=(baseline,) + ((tried,) if tried is not None else ()),
-            batch_size=int(np.shape(batches[0])[0]), batches=len(batches), repeats=0,
-            seconds=time.perf_counter() - start, results=results, gate=gate,
-            notes=tuple(notes), prior=prior)
+        return dataclasses.replace(
+            speculation_prior(target, draft, batches, search, gate, baseline, base_results,
+                              shapes), notes=tuple(notes), seconds=time.perf_counter() - start)
 
     if search.gate and shapes:
         gate, baseline, base_results = speculation_gate(target, batches, search,

@@ -21,6 +21,7 @@ import pytest
 from speculative.decode import drafters
 from speculative.decode import loops as decoding
 from speculative.decode.sampling import SamplingConfig
+from speculative.measure import prior as prior_lib
 from speculative.measure import speculation, theory
 from speculative.models import t5
 from tests.helpers import decoding as td
@@ -355,7 +356,7 @@ def _prior_setup(tiny_pair, monkeypatch, speed):
         return (run_s if len(calls) == 1 else calls[0] / speed), compile_s, result
 
     monkeypatch.setattr(speculation.costs_lib, "first_call", first_call)
-    monkeypatch.setattr(speculation, "draft_step_cost", lambda *a: 0.0)
+    monkeypatch.setattr(prior_lib, "draft_step_cost", lambda *a, **k: 0.0)
     choice = speculation.choose_speculation(target, draft, batches, search, timer=FakeTimer({}))
     return choice, calls
 

@@ -9,6 +9,7 @@ import os
 import pytest
 
 from speculative.decode.sampling import SamplingConfig
+from speculative.measure import prior as prior_lib
 from speculative.measure import speculation
 from speculative.runs import calibration_cache as cache
 from speculative.runs import config as config_lib
@@ -85,7 +86,7 @@ def test_the_cache_turns_off_and_a_retrained_checkpoint_is_a_new_key(tmp_path, m
 
 def test_only_choices_that_hold_for_any_run_length_are_cacheable():
     base, chain = _candidate("baseline", None, 1.0), _candidate("chain", 4, 1.6)
-    prior = speculation.SpeculationPrior(alpha=0.8, c=0.1, verify_cost=1.0, gamma=4,
+    prior = prior_lib.SpeculationPrior(alpha=0.8, c=0.1, verify_cost=1.0, gamma=4,
                                          predicted=1.9, measured=1.6, kept=True, seconds=1.0)
     assert cache.cacheable(_choice(_gate(), [base, chain]))  # timed
     assert cache.cacheable(_choice(_gate(fits=False, opened=False), [base, chain], prior))
