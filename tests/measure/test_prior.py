@@ -43,3 +43,21 @@ def test_the_verdict_says_what_was_predicted_and_measured():
     kept = prior.SpeculationPrior(**{**made.to_json(), "measured": 1.5, "kept": True})
     assert kept.verdict().startswith("chain gamma 4 from the prior")
     assert "measured 1.50x" in kept.verdict()
+
+
+def test_a_model_drafts_cost_is_its_timed_extends_in_baseline_steps(monkeypatch):
+    from speculative.models import t5  # pylint: disable=g-import-not-at-top
+    from tests.helpers import decoding as td  # pylint: disable=g-import-not-at-top
+    from tests.helpers import tiny_config  # pylint: disable=g-import-not-at-top
+    target, draft = td.pair(t5.Transformer(tiny_config()))
+    ran = []
+
+    def first_call(program):  # runs the real extends, reports 0.5 s for them
+        ran.append(program())
+        return 0.5, 0.0, ran[-1]
+
+    monkeypatch.setattr(prior.costs_lib, "first_call", first_call)
+    c = prior.draft_step_cost(target, draft, td.prompts([3, 5], 6), seed=0, max_decode_len=6,
+                              step_s=0.01)
+    # 0.1 s of 0.01 s steps: 10 extends timed, 0.05 s each, 5 baseline steps.
+    assert len(ran) == 1 and c == pytest.approx(0.5 / 10 / 0.01)
