@@ -1,7 +1,8 @@
 """GAMMA 'auto''s prior: the choice where there is no time to time one.
 
     c = draft_step_cost(target, draft, batch, seed=0, max_decode_len=48, step_s=0.014)
-    predicted = predicted_speedups(alpha=0.78, c=c, verify_cost=1.0, steps=300,
+    verify = verify_costs(1.3, (2, 4, 6))          # {gamma: steps}, from the verify at gamma 6
+    predicted = predicted_speedups(alpha=0.78, c=c, verify_cost=verify, steps=300,
                                    lengths=[[40], [38]], gammas=(2, 4, 6))   # {gamma: speedup}
     SpeculationPrior(...).verdict()                                          # the log's words
 
@@ -9,15 +10,15 @@
 repay a compile, the bound reaches `min_speedup`) but no probe fits the calibration budget:
 Theorem 3.8's model, per batch (`theory.expected_batch_rounds` at the slice's lengths: a batch
 runs until its slowest row is done), at the draft's card alpha, its timed single-call cost c
-and the gate's verify cost, picks the chain's gamma; `speculation.speculation_prior` then
-decodes the slice once with it (its results are the run's) and keeps the baseline only where it
-was measured slower by more than `PRIOR_NOISE`.
+and the target's verify (timed at the deepest gamma, `verify_costs`), picks the chain's gamma;
+`speculation.speculation_prior` then decodes the slice once with it (its results are the run's)
+and keeps the baseline only where it was measured slower by more than `PRIOR_NOISE`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Dict, Optional, Sequence
+from typing import Any, Dict, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
@@ -45,7 +46,7 @@ class SpeculationPrior:
       alpha: the draft's acceptance rate (`SpeculationSearch.alpha`: its model card's).
       c: the draft's extend of one token in baseline decode steps (timed; 0.0 for a drafter
         object or a draft without a model, whose cost was not timed).
-      verify_cost: the gate's verify cost in baseline steps (1.0 where it was not timed).
+      verify_cost: the target's verify of gamma + 1 tokens in baseline steps (`verify_costs`).
       gamma: the chain's gamma the model favours among `SpeculationSearch.gammas`.
       predicted: its predicted speedup on the slice: steps / (rounds * (verify_cost + gamma c)).
       measured: its measured speedup on the slice (the baseline's ms/token over its, compiles
@@ -94,11 +95,23 @@ def draft_step_cost(target, draft, x, *, seed: int, max_decode_len: int,
     return costs_lib.first_call(program)[0] / num / step_s if step_s > 0 else float("inf")
 
 
-def predicted_speedups(*, alpha: float, c: float, verify_cost: float, steps: int,
-                       lengths: Sequence[Any], gammas: Sequence[int]) -> Dict[int, float]:
+def verify_costs(top_cost: float, gammas: Sequence[int]) -> Dict[int, float]:
+    """{gamma: the target's verify of gamma + 1 tokens in baseline steps}, from its cost at the
+    deepest gamma (`top_cost`, timed) by a line through 1 step at gamma 0: at a batch where the
+    verify is memory-bound the line is flat, where it is compute-bound it grows with gamma."""
+    top = max(gammas)
+    return {int(g): 1.0 + (float(top_cost) - 1.0) * g / top for g in gammas}
+
+
+def predicted_speedups(*, alpha: float, c: float, verify_cost: Union[float, Mapping[int, float]],
+                       steps: int, lengths: Sequence[Any],
+                       gammas: Sequence[int]) -> Dict[int, float]:
     """{gamma: the baseline's `steps` over the expected rounds of the batches whose rows need
     `lengths` tokens, each round priced at `verify_cost + gamma c` baseline steps}: Theorem 3.8
-    per batch."""
+    per batch. `verify_cost`: one cost for every gamma, or {gamma: cost} (`verify_costs`)."""
+    def verify(g):
+        return verify_cost[g] if isinstance(verify_cost, Mapping) else verify_cost
+
     return {int(g): steps / max(sum(theory.expected_batch_rounds(alpha, g, np.asarray(n))
-                                     for n in lengths) * (verify_cost + g * c), 1e-12)
+                                     for n in lengths) * (verify(g) + g * c), 1e-12)
             for g in gammas}

@@ -459,14 +459,20 @@ def speculation_gate(target, batches: Sequence[Any], search: SpeculationSearch,
     least = gate(1.0, timed=False)
     if not (least.pays and least.fits):  # too short a run: nothing more compiles
         return least, baseline, tuple(results)
+    verify_cost = timed_verify_cost(target, batches[0], gamma, search, step_s)
+    return gate(verify_cost, timed=True), baseline, tuple(results)
+
+
+def timed_verify_cost(target, x, gamma: int, search: SpeculationSearch, step_s: float) -> float:
+    """The target's extend of `gamma + 1` tokens per row of `x` (a cache of zeros, about
+    `GATE_TIMING_S`, compilation subtracted) in baseline decode steps of `step_s` seconds."""
     num = int(np.clip(np.ceil(GATE_TIMING_S / max(step_s, 1e-9)), 2, 64))
-    x = np.asarray(batches[0])
+    x = np.asarray(x)
     verify = costs_lib.extend_program(
         target, x, gamma + 1, num_steps=num, seed=search.seed, zeros=True,
         cache_len=target.prefix_length(x.shape[1]) + search.max_decode_len + gamma + 2)
     verify_s = costs_lib.first_call(verify)[0]  # compilation subtracted
-    verify_cost = verify_s / num / step_s if step_s > 0 else float("inf")
-    return gate(verify_cost, timed=True), baseline, tuple(results)
+    return verify_s / num / step_s if step_s > 0 else float("inf")
 
 
 def prior_applies(gate: Optional[SpeculationGate], search: SpeculationSearch) -> bool:
@@ -481,18 +487,20 @@ def speculation_prior(target, draft, batches: Sequence[Any], search: Speculation
                       base_results: Sequence[Any], shapes) -> SpeculationChoice:
     """The choice where the gate says speculation pays but no candidate can be timed
     (`prior.SpeculationPrior`): the chain's gamma Theorem 3.8's model favours
-    (`prior.predicted_speedups` at the card's alpha, the draft's timed step cost and the gate's
-    verify cost); if it predicts at least `min_speedup`, that program decodes the slice once
-    (compilation subtracted, its results the run's) and runs unless it measured under
-    `min_speedup` by more than `prior.PRIOR_NOISE` against the gate's baseline; else the
-    baseline, with the gate's results."""
+    (`prior.predicted_speedups` at the card's alpha, the draft's timed step cost and the
+    target's verify timed at the deepest gamma, `prior.verify_costs`); if it predicts at least
+    `min_speedup`, that program decodes the slice once (compilation subtracted, its results the
+    run's) and runs unless it measured under `min_speedup` by more than `prior.PRIOR_NOISE`
+    against the gate's baseline; else the baseline, with the gate's results."""
     start = time.perf_counter()
     c = prior_lib.draft_step_cost(target, draft, batches[0], seed=search.seed,
                                   max_decode_len=search.max_decode_len, step_s=gate.step_s)
+    gammas = sorted({g for k, g, _ in shapes if k == "chain"})
+    verify = prior_lib.verify_costs(  # one compile: the verify at the deepest gamma, timed
+        timed_verify_cost(target, batches[0], gammas[-1], search, gate.step_s), gammas)
     predicted = prior_lib.predicted_speedups(
-        alpha=gate.alpha, c=c, verify_cost=gate.verify_cost, steps=gate.steps,
-        lengths=[r.lengths for r in base_results], gammas={g for k, g, _ in shapes
-                                                            if k == "chain"})
+        alpha=gate.alpha, c=c, verify_cost=verify, steps=gate.steps,
+        lengths=[r.lengths for r in base_results], gammas=gammas)
     gamma = max(predicted, key=lambda g: (predicted[g], -g))
     tried, results, measured = None, (), None
     if predicted[gamma] >= search.min_speedup:
@@ -504,7 +512,7 @@ def speculation_prior(target, draft, batches: Sequence[Any], search: Speculation
         measured = float(tried.speedup)
     kept = measured is not None and measured >= search.min_speedup * (1 - prior_lib.PRIOR_NOISE)
     prior = prior_lib.SpeculationPrior(
-        alpha=gate.alpha, c=float(c), verify_cost=gate.verify_cost, gamma=int(gamma),
+        alpha=gate.alpha, c=float(c), verify_cost=float(verify[gamma]), gamma=int(gamma),
         predicted=float(predicted[gamma]), measured=measured, kept=kept,
         seconds=time.perf_counter() - start)
     return SpeculationChoice(

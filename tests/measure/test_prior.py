@@ -18,6 +18,15 @@ def test_one_long_row_predicts_theorem_3_8(alpha, c, verify):
         assert speedup == pytest.approx(theory.speedup(alpha, g, c, verify), rel=1e-2), g
 
 
+def test_the_verify_runs_on_a_line_from_one_step_to_its_timed_cost():
+    assert prior.verify_costs(1.6, (2, 4, 6)) == pytest.approx({2: 1.2, 4: 1.4, 6: 1.6})
+    assert prior.verify_costs(1.0, (2, 4)) == {2: 1.0, 4: 1.0}  # memory-bound: flat
+    spread = prior.predicted_speedups(alpha=0.8, c=0.0, verify_cost={2: 1.0, 4: 2.0},
+                                      steps=4000, lengths=[[4000]], gammas=(2, 4))
+    assert spread[4] == pytest.approx(theory.speedup(0.8, 4, 0.0, 2.0), rel=1e-2)
+    assert spread[2] == pytest.approx(theory.speedup(0.8, 2, 0.0, 1.0), rel=1e-2)
+
+
 def test_a_batch_waits_for_its_slowest_row():
     one = prior.predicted_speedups(alpha=0.7, c=0.1, verify_cost=1.0, steps=48,
                                    lengths=[[48]], gammas=(4,))[4]

@@ -339,7 +339,8 @@ def test_a_probe_that_cannot_fit_the_calibration_budget_closes_the_gate_before_t
 
 def _prior_setup(tiny_pair, monkeypatch, speed):
     """The probe-cannot-fit run of the test above with the draft's alpha known (the prior
-    decides), the draft's cost taken as free and the prior's program (every first call after
+    decides), the draft's cost taken as free, the verify of 7 tokens as 1.5 steps and the
+    prior's program (every first call after
     the gate's) reporting the gate's baseline seconds over `speed` (at T = 0 both generate the
     same tokens, so `speed` is its measured speedup)."""
     target, draft, batches = tiny_pair
@@ -357,6 +358,7 @@ def _prior_setup(tiny_pair, monkeypatch, speed):
 
     monkeypatch.setattr(speculation.costs_lib, "first_call", first_call)
     monkeypatch.setattr(prior_lib, "draft_step_cost", lambda *a, **k: 0.0)
+    monkeypatch.setattr(speculation, "timed_verify_cost", lambda *a: 1.5)  # at gamma 6
     choice = speculation.choose_speculation(target, draft, batches, search, timer=FakeTimer({}))
     return choice, calls
 
@@ -367,12 +369,14 @@ def test_where_no_probe_fits_the_prior_speculates_unless_measured_slower(
     choice, calls = _prior_setup(tiny_pair, monkeypatch, speed)
     gate, prior = choice.gate, choice.prior
     assert gate.pays and not gate.fits and len(calls) == 2  # the gate's decode, the prior's
-    # Theorem 3.8's model per batch at the card's alpha, c 0 and the gate's verify cost.
+    # Theorem 3.8's model per batch at the card's alpha, c 0 and the verify on the line from 1
+    # step (gamma 0) to 1.5 (gamma 6).
     rounds = {g: sum(theory.expected_batch_rounds(0.9, g, np.asarray(r.lengths))
                      for r in choice.results) for g in (2, 4, 6)}
-    predicted = {g: gate.steps / (rounds[g] * gate.verify_cost) for g in rounds}
+    predicted = {g: gate.steps / (rounds[g] * (1 + 0.5 * g / 6)) for g in rounds}
     assert prior.gamma == max(predicted, key=predicted.get) and prior.c == 0.0
     assert prior.predicted == pytest.approx(predicted[prior.gamma])
+    assert prior.verify_cost == pytest.approx(1 + 0.5 * prior.gamma / 6)
     assert prior.kept and prior.measured == pytest.approx(speed)
     assert choice.best.speculative and choice.best.gamma == prior.gamma
     assert choice.best.kind == "chain" and choice.candidates[1] is choice.best
