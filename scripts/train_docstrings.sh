@@ -20,8 +20,8 @@
 # --print: print each stage's train.py command instead of running it. OUT_ROOT: default
 # out/docstrings (ignored by git; keep it to resume). TRAIN_ARGS go to every train.py call.
 # Environment: PYTHON (default .venv/bin/python), EXPORT_DIR (default
-# speculative/data/docstrings/models), TARGET_STEPS (2000), DRAFT_STEPS (1500), DISTILL_PAIRS
-# (6144), CHECKPOINT_EVERY (50).
+# speculative/data/docstrings/models), TARGET_STEPS (2000), DRAFT_STEPS (1200), DISTILL_PAIRS
+# (4096), CHECKPOINT_EVERY (50).
 # The train split must exist first: python scripts/build_docstring_corpus.py --train_split_only
 # JAX's persistent compilation cache (OUT_ROOT/jax_cache) spares a resumed run its compiles.
 
@@ -36,8 +36,8 @@ OUT_ROOT="${OUT_ROOT:-out/docstrings}"
 PYTHON="${PYTHON:-.venv/bin/python}"
 EXPORT_DIR="${EXPORT_DIR:-speculative/data/docstrings/models}"
 TARGET_STEPS="${TARGET_STEPS:-2000}"
-DRAFT_STEPS="${DRAFT_STEPS:-1500}"
-DISTILL_PAIRS="${DISTILL_PAIRS:-6144}"
+DRAFT_STEPS="${DRAFT_STEPS:-1200}"
+DISTILL_PAIRS="${DISTILL_PAIRS:-4096}"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export JAX_COMPILATION_CACHE_DIR="${JAX_COMPILATION_CACHE_DIR:-$OUT_ROOT/jax_cache}"
 (( PRINT )) || mkdir -p "$OUT_ROOT"
