@@ -1,6 +1,6 @@
 """The public sampling API (docs/design.md, "Public API"); the kernel lives in
-`speculative.decode.sampling`."""
+`speculative.decode.kernel`."""
 
-from speculative.decode.sampling import SamplingConfig, speculative_sample
+from speculative.decode.kernel import SamplingConfig, speculative_sample
 
 __all__ = ["SamplingConfig", "speculative_sample"]

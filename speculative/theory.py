@@ -1,7 +1,7 @@
 """The public theory API (docs/design.md, "Public API"); the formulas live in
-`speculative.measure.theory`."""
+`speculative.measure.analysis`."""
 
-from speculative.measure.theory import (
+from speculative.measure.analysis import (
     expected_tokens,
     min_improvement,
     operations_factor,

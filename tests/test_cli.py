@@ -123,7 +123,7 @@ _DECODE_CHILD = textwrap.dedent('''
     import jax.numpy as jnp
     import numpy as np
     from speculative import decoding
-    from speculative.decode.sampling import SamplingConfig
+    from speculative.decode.kernel import SamplingConfig
     from speculative.models import ngram
     from speculative.runs import config
 

@@ -19,7 +19,7 @@ import pytest
 from jupyter_client.kernelspec import KernelSpecManager
 from nbclient import NotebookClient
 
-from speculative.measure import theory
+from speculative.measure import analysis as theory
 from tests.helpers import REPO
 
 NOTEBOOK = os.path.join(REPO, "notebooks", "speculative_decoding_tour.ipynb")

@@ -54,7 +54,7 @@ import numpy as np
 from flax import struct
 
 from speculative.decode import contract, rounds, trees, validation
-from speculative.decode import sampling as sampling_lib
+from speculative.decode import kernel as sampling_lib
 from speculative.decode.contract import take_rows
 
 Array = jax.Array

@@ -43,7 +43,7 @@ import numpy as np
 from flax import struct
 
 from speculative.decode import contract, drafters, interrupts, trees, validation, verifiers
-from speculative.decode import sampling as sampling_lib
+from speculative.decode import kernel as sampling_lib
 from speculative.decode.contract import EOS_ID, DecodeModel, write_rows
 from speculative.decode.rounds import RoundKeys
 from speculative.decode.stats import DecodeStats

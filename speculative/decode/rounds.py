@@ -30,7 +30,7 @@ import jax.numpy as jnp
 from flax import struct
 
 from speculative.decode import contract, trees
-from speculative.decode import sampling as sampling_lib
+from speculative.decode import kernel as sampling_lib
 
 Array = jax.Array
 

@@ -48,7 +48,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from speculative.decode import sampling as sampling_lib
+from speculative.decode import kernel as sampling_lib
 
 Array = jax.Array
 

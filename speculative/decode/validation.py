@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import ml_dtypes  # noqa: F401  (registers 'bfloat16' with numpy)
 import numpy as np
 
-from speculative.decode import sampling as sampling_lib
+from speculative.decode import kernel as sampling_lib
 
 PAD_ID = 0
 MAX_MEMORY_FRACTION = 0.5  # of physical memory, for one buffer a call would allocate

@@ -36,9 +36,9 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from speculative.decode import sampling as sampling_lib
+from speculative.decode import kernel as sampling_lib
 from speculative.decode import trees
-from speculative.decode.sampling import SamplingConfig
+from speculative.decode.kernel import SamplingConfig
 
 Array = jax.Array
 

@@ -22,7 +22,7 @@ from typing import Dict, Optional, Sequence
 from speculative import files
 from speculative.data import bundles
 from speculative.decode import validation
-from speculative.decode.sampling import SamplingConfig
+from speculative.decode.kernel import SamplingConfig
 from speculative.experiments import record
 from speculative.measure import acceptance, host
 

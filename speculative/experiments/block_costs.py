@@ -39,7 +39,8 @@ import numpy as np
 from speculative import files, loading
 from speculative.decode import drafters
 from speculative.experiments import record
-from speculative.measure import host, theory
+from speculative.measure import analysis as theory
+from speculative.measure import host
 from speculative.measure import round_costs as round_costs_lib
 from speculative.models import block_draft as bd
 from speculative.models import feature_draft as fd

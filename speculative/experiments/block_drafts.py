@@ -29,9 +29,10 @@ import numpy as np
 from speculative import files
 from speculative.decode import drafters
 from speculative.decode import stats as stats_lib
-from speculative.decode.sampling import SamplingConfig
+from speculative.decode.kernel import SamplingConfig
 from speculative.experiments import record
-from speculative.measure import acceptance, host, theory
+from speculative.measure import acceptance, host
+from speculative.measure import analysis as theory
 from speculative.measure import costs as costs_lib
 from speculative.measure import round_costs as round_costs_lib
 from speculative.runs import mini

@@ -45,7 +45,7 @@ from speculative import files, loading
 from speculative.data import bundles, docstring_corpus, text
 from speculative.decode import loops as decoding
 from speculative.decode import validation
-from speculative.decode.sampling import SamplingConfig
+from speculative.decode.kernel import SamplingConfig
 from speculative.measure import acceptance, host
 from speculative.measure import costs as costs_lib
 from speculative.measure import timing as measure

@@ -78,7 +78,7 @@ def target_docstrings(num: Optional[int], batch_size: int = 128,
     from tqdm import tqdm
 
     from speculative import decoding
-    from speculative.decode import sampling
+    from speculative.decode import kernel as sampling
 
     bundle = bundles.bundle(target)
     model = bundle.load(target)

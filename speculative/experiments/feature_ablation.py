@@ -35,7 +35,7 @@ from speculative import files, loading
 from speculative.data import bundles
 from speculative.decode import contract, validation
 from speculative.decode import loops as decoding
-from speculative.decode.sampling import SamplingConfig
+from speculative.decode.kernel import SamplingConfig
 from speculative.experiments import record
 from speculative.measure import acceptance, host
 from speculative.measure import costs as costs_lib

@@ -32,7 +32,7 @@ from speculative import files
 from speculative.data import bundles
 from speculative.decode import stats as stats_lib
 from speculative.decode import validation
-from speculative.decode.sampling import SamplingConfig
+from speculative.decode.kernel import SamplingConfig
 from speculative.experiments import record
 from speculative.measure import costs as costs_lib
 from speculative.measure import host

@@ -49,7 +49,7 @@ def measure_task(task: str, num: int, bins: int, gamma: int, repeats: int,
     import jax
 
     from speculative.decode import loops as decoding
-    from speculative.decode.sampling import SamplingConfig
+    from speculative.decode.kernel import SamplingConfig
     from speculative.measure import costs as costs_lib
     from speculative.measure import timing
 

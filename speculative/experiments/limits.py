@@ -72,12 +72,13 @@ import numpy as np
 
 from speculative import files, loading
 from speculative.data import bundles
-from speculative.decode import sampling as sampling_lib
+from speculative.decode import kernel as sampling_lib
 from speculative.decode import validation
-from speculative.decode.sampling import SamplingConfig
+from speculative.decode.kernel import SamplingConfig
 from speculative.experiments import record
+from speculative.measure import analysis as theory
 from speculative.measure import costs as costs_lib
-from speculative.measure import host, plots, theory
+from speculative.measure import host, plots
 from speculative.measure import timing as measure
 from speculative.models import t5
 from speculative.runs import mini

@@ -76,7 +76,7 @@ from speculative.data import bundles
 from speculative.decode import contract, validation
 from speculative.decode import loops as decoding
 from speculative.decode import stats as stats_lib
-from speculative.decode.sampling import SamplingConfig
+from speculative.decode.kernel import SamplingConfig
 from speculative.experiments import record
 from speculative.measure import costs as costs_lib
 from speculative.measure import host

@@ -48,11 +48,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from speculative.decode import contract, trees
+from speculative.decode import kernel as sampling_lib
 from speculative.decode import loops as decoding
-from speculative.decode import sampling as sampling_lib
-from speculative.decode.sampling import SamplingConfig
+from speculative.decode.kernel import SamplingConfig
+from speculative.measure import analysis as theory
 from speculative.measure import costs as costs_lib
-from speculative.measure import theory
 
 TREE_DRAWS = 8  # sibling tests simulated per position for rank_acceptance at T > 0
 TREE_MAX_NODES = 12  # the largest token tree (drafted nodes) the demo and Table 2 consider

@@ -36,8 +36,8 @@ import numpy as np
 
 from speculative.decode import contract, drafters
 from speculative.decode import loops as decoding
-from speculative.decode.sampling import SamplingConfig
-from speculative.measure import theory
+from speculative.decode.kernel import SamplingConfig
+from speculative.measure import analysis as theory
 
 Array = jax.Array
 

@@ -16,7 +16,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
 import numpy as np
 
-from speculative.measure import theory  # pylint: disable=g-import-not-at-top
+from speculative.measure import analysis as theory  # pylint: disable=g-import-not-at-top
 
 FIGURE3_CS = (0.01, 0.02, 0.05, 0.1, 0.2)
 FIGURE3_ALPHAS = np.round(np.arange(0.30, 0.951, 0.01), 2)

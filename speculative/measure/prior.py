@@ -23,8 +23,8 @@ from typing import Any, Dict, Mapping, Optional, Sequence, Union
 import numpy as np
 
 from speculative.decode import drafters
+from speculative.measure import analysis as theory
 from speculative.measure import costs as costs_lib
-from speculative.measure import theory
 
 # The prior's check is one decode of the slice against one of the baseline's: it switches to the
 # baseline only when measured slower by more than such a pair of decodes varies (a few percent).

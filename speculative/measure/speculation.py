@@ -45,10 +45,10 @@ import numpy as np
 from speculative.decode import contract, drafters
 from speculative.decode import loops as decoding
 from speculative.decode import trees as trees_lib
-from speculative.decode.sampling import SamplingConfig
+from speculative.decode.kernel import SamplingConfig
+from speculative.measure import analysis as theory
 from speculative.measure import costs as costs_lib
 from speculative.measure import prior as prior_lib
-from speculative.measure import theory
 from speculative.measure.costs import interleaved
 
 AUTO = "auto"  # the GAMMA that chooses (infer, Table 2 rows)

@@ -23,9 +23,9 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from speculative.decode import stats as stats_lib
-from speculative.decode.sampling import SamplingConfig
+from speculative.decode.kernel import SamplingConfig
+from speculative.measure import analysis as theory
 from speculative.measure import costs as costs_lib
-from speculative.measure import theory
 
 
 def sampling_dict(s: SamplingConfig) -> Dict[str, Any]:

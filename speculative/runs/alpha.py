@@ -34,7 +34,7 @@ import gin
 import jax
 
 from speculative import files, loading
-from speculative.decode import sampling as sampling_lib
+from speculative.decode import kernel as sampling_lib
 from speculative.decode import validation
 from speculative.measure import acceptance, host
 from speculative.measure import timing as measure

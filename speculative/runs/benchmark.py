@@ -60,7 +60,7 @@ import jax
 import numpy as np
 
 from speculative import files, loading
-from speculative.decode import sampling as sampling_lib
+from speculative.decode import kernel as sampling_lib
 from speculative.decode import validation
 from speculative.measure import costs as costs_lib
 from speculative.measure import host

@@ -18,7 +18,7 @@ from typing import Any, Dict, Mapping, Optional, Tuple, Union
 import gin
 
 from speculative import loading
-from speculative.decode import sampling as sampling_lib
+from speculative.decode import kernel as sampling_lib
 from speculative.measure.speculation import AUTO
 from speculative.models import partitioning, t5
 

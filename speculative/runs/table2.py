@@ -72,7 +72,8 @@ import gin
 import numpy as np
 
 from speculative import files
-from speculative.measure import acceptance, speculation, theory
+from speculative.measure import acceptance, speculation
+from speculative.measure import analysis as theory
 from speculative.measure import costs as costs_lib
 from speculative.measure import timing as measure
 from speculative.runs import config as config_lib

@@ -28,7 +28,7 @@ from absl import app, flags
 from speculative import files
 from speculative.checkpoints import t5x as checkpoints
 from speculative.data import bundles
-from speculative.decode.sampling import SamplingConfig
+from speculative.decode.kernel import SamplingConfig
 from speculative.measure import acceptance
 from speculative.models import block_draft as bd
 from speculative.runs import mini

@@ -28,7 +28,7 @@ from speculative.checkpoints import t5x as checkpoints
 from speculative.data import bundles, code_corpus, text
 from speculative.decode import loops as decoding
 from speculative.decode import validation
-from speculative.decode.sampling import SamplingConfig
+from speculative.decode.kernel import SamplingConfig
 from speculative.measure import acceptance
 from speculative.models import feature_draft as fd_model
 from speculative.runs import mini

@@ -20,8 +20,8 @@ import numpy as np
 
 from speculative.data.text import Tokenizer
 from speculative.decode import contract
+from speculative.decode import kernel as sampling_lib
 from speculative.decode import loops as decoding
-from speculative.decode import sampling as sampling_lib
 from speculative.decode import stats as stats_lib
 from speculative.measure import metrics as metrics_lib
 from speculative.models import adapters, t5

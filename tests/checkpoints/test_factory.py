@@ -15,7 +15,7 @@ from speculative import decoding, loading
 from speculative.checkpoints import config_gin, factory, param_trees, t5x_config
 from speculative.checkpoints import t5x as checkpoints
 from speculative.checkpoints.param_trees import CheckpointError
-from speculative.decode.sampling import SamplingConfig
+from speculative.decode.kernel import SamplingConfig
 from tests.helpers import tiny_config
 from tests.helpers.checkpoints import (
     CFG,

@@ -12,7 +12,7 @@ from flax import struct
 
 from speculative import decoding
 from speculative.decode import drafters, trees
-from speculative.decode.sampling import SamplingConfig
+from speculative.decode.kernel import SamplingConfig
 from speculative.models import adapters, t5
 from speculative.models import block_draft as bd
 from speculative.models import feature_draft as fd

@@ -26,7 +26,7 @@ _CHILD = textwrap.dedent('''
     import jax.numpy as jnp
     import numpy as np
     from speculative import decoding
-    from speculative.decode.sampling import SamplingConfig
+    from speculative.decode.kernel import SamplingConfig
     from speculative.models import ngram
 
     signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal

@@ -15,7 +15,7 @@ import pytest
 
 from speculative.decode import contract, drafters
 from speculative.decode import loops as decoding
-from speculative.decode.sampling import SamplingConfig
+from speculative.decode.kernel import SamplingConfig
 from speculative.models import adapters, t5
 from tests.helpers import TINY_INPUTS, random_params, tiny_config
 from tests.helpers import decoding as td

@@ -7,7 +7,7 @@ import pytest
 
 from speculative.decode import loops as decoding
 from speculative.decode import stats as stats_lib
-from speculative.decode.sampling import SamplingConfig
+from speculative.decode.kernel import SamplingConfig
 from speculative.models import t5
 from tests.helpers import decoding as td
 from tests.helpers import tiny_config

@@ -8,7 +8,7 @@ import pytest
 
 from speculative import decoding
 from speculative.decode import trees
-from speculative.decode.sampling import SamplingConfig
+from speculative.decode.kernel import SamplingConfig
 from speculative.models import ngram, t5
 from tests.helpers import decoding as td
 from tests.helpers import random_params, tiny_config

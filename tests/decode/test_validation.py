@@ -9,7 +9,7 @@ from flax import struct
 
 from speculative import decoding
 from speculative.decode import contract, drafters
-from speculative.decode.sampling import SamplingConfig
+from speculative.decode.kernel import SamplingConfig
 from speculative.models import t5
 from tests.helpers import TINY_INPUTS, random_params, tiny_config
 

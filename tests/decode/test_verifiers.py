@@ -7,10 +7,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from speculative.decode import kernel as sampling
 from speculative.decode import loops as decoding
-from speculative.decode import sampling
 from speculative.decode import verifiers as verification
-from speculative.decode.sampling import SamplingConfig
+from speculative.decode.kernel import SamplingConfig
 from speculative.models import t5
 from tests.helpers import decoding as td
 from tests.helpers import tiny_config

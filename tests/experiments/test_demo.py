@@ -11,7 +11,7 @@ import pytest
 
 from speculative import files
 from speculative.data import bundles
-from speculative.decode.sampling import SamplingConfig
+from speculative.decode.kernel import SamplingConfig
 from speculative.experiments import demo
 from speculative.measure import costs as costs_lib
 from speculative.models import layers

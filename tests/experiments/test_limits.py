@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from speculative import decoding
-from speculative.decode.sampling import SamplingConfig
+from speculative.decode.kernel import SamplingConfig
 from speculative.experiments import limits
 from speculative.measure import host
 from speculative.runs import mini
@@ -147,7 +147,7 @@ def test_depth_sweep_of_a_one_layer_copy(tmp_path):
     of 4,720,128 float32 weights each (self-attention q, k, v, o and cross-attention q, o:
     6 x 512 x 512; the gated MLP: 3 x 512 x 2048; three norm scales of 512); Theorem 3.8's
     column is `theory.speedup` at the best gamma for the row's own costs and the card's alpha."""
-    from speculative.measure import theory  # pylint: disable=g-import-not-at-top
+    from speculative.measure import analysis as theory  # pylint: disable=g-import-not-at-top
 
     with pytest.raises(ValueError, match="depths holds 0"):
         limits.run_depth_sweep(str(tmp_path), [1, 0])

@@ -8,7 +8,7 @@ import signal
 import pytest
 
 from speculative.data import bundles
-from speculative.decode.sampling import SamplingConfig
+from speculative.decode.kernel import SamplingConfig
 from speculative.experiments import mini_results
 from speculative.measure import costs as costs_lib
 from speculative.runs import mini

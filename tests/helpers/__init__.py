@@ -64,7 +64,7 @@ def check_greedy_identity(target, draft, batches, max_decode_len: int, gamma: in
     import numpy as np  # pylint: disable=g-import-not-at-top
 
     from speculative import decoding
-    from speculative.decode.sampling import SamplingConfig  # pylint: disable=g-import-not-at-top
+    from speculative.decode.kernel import SamplingConfig  # pylint: disable=g-import-not-at-top
     from speculative.measure import acceptance
 
     forced = jax.jit(acceptance._forced_logits)  # pylint: disable=protected-access

@@ -9,9 +9,10 @@ import jax.numpy as jnp
 import numpy as np
 from scipy import stats
 
-from speculative.decode import contract, drafters, sampling
+from speculative.decode import contract, drafters
+from speculative.decode import kernel as sampling
 from speculative.decode import loops as decoding
-from speculative.decode.sampling import SamplingConfig
+from speculative.decode.kernel import SamplingConfig
 from speculative.models import adapters, t5
 from speculative.models import feature_draft as fd
 from tests.helpers import random_params, tiny_config

@@ -9,7 +9,7 @@ import numpy as np
 
 from speculative import decoding
 from speculative.decode import contract
-from speculative.decode.sampling import SamplingConfig
+from speculative.decode.kernel import SamplingConfig
 from speculative.models import t5
 from speculative.training import feature_data
 from tests.helpers import random_params, tiny_config

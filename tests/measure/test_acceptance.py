@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from speculative import decoding, loading
-from speculative.decode.sampling import SamplingConfig
+from speculative.decode.kernel import SamplingConfig
 from speculative.measure import acceptance
 from speculative.runs import benchmark
 from tests.helpers.runs import L_IN, N, bench_cfg

@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 from speculative import decoding, loading
-from speculative.decode.sampling import SamplingConfig
-from speculative.measure import costs, theory
+from speculative.decode.kernel import SamplingConfig
+from speculative.measure import analysis as theory
+from speculative.measure import costs
 from speculative.measure import timing as measure
 from speculative.runs import benchmark
 from tests.helpers.runs import L_IN, N, bench_cfg

@@ -6,7 +6,8 @@ import types
 
 import pytest
 
-from speculative.measure import prior, theory
+from speculative.measure import analysis as theory
+from speculative.measure import prior
 
 
 @pytest.mark.parametrize("alpha,c,verify", [(0.78, 0.14, 1.0), (0.5, 0.3, 1.2)])

@@ -20,9 +20,10 @@ import pytest
 
 from speculative.decode import drafters
 from speculative.decode import loops as decoding
-from speculative.decode.sampling import SamplingConfig
+from speculative.decode.kernel import SamplingConfig
+from speculative.measure import analysis as theory
 from speculative.measure import prior as prior_lib
-from speculative.measure import speculation, theory
+from speculative.measure import speculation
 from speculative.models import t5
 from tests.helpers import decoding as td
 from tests.helpers import tiny_config

@@ -12,10 +12,10 @@ from flax import struct
 
 from speculative.beam import search as beam_lib
 from speculative.decode import drafters
+from speculative.decode import kernel as sampling_lib
 from speculative.decode import loops as decoding
-from speculative.decode import sampling as sampling_lib
 from speculative.decode.contract import write_rows
-from speculative.decode.sampling import SamplingConfig
+from speculative.decode.kernel import SamplingConfig
 from speculative.models import adapters, t5
 from speculative.models import feature_draft as fd
 from tests.helpers import decoding as td

@@ -7,8 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from speculative.decode import kernel as sampling_lib
 from speculative.decode import loops as decoding
-from speculative.decode import sampling as sampling_lib
 from speculative.models import hybrid, ngram, t5
 from tests.helpers import decoding as td
 from tests.helpers import tiny_config

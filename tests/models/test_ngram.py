@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from speculative import decoding
-from speculative.decode import sampling
+from speculative.decode import kernel as sampling
 from speculative.models import ngram, t5
 
 V = 16

@@ -5,7 +5,7 @@ import jax
 import pytest
 
 from speculative import decoding, loading
-from speculative.decode.sampling import SamplingConfig
+from speculative.decode.kernel import SamplingConfig
 from speculative.models import synthetic
 from speculative.runs import benchmark
 from tests.helpers.runs import L_IN, N, bench_cfg

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from speculative import files
-from speculative.measure import theory
+from speculative.measure import analysis as theory
 from speculative.models import t5
 from speculative.runs import benchmark
 from speculative.runs import config as config_lib

@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from speculative.decode.sampling import SamplingConfig
+from speculative.decode.kernel import SamplingConfig
 from speculative.measure import prior as prior_lib
 from speculative.measure import speculation
 from speculative.runs import calibration_cache as cache

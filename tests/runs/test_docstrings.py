@@ -15,7 +15,7 @@ from scipy import stats
 from speculative.data import bundles
 from speculative.decode import loops as decoding
 from speculative.decode.contract import EOS_ID
-from speculative.decode.sampling import SamplingConfig
+from speculative.decode.kernel import SamplingConfig
 from tests.helpers import check_greedy_identity
 
 DOCS = bundles.DOCSTRINGS
@@ -50,7 +50,7 @@ def _short_input(max_tokens: int = 32) -> np.ndarray:
 def _exact_joint(target, x, cfg) -> dict:
     """P(y1, y2) of the target at `cfg` (y2 = 0 after an EOS), over every y1 and the y2 of the
     y1 with P(y1) > 1e-4 (the rest of the mass is pooled by the test)."""
-    from speculative.decode import sampling  # pylint: disable=g-import-not-at-top
+    from speculative.decode import kernel as sampling  # pylint: disable=g-import-not-at-top
     from speculative.measure import acceptance  # pylint: disable=g-import-not-at-top
 
     def probs(prefix):

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from speculative import loading
-from speculative.measure import acceptance, speculation, theory
+from speculative.measure import acceptance, speculation
+from speculative.measure import analysis as theory
 from speculative.runs import table2
 from tests.helpers import REPO
 from tests.helpers.runs import INFER_GIN, fake_interleaved, infer_bindings, script_env

@@ -4,7 +4,7 @@ tests/training/test_block_training.py)."""
 
 import pytest
 
-from speculative.measure import theory
+from speculative.measure import analysis as theory
 from speculative.runs import train_block_draft as block_draft
 
 

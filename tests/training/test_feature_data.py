@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from speculative import decoding
-from speculative.decode.sampling import SamplingConfig
+from speculative.decode.kernel import SamplingConfig
 from speculative.training import feature_data, feature_training
 from tests.helpers.features import build_cache, fake_cache
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from speculative import decoding
-from speculative.decode.sampling import SamplingConfig
+from speculative.decode.kernel import SamplingConfig
 from speculative.models import feature_draft as fd
 from speculative.models import t5
 from speculative.training import feature_data, feature_training

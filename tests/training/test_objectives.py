@@ -39,7 +39,7 @@ def test_teacher_losses_are_one_minus_beta_and_cross_entropy():
     """With the teacher's whole vocabulary kept, 'tv' is 1 - beta (the kernel's acceptance
     probability, sampling.acceptance_rate) and 'kl' is the cross-entropy H(p, q), which is
     smallest (= H(p)) at q = p."""
-    from speculative.decode import sampling
+    from speculative.decode import kernel as sampling
     rng = np.random.default_rng(0)
     p_logits, q_logits = rng.normal(size=(2, 3, 7)) * 2, rng.normal(size=(2, 3, 7)) * 2
     p = jax.nn.softmax(jnp.asarray(p_logits), axis=-1)

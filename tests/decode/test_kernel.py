@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from speculative.decode import sampling
-from speculative.decode.sampling import SamplingConfig
+from speculative.decode import kernel as sampling
+from speculative.decode.kernel import SamplingConfig
 
 
 def _random_dist(rng, v, zeros=0):

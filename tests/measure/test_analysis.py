@@ -7,7 +7,7 @@
 import numpy as np
 import pytest
 
-from speculative.measure import theory
+from speculative.measure import analysis as theory
 
 # [L] Table 1 (§3.5), c = c_hat = 0: (alpha, gamma, operations, speed).
 TABLE1 = [
