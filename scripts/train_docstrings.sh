@@ -5,8 +5,10 @@
 # Stages, in this order (each a scripts/train.py run, resumable: a stopped stage continues from
 # its last saved state when the script is run again with the same settings; a stage whose
 # OUT_ROOT/<name>/summary.json exists is skipped):
-#   target  docstring_target: TARGET_STEPS steps (2000; under one epoch, so no dropout), learning
-#           rate 0.01 (200 warmup steps), then exported (bfloat16) to EXPORT_DIR
+#   base    the target's first phase: BASE_STEPS steps (2000; under one epoch in all, so no
+#           dropout) at learning rate 0.01 (200 warmup steps, cosine decay); not exported
+#   target  docstring_target: base continued for TARGET_STEPS steps (2500) at 0.005 (100
+#           warmup steps, cosine decay), then exported (bfloat16) to EXPORT_DIR
 #   s       docstring_draft_s: distilled (the exported target's greedy docstrings of
 #           DISTILL_PAIRS training functions, cached in OUT_ROOT/distill_greedy.npz), DRAFT_STEPS
 #           steps at learning rate 0.03
@@ -20,14 +22,14 @@
 # --print: print each stage's train.py command instead of running it. OUT_ROOT: default
 # out/docstrings (ignored by git; keep it to resume). TRAIN_ARGS go to every train.py call.
 # Environment: PYTHON (default .venv/bin/python), EXPORT_DIR (default
-# speculative/data/docstrings/models), TARGET_STEPS (2000), DRAFT_STEPS (1200), DISTILL_PAIRS
-# (4096), CHECKPOINT_EVERY (50).
+# speculative/data/docstrings/models), BASE_STEPS (2000), TARGET_STEPS (2500), DRAFT_STEPS
+# (1200), DISTILL_PAIRS (4096), CHECKPOINT_EVERY (50).
 # The train split must exist first: python scripts/build_docstring_corpus.py --train_split_only
 # JAX's persistent compilation cache (OUT_ROOT/jax_cache) spares a resumed run its compiles.
 
 set -euo pipefail
 
-ALL="target,s,m,hybrid"
+ALL="base,target,s,m,hybrid"
 source "$(dirname "${BASH_SOURCE[0]}")/train_stages.sh"
 parse_stage_args "$@"
 
@@ -35,7 +37,8 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 OUT_ROOT="${OUT_ROOT:-out/docstrings}"
 PYTHON="${PYTHON:-.venv/bin/python}"
 EXPORT_DIR="${EXPORT_DIR:-speculative/data/docstrings/models}"
-TARGET_STEPS="${TARGET_STEPS:-2000}"
+BASE_STEPS="${BASE_STEPS:-2000}"
+TARGET_STEPS="${TARGET_STEPS:-2500}"
 DRAFT_STEPS="${DRAFT_STEPS:-1200}"
 DISTILL_PAIRS="${DISTILL_PAIRS:-4096}"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
@@ -50,10 +53,16 @@ DRAFT=("${COMMON[@]}" --gin_file=configs/models/docstring_draft.gin --gin.LEARNI
        --gin.DISTILL=True --gin.DISTILL_PAIRS="$DISTILL_PAIRS"
        --gin.DISTILL_CACHE="$(q "$OUT_ROOT/distill_greedy.npz")" --gin.TRAIN_STEPS="$DRAFT_STEPS")
 
+TARGET=("${COMMON[@]}" --gin.MODEL='@docstring_target/t5.T5Config()'
+        --gin.docstring_target/t5.T5Config.dropout_rate=0.0)
+if wanted base; then
+  stage docstring_target_base "${TARGET[@]}" --gin.TRAIN_STEPS="$BASE_STEPS" \
+    --gin.LEARNING_RATE=0.01 --gin.WARMUP_STEPS=200 --gin.EXPORT_DIR=None
+fi
 if wanted target; then
-  stage docstring_target "${COMMON[@]}" --gin.MODEL='@docstring_target/t5.T5Config()' \
-    --gin.docstring_target/t5.T5Config.dropout_rate=0.0 --gin.TRAIN_STEPS="$TARGET_STEPS" \
-    --gin.LEARNING_RATE=0.01 --gin.WARMUP_STEPS=200
+  stage docstring_target "${TARGET[@]}" --gin.TRAIN_STEPS="$TARGET_STEPS" \
+    --gin.LEARNING_RATE=0.005 --gin.WARMUP_STEPS=100 \
+    --gin.INIT_CHECKPOINT="$(q "$OUT_ROOT/docstring_target_base/checkpoint_$BASE_STEPS")"
 fi
 if wanted s; then
   stage docstring_draft_s "${DRAFT[@]}" --gin.MODEL='@docstring_draft_s/t5.T5Config()'
