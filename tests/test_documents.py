@@ -193,11 +193,12 @@ def _docs():
 
 
 def test_docs_fit_their_budget():
-    """docs/ in all <= 48 KB; the reference docs other than design, extending and
-    when_things_go_wrong (kept by others) <= 27 KB of it (the glossary earned 3 KB)."""
+    """docs/ in all <= 55 KiB; the reference docs other than design, extending and
+    when_things_go_wrong (kept by others) <= 34 KiB of it (the glossary earned 3 KiB, Table 2's
+    second task, summarization.md, 7)."""
     sizes = {n: os.path.getsize(os.path.join(DOCS, n)) for n in _docs()}
-    assert sum(v for n, v in sizes.items() if n not in OTHERS_DOCS) <= 27 * 1024, sizes
-    assert sum(sizes.values()) <= 48 * 1024, sizes
+    assert sum(v for n, v in sizes.items() if n not in OTHERS_DOCS) <= 34 * 1024, sizes
+    assert sum(sizes.values()) <= 55 * 1024, sizes
 
 
 def test_docs_are_reference_not_a_diary():
