@@ -99,6 +99,12 @@ def test_reports_do_not_import_each_other():
             assert not others, f"{module} imports other reports {sorted(others)}"
 
 
+def test_no_module_file_name_occurs_twice():
+    """A name says which module it is: `sampling.py` in two places made readers guess."""
+    names = collections.Counter(p.name for p in PACKAGE.rglob("*.py") if p.name != "__init__.py")
+    assert not [n for n, k in names.items() if k > 1], names.most_common(3)
+
+
 def test_at_most_ten_modules_at_the_top():
     top = [p.name for p in PACKAGE.glob("*.py") if p.name != "__init__.py"]
     assert len(top) <= 10, top
