@@ -43,7 +43,7 @@ strings, usable with or without seqio; scores are on a 0-100 scale.
 
 import functools
 import os
-from typing import Callable, Dict, Mapping, Optional, Sequence, Tuple, Union
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from speculative import files
 from speculative.data import code_corpus, docstring_corpus
@@ -435,12 +435,7 @@ def register_code_task(data_dir: Optional[str] = None, name: str = CODE_TASK,
     """
     data_dir = os.path.abspath(data_dir or BUNDLED_CODE_DIR)
     vocabulary = code_vocabulary(data_dir)
-    splits = [s for s in CODE_SPLITS
-              if os.path.exists(os.path.join(data_dir, code_corpus.split_file(s)))]
-    if not splits:
-        raise TaskDataUnavailableError(
-            f"no train/valid/test.jsonl in {data_dir}; build them with "
-            f"`python scripts/build_code_corpus.py --output_dir={data_dir}`")
+    splits = _corpus_splits(data_dir, "scripts/build_code_corpus.py")
     code_corpus.line_windows("", prompt_lines, continuation_lines)  # checks the line counts
 
     def dataset_fn(split, shuffle_files, seed=None):
@@ -460,6 +455,18 @@ def register_code_task(data_dir: Optional[str] = None, name: str = CODE_TASK,
         vocabulary, None, add_eos=False)
 
 
+def _corpus_splits(data_dir: str, builder: str) -> List[str]:
+    """The seqio splits of a JSONL corpus (code, docstrings) whose file is in `data_dir`, or
+    TaskDataUnavailableError with the command (`builder`) that writes them."""
+    splits = [s for s in CODE_SPLITS
+              if os.path.exists(os.path.join(data_dir, code_corpus.split_file(s)))]
+    if not splits:
+        raise TaskDataUnavailableError(
+            f"no train/valid/test.jsonl in {data_dir}; build them with "
+            f"`python {builder} --output_dir={data_dir}`")
+    return splits
+
+
 def register_docstring_task(data_dir: Optional[str] = None,
                             name: str = DOCSTRING_TASK) -> seqio.Task:
     """Registers the code -> docstring corpus in `data_dir` (default: the bundled one).
@@ -472,12 +479,7 @@ def register_docstring_task(data_dir: Optional[str] = None,
     """
     data_dir = os.path.abspath(data_dir or BUNDLED_DOCSTRING_DIR)
     vocabulary = docstring_vocabulary(data_dir)
-    splits = [s for s in CODE_SPLITS
-              if os.path.exists(os.path.join(data_dir, docstring_corpus.split_file(s)))]
-    if not splits:
-        raise TaskDataUnavailableError(
-            f"no train/valid/test.jsonl in {data_dir}; build them with "
-            f"`python scripts/build_docstring_corpus.py --output_dir={data_dir}`")
+    splits = _corpus_splits(data_dir, docstring_corpus.BUILDER)
 
     def dataset_fn(split, shuffle_files, seed=None):
         del shuffle_files, seed  # one file per split, read in order
