@@ -8,7 +8,9 @@
 #   base    the target's first phase: BASE_STEPS steps (2000; under one epoch in all, so no
 #           dropout) at learning rate 0.01 (200 warmup steps, cosine decay); not exported
 #   target  docstring_target: base continued for TARGET_STEPS steps (2500) at 0.005 (100
-#           warmup steps, cosine decay), then exported (bfloat16) to EXPORT_DIR
+#           warmup steps, cosine decay) with seed 1, so that its batches are a new order of the
+#           corpus rather than base's again (the data order follows the seed), then exported
+#           (bfloat16) to EXPORT_DIR
 #   s       docstring_draft_s: distilled (the exported target's greedy docstrings of
 #           DISTILL_PAIRS training functions, cached in OUT_ROOT/distill_greedy.npz), DRAFT_STEPS
 #           steps at learning rate 0.03
@@ -61,7 +63,7 @@ if wanted base; then
 fi
 if wanted target; then
   stage docstring_target "${TARGET[@]}" --gin.TRAIN_STEPS="$TARGET_STEPS" \
-    --gin.LEARNING_RATE=0.005 --gin.WARMUP_STEPS=100 \
+    --gin.LEARNING_RATE=0.005 --gin.WARMUP_STEPS=100 --gin.SEED=1 \
     --gin.INIT_CHECKPOINT="$(q "$OUT_ROOT/docstring_target_base/checkpoint_$BASE_STEPS")"
 fi
 if wanted s; then
