@@ -389,8 +389,33 @@ class _Fitted:
     resume: ResumableRun
 
 
+def replayed_order(run: TrainRun) -> Optional[str]:
+    """A warning when `run` continues an `init_checkpoint` whose run drew its batches from the
+    same data with the same seed: the data order follows the seed, so the continuation would
+    see that run's batches again, in the same order, before anything new (None otherwise)."""
+    if not run.init_checkpoint:
+        return None
+    path = os.path.normpath(run.init_checkpoint)
+    run_dir = os.path.dirname(path) if os.path.basename(path).startswith("checkpoint_") else path
+    meta = os.path.join(run_dir, "train_state.json")
+    if not os.path.exists(meta):
+        return None
+    with open(meta) as f:
+        before = json.load(f).get("settings", {})
+    same_data = (before.get("task", "ende") == run.task and before.get("distill") == run.distill
+                 and not run.distill)
+    if not (same_data and before.get("seed") == run.seed):
+        return None
+    return (f"init_checkpoint={run.init_checkpoint!r} was trained with seed={run.seed} on the "
+            "same data: this run sees its batches again in the same order before any new one. "
+            "Give another seed (--gin.SEED=...) to draw a new order.")
+
+
 def _fit(run: TrainRun, module, data: _Data):
     """The training loop (resumable; module docstring) -> `(alpha_rng, _Fitted)`."""
+    warning = replayed_order(run)
+    if warning:
+        logging.warning("%s", warning)
     config, model = run.config, run.model
     optimizer = make_optimizer(config)
     init_rng, dropout_rng, alpha_rng = jax.random.split(jax.random.PRNGKey(run.seed), 3)

@@ -433,3 +433,20 @@ def test_code_models_and_run_file_parse_with_the_papers_proportions():
         t5.param_shapes(t5.DecoderOnly(c)))) for k, c in configs.items()}
     assert 5e6 < params["code_target"] < 97e6 / 5 and params["code_draft"] < 6e6 / 5
     assert configs["code_target"].vocab_size == 4000  # the bundled code vocabulary's size
+
+
+def test_continuing_a_run_with_its_seed_warns_that_the_batches_repeat(tmp_path):
+    """The data order follows the seed: continuing an init_checkpoint's run with its seed on the
+    same data replays its batches (the docstring target's second phase did, at first)."""
+    run_dir = tmp_path / "base"
+    run_dir.mkdir()
+    (run_dir / "train_state.json").write_text(json.dumps(
+        {"settings": {"seed": 0, "task": "docstrings", "distill": False}, "step": 2000}))
+    kw = dict(model=tiny_config(), model_dir=str(tmp_path / "next"), config=TrainConfig(steps=1),
+              task="docstrings", init_checkpoint=str(run_dir / "checkpoint_2000"))
+    warning = training.replayed_order(training.TrainRun(seed=0, **kw))
+    assert "seed=0 on the same data" in warning and "--gin.SEED" in warning
+    assert training.replayed_order(training.TrainRun(seed=1, **kw)) is None
+    assert training.replayed_order(training.TrainRun(seed=0, **{**kw, "task": "ende"})) is None
+    assert training.replayed_order(training.TrainRun(seed=0, **{
+        **kw, "init_checkpoint": str(tmp_path / "elsewhere" / "checkpoint_1")})) is None
