@@ -188,12 +188,14 @@ def docstring_batches(num: Optional[int], batch_size: int,
     validation.positive_int(length, "length", "tokens per encoded function source")
     examples = docstring_corpus.read_split(docstring_corpus.DOCSTRING_DIR, split)
     examples = examples[skip:skip + num if num else None]
-    rows = _docstring_tokenizer().encode_sources([e.code for e in examples], length)
+    rows = docstring_tokenizer().encode_sources([e.code for e in examples], length)
     return [rows[i:i + batch_size] for i in range(0, len(rows), batch_size)]
 
 
 @functools.lru_cache(maxsize=None)
-def _docstring_tokenizer() -> text.Tokenizer:
+def docstring_tokenizer() -> text.Tokenizer:
+    """The docstring corpus' vocabulary as the `code_docstring` task uses it (no prefix), loaded
+    once per process."""
     return text.Tokenizer(os.path.join(docstring_corpus.DOCSTRING_DIR,
                                        docstring_corpus.SPM_MODEL), prefix="")
 

@@ -97,7 +97,7 @@ class DemoTask:
 
     def tokenizer(self) -> text.Tokenizer:
         if self.bundle is bundles.DOCSTRINGS:
-            return bundles._docstring_tokenizer()  # pylint: disable=protected-access
+            return bundles.docstring_tokenizer()
         return bundles.Vocabulary()
 
     def pairs(self, num: int, skip: int = 0) -> List[Tuple[str, str]]:

@@ -82,7 +82,7 @@ def target_docstrings(num: Optional[int], batch_size: int = 128,
 
     bundle = bundles.bundle(target)
     model = bundle.load(target)
-    tokenizer = bundles._docstring_tokenizer()  # pylint: disable=protected-access
+    tokenizer = bundles.docstring_tokenizer()
     out = []
     for batch in tqdm(bundle.batches(num, batch_size), desc="greedy docstrings", unit="batch"):
         result = decoding.autoregressive_decode(
