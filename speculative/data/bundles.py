@@ -271,13 +271,7 @@ class Bundle:
                                            decoder_only=self.decoder_only)
         entry = self.entry(name)
         if entry.get("kind") == HYBRID:
-            from speculative.models import hybrid  # pylint: disable=g-import-not-at-top
-
-            model = self.load(entry["draft"], param_dtype=param_dtype,
-                              kernel_layout=kernel_layout)
-            return hybrid.HybridDraft(model, ngram.PromptLookupDraft(
-                vocab_size=model.vocab_size, decoder_only=self.decoder_only,
-                min_ngram=int(entry["min_ngram"]), max_ngram=int(entry["max_ngram"])))
+            return self.hybrid(entry, param_dtype=param_dtype, kernel_layout=kernel_layout)
         if entry.get("kind") in READS_TARGET:
             return load_feature_draft(entry, self.models_dir, kernel_layout)
         if not self.is_t5(name):
@@ -287,6 +281,18 @@ class Bundle:
                                    os.path.join(self.models_dir, entry["checkpoint"]),
                                    decoder_only=self.decoder_only, param_dtype=param_dtype,
                                    kernel_layout=kernel_layout)
+
+    def hybrid(self, entry: dict, param_dtype: str = "float32", kernel_layout: str = "auto"):
+        """The `HybridDraft` a card entry of kind 'hybrid' describes (also before the entry is
+        in the card): prompt lookup with its n-gram lengths around the bundled draft it
+        names."""
+        # pylint: disable=g-import-not-at-top
+        from speculative.models import hybrid, ngram
+
+        model = self.load(entry["draft"], param_dtype=param_dtype, kernel_layout=kernel_layout)
+        return hybrid.HybridDraft(model, ngram.PromptLookupDraft(
+            vocab_size=model.vocab_size, decoder_only=self.decoder_only,
+            min_ngram=int(entry["min_ngram"]), max_ngram=int(entry["max_ngram"])))
 
     def targets(self) -> List[str]:
         """The bundled targets, the memory-bound one first."""

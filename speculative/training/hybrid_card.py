@@ -37,9 +37,8 @@ def add_hybrid_draft(bundle: bundles.Bundle, draft: str, *, name: str, min_ngram
              "max_ngram": max_ngram, "target": target_name,
              "description": description or f"prompt lookup where the trailing n-gram "
              f"(n >= {min_ngram}) occurs in the input or the output so far, {draft} elsewhere"}
-    update_card(bundle.models_dir, name, entry)  # so that `bundle.load(name)` builds it
     start = time.time()
-    target, hybrid = bundle.load(target_name), bundle.load(name)
+    target, hybrid = bundle.load(target_name), bundle.hybrid(entry)
     [inputs] = bundle.batches(alpha_sentences, alpha_sentences, split="valid")
     entry["params"] = num_params(hybrid.params)
     entry["alpha"] = draft_alpha(target, hybrid, list(np.asarray(inputs)),
