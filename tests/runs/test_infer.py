@@ -38,6 +38,7 @@ from tests.helpers.runs import (
     infer_bindings,
     script_env,
 )
+from tests.helpers.walk import module_entries, settings_walk
 
 pytestmark = pytest.mark.usefixtures("clean_gin")
 
@@ -622,3 +623,53 @@ def test_gamma_auto_runs_the_fastest_choice_and_records_it(tiny_gin, tmp_path, m
                                          "reason": "GAMMA = 2 given"}
     with pytest.raises(ValueError, match="GAMMA='fast' is invalid.*or 'auto'"):
         infer.infer(fixed.settings, dry_run=True, gamma="fast")
+
+
+# The settings' walk from infer.run (tests/helpers/walk.py says what a stop and an entry are).
+MAX_STOPS = 30
+MAX_ENTRIES = 2
+
+
+@pytest.mark.parametrize("gamma", ["3", "'auto'"])
+def test_the_settings_walk_is_short_and_enters_each_module_at_most_twice(tiny_gin, tmp_path,
+                                                                          gamma):
+    config_lib.parse_gin([INFER_GIN, tiny_gin], infer_bindings(tmp_path / "walk", GAMMA=gamma)
+                         + ["infer.infer.progress = False"])
+    settings = infer.infer(dry_run=True)
+    stops = settings_walk(settings, lambda: infer.run(settings))
+    distinct = list(dict.fromkeys((m, f) for m, f, _ in stops))
+    entries = module_entries(stops)
+    walk = "\n".join(f"  {m}: {f}" for m, f in distinct)
+    print(f"\n{len(distinct)} stops in {len(entries)} modules:\n{walk}\nentries: {dict(entries)}")
+    # The walk covers the stages (a measurement that saw nothing would pass vacuously).
+    modules = {m for m, _ in distinct}
+    assert {"runs/infer.py", "runs/infer_inputs.py", "runs/infer_encode.py",
+            "runs/infer_choice.py", "runs/infer_decode.py", "runs/infer_output.py"} <= modules
+    assert len(distinct) <= MAX_STOPS, walk
+    assert max(entries.values()) <= MAX_ENTRIES, entries
+    # Frozen: nothing rebinds the settings on the way.
+    with pytest.raises(Exception, match="cannot assign|frozen"):
+        settings.batch_size = 1
+
+
+def test_the_walk_counts_stops_and_entries():
+    """The counters on a hand-made walk (so that the limits above measure what they say)."""
+    stops = [("a.py", "f", None), ("a.py", "g", "a.py"), ("b.py", "h", "a.py"),
+             ("a.py", "f", "b.py"), ("c.py", "k", "a.py")]
+    assert module_entries(stops) == {"a.py": 2, "b.py": 1, "c.py": 1}
+    marker = object()
+
+    def inner(x):
+        return x
+
+    def outer(x):
+        return inner(x) and inner(None)
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    name = os.path.basename(__file__)
+    prefix = "test_the_walk_counts_stops_and_entries.<locals>."
+    # outer and the first inner get the marker as an argument; inner(None) does not, nor does
+    # the lambda (the marker is its closure's, not an argument).
+    assert settings_walk(marker, lambda: outer(marker), root=here) == [
+        (name, prefix + "outer", None), (name, prefix + "inner", name)]
+    assert settings_walk(marker, lambda: outer(marker)) == []  # nothing of the package ran
