@@ -9,7 +9,9 @@ The cache is a folder of small JSON files, one per key (its SHA-256), in
 SPECULATIVE_CALIBRATION_CACHE=0 turns it off. The key holds the host's fingerprint (node name,
 CPU model, devices, jax version), each model's identity (its name or config, and the size and
 modification time of every checkpoint file, so a retrained checkpoint is a new key), the batch
-size, the input and decode lengths, the sampling and the lenience. A stored file whose key does
+size, the input and decode lengths, the sampling, the lenience, and a digest of the code that
+decodes (`code_digest`: the package's decode, beam, models and measure sources, so a changed
+decode loop or kernel is a new key). A stored file whose key does
 not match (a hash collision, a hand edit) is ignored.
 
 Only choices that do not depend on the run's length are kept (`cacheable`): what was measured
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import functools
 import hashlib
 import json
 import os
@@ -80,6 +83,25 @@ def files_signature(path: Optional[str]) -> Optional[Dict[str, Any]]:
     return {"path": real, "files": len(found), "digest": digest}
 
 
+CODE_DIRS = ("decode", "beam", "models", "measure")  # what a decode's speed depends on
+
+
+@functools.lru_cache(maxsize=None)
+def code_digest() -> str:
+    """A digest of the package's sources in `CODE_DIRS` (their relative paths and contents)."""
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    digest = hashlib.sha256()
+    for folder in CODE_DIRS:
+        for root, dirs, names in os.walk(os.path.join(package, folder)):
+            dirs.sort()
+            for name in sorted(n for n in names if n.endswith(".py")):
+                full = os.path.join(root, name)
+                digest.update(os.path.relpath(full, package).encode() + b"\0")
+                with open(full, "rb") as f:
+                    digest.update(f.read() + b"\0")
+    return digest.hexdigest()[:16]
+
+
 def model_identity(config, checkpoint: Optional[str]) -> Dict[str, Any]:
     """A model as a run names it (a bundled name, a config, or None with a checkpoint) with its
     checkpoint's `files_signature` (a bundled model's own checkpoint and card entry)."""
@@ -94,7 +116,7 @@ def model_identity(config, checkpoint: Optional[str]) -> Dict[str, Any]:
 
 def calibration_key(settings) -> Dict[str, Any]:
     """The key of a run's GAMMA 'auto' choice (module docstring); `settings`: `InferSettings`."""
-    return {"host": host_fingerprint(),
+    return {"host": host_fingerprint(), "code": code_digest(),
             "target": model_identity(settings.target_config, settings.target_checkpoint),
             "draft": model_identity(settings.draft_config, settings.draft_checkpoint),
             "batch_size": settings.batch_size, "input_length": settings.input_length,

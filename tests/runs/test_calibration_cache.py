@@ -84,6 +84,32 @@ def test_the_cache_turns_off_and_a_retrained_checkpoint_is_a_new_key(tmp_path, m
     assert cache.files_signature(None) is None
 
 
+def test_a_changed_decode_source_is_a_new_key(settings, tmp_path, monkeypatch):
+    """The key holds a digest of the decode/beam/models/measure sources: edit one, new key."""
+    key = cache.calibration_key(settings)
+    assert key["code"] == cache.code_digest() and len(key["code"]) == 16
+    package = tmp_path / "speculative"
+    for folder in cache.CODE_DIRS:
+        (package / folder).mkdir(parents=True)
+        (package / folder / "a.py").write_text("x = 1\n")
+    (package / "runs").mkdir()
+    fake = package / "runs" / "calibration_cache.py"
+    monkeypatch.setattr(cache, "__file__", str(fake))
+    cache.code_digest.cache_clear()
+    try:
+        first = cache.code_digest()
+        (package / "runs" / "other.py").write_text("y = 2\n")  # outside CODE_DIRS: same key
+        cache.code_digest.cache_clear()
+        assert cache.code_digest() == first
+        (package / "decode" / "a.py").write_text("x = 2\n")
+        cache.code_digest.cache_clear()
+        assert cache.code_digest() != first
+    finally:
+        monkeypatch.undo()
+        cache.code_digest.cache_clear()
+    assert cache.calibration_key(settings) == key
+
+
 def test_only_choices_that_hold_for_any_run_length_are_cacheable():
     base, chain = _candidate("baseline", None, 1.0), _candidate("chain", 4, 1.6)
     prior = prior_lib.SpeculationPrior(alpha=0.8, c=0.1, verify_cost=1.0, gamma=4,
