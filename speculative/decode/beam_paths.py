@@ -5,8 +5,8 @@ A drafter that takes part (`BeamProposer`; `ChainDrafter` and `TargetAwareDrafte
 decode/drafters.py) proposes, for every alive beam, its b best first tokens each continued
 greedily by the draft, then the u paths of the draft's own beam search from the alive beams
 (`propose`: one draft call reads every beam's last token, then single-token `step`s). The
-search scores them in one target forward and replays the target's steps along them; what the
-drafter proposes never changes the result, only how many steps a round replays.
+search scores them in one target forward and replays the target's steps along them (why any
+proposal leaves the beams exact: beam/search.py's docstring).
 
 Shape legend: B batch, w beams, P = w * b + u paths per input, G gamma, V vocab, F feature
 width.
