@@ -11,7 +11,6 @@ import jax
 import numpy as np
 
 from speculative.decode import contract, validation
-from speculative.decode.contract import check_target_aware, reads_target
 
 Array = jax.Array
 
@@ -59,9 +58,11 @@ def _check(inputs, beam_size: int, max_decode_len: int, length_penalty: float,
     vocab = getattr(model, "vocab_size", None)
     ids = validation.token_ids(inputs, vocab if vocab is not None else np.iinfo(np.int32).max,
                                needs_token_per_row=True)
-    if cached and hasattr(model, "cache_bytes"):
+    cache_bytes = validation.cache_bytes(model, ids.shape[0] * beam_size,
+                                         max_decode_len + 1) if cached else None
+    if cache_bytes is not None:
         validation.fits_memory(
-            model.cache_bytes(ids.shape[0] * beam_size, max_decode_len + 1),
+            cache_bytes,
             f"the KV cache of beam search over batch {ids.shape[0]} x beam {beam_size} x "
             f"max_decode_len={max_decode_len}", "lower max_decode_len or the batch size")
     elif vocab is not None:  # each forward returns [rows, max_decode_len, V] float32 log-probs
@@ -69,7 +70,7 @@ def _check(inputs, beam_size: int, max_decode_len: int, length_penalty: float,
             ids.shape[0] * beam_size * max_decode_len * vocab * 4,
             f"beam search over batch {ids.shape[0]} x beam {beam_size} x "
             f"max_decode_len={max_decode_len}", "lower max_decode_len or the batch size")
-    if model is not None and hasattr(model, "prefix_length"):
+    if not contract.missing(model, contract.DecodeModel):
         models = (model,) if draft is None else (model, draft)
         validation.bounded_work(
             models, ids.shape[0], ids.shape[1], max_decode_len,
@@ -81,7 +82,8 @@ def _check(inputs, beam_size: int, max_decode_len: int, length_penalty: float,
 
 def _check_speculative(target, draft, inputs, beam_size, draft_beam, gamma, max_decode_len,
                        length_penalty, cached: bool, min_draft_beam) -> np.ndarray:
-    """`min_draft_beam`: (the least draft_beam the search takes, the message saying why)."""
+    """`draft`: the draft model. `min_draft_beam`: (the least draft_beam the search takes, the
+    message saying why)."""
     validation.positive_int(gamma, "gamma", "draft steps per round")
     inputs = _check(inputs, beam_size, max_decode_len, length_penalty, target, cached=cached,
                     draft=draft, gamma=gamma)
@@ -92,12 +94,12 @@ def _check_speculative(target, draft, inputs, beam_size, draft_beam, gamma, max_
     if draft.vocab_size != target.vocab_size:
         raise ValueError(f"draft vocab_size={draft.vocab_size} differs from the target's "
                          f"{target.vocab_size}.")
-    if reads_target(draft) and not cached:
-        raise TypeError(
-            f"The host-driven speculative beam search takes a draft with a model of its own; "
-            f"this {type(draft).__name__} reads the target's states, which the jitted "
-            "speculative_beam_search feeds it. Use that, or a separate draft (a bundle's "
-            "best_t5_draft, e.g. large_draft_kdtv).")
-    if reads_target(draft):
-        check_target_aware(target, draft)
     return inputs
+
+
+def _encoder_decoder(model, name: str, input_length: int) -> None:
+    """TypeError unless `model` is a DecodeModel whose decoder starts empty (beam search keeps
+    every beam's prefix from BOS)."""
+    if contract.missing(model, contract.DecodeModel) or model.prefix_length(input_length) != 0:
+        raise TypeError(f"beam search needs an encoder-decoder {name} (EncoderDecoderModel); "
+                        f"got {type(model).__name__}.")

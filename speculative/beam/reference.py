@@ -26,7 +26,7 @@ from speculative.beam.checks import (
     _check_speculative,
     brevity_penalty,
 )
-from speculative.decode import contract
+from speculative.decode import contract, drafters
 
 
 @contract.jit_by_class
@@ -44,7 +44,7 @@ class _Scorer:
     """Fixed-shape forwards of one model: `rows` sequences of length `length` per call."""
 
     def __init__(self, model, inputs: np.ndarray, rows: int, length: int):
-        if contract.reads_target(model) or model.prefix_length(np.shape(inputs)[1]) != 0:
+        if model.prefix_length(np.shape(inputs)[1]) != 0:
             raise TypeError(f"beam search needs encoder-decoder models whose decoder starts "
                             f"empty (EncoderDecoderModel, or a separate draft); got "
                             f"{type(model).__name__}.")
@@ -208,6 +208,8 @@ def host_speculative_beam_search(target, draft, inputs, *, beam_size: int, draft
         target, draft, inputs, beam_size, draft_beam, gamma, max_decode_len, length_penalty,
         cached=False, min_draft_beam=(beam_size, f"beam_size={beam_size}: the draft proposes "
                                                  "at least as many beams as the target keeps"))
+    draft = drafters.as_drafter(draft, gamma).own_model(
+        "The host-driven speculative beam search")
     w, batch = beam_size, inputs.shape[0]
     rows_per_call = _forward_rows(batch, w, draft_beam)
     scorer = _Scorer(target, inputs, rows_per_call, max_decode_len)

@@ -1,4 +1,4 @@
-"""T5X-style beam search, and exact speculative beam search (paper appendix A.4).
+"""T5X-style beam search, and exact speculative beam search (paper appendix A.4): one loop.
 
 `beam_search(target, inputs, beam_size=w, ...)` is T5X's `decoding.beam_search`: at step i
 every alive beam's next-token log-probabilities are added to its score, the best 2w of the
@@ -8,26 +8,34 @@ w x V candidates are kept, those ending in EOS join the finished set with the le
 length. Rows with no finished beam return their alive beams.
 
 `speculative_beam_search(target, draft, inputs, beam_size=w, draft_beam=u, gamma=g)` runs that
-same search with fewer target calls. A round:
+same search with fewer target calls. A round (`_jitted_search`):
 
-  1. the draft proposes paths of g tokens: for every alive beam its own greedy continuation
-     (with `draft_branch=b`, its b best first tokens, each continued greedily), plus the u
-     paths of the draft's beam search of width u from the alive beams (their parents are
-     alive beams);
-  2. the target scores all proposed paths in one forward: its log-probabilities at the
-     position after every prefix of every path;
-  3. the target's beam search steps are replayed from those numbers, one step at a time, as
-     long as every alive beam of the step is a prefix of some proposed path (its
+  1. propose: the drafter (decode/drafters.py, decode/beam_paths.py) proposes paths of g
+     tokens: for every alive beam its own greedy continuation (with `draft_branch=b`, its b
+     best first tokens, each continued greedily), plus the u paths of the draft's beam search
+     of width u from the alive beams (their parents are alive beams);
+  2. score: the target scores all proposed paths in one forward (the drafter's view of it,
+     `rounds.TargetView`): its log-probabilities at the position after every prefix of every
+     path;
+  3. replay: the target's beam search steps are replayed from those numbers, one step at a
+     time, as long as every alive beam of the step is a prefix of some proposed path (its
      distribution was computed). Step 1 always is (each alive beam has its greedy path), so a
-     round makes between 1 and g + 1 steps.
+     round makes between 1 and g + 1 steps;
+  4. keep: both caches take each kept beam's path row, rewound to its replayed tokens (the
+     drafter keeps its own state: `beam_keep`).
 
-A step replayed from the round's forward is the step the target alone would take: the scores
-are the same numbers (to float32 round-off: the cached forward scores a path's g + 1 tokens in
-one call instead of one by one).
+Exactness: a step replayed from the round's forward is the step the target alone would take,
+whatever the drafter proposed: the scores are the same numbers (to float32 round-off: the
+cached forward scores a path's g + 1 tokens in one call instead of one by one), and a step
+whose beams were not all proposed is not replayed. `beam_search` is the same loop with a
+drafter that proposes nothing (g = 0): every round is one step, one target call of one token
+per beam.
 
-Each search exists twice. `beam_search` and `speculative_beam_search`, what users run, are one
-jitted `lax.while_loop` each, with the KV caches reordered by beam (T5X's `cache_gather_beams`;
-the encoder and its cross-attention keys and values are computed once per input).
+The loop is one jitted `lax.while_loop`, with the KV caches reordered by beam (T5X's
+`cache_gather_beams`; the encoder and its cross-attention keys and values are computed once
+per input). It never asks which kind of drafter it drives: a drafter that cannot propose
+per-beam paths (a token tree, a block) is refused by name before anything is traced
+(`drafters.beam_drafter`).
 `beam_reference.host_beam_search` and `host_speculative_beam_search` are Python loops around
 a teacher-forcing forward that recomputes every prefix: the references the jitted ones are
 tested against (with the same `rows`, `beam_search(..., rows=...)`, the two host searches
@@ -52,9 +60,10 @@ from speculative.beam.checks import (
     BeamSearchResult,
     _check,
     _check_speculative,
+    _encoder_decoder,
 )
-from speculative.decode import contract, interrupts, validation
-from speculative.decode.contract import reads_target, reorder_rows, take_rows
+from speculative.decode import beam_paths, contract, drafters, interrupts, rounds, validation
+from speculative.decode.contract import reorder_rows, shared_parts, take_rows
 
 Array = jax.Array
 
@@ -66,23 +75,27 @@ class _BeamState:
     Attributes:
       cache: the target's decode state, `B * w` rows (each beam's prefix; the encoder's
         cross-attention keys and values computed once per input and repeated for its beams).
+      draft: the drafter's state, one row per beam (`beam_paths.BeamDraftState`; None for the
+        plain search).
       last: `[B, w]` each alive beam's last token (BOS at the start), fed next.
       alive, finished: `[B, w, N]` sequences; alive_scores `[B, w]` log-probabilities (NEG_INF
         for unused beams), finished_scores `[B, w]` length-penalised (NEG_INF = empty).
-      step: `[]` the step index; done `[B]` rows whose search stopped; row_steps `[B]`;
-      nonfinite `[B]` rows whose log-probabilities went NaN/inf (stopped; the caller raises).
+      done: `[B]` rows whose search stopped; row_steps `[B]` beam steps each took (rows replay
+        different numbers of steps per round); rounds `[]` target forwards;
+      nonfinite: `[B]` rows whose log-probabilities went NaN/inf (stopped; the caller raises).
     """
 
     cache: Any
+    draft: Any
     last: Array
     alive: Array
     alive_scores: Array
     finished: Array
     finished_scores: Array
-    step: Array
     done: Array
     row_steps: Array
     nonfinite: Array
+    rounds: Array
 
 
 def _take_beams(x: Array, index: Array) -> Array:
@@ -94,17 +107,6 @@ def _top(scores: Array, k: int) -> Array:
     """Indices of the k largest of `scores [B, n]`, ties to the lower index (numpy's stable
     argsort of the negated scores, as the host search)."""
     return jax.lax.top_k(scores, k)[1]
-
-
-def _shared(model, state):
-    """`model`'s shared state parts (`contract.SharedRows`), or None (the state moves whole)."""
-    return None if contract.missing(model, contract.SharedRows) else model.shared(state)
-
-
-def _shared_rows(model, state, rows: Array):
-    """The shared parts of rows `rows` of `state` (None when nothing is shared)."""
-    shared = _shared(model, state)
-    return None if shared is None else take_rows(shared, rows)
 
 
 _SETS = ("alive", "alive_scores", "finished", "finished_scores")
@@ -152,262 +154,142 @@ def _pick(keep_old: Array, old, new: dict) -> dict:
             for k, v in new.items()}
 
 
-def _jitted_search(target, inputs, *, beam_size: int, max_decode_len: int,
-                   length_penalty: float):
-    w, n = beam_size, max_decode_len
-    batch = inputs.shape[0]
-    cache = target.init(target.params, inputs, n + 1)
-    cache = take_rows(cache, jnp.repeat(jnp.arange(batch), w))  # per beam
-    scores = jnp.full((batch, w), NEG_INF, jnp.float32).at[:, 0].set(0.0)
-    init = _BeamState(
-        cache=cache, last=cache.pending.reshape(batch, w),
-        alive=jnp.zeros((batch, w, n), jnp.int32), alive_scores=scores,
-        finished=jnp.zeros((batch, w, n), jnp.int32),
-        finished_scores=jnp.full((batch, w), NEG_INF, jnp.float32),
-        step=jnp.zeros((), jnp.int32), done=jnp.zeros((batch,), bool),
-        row_steps=jnp.zeros((batch,), jnp.int32), nonfinite=jnp.zeros((batch,), bool))
-    length_penalty = jnp.asarray(length_penalty, jnp.float32)  # traced: one compile for all
-    longest = ((5.0 + n) / 6.0) ** length_penalty
-
-    def cond(s):
-        return (s.step < n) & jnp.any(~s.done)
-
-    def body(s):
-        i = s.step
-        logits, cache = target.extend(target.params, s.cache, s.last.reshape(batch * w, 1))
-        log_probs = jax.nn.log_softmax(jnp.asarray(logits[:, 0], jnp.float32)).reshape(
-            batch, w, -1)
-        new, parent, tokens, stop, broken = _beam_step(
-            s, log_probs, jnp.full((batch,), i), length_penalty, longest)
-        broken &= ~s.done
-        # The cache follows the kept beams (T5X's cache_gather_beams).
-        cache = reorder_rows(target, cache, (jnp.arange(batch)[:, None] * w + parent).reshape(-1))
-        keep_old = s.done | broken
-        return s.replace(
-            cache=cache, last=tokens, **_pick(keep_old, s, new), step=i + 1,
-            done=s.done | stop | broken, row_steps=s.row_steps + (~s.done).astype(jnp.int32),
-            nonfinite=s.nonfinite | broken)
-
-    return jax.lax.while_loop(cond, body, init)
-
-
-_JITTED_SEARCH = contract.jit_by_class(_jitted_search, ("beam_size", "max_decode_len"))
-
-
 @struct.dataclass
-class _SpecBeamState:
-    """The jitted speculative search's carry: `_BeamState`'s sets, plus the draft's cache per
-    alive beam, per-row step counts (rows replay different numbers of steps per round) and
-    the round count.
+class _TargetAlone:
+    """The plain search's drafter: it proposes nothing (g = 0), so a round is one beam step,
+    one target call of one token per beam, and it keeps no state."""
 
-    Attributes:
-      cache, draft_cache: the target's and the draft's decode states, `B * w` rows (beams of
-        row b in rows b*w .. b*w + w-1).
-      last: `[B, w]` each alive beam's last token, fed next.
-      alive, finished: `[B, w, N]` sequences; alive_scores `[B, w]` log-probabilities,
-        finished_scores `[B, w]` length-penalised (NEG_INF = unused / empty).
-      done: `[B]` rows stopped; row_steps `[B]` beam steps each took; rounds `[]` forwards;
-      nonfinite: `[B]` rows whose log-probabilities went NaN/inf (stopped; the caller raises).
-      last_feature: for a target-aware draft, `[B * w, F]` the target's features of the
-        position before each alive beam's `last` token (what the draft reads it with); None
-        for a draft with a model of its own.
-    """
+    gamma: int = struct.field(pytree_node=False, default=0)
 
-    cache: Any
-    draft_cache: Any
-    last: Array
-    alive: Array
-    alive_scores: Array
-    finished: Array
-    finished_scores: Array
-    done: Array
-    row_steps: Array
-    nonfinite: Array
-    rounds: Array
-    last_feature: Any = None
+    def view(self, target) -> rounds.TargetView:
+        return rounds.TargetView(target)
+
+    def beam_calls(self, draft_beam: int) -> int:
+        del draft_beam
+        return 0
+
+    def beam_start(self, view, inputs, max_len, beams):
+        per_beam = jnp.repeat(jnp.arange(inputs.shape[0]), beams)
+        return take_rows(view.start(inputs, max_len), per_beam), None
+
+    def beam_propose(self, state, last, scores, draft_beam, branch) -> beam_paths.BeamProposal:
+        del state, scores, draft_beam, branch
+        batch, w = last.shape
+        return beam_paths.BeamProposal(paths=jnp.zeros((batch, w, 0), jnp.int32),
+                                     roots=jnp.broadcast_to(jnp.arange(w), (batch, w)),
+                                     model=None)
+
+    def beam_keep(self, state, proposal, rows, lengths, replayed, scored):
+        del proposal, rows, lengths, replayed, scored
+        return state
 
 
-def _log_softmax(logits: Array) -> Array:
-    return jax.nn.log_softmax(jnp.asarray(logits, jnp.float32))
+def _replay(s: _BeamState, log_probs: Array, proposal: beam_paths.BeamProposal, branch: int,
+            length_penalty: Array, longest: Array):
+    """Step 3: the target's beam steps replayed from `log_probs [B, P, g + 1, V]` (after every
+    prefix of every proposed path) while every alive beam lies on a proposed path.
+
+    Returns `(s with the new sets, rows_of [B, w], replayed [B])`: the path row holding each
+    alive beam's prefix (its parent's) and the steps each row replayed."""
+    paths, roots = proposal.paths, proposal.roots
+    batch, _, g = paths.shape
+    w = s.last.shape[1]
+    # Path q continues path p after t tokens iff they share the root and the t tokens.
+    same = (roots[:, :, None] == roots[:, None, :])[..., None]  # [B, P, P, 1]
+    prefix = jnp.cumprod(paths[:, :, None, :] == paths[:, None, :, :], axis=-1) > 0
+    agree = same & jnp.concatenate([jnp.ones_like(prefix[..., :1]), prefix], axis=-1)
+    state, going = s, ~s.done
+    # The path each alive beam lies on (its first greedy path).
+    on = jnp.broadcast_to(jnp.arange(w) * branch, (batch, w))
+    rows_of = on
+    replayed = jnp.zeros((batch,), jnp.int32)
+    for i in range(g + 1):
+        if i == 0:  # static: beam k lies on path k * branch (no gather)
+            lp = log_probs[:, :w * branch:branch, 0]
+        else:
+            lp = jnp.take_along_axis(log_probs[:, :, i], on[:, :, None], axis=1)  # [B, w, V]
+        new, parent, tokens, stop, broken = _beam_step(state, lp, state.row_steps,
+                                                       length_penalty, longest)
+        broken &= going
+        on_parent = jnp.take_along_axis(on, parent, axis=1)
+        if i < g:  # a child lies on a path that continues its parent's with its token
+            hit = (jnp.take_along_axis(agree[:, :, :, i], on_parent[:, :, None], axis=1)
+                   & (paths[:, None, :, i] == tokens[:, :, None]))  # [B, w, P]
+            found, child_on = jnp.any(hit, axis=-1), jnp.argmax(hit, axis=-1)
+        else:
+            found, child_on = jnp.zeros((batch, w), bool), on_parent
+        stepped = going & ~broken
+        state = state.replace(
+            **_pick(~stepped, state, new), last=jnp.where(stepped[:, None], tokens, state.last),
+            done=state.done | (going & stop),
+            row_steps=state.row_steps + stepped.astype(jnp.int32),
+            nonfinite=state.nonfinite | broken)
+        rows_of = jnp.where(stepped[:, None], on_parent, rows_of)
+        on = jnp.where(stepped[:, None], child_on, on)
+        replayed += stepped.astype(jnp.int32)
+        live = new["alive_scores"] > NEG_INF / 2
+        going = stepped & ~stop & jnp.all(found | ~live, axis=1)
+    return state, rows_of, replayed
 
 
-def _draft_paths_jit(draft, s: _SpecBeamState, gamma: int, draft_beam: int, branch: int):
-    """The round's proposals (module docstring, step 1), as `(paths [B, P, g], roots [B, P],
-    draft state of P = w * branch + u rows per input, fed each root's last token and its
-    path)`: for every alive beam k, its `branch` best first tokens by the draft, each followed
-    by the draft's greedy continuation (paths k*branch .. k*branch + branch-1, rooted at beam
-    k; the first is the beam's greedy path), then the paths of the draft's beam search of width
-    u from the alive beams (EOS never proposed inside those)."""
-    batch, w = s.last.shape
-    u, g, b = draft_beam, gamma, branch
-    if s.last_feature is None:
-        logits, d0 = draft.extend(draft.params, s.draft_cache, s.last.reshape(-1, 1))
-    else:  # a target-aware draft reads the last token with the target's features before it
-        logits, d0 = draft.extend(draft.params, s.draft_cache, s.last.reshape(-1, 1),
-                                  s.last_feature[:, None])
-    lp0 = _log_softmax(logits[:, 0])  # [B * w, V]
-    x = _top(lp0, b).reshape(-1).astype(jnp.int32)  # [B * w * b], each beam's b best first
-    d = take_rows(d0, jnp.repeat(jnp.arange(batch * w), b)) if b > 1 else d0
-    greedy = [x]
-    for _ in range(1, g):
-        logits, d = draft.extend(draft.params, d, x[:, None])
-        x = jnp.argmax(_log_softmax(logits[:, 0]), axis=-1).astype(jnp.int32)
-        greedy.append(x)
-    _, d = draft.extend(draft.params, d, x[:, None])  # each row holds its whole path
-    greedy = jnp.stack(greedy, axis=1).reshape(batch, w * b, g)
-    greedy_roots = jnp.broadcast_to(jnp.repeat(jnp.arange(w), b), (batch, w * b))
-    if u == 0:  # the beams' own (branched) greedy paths only
-        return greedy, greedy_roots, d
-    lp0 = lp0.reshape(batch, w, -1)
-    vocab = lp0.shape[-1]
-    no_eos = jnp.arange(vocab) == EOS_ID
-    cand = jnp.where(no_eos, 2 * NEG_INF, s.alive_scores[:, :, None] + lp0)  # [B, w, V]
-    top = _top(cand.reshape(batch, w * vocab), u)
-    score = jnp.take_along_axis(cand.reshape(batch, -1), top, axis=1)  # [B, u]
-    root, tokens = top // vocab, (top % vocab).astype(jnp.int32)
-    beam_paths = jnp.zeros((batch, u, g), jnp.int32).at[:, :, 0].set(tokens)
-    db = take_rows(d0, (jnp.arange(batch)[:, None] * w + root).reshape(-1))
-    for t in range(1, g):
-        logits, db = draft.extend(draft.params, db, beam_paths[:, :, t - 1].reshape(-1, 1))
-        lp = jnp.where(no_eos, 2 * NEG_INF, _log_softmax(logits[:, 0]).reshape(batch, u, -1))
-        cand = (score[:, :, None] + lp).reshape(batch, u * vocab)
-        top = _top(cand, u)
-        score = jnp.take_along_axis(cand, top, axis=1)
-        parent, tokens = top // vocab, (top % vocab).astype(jnp.int32)
-        root = jnp.take_along_axis(root, parent, axis=1)
-        beam_paths = _take_beams(beam_paths, parent).at[:, :, t].set(tokens)
-        db = take_rows(db, (jnp.arange(batch)[:, None] * u + parent).reshape(-1))
-    _, db = draft.extend(draft.params, db, beam_paths[:, :, g - 1].reshape(-1, 1))
-    paths = jnp.concatenate([greedy, beam_paths], axis=1)
-    roots = jnp.concatenate([greedy_roots, root], axis=1)
-    both = jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a, b], axis=0), d, db)
-    order = jnp.concatenate([jnp.arange(batch)[:, None] * (w * b) + jnp.arange(w * b),
-                             batch * w * b + jnp.arange(batch)[:, None] * u + jnp.arange(u)], 1)
-    return paths, roots, take_rows(both, order.reshape(-1))
-
-
-def _jitted_speculative_search(target, draft, inputs, *, beam_size: int, draft_beam: int,
-                               draft_branch: int, gamma: int, max_decode_len: int,
-                               length_penalty: float):
-    """Exact speculative beam search (paper A.4) as one jitted program (`speculative_beam_search`
-    documents it). Long, on purpose: the round body (draft the paths, score them in one target
-    forward, replay the target's beam steps along them, reorder and rewind both caches) closes
-    over a dozen per-call constants and reads best as one labelled block, like t5x's
-    `beam_search`."""
-    w, u, g, n = beam_size, draft_beam, gamma, max_decode_len
+def _jitted_search(target, drafter, inputs, *, beam_size: int, draft_beam: int,
+                   draft_branch: int, max_decode_len: int, length_penalty: float):
+    """T5X's beam search of `target` with `drafter` proposing paths (module docstring: the
+    round's steps 1-4), as one jitted `lax.while_loop`; the plain search with `_TargetAlone`."""
+    w, u, g, n = beam_size, draft_beam, drafter.gamma, max_decode_len
     p_rows, batch = w * draft_branch + u, inputs.shape[0]
-    per_beam = jnp.repeat(jnp.arange(batch), w)
-    layers = tuple(draft.feature_layers) if reads_target(draft) else None
-    if layers is None:
-        cache = take_rows(target.init(target.params, inputs, n + g + 2), per_beam)
-        draft_cache = take_rows(draft.init(draft.params, inputs, n + g + 2), per_beam)
-        last_feature = None
-    else:  # the draft cross-attends to the target's encoder output and reads its features
-        first = target.init_for_draft(target.params, inputs, n + g + 2, layers)
-        draft_cache = take_rows(draft.init(draft.params, inputs, n + g + 2,
-                                           context=target.context(first)), per_beam)
-        last_feature = take_rows(target.pending_features(first, layers), per_beam)
-        cache = take_rows(target.release_context(first), per_beam)
-    init = _SpecBeamState(
-        cache=cache, draft_cache=draft_cache, last=cache.pending.reshape(batch, w),
+    view = drafter.view(target)
+    # Room for every step and one round's g + 1 tokens past a row's last (n - 1) steps.
+    cache, draft = drafter.beam_start(view, inputs, n + g + 1, w)
+    init = _BeamState(
+        cache=cache, draft=draft, last=cache.pending.reshape(batch, w),
         alive=jnp.zeros((batch, w, n), jnp.int32),
         alive_scores=jnp.full((batch, w), NEG_INF, jnp.float32).at[:, 0].set(0.0),
         finished=jnp.zeros((batch, w, n), jnp.int32),
         finished_scores=jnp.full((batch, w), NEG_INF, jnp.float32),
         done=jnp.zeros((batch,), bool), row_steps=jnp.zeros((batch,), jnp.int32),
-        nonfinite=jnp.zeros((batch,), bool), rounds=jnp.zeros((), jnp.int32),
-        last_feature=last_feature)
-    length_penalty = jnp.asarray(length_penalty, jnp.float32)
+        nonfinite=jnp.zeros((batch,), bool), rounds=jnp.zeros((), jnp.int32))
+    length_penalty = jnp.asarray(length_penalty, jnp.float32)  # traced: one compile for all
     longest = ((5.0 + n) / 6.0) ** length_penalty
     flat = jnp.arange(batch)[:, None]
-    # Path k is beam k's greedy path (one path per beam): the verify reads the beams' own rows.
+    # Path k is beam k's greedy path (one path per beam): the forward reads the beams' own rows.
     own_rows = u == 0 and draft_branch == 1
     # Otherwise: the target's cross-attention keys and values for the P path rows of each input.
-    path_shared = None if own_rows else _shared_rows(target, cache,
-                                                    jnp.repeat(jnp.arange(batch) * w, p_rows))
+    path_shared = None if own_rows else shared_parts(
+        target, cache, jnp.repeat(jnp.arange(batch) * w, p_rows))
 
     def cond(s):
         return jnp.any(~s.done) & (s.rounds < n)
 
     def body(s):
-        # 1. The draft proposes P paths per input; 2. the target scores them in one forward.
-        paths, roots, dstate = _draft_paths_jit(draft, s, g, u, draft_branch)
+        # 1. Propose: P paths of g tokens per input.
+        proposal = drafter.beam_propose(s.draft, s.last, s.alive_scores, u, draft_branch)
+        # 2. Score: the target reads each path after its root's last token, in one forward.
         tstate = s.cache if own_rows else reorder_rows(
-            target, s.cache, (flat * w + roots).reshape(-1), path_shared)
-        root_last = jnp.take_along_axis(s.last, roots, axis=1)
-        verify = jnp.concatenate([root_last[:, :, None], paths], axis=2)  # [B, P, g + 1]
-        if layers is None:
-            logits, tstate = target.extend(target.params, tstate,
-                                           verify.reshape(batch * p_rows, -1))
-        else:  # [B * P, g + 1, F]: the target's features after each verified token
-            logits, feats, tstate = target.extend_with_features(
-                target.params, tstate, verify.reshape(batch * p_rows, -1), layers)
-        log_probs = _log_softmax(logits).reshape(batch, p_rows, g + 1, -1)
-        # Path q continues path p after s tokens iff they share the root and the s tokens.
-        same = (roots[:, :, None] == roots[:, None, :])[..., None]  # [B, P, P, 1]
-        prefix = jnp.cumprod(paths[:, :, None, :] == paths[:, None, :, :], axis=-1) > 0
-        agree = same & jnp.concatenate([jnp.ones_like(prefix[..., :1]), prefix], axis=-1)
-
-        # 3. The target's steps, replayed while every alive beam lies on a proposed path.
-        state, going = s, ~s.done
-        # The path each alive beam lies on (its first greedy path).
-        on = jnp.broadcast_to(jnp.arange(w) * draft_branch, (batch, w))
-        rows_of = on  # the path row holding each alive beam's prefix (for the caches)
-        replayed = jnp.zeros((batch,), jnp.int32)
-        for i in range(g + 1):
-            index = state.row_steps
-            lp = jnp.take_along_axis(log_probs[:, :, i], on[:, :, None], axis=1)  # [B, w, V]
-            new, parent, tokens, stop, broken = _beam_step(state, lp, index, length_penalty,
-                                                           longest)
-            broken &= going
-            on_parent = jnp.take_along_axis(on, parent, axis=1)
-            if i < g:  # a child lies on a path that continues its parent's with its token
-                hit = (jnp.take_along_axis(agree[:, :, :, i], on_parent[:, :, None], axis=1)
-                       & (paths[:, None, :, i] == tokens[:, :, None]))  # [B, w, P]
-                found, child_on = jnp.any(hit, axis=-1), jnp.argmax(hit, axis=-1)
-            else:
-                found, child_on = jnp.zeros((batch, w), bool), on_parent
-            stepped = going & ~broken
-            state = state.replace(
-                **_pick(~stepped, state, new), last=jnp.where(stepped[:, None], tokens, state.last),
-                done=state.done | (going & stop),
-                row_steps=state.row_steps + stepped.astype(jnp.int32),
-                nonfinite=state.nonfinite | broken)
-            rows_of = jnp.where(stepped[:, None], on_parent, rows_of)
-            on = jnp.where(stepped[:, None], child_on, on)
-            replayed += stepped.astype(jnp.int32)
-            live = new["alive_scores"] > NEG_INF / 2
-            going = stepped & ~stop & jnp.all(found | ~live, axis=1)
-
-        # Every alive beam's caches: its parent's path row, rewound to the replayed tokens.
+            target, s.cache, (flat * w + proposal.roots).reshape(-1), path_shared)
+        root_last = jnp.take_along_axis(s.last, proposal.roots, axis=1)
+        verify = jnp.concatenate([root_last[:, :, None], proposal.paths], axis=2)
+        scored, tstate = view.score(tstate, verify.reshape(batch * p_rows, g + 1))
+        log_probs = jax.nn.log_softmax(jnp.asarray(scored.logits, jnp.float32)).reshape(
+            batch, p_rows, g + 1, -1)
+        # 3. Replay the target's steps while every alive beam lies on a proposed path.
+        state, rows_of, replayed = _replay(s, log_probs, proposal, draft_branch,
+                                           length_penalty, longest)
+        # 4. Keep: every alive beam's caches are its parent's path row, rewound to the
+        # replayed tokens (the cache held the round's start, the root's last token and g more).
         rows = (flat * p_rows + rows_of).reshape(-1)
-        back = jnp.repeat(g + 1 - replayed, w)
-        tstate = reorder_rows(target, tstate, rows, _shared(target, s.cache))
-        dstate = reorder_rows(draft, dstate, rows, _shared(draft, s.draft_cache))
-        full = tstate.lengths  # both caches hold the round's start + root's last + path
-        last_feature = None
-        if layers is not None:
-            # The draft read its path with its own states; it re-reads the path's tokens with
-            # the target's features (those after each token before them) from the position
-            # after the root's last token, then keeps the replayed ones like the target.
-            feats = take_rows(feats, rows)  # [B * w, g + 1, F]
-            kept_path = paths.reshape(batch * p_rows, g)[rows]
-            dstate = draft.rewind(dstate, full - g)
-            _, dstate = draft.extend(draft.params, dstate, kept_path, feats[:, :g])
-            before_last = jnp.maximum(jnp.repeat(replayed, w) - 1, 0)  # [B * w]
-            last_feature = jnp.take_along_axis(feats, before_last[:, None, None], axis=1)[:, 0]
-            last_feature = jnp.where(jnp.repeat(replayed > 0, w)[:, None], last_feature,
-                                     s.last_feature)
-        return state.replace(
-            cache=target.rewind(tstate, full - back),
-            draft_cache=draft.rewind(dstate, full - back), rounds=s.rounds + 1,
-            last_feature=last_feature)
+        tstate = reorder_rows(target, tstate, rows, shared_parts(target, s.cache))
+        replayed = jnp.repeat(replayed, w)
+        lengths = tstate.lengths - (g + 1) + replayed
+        draft = drafter.beam_keep(s.draft, proposal, rows, lengths, replayed, scored)
+        return state.replace(cache=view.rewind(tstate, lengths), draft=draft,
+                             rounds=s.rounds + 1)
 
     return jax.lax.while_loop(cond, body, init)
 
 
-_JITTED_SPECULATIVE = contract.jit_by_class(_jitted_speculative_search, (
-    "beam_size", "draft_beam", "draft_branch", "gamma", "max_decode_len"))
+_JITTED_SEARCH = contract.jit_by_class(_jitted_search, (
+    "beam_size", "draft_beam", "draft_branch", "max_decode_len"))
 
 
 def beam_search(target, inputs, *, beam_size: int, max_decode_len: int,
@@ -426,14 +308,13 @@ def beam_search(target, inputs, *, beam_size: int, max_decode_len: int,
                                 max_decode_len=max_decode_len, length_penalty=length_penalty,
                                 rows=rows)
     inputs = _check(inputs, beam_size, max_decode_len, length_penalty, target, cached=True)
-    if not hasattr(target, "prefix_length") or target.prefix_length(inputs.shape[1]) != 0:
-        raise TypeError(f"beam search needs an encoder-decoder target (EncoderDecoderModel); "
-                        f"got {type(target).__name__}.")
+    _encoder_decoder(target, "target", inputs.shape[1])
     s = jax.device_get(interrupts.wait(_JITTED_SEARCH(
-        target, jnp.asarray(inputs), beam_size=int(beam_size),
-        max_decode_len=int(max_decode_len), length_penalty=float(length_penalty)),
+        target, _TargetAlone(), jnp.asarray(inputs), beam_size=int(beam_size), draft_beam=0,
+        draft_branch=1, max_decode_len=int(max_decode_len),
+        length_penalty=float(length_penalty)),
         _what("beam_search", inputs, beam_size, max_decode_len)))
-    return _jitted_result(s, target_calls=int(s.step))
+    return _jitted_result(s, target_calls=int(s.rounds))
 
 
 def _what(name: str, inputs, beam_size, max_decode_len) -> str:
@@ -460,7 +341,8 @@ def _jitted_result(s, *, target_calls: int, rounds: int = 0,
 
 
 def speculative_beam_search(target, draft, inputs, *, beam_size: int, draft_beam: int,
-                            gamma: int, max_decode_len: int, length_penalty: float = 0.6,
+                            gamma: Optional[int], max_decode_len: int,
+                            length_penalty: float = 0.6,
                             draft_branch: int = 1) -> BeamSearchResult:
     """T5X's beam search of `target`, with the draft proposing `gamma` steps of beams that
     the target checks in one cached forward (paper A.4; module docstring), in one jitted
@@ -469,29 +351,35 @@ def speculative_beam_search(target, draft, inputs, *, beam_size: int, draft_beam
     by one); `target_calls` counts the rounds (one forward of `batch * (beam_size *
     draft_branch + draft_beam)` rows of gamma + 1 tokens each).
 
+    `draft` is a draft model (drafted by the drafter `speculative_decode` would pick:
+    `ChainDrafter` for any DecodeModel, prompt lookup and n-gram tables included,
+    `TargetAwareDrafter` for a draft that reads the target) or a drafter object with the
+    `beam_paths.BeamProposer` methods, which brings its own gamma (`gamma` None or equal to it).
+    A drafter that cannot propose a path per beam (a token tree, a block) is refused by name.
+
     `draft_branch = b` proposes, for every alive beam, the draft's b best first tokens, each
     followed by its greedy continuation (b = 1: the beam's greedy path): the target's second
     beam is often its first beam's second-best token, which a greedy path never covers."""
+    drafter = drafters.beam_drafter(draft, gamma)
+    gamma = drafter.gamma
     inputs = _check_speculative(
-        target, draft, inputs, beam_size, draft_beam, gamma, max_decode_len, length_penalty,
-        cached=True, min_draft_beam=(0, "0 (0: only each alive beam's greedy paths; else the "
-                                        "width of the draft's beam search)"))
+        target, drafter.model, inputs, beam_size, draft_beam, gamma, max_decode_len,
+        length_penalty, cached=True, min_draft_beam=(
+            0, "0 (0: only each alive beam's greedy paths; else the width of the draft's beam "
+               "search)"))
+    drafter.beam_check(target)
     validation.positive_int(draft_branch, "draft_branch", "first tokens proposed per alive beam "
                             "(1: its greedy path only)")
-    if draft_branch > draft.vocab_size:
+    if draft_branch > drafter.model.vocab_size:
         raise ValueError(f"draft_branch={draft_branch} exceeds the vocabulary's "
-                         f"{draft.vocab_size} tokens.")
-    for model, name in ((target, "target"), (draft, "draft")):
-        if not hasattr(model, "prefix_length") or model.prefix_length(inputs.shape[1]) != 0:
-            raise TypeError(f"beam search needs an encoder-decoder {name}; got "
-                            f"{type(model).__name__}.")
-    s = jax.device_get(interrupts.wait(_JITTED_SPECULATIVE(
-        target, draft, jnp.asarray(inputs), beam_size=int(beam_size),
-        draft_beam=int(draft_beam), draft_branch=int(draft_branch), gamma=int(gamma),
+                         f"{drafter.model.vocab_size} tokens.")
+    _encoder_decoder(target, "target", inputs.shape[1])
+    _encoder_decoder(drafter.model, "draft", inputs.shape[1])
+    s = jax.device_get(interrupts.wait(_JITTED_SEARCH(
+        target, drafter, jnp.asarray(inputs), beam_size=int(beam_size),
+        draft_beam=int(draft_beam), draft_branch=int(draft_branch),
         max_decode_len=int(max_decode_len), length_penalty=float(length_penalty)),
         _what("speculative_beam_search", inputs, beam_size, max_decode_len)))
-    rounds = int(s.rounds)
-    rereads = 1 if reads_target(draft) else 0  # the path, read again with the features
-    return _jitted_result(s, target_calls=rounds, rounds=rounds,
-                          draft_calls=rounds * (int(gamma) + 1 + rereads
-                                                + (int(gamma) if draft_beam else 0)))
+    rounds_run = int(s.rounds)
+    return _jitted_result(s, target_calls=rounds_run, rounds=rounds_run,
+                          draft_calls=rounds_run * drafter.beam_calls(int(draft_beam)))

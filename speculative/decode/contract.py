@@ -181,6 +181,16 @@ def reorder_rows(model, state: Any, rows: Array, shared: Any = None) -> Any:
     return model.reorder(state, rows, model.shared(state) if shared is None else shared)
 
 
+def shared_parts(model, state: Any, rows: Optional[Array] = None) -> Any:
+    """`model`'s shared parts of `state` (`SharedRows.shared`), of its rows `rows` if given, or
+    None for a model whose state moves whole: what `reorder_rows` takes to put rows of another
+    state in this order."""
+    if missing(model, SharedRows):
+        return None
+    shared = model.shared(state)
+    return shared if rows is None else take_rows(shared, rows)
+
+
 # ----------------------------------------------------------------------------------------------
 # Compiling per class.
 

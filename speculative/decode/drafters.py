@@ -53,7 +53,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from speculative.decode import contract, rounds, trees, validation
+from speculative.decode import beam_paths, contract, rounds, trees, validation
 from speculative.decode import kernel as sampling_lib
 from speculative.decode.contract import take_rows
 
@@ -252,6 +252,51 @@ class ChainDrafter:
         all_accepted = (accepted >= drafted) & (drafted > 0)
         return jnp.clip(jnp.where(all_accepted, budget + 2, budget - 1), 1, self.gamma)
 
+    # Speculative beam search (beam/search.py): the `beam_paths.BeamProposer` methods.
+
+    def beam_check(self, target) -> None:
+        """Refuses, by name, settings that speculative beam search cannot honour."""
+        del target  # any DecodeModel's paths can be scored
+        if self.confidence or self.schedule != "constant":
+            raise ValueError(
+                f"{type(self).__name__}(confidence={self.confidence}, schedule="
+                f"{self.schedule!r}): speculative beam search proposes whole paths of gamma "
+                "tokens per beam; it takes confidence=0 and schedule='constant'.")
+
+    def beam_calls(self, draft_beam: int) -> int:
+        """Draft calls per round: the greedy paths' G + 1 (the last reads x_G), and the G of
+        the draft's own beam search when `draft_beam` > 0."""
+        return self.gamma + 1 + (self.gamma if draft_beam else 0)
+
+    def beam_start(self, view, inputs, max_len, beams):
+        """`(target state, BeamDraftState)` of `B * beams` rows (each input's beams in a block),
+        both caches `max_len` slots."""
+        per_beam = jnp.repeat(jnp.arange(inputs.shape[0]), beams)
+        tstate = take_rows(view.start(inputs, max_len), per_beam)
+        dstate = self.model.init(self.model.params, inputs, max_len)
+        return tstate, beam_paths.BeamDraftState(model=take_rows(dstate, per_beam), feature=None)
+
+    def beam_first(self, state, last: Array) -> Tuple[Array, Any]:
+        """Reads every beam's `last [R]` token: `(logits [R, V] of its next token, state)`."""
+        return self.step(state.model, last)
+
+    def beam_propose(self, state, last, scores, draft_beam, branch) -> beam_paths.BeamProposal:
+        return beam_paths.propose(self, state, last, scores, draft_beam, branch)
+
+    def beam_keep(self, state, proposal, rows, lengths, replayed, scored):
+        """The kept beams' rows `rows [B * w]` of the proposal's draft state, rewound to
+        `lengths [B * w]` (the beam's prefix, its replayed tokens included)."""
+        del replayed, scored  # the draft's own entries for the path stand
+        dstate = contract.reorder_rows(self.model, proposal.model, rows,
+                                       contract.shared_parts(self.model, state.model))
+        return state.replace(model=self.model.rewind(dstate, lengths))
+
+    def own_model(self, needed_for: str):
+        """The draft model, for a caller that drives it without the target (`needed_for`: the
+        host-driven reference search); a drafter whose draft reads the target refuses."""
+        del needed_for
+        return self.model
+
 
 # ----------------------------------------------------------------------------------------------
 # A draft that reads the target.
@@ -345,6 +390,58 @@ class TargetAwareDrafter(ChainDrafter):
             features=features,
             budget=self._next_budget(state.budget, outcome.accepted, proposal.num_drafted))
 
+    def beam_check(self, target) -> None:
+        contract.check_target_aware(target, self.model)
+        super().beam_check(target)
+
+    def beam_calls(self, draft_beam: int) -> int:
+        """The chain's calls, and one re-read of the kept path with the target's features."""
+        return super().beam_calls(draft_beam) + 1
+
+    def beam_start(self, view, inputs, max_len, beams):
+        """As the chain's, the draft started from the target's context; the beams carry the
+        target's features of the position before each beam's last token (BOS: zero), not the
+        context."""
+        target = view.model
+        first = view.start(inputs, max_len)
+        dstate = self.model.init(self.model.params, inputs, max_len,
+                                 context=target.context(first))
+        per_beam = jnp.repeat(jnp.arange(inputs.shape[0]), beams)
+        feature = target.pending_features(first, self.layers)
+        return (take_rows(target.release_context(first), per_beam),
+                beam_paths.BeamDraftState(model=take_rows(dstate, per_beam),
+                               feature=take_rows(feature, per_beam)))
+
+    def beam_first(self, state, last):
+        """Reads `last` with the target's features of the position before it."""
+        logits, dstate = self.model.extend(self.model.params, state.model, last[:, None],
+                                           state.feature[:, None])
+        return logits[:, 0], dstate
+
+    def beam_keep(self, state, proposal, rows, lengths, replayed, scored):
+        """The draft read its path with its own states: it re-reads the kept path's tokens
+        with the target's features `scored.features` (those of the position before each) from
+        the position after the root's last token, keeps the `replayed [B * w]` tokens like the
+        target, and carries the feature before each beam's new last token."""
+        gamma = self.gamma
+        dstate = contract.reorder_rows(self.model, proposal.model, rows,
+                                       contract.shared_parts(self.model, state.model))
+        feats = take_rows(scored.features, rows)  # [B * w, G + 1, F]
+        kept = take_rows(proposal.paths.reshape(-1, gamma), rows)  # [B * w, G]
+        dstate = self.model.rewind(dstate, lengths - replayed + 1)
+        _, dstate = self.model.extend(self.model.params, dstate, kept, feats[:, :gamma])
+        before_last = jnp.maximum(replayed - 1, 0)
+        feature = jnp.take_along_axis(feats, before_last[:, None, None], axis=1)[:, 0]
+        feature = jnp.where((replayed > 0)[:, None], feature, state.feature)
+        return state.replace(model=self.model.rewind(dstate, lengths), feature=feature)
+
+    def own_model(self, needed_for: str):
+        raise TypeError(
+            f"{needed_for} takes a draft with a model of its own; this "
+            f"{type(self.model).__name__} reads the target's states, which the jitted "
+            "speculative_beam_search feeds it. Use that, or a separate draft (a bundle's "
+            "best_t5_draft, e.g. large_draft_kdtv).")
+
 
 # ----------------------------------------------------------------------------------------------
 # A whole block in one draft call.
@@ -381,6 +478,13 @@ class BlockDrafter(TargetAwareDrafter):
             raise ValueError(f"tree={self.tree.branching} has depth {self.tree.depth}; the "
                              f"block drafter's gamma is {self.gamma}.")
         super().check(target)
+
+    def beam_check(self, target) -> None:
+        del target
+        raise ValueError(
+            "BlockDrafter cannot draft for speculative beam search: a block draft gives the "
+            "laws of a whole block from the committed text in one call, not a greedy path per "
+            "beam; use a chain or target-aware draft.")
 
     def draft_cache_length(self, inputs, max_decode_len) -> int:
         # the call holds the catch-up chunk (G + 1 slots) and G - 1 placeholders at once
@@ -544,3 +648,27 @@ def as_drafter(draft, gamma: int, tree: Optional[trees.Tree] = None, *,
     base = kind(draft, int(gamma), confidence=confidence, schedule=schedule,
                 initial_gamma=initial_gamma)
     return base if tree is None else TreeDrafter(base, trees.as_tree(tree))
+
+
+# ----------------------------------------------------------------------------------------------
+# Choosing a drafter for speculative beam search (its paths: decode/beam_paths.py).
+
+
+def beam_drafter(draft, gamma) -> beam_paths.BeamProposer:
+    """The drafter speculative beam search drives for `draft`: a draft model's (`as_drafter`;
+    `gamma` checked first), or `draft` itself, a drafter object, whose gamma `gamma` must
+    equal (or be None). A drafter that cannot propose per-beam paths is refused in one line."""
+    if is_drafter(draft):
+        if gamma is not None and gamma != draft.gamma:
+            raise ValueError(f"gamma={gamma!r} but the drafter drafts {draft.gamma} per round: "
+                             "pass gamma=None (or the drafter's gamma).")
+    else:
+        validation.positive_int(gamma, "gamma", "draft steps per round")
+    drafter = as_drafter(draft, gamma)
+    lacks = contract.missing(drafter, beam_paths.BeamProposer)
+    if lacks:
+        raise TypeError(
+            f"{type(drafter).__name__} cannot draft for speculative beam search: it proposes "
+            f"no greedy path per beam (it lacks {', '.join(lacks)}); use a chain or "
+            "target-aware draft (draft_branch=b gives each beam b first tokens).")
+    return drafter

@@ -145,6 +145,11 @@ def memory_bytes() -> int:
         return 1 << 62
 
 
+def cache_bytes(model, batch: int, length: int) -> Optional[int]:
+    """`model.cache_bytes(batch, length)`, or None for a model that does not size its cache."""
+    return model.cache_bytes(batch, length) if hasattr(model, "cache_bytes") else None
+
+
 def fits_memory(num_bytes: int, what: str, fix: str, total: Optional[int] = None) -> None:
     """Refuses a buffer larger than MAX_MEMORY_FRACTION of physical memory, naming its bytes."""
     total = memory_bytes() if total is None else total

@@ -123,3 +123,85 @@ def test_non_finite_target_distribution_never_becomes_a_beam(pair_and_inputs):
                        max_decode_len=4)):
         with pytest.raises(FloatingPointError, match="NaN or infinite"):
             search()
+
+
+# ----------------------------------------------------------------------------------------------
+# Any drafter of `speculative_decode`: the search drives drafters, never asks their kind.
+
+
+@pytest.mark.parametrize("draft_beam,branch", [(0, 1), (2, 2)])
+def test_prompt_lookup_draft_gives_the_plain_search(draft_beam, branch):
+    """A parameter-free copying draft (one-hot laws: -inf logits off its guess), as a model and
+    as a drafter object, proposes the paths; the beams are the target's own."""
+    from speculative.decode import drafters  # pylint: disable=g-import-not-at-top
+    from speculative.models import ngram  # pylint: disable=g-import-not-at-top
+
+    target, _ = _random_pair(3)
+    inputs = np.asarray([[5, 6, 7, 5, 6, 1], [3, 4, 3, 4, 3, 1], [9, 2, 0, 0, 0, 0]], np.int32)
+    kw = dict(beam_size=3, max_decode_len=9)
+    plain = beam_lib.beam_search(target, inputs, **kw)
+    lookup = ngram.PromptLookupDraft(vocab_size=12, max_ngram=2)
+    for draft, gamma in ((lookup, 3), (drafters.ChainDrafter(lookup, 3), None)):
+        spec = beam_lib.speculative_beam_search(target, draft, inputs, draft_beam=draft_beam,
+                                                draft_branch=branch, gamma=gamma, **kw)
+        np.testing.assert_array_equal(spec.sequences, plain.sequences)
+        np.testing.assert_allclose(spec.scores, plain.scores, rtol=1e-5, atol=1e-5)
+        np.testing.assert_array_equal(spec.row_steps, plain.row_steps)
+        assert spec.draft_calls == spec.rounds * (3 + 1 + (3 if draft_beam else 0))
+
+
+def test_target_aware_drafter_object_gives_the_plain_search():
+    """A `TargetAwareDrafter` given as the draft (the feature draft's own drafter): the target's
+    features reach it through the drafter's methods; the beams are the target's own, and the
+    draft calls count its re-read of the kept path."""
+    from speculative.decode import drafters  # pylint: disable=g-import-not-at-top
+    from tests.helpers import decoding as td  # pylint: disable=g-import-not-at-top
+
+    _, target, draft = td.aware_pair()
+    inputs = np.asarray([[3, 5, 2, 7, 1], [4, 1, 9, 0, 0]], np.int32)
+    kw = dict(beam_size=2, max_decode_len=10)
+    plain = beam_lib.beam_search(target, inputs, **kw)
+    spec = beam_lib.speculative_beam_search(target, drafters.TargetAwareDrafter(draft, 3),
+                                            inputs, draft_beam=2, gamma=None, **kw)
+    np.testing.assert_array_equal(spec.sequences, plain.sequences)
+    np.testing.assert_allclose(spec.scores, plain.scores, rtol=1e-5, atol=1e-5)
+    assert spec.draft_calls == spec.rounds * (3 + 1 + 1 + 3)
+
+
+def test_a_drafter_that_cannot_propose_beam_paths_is_refused_in_one_line(tiny_models):
+    """A token tree, a block draft, and a chain with dynamic gamma: each refused by name before
+    anything is traced, in one line saying why; a drafter's gamma must agree with `gamma`."""
+    from speculative.decode import drafters  # pylint: disable=g-import-not-at-top
+
+    target, draft = tiny_models
+    kw = dict(beam_size=2, draft_beam=0, max_decode_len=4)
+    inputs = np.asarray([[3, 4, 1]], np.int32)
+    cases = [
+        (drafters.TreeDrafter(drafters.ChainDrafter(draft, 2), (2, 2)), TypeError,
+         "TreeDrafter cannot draft for speculative beam search"),
+        (drafters.BlockDrafter(draft, 2), ValueError,
+         "BlockDrafter cannot draft for speculative beam search"),
+        (drafters.ChainDrafter(draft, 2, confidence=0.5), ValueError,
+         r"ChainDrafter\(confidence=0.5, schedule='constant'\): .* confidence=0"),
+    ]
+    for drafter, error, message in cases:
+        with pytest.raises(error, match=message) as caught:
+            beam_lib.speculative_beam_search(target, drafter, inputs, gamma=None, **kw)
+        assert "\n" not in str(caught.value)
+    with pytest.raises(ValueError, match="gamma=3 but the drafter drafts 2 per round"):
+        beam_lib.speculative_beam_search(target, drafters.ChainDrafter(draft, 2), inputs,
+                                         gamma=3, **kw)
+
+
+def test_the_beam_room_asks_no_model_or_drafter_what_it_is():
+    """speculative/beam/ neither probes objects (hasattr) nor branches on the draft's kind
+    (reads_target): the drafter's and the view's methods carry every kind-specific step."""
+    import pathlib  # pylint: disable=g-import-not-at-top
+
+    room = pathlib.Path(beam_lib.__file__).parent
+    sources = {p.name: p.read_text() for p in sorted(room.glob("*.py"))}
+    assert "search.py" in sources and "checks.py" in sources
+    for name, source in sources.items():
+        assert "hasattr(" not in source, name
+        assert "reads_target" not in source, name
+        assert "layers is None" not in source, name
