@@ -10,6 +10,12 @@ median per mode), beside its metrics.json's `timing.run_seconds` (decode + compi
 calibration) and what 'auto' chose, its gate's bound and calibration seconds. The runs' own
 directories are temporary; the report keeps their numbers.
 
+Caches, per batch size (`caches`): 'cold' gives every run empty caches (JAX's persistent
+compilation cache and GAMMA 'auto''s calibration cache, `SPECULATIVE_JAX_CACHE` and
+`SPECULATIVE_CALIBRATION_CACHE` pointed at fresh folders), as a first run on a fresh machine;
+'warm' gives each mode one folder pair, primed by one untimed run of that mode first, as a
+rerun of the same command. Both modes get the same treatment.
+
 Writes `<output_dir>/gamma_auto.json` and `.md` (provenance included) and indexes the run.
 """
 
@@ -39,8 +45,9 @@ class GammaAutoSettings:
     draft: str = "large_draft_kdtv"
     task: str = "mini_ende"
     lengths: Tuple[int, int] = (48, 48)
-    batch_sizes: Tuple[int, ...] = (64, 1, 1)
-    num_examples: Tuple[int, ...] = (0, 64, 0)  # per batch size; 0 = the whole split
+    batch_sizes: Tuple[int, ...] = (1, 1, 1, 64)
+    num_examples: Tuple[int, ...] = (256, 16, 16, 128)  # per batch size; 0 = the whole split
+    caches: Tuple[str, ...] = ("cold", "cold", "warm", "cold")  # per batch size (docstring)
     repeats: int = 2
     output_dir: str = os.path.join(record.REPO, "results", "limits", "gamma_auto")
 
@@ -70,13 +77,27 @@ def shown(cmd: List[str]) -> str:
     return " ".join(["python"] + [f'"{a}"' if set(a) & set(" '{}") else a for a in args])
 
 
+CACHES = ("cold", "warm")
+
+
+def cache_env(folder: str) -> Dict[str, str]:
+    """The environment of a run whose caches live in `folder` (created empty if new)."""
+    jax_cache, calibration = os.path.join(folder, "jax"), os.path.join(folder, "calibration")
+    for path in (jax_cache, calibration):
+        os.makedirs(path, exist_ok=True)
+    return dict(os.environ, SPECULATIVE_JAX_CACHE=jax_cache,
+                SPECULATIVE_CALIBRATION_CACHE=calibration)
+
+
 def _one_run(s: GammaAutoSettings, batch_size: int, num_examples: int, auto: bool,
-             scratch: str, index: int) -> Dict[str, Any]:
+             scratch: str, name: str, caches: str) -> Dict[str, Any]:
+    """One infer.py process; its caches in `caches` (a folder under `scratch`)."""
     out_dir = os.path.join(scratch, f"{'auto' if auto else 'base'}_b{batch_size}_"
-                                    f"n{num_examples}_{index}")
+                                    f"n{num_examples}_{name}")
     cmd = infer_command(s, batch_size, num_examples, auto, out_dir)
     start = time.perf_counter()
-    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False,
+                          env=cache_env(caches))
     wall = time.perf_counter() - start
     if done.returncode:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{done.stderr[-3000:]}")
@@ -87,7 +108,21 @@ def _one_run(s: GammaAutoSettings, batch_size: int, num_examples: int, auto: boo
             "wall_seconds": wall, "run_seconds": metrics["timing"]["run_seconds"],
             "calibration_seconds": metrics["timing"]["calibration_seconds"],
             "choice": choice.get("choice"), "gate": choice.get("gate"),
-            "line": choice.get("line"), "examples": metrics["num_examples"]}
+            "line": choice.get("line"), "examples": metrics["num_examples"],
+            "from_cache": bool(choice.get("cache_file")),
+            "compile_seconds": metrics["timing"].get("compile_seconds")}
+
+
+def _row_runs(s: GammaAutoSettings, batch_size: int, num: int, cache: str,
+              scratch: str) -> List[Dict[str, Any]]:
+    """A row's timed runs, alternating modes; 'warm' primes each mode's caches first."""
+    row = os.path.join(scratch, f"b{batch_size}_n{num}_{cache}")
+    if cache == "warm":
+        for auto in (True, False):
+            _one_run(s, batch_size, num, auto, scratch, "prime", os.path.join(row, str(auto)))
+    return [_one_run(s, batch_size, num, auto, scratch, str(i),
+                     os.path.join(row, str(auto) if cache == "warm" else f"{auto}_{i}"))
+            for i in range(s.repeats) for auto in (i % 2 == 0, i % 2 == 1)]
 
 
 def run(s: GammaAutoSettings = GammaAutoSettings(), overwrite: bool = False) -> Dict[str, Any]:
@@ -97,13 +132,12 @@ def run(s: GammaAutoSettings = GammaAutoSettings(), overwrite: bool = False) -> 
     load = host.LoadAverage()
     rows = []
     with tempfile.TemporaryDirectory() as scratch:
-        for batch_size, num in zip(s.batch_sizes, s.num_examples):
-            runs = [_one_run(s, batch_size, num, auto, scratch, i)
-                    for i in range(s.repeats) for auto in (i % 2 == 0, i % 2 == 1)]
+        for batch_size, num, cache in zip(s.batch_sizes, s.num_examples, s.caches):
+            runs = _row_runs(s, batch_size, num, cache, scratch)
             seconds = {mode: [r["wall_seconds"] for r in runs if r["mode"] == mode]
                        for mode in ("auto", "baseline")}
             rows.append({"batch_size": batch_size, "examples": runs[0]["examples"],
-                         "runs": runs,
+                         "caches": cache, "runs": runs,
                          "auto_s": float(np.median(seconds["auto"])),
                          "baseline_s": float(np.median(seconds["baseline"])),
                          "choices": sorted({r["choice"] for r in runs if r["mode"] == "auto"})})
@@ -119,8 +153,8 @@ def run(s: GammaAutoSettings = GammaAutoSettings(), overwrite: bool = False) -> 
 def markdown(result: Dict[str, Any]) -> str:
     """One line per batch size, then each run."""
     prov = result["provenance"]
-    best = [[r["batch_size"], r["runs"][0]["examples"], f"{r['auto_s']:.1f}",
-             f"{r['baseline_s']:.1f}",
+    best = [[r["batch_size"], r["runs"][0]["examples"], r.get("caches", "-"),
+             f"{r['auto_s']:.1f}", f"{r['baseline_s']:.1f}",
              f"{r['auto_over_baseline']:.3f}", ", ".join(str(c) for c in r["choices"])]
             for r in result["rows"]]
     each = [[r["batch_size"], x["examples"], x["mode"], f"{x['wall_seconds']:.1f}",
@@ -134,7 +168,8 @@ def markdown(result: Dict[str, Any]) -> str:
         "waits; the medians compared); run: decode + compile + calibration (metrics.json). "
         f"'auto' runs: `{result['commands']['auto']}`; baseline: "
         f"`{result['commands']['baseline']}` (batch size and examples per row).", "",
-        files.markdown_table(["batch", "examples", "auto (wall s)", "SPECULATIVE=False (wall s)",
+        files.markdown_table(["batch", "examples", "caches", "auto (wall s)",
+                              "SPECULATIVE=False (wall s)",
                               "auto / baseline", "auto chose"], best), "",
         "## Every run", "",
         files.markdown_table(["batch", "examples", "mode", "wall s", "run s", "calibration s",
@@ -160,6 +195,9 @@ def check(s: GammaAutoSettings) -> None:
     if len(s.batch_sizes) != len(s.num_examples) or not s.batch_sizes:
         raise ValueError(f"batch_sizes={s.batch_sizes!r} and num_examples={s.num_examples!r}: "
                          "give one number of examples (0 = the split) per batch size.")
+    if len(s.caches) != len(s.batch_sizes) or not set(s.caches) <= set(CACHES):
+        raise ValueError(f"caches={s.caches!r}: give one of {CACHES} per batch size "
+                         f"({len(s.batch_sizes)}).")
     if any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in s.batch_sizes):
         raise ValueError(f"batch_sizes={s.batch_sizes!r}: give ints >= 1.")
     if isinstance(s.repeats, bool) or not isinstance(s.repeats, int) or s.repeats < 1:
