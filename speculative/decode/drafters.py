@@ -12,7 +12,10 @@ A drafter is a pytree (its draft model's parameters are traced; its settings are
     advance(state, outcome, proposal, last, moving [B]) -> state
 
 and owns its state: a struct with named fields, made by `start` and carried by the loop. The
-loop (decode/loops.py) never asks which kind of drafter it drives.
+loop (decode/loops.py) never asks which kind of drafter it drives, and nothing outside the
+drafters asks a draft model what it is: the built-in drafters answer for it (`Capabilities`:
+`reads_target`, `proposes_block`, `copies_input`, `tree`, `unrolls`; `candidates` for
+calibration; `with_tree`).
 
     ChainDrafter(model, gamma)          any DecodeModel (T5, n-gram, prompt lookup): G drafts,
                                         one draft call each; dynamic gamma (`confidence`) and
@@ -24,7 +27,9 @@ loop (decode/loops.py) never asks which kind of drafter it drives.
                                         drafter's model (`base`): one draft call per level.
     BlockDrafter(model, gamma)          a block draft (models/block_draft.py): all G laws from
                                         one draft call per round; `tree=` fills a token tree
-                                        from the same call.
+                                        from the same call. Its own class: it shares the
+                                        target-aware catch-up with TargetAwareDrafter through a
+                                        `FeatureReread` part, and has no chain settings.
 
 The catch-up rule (invariants at the start of a round: the target's cache holds S[:-1], length
 T, and `last` = S[-1]):
@@ -33,20 +38,21 @@ T, and `last` = S[-1]):
     round accepted every draft and the draft never read x_G). The round's first call rewinds it
     to T - behind and feeds [S[-2], S[-1]] (behind) or [S[-1], a junk copy]; the logits at index
     `behind` are q_1 and the cache then holds S.
-  TargetAwareDrafter: the draft's own entries for last round's accepted drafts were made from
-    its own hidden states; it rewinds to T - `reread` (the n drafts accepted) and re-reads
-    S[T - reread .. T] with the target's features of the positions before them (`tokens`,
-    `features`), replacing them; the logits at index `reread` are q_1. The chunk is padded to
-    G + 1 slots, but the call reads only the narrowest of a few compiled widths that holds every
-    row's real tokens (`read_chunk`): the padding is masked junk, so the laws are the same,
-    and a round that accepted few drafts pays for few rows.
+  TargetAwareDrafter, BlockDrafter (`FeatureReread`): the draft's own entries for last round's
+    accepted drafts were made from its own hidden states; it rewinds to T - `reread` (the n
+    drafts accepted) and re-reads S[T - reread .. T] with the target's features of the
+    positions before them (`tokens`, `features`), replacing them; the logits at index `reread`
+    are q_1. The chunk is padded to G + 1 slots, but the call reads only the narrowest of a few
+    compiled widths that holds every row's real tokens (`read_chunk`): the padding is masked
+    junk, so the laws are the same, and a round that accepted few drafts pays for few rows.
 
 Shape legend: B batch, G gamma, V vocab, F feature width.
 """
 
 from __future__ import annotations
 
-from typing import Any, Optional, Protocol, Tuple
+import dataclasses
+from typing import Any, Optional, Protocol, Sequence, Tuple
 
 import jax
 import jax.numpy as jnp
@@ -115,6 +121,43 @@ def cache_length(model, inputs: Array, max_decode_len: int, width: int) -> int:
     return model.prefix_length(inputs.shape[1]) + max_decode_len + width + 2
 
 
+def _gammas(gammas, max_decode_len: int) -> Tuple[int, ...]:
+    """`gammas` as sorted distinct ints in [1, max_decode_len]."""
+    return tuple(sorted({int(g) for g in gammas if 1 <= int(g) <= int(max_decode_len)}))
+
+
+class Capabilities:
+    """What a drafter can tell about itself, so that no caller asks its draft model what it is
+    (no `hasattr`, no kind strings): the defaults of a chain from a plain `DecodeModel`; each
+    drafter class overrides what differs.
+
+        reads_target     it reads the target's context and features (`FeatureTarget`)
+        proposes_block   its whole block comes from one draft call per round
+        copies_input     its draft copies from the input (prompt lookup, the hybrid)
+        tree             the token tree it drafts (None: a chain); `needs_tree`: not None
+        unrolls          its deeper drafts read its own states, so their laws change with the
+                         depth (per-depth acceptance is worth measuring: `measure.acceptance`)
+        kind             its name in records ('chain', 'block', 'tree'); never branched on
+        candidates(gammas, max_decode_len)  the settings calibration times
+                         (`measure.speculation`): families of drafters, each by gamma
+        with_tree(tree)  the drafter of the token tree `tree` from the same draft
+    """
+
+    reads_target = False
+    proposes_block = False
+    unrolls = False
+    tree = None
+    kind = "chain"
+
+    @property
+    def copies_input(self) -> bool:
+        return bool(getattr(self.model, "copies_input", False))
+
+    @property
+    def needs_tree(self) -> bool:
+        return self.tree is not None
+
+
 # ----------------------------------------------------------------------------------------------
 # A chain of drafts from any DecodeModel.
 
@@ -137,7 +180,7 @@ class ChainState:
 
 
 @struct.dataclass
-class ChainDrafter:
+class ChainDrafter(Capabilities):
     """G drafts per round from any `DecodeModel`, one draft call each (module docstring).
 
     `confidence > 0`: a row stops drafting before x_i (i >= 2) when the draft's top
@@ -252,6 +295,18 @@ class ChainDrafter:
         all_accepted = (accepted >= drafted) & (drafted > 0)
         return jnp.clip(jnp.where(all_accepted, budget + 2, budget - 1), 1, self.gamma)
 
+    def candidates(self, gammas, max_decode_len: int):
+        """One family: this chain at each of `gammas` (at most `max_decode_len`)."""
+        family = tuple(self.replace(gamma=g, initial_gamma=None if self.initial_gamma is None
+                                    else min(self.initial_gamma, g))
+                       for g in _gammas(gammas, max_decode_len))
+        return (family,) if family else ()
+
+    def with_tree(self, tree):
+        """The token tree `tree` drafted from this chain's model (`TreeDrafter`)."""
+        tree = trees.as_tree(tuple(tree))
+        return TreeDrafter(self.replace(gamma=tree.depth, initial_gamma=None), tree)
+
 
 # ----------------------------------------------------------------------------------------------
 # A draft that reads the target.
@@ -259,7 +314,7 @@ class ChainDrafter:
 
 @struct.dataclass
 class FeatureState:
-    """A target-aware drafter's state.
+    """The state of a drafter whose draft reads the target (`FeatureReread`).
 
     Attributes:
       model: the draft's decode state.
@@ -268,7 +323,7 @@ class FeatureState:
       tokens: `[B, G + 1]` S[T - reread .. T], zero-padded: the catch-up chunk.
       features: `[B, G + 1, F]` the target's features of the positions before those tokens
         (last round's verification), or None for a draft that reads no hidden states.
-      budget: `[B]` as `ChainState.budget`.
+      budget: `[B]` as `ChainState.budget` (a block drafter's stays at G).
     """
 
     model: Any
@@ -278,11 +333,17 @@ class FeatureState:
     budget: Array
 
 
-@struct.dataclass
-class TargetAwareDrafter(ChainDrafter):
-    """A chain from a draft that reads the target's context and hidden states (EAGLE-style;
-    models/feature_draft.py). The verify call returns the target's features of every scored
-    position, and the next round's first call re-reads the committed tokens with them."""
+@dataclasses.dataclass(frozen=True)
+class FeatureReread:
+    """The part two drafters share (by composition, not inheritance): a draft that reads the
+    target starts from the target's context and, each round, rewinds over last round's accepted
+    drafts and re-reads them and the committed token with the target's features (module
+    docstring). `TargetAwareDrafter` then drafts a chain from that call; `BlockDrafter` takes
+    the whole block from it. Made on the fly from the drafter's `model` and `gamma` (it holds
+    no state of its own)."""
+
+    model: Any
+    gamma: int
 
     @property
     def layers(self) -> Tuple[int, ...]:
@@ -293,16 +354,15 @@ class TargetAwareDrafter(ChainDrafter):
 
     def check(self, target) -> None:
         contract.check_target_aware(target, self.model)
-        super().check(target)
 
-    def draft_cache_length(self, inputs, max_decode_len) -> int:
-        return cache_length(self.model, inputs, max_decode_len, self.gamma)
-
-    def start(self, view, inputs, max_decode_len, target_width):
+    def start(self, view, inputs, max_decode_len, target_width, draft_width: int,
+              budget: int):
+        """The target's state and a `FeatureState`; the draft's cache has room for
+        `draft_width` + 2 slots a round."""
         target = view.model
         tstate = view.start(inputs, cache_length(target, inputs, max_decode_len, target_width))
         dstate = self.model.init(self.model.params, inputs,
-                                 self.draft_cache_length(inputs, max_decode_len),
+                                 cache_length(self.model, inputs, max_decode_len, draft_width),
                                  context=target.context(tstate))
         batch, width = tstate.pending.shape[0], self.gamma + 1
         features = None
@@ -310,39 +370,86 @@ class TargetAwareDrafter(ChainDrafter):
             first = target.pending_features(tstate, self.layers)
             features = jnp.zeros((batch, width, self.model.feature_dim),
                                  jnp.float32).at[:, 0].set(first)
-        budget = self.gamma if self.initial_gamma is None else self.initial_gamma
         return tstate, FeatureState(
             model=dstate, reread=jnp.zeros((batch,), jnp.int32),
             tokens=jnp.zeros((batch, width), jnp.int32).at[:, 0].set(tstate.pending),
             features=features, budget=jnp.full((batch,), budget, jnp.int32))
 
-    def catch_up_widths(self) -> Tuple[int, ...]:
+    def widths(self) -> Tuple[int, ...]:
         """The chunk re-reads the last round's accepted drafts and the committed token at the
         narrowest of these widths holding them (`read_chunk`)."""
         return chunk_widths(self.gamma + 1)
 
-    def catch_up(self, state, last, start):
-        del last  # the chunk ends with it
+    def read(self, state: FeatureState, start: Array, call):
+        """`call(draft state rewound to T - reread, tokens [B, w], features [B, w, F])` at the
+        narrowest compiled width w holding every row's chunk (`read_chunk`)."""
         dstate = self.model.rewind(state.model, start - state.reread)
+        return read_chunk(lambda tokens, features: call(dstate, tokens, features),
+                          state.tokens, state.features, state.reread + 1)
 
-        def read(tokens, features):
-            logits, out = self.model.extend(self.model.params, dstate, tokens, features)
-            # holds S; the padding slots are masked
-            return (jnp.take_along_axis(logits, state.reread[:, None, None], axis=1)[:, 0],
-                    self.model.rewind(out, start + 1))
-
-        return read_chunk(read, state.tokens, state.features, state.reread + 1)
-
-    def advance(self, state, outcome, proposal, last, moving):
+    def advance(self, state: FeatureState, outcome, moving) -> FeatureState:
         """Next round re-reads x_1..x_n, t with the features the verification just gave."""
-        del last
         features = state.features
         if features is not None:  # static: a draft that reads hidden states
             features = jnp.where(moving[:, None, None], outcome.features, features)
         return state.replace(
             reread=jnp.where(moving, outcome.accepted, state.reread),
             tokens=jnp.where(moving[:, None], outcome.emitted(), state.tokens),
-            features=features,
+            features=features)
+
+
+@struct.dataclass
+class TargetAwareDrafter(ChainDrafter):
+    """A chain from a draft that reads the target's context and hidden states (EAGLE-style;
+    models/feature_draft.py). The verify call returns the target's features of every scored
+    position, and the next round's first call re-reads the committed tokens with them
+    (`FeatureReread`); the drafts after it are the chain's single-token calls."""
+
+    @property
+    def reads_target(self) -> bool:
+        return True
+
+    @property
+    def unrolls(self) -> bool:
+        return not contract.missing(self.model, contract.UnrolledDraft)
+
+    @property
+    def reread(self) -> FeatureReread:
+        return FeatureReread(self.model, self.gamma)
+
+    @property
+    def layers(self) -> Tuple[int, ...]:
+        return self.reread.layers
+
+    def view(self, target) -> rounds.TargetView:
+        return self.reread.view(target)
+
+    def check(self, target) -> None:
+        self.reread.check(target)
+        super().check(target)
+
+    def start(self, view, inputs, max_decode_len, target_width):
+        budget = self.gamma if self.initial_gamma is None else self.initial_gamma
+        return self.reread.start(view, inputs, max_decode_len, target_width, self.gamma, budget)
+
+    def catch_up_widths(self) -> Tuple[int, ...]:
+        return self.reread.widths()
+
+    def catch_up(self, state, last, start):
+        del last  # the chunk ends with it
+
+        def call(dstate, tokens, features):
+            logits, out = self.model.extend(self.model.params, dstate, tokens, features)
+            # holds S; the padding slots are masked
+            return (jnp.take_along_axis(logits, state.reread[:, None, None], axis=1)[:, 0],
+                    self.model.rewind(out, start + 1))
+
+        return self.reread.read(state, start, call)
+
+    def advance(self, state, outcome, proposal, last, moving):
+        del last
+        state = self.reread.advance(state, outcome, moving)
+        return state.replace(
             budget=self._next_budget(state.budget, outcome.accepted, proposal.num_drafted))
 
 
@@ -351,50 +458,90 @@ class TargetAwareDrafter(ChainDrafter):
 
 
 @struct.dataclass
-class BlockDrafter(TargetAwareDrafter):
+class BlockDrafter(Capabilities):
     """G drafts from ONE draft call per round (models/block_draft.py): the call re-reads the
-    committed tokens with the target's features, as `TargetAwareDrafter`'s catch-up does, and
-    appends G - 1 learned placeholders; the logits at the last committed token are q_1 and the
-    placeholders' are q_2..q_G, the laws of the tokens 2..G positions ahead given the committed
-    text only. Each x_i ~ q_i is drawn independently, so q_i is exactly the law x_i was drawn
-    from and the verifiers apply unchanged (exact at any temperature).
+    committed tokens with the target's features (`FeatureReread`, shared with
+    `TargetAwareDrafter`) and appends G - 1 learned placeholders; the logits at the last
+    committed token are q_1 and the placeholders' are q_2..q_G, the laws of the tokens 2..G
+    positions ahead given the committed text only. Each x_i ~ q_i is drawn independently, so
+    q_i is exactly the law x_i was drawn from and the verifiers apply unchanged (exact at any
+    temperature). It has no chain settings (dynamic gamma, a schedule): its block is one call.
 
     With `tree=(b_1, ..., b_d)` (d = gamma) the block fills a token tree with no extra call:
     every node at depth i - 1 gets as children b_i tokens from q_i (its top-b_i at temperature
     0, drawn without replacement at T > 0), q_i being the same law whatever the path."""
 
+    model: Any
+    gamma: int = struct.field(pytree_node=False)
     tree: Optional[trees.Tree] = struct.field(pytree_node=False, default=None)
+
+    @property
+    def reads_target(self) -> bool:
+        return True
+
+    @property
+    def proposes_block(self) -> bool:
+        return True
+
+    @property
+    def unrolls(self) -> bool:
+        return True  # q_i is the law i positions ahead: it changes with the depth
+
+    @property
+    def kind(self) -> str:
+        return "block" if self.tree is None else "tree"
+
+    @property
+    def reread(self) -> FeatureReread:
+        return FeatureReread(self.model, self.gamma)
 
     @property
     def layout(self):
         return rounds.ChainLayout(self.gamma) if self.tree is None else rounds.TreeLayout(
             self.tree)
 
+    def view(self, target) -> rounds.TargetView:
+        return self.reread.view(target)
+
     def check(self, target) -> None:
         if self.gamma > self.model.max_gamma:
             raise ValueError(f"gamma={self.gamma}: this block draft has placeholders for "
                              f"gamma <= {self.model.max_gamma}.")
-        if self.confidence or self.schedule != "constant":
-            raise ValueError("A block draft proposes its whole block in one call: it takes "
-                             "confidence=0 and schedule='constant'.")
         if self.tree is not None and self.tree.depth != self.gamma:
             raise ValueError(f"tree={self.tree.branching} has depth {self.tree.depth}; the "
                              f"block drafter's gamma is {self.gamma}.")
-        super().check(target)
+        self.reread.check(target)
+        self.layout.require(target)
 
-    def draft_cache_length(self, inputs, max_decode_len) -> int:
+    def start(self, view, inputs, max_decode_len, target_width):
         # the call holds the catch-up chunk (G + 1 slots) and G - 1 placeholders at once
-        return cache_length(self.model, inputs, max_decode_len, 2 * self.gamma)
+        return self.reread.start(view, inputs, max_decode_len, target_width, 2 * self.gamma,
+                                 self.gamma)
+
+    def catch_up_widths(self) -> Tuple[int, ...]:
+        return self.reread.widths()
+
+    def candidates(self, gammas, max_decode_len: int):
+        """Two families: the chain of the same draft (`TargetAwareDrafter`, one call per
+        draft) at `gammas`, and the block at them, capped at its placeholders (`max_gamma`)."""
+        chain = TargetAwareDrafter(self.model, self.gamma).candidates(gammas, max_decode_len)
+        kept = _gammas(gammas, max_decode_len)
+        blocks = sorted({min(g, int(self.model.max_gamma)) for g in kept})
+        return chain + ((tuple(BlockDrafter(self.model, g) for g in blocks),) if blocks else ())
+
+    def with_tree(self, tree):
+        """The token tree `tree` filled from the block's per-position laws (one call)."""
+        tree = trees.as_tree(tuple(tree))
+        return BlockDrafter(self.model, tree.depth, tree=tree)
 
     def block_logits(self, state, start) -> Tuple[Array, Any]:
         """The round's one draft call: `(logits [B, G, V] of q_1..q_G, state holding S)`."""
-        dstate = self.model.rewind(state.model, start - state.reread)
 
-        def read(tokens, features):
+        def call(dstate, tokens, features):
             return self.model.extend_block(self.model.params, dstate, tokens, features,
                                            self.gamma - 1, num_tokens=state.reread + 1)
 
-        return read_chunk(read, state.tokens, state.features, state.reread + 1)
+        return self.reread.read(state, start, call)
 
     def propose(self, state, last, start, keys, verifier):
         del last  # the catch-up chunk ends with it
@@ -418,6 +565,10 @@ class BlockDrafter(TargetAwareDrafter):
             draft_calls=ones, drafts_read=jnp.zeros((), jnp.int32))
         return proposal, state.replace(model=dstate)
 
+    def advance(self, state, outcome, proposal, last, moving):
+        del proposal, last
+        return self.reread.advance(state, outcome, moving)
+
     def _fill_tree(self, logits, keys, verifier):
         """Each level's children from that depth's q (`verifier.children`), for every node."""
         tree, levels, valids, qs = self.tree, [], [], []
@@ -440,7 +591,7 @@ class BlockDrafter(TargetAwareDrafter):
 
 
 @struct.dataclass
-class TreeDrafter:
+class TreeDrafter(Capabilities):
     """A token tree (decode/trees.py) whose nodes' laws come from `base`'s model: after
     `base`'s catch-up call (batch B) the draft state is repeated once per root-to-leaf path
     (B * M rows) and each path is extended as a chain, one call per level; a node's children
@@ -462,6 +613,26 @@ class TreeDrafter:
     @property
     def model(self):
         return self.base.model
+
+    @property
+    def reads_target(self) -> bool:
+        return self.base.reads_target
+
+    @property
+    def unrolls(self) -> bool:
+        return self.base.unrolls
+
+    @property
+    def kind(self) -> str:
+        return "tree"
+
+    def candidates(self, gammas, max_decode_len: int):
+        """A tree has a fixed shape: itself."""
+        del gammas, max_decode_len
+        return ((self,),)
+
+    def with_tree(self, tree):
+        return self.base.with_tree(tree)
 
     def view(self, target) -> rounds.TargetView:
         return self.base.view(target)
@@ -540,7 +711,22 @@ def as_drafter(draft, gamma: int, tree: Optional[trees.Tree] = None, *,
         return draft
     if contract.drafts_blocks(draft):  # the whole block in one call
         return BlockDrafter(draft, int(gamma), tree=None if tree is None else trees.as_tree(tree))
-    kind = TargetAwareDrafter if contract.reads_target(draft) else ChainDrafter
-    base = kind(draft, int(gamma), confidence=confidence, schedule=schedule,
-                initial_gamma=initial_gamma)
+    chain = TargetAwareDrafter if contract.reads_target(draft) else ChainDrafter
+    base = chain(draft, int(gamma), confidence=confidence, schedule=schedule,
+                 initial_gamma=initial_gamma)
     return base if tree is None else TreeDrafter(base, trees.as_tree(tree))
+
+
+def from_record(draft, kind: str, gamma: int, tree: Optional[Sequence[int]] = None) -> Drafter:
+    """The drafter a record names (`Capabilities.kind` and its gamma and tree, as
+    `measure.speculation` and a run's plan write them): the draft's own drafter's candidate of
+    that kind and gamma, or its `with_tree(tree)`. A ValueError names what the draft offers."""
+    default = as_drafter(draft, int(gamma))
+    if tree is not None:
+        return default.with_tree(tree)
+    offered = [d for family in default.candidates((gamma,), int(gamma)) for d in family]
+    for drafter in offered:
+        if drafter.kind == kind and drafter.gamma == int(gamma):
+            return drafter
+    raise ValueError(f"kind={kind!r} gamma={gamma!r}: this draft's drafters are "
+                     f"{[(d.kind, d.gamma) for d in offered]}.")
