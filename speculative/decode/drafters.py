@@ -134,6 +134,8 @@ class Capabilities:
         reads_target     it reads the target's context and features (`FeatureTarget`)
         proposes_block   its whole block comes from one draft call per round
         copies_input     its draft copies from the input (prompt lookup, the hybrid)
+        has_network      its draft is a network (a T5 or target-aware draft), not an n-gram
+                         table or a copy
         tree             the token tree it drafts (None: a chain); `needs_tree`: not None
         unrolls          its deeper drafts read its own states, so their laws change with the
                          depth (per-depth acceptance is worth measuring: `measure.acceptance`)
@@ -152,6 +154,10 @@ class Capabilities:
     @property
     def copies_input(self) -> bool:
         return bool(getattr(self.model, "copies_input", False))
+
+    @property
+    def has_network(self) -> bool:
+        return getattr(self.model, "module", None) is not None
 
     @property
     def needs_tree(self) -> bool:
@@ -717,10 +723,29 @@ def as_drafter(draft, gamma: int, tree: Optional[trees.Tree] = None, *,
     return base if tree is None else TreeDrafter(base, trees.as_tree(tree))
 
 
+def record(drafter) -> Tuple[str, int, Optional[Tuple[int, ...]]]:
+    """`(kind, gamma, tree branching or None)`: how a drafter is written down (`from_record`
+    reads it back); a drafter of your own without `Capabilities` is a 'chain'."""
+    tree = getattr(drafter, "tree", None)
+    return (getattr(drafter, "kind", "chain"), int(drafter.gamma),
+            None if tree is None else tuple(tree.branching))
+
+
+def calibration_families(draft, gammas, max_decode_len: int):
+    """The drafters calibration times for `draft` (`measure.speculation`): a drafter object as
+    it is; else the families its own drafter offers (`candidates`: a chain at `gammas`, and a
+    block draft's block beside it)."""
+    if is_drafter(draft):
+        return ((draft,),)
+    return as_drafter(draft, 1).candidates(gammas, max_decode_len)
+
+
 def from_record(draft, kind: str, gamma: int, tree: Optional[Sequence[int]] = None) -> Drafter:
     """The drafter a record names (`Capabilities.kind` and its gamma and tree, as
     `measure.speculation` and a run's plan write them): the draft's own drafter's candidate of
     that kind and gamma, or its `with_tree(tree)`. A ValueError names what the draft offers."""
+    if is_drafter(draft):  # a drafter object is used as given
+        return draft
     default = as_drafter(draft, int(gamma))
     if tree is not None:
         return default.with_tree(tree)
