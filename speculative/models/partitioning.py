@@ -189,9 +189,8 @@ def place_model(model: Any, mesh: Mesh, rules: Optional[LogicalRules] = None,
     rules by default) and its decode state pinned to `cache_spec`; any other model (n-gram
     drafts) replicated. A T5 model's kernels are sharded in T5X's layout, which the rules
     name (a model loaded for a CPU holds them transposed: `layers.transpose_kernels`)."""
-    from speculative.models import adapters  # pylint: disable=g-import-not-at-top (a cycle)
-
-    if isinstance(model, (adapters.EncoderDecoderModel, adapters.DecoderOnlyModel)):
+    if isinstance(getattr(model, "module", None), (t5.Transformer, t5.DecoderOnly)):  # T5's
+        # adapters (models/adapters.py, which imports this module) hold a T5 network
         params = layers.untranspose_kernels(model.params)
         return dataclasses.replace(
             model, params=shard_params(params, model.module, mesh, rules, strict), mesh=mesh)
