@@ -37,7 +37,7 @@ from speculative.models.adapters import make_module as make_module
 
 
 def is_decode_model(obj) -> bool:
-    return all(hasattr(obj, a) for a in ("init", "extend", "rewind", "prefix_length"))
+    return not contract.missing(obj, contract.DecodeModel)
 
 
 def build_model(spec, checkpoint: Optional[str] = None, *, name: str = "target",

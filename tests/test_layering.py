@@ -250,3 +250,114 @@ def test_no_test_file_imports_another():
             bad += [f"{path.relative_to(TESTS)}: {n}" for n in names
                     if any(p.startswith("test_") or p == "conftest" for p in n.split("."))]
     assert not bad, f"test files importing test modules: {bad}"
+
+
+# ----------------------------------------------------------------------------------------------
+# Draft kinds are known by the drafters alone.
+
+# Outside these, no module asks a model, draft or verifier what it is: the drafters answer
+# (decode/drafters.py `Capabilities`). beam/ moves onto drafter objects on its own.
+KINDS_KNOWN_IN = ("decode", "beam")
+KIND_FACTORY = "data/bundles.py"  # the one factory: a name or a card entry's kind -> a drafter
+KIND_CONSTANTS = {"READS_TARGET", "BLOCK_DRAFT", "FEATURE_DRAFT", "HYBRID"}
+KIND_PROBES = {"reads_target", "drafts_blocks"}  # contract's model-level questions
+# hasattr on things that are no model, draft or verifier: (file, the line's text).
+HASATTR_ALLOWED = {
+    ("checkpoints/param_trees.py", "hasattr(ml_dtypes, d)"),  # a dtype name
+    ("checkpoints/hf.py", 'hasattr(x, "detach")'),  # a torch tensor
+    ("experiments/limits.py", 'hasattr(os, "getloadavg")'),  # the platform
+    ("runs/config.py", 'hasattr(sys.stderr, "isatty")'),  # the terminal
+}
+
+
+def _is_kindish(node) -> bool:
+    """`x.kind`, `kind`, `entry.get("kind")`, `entry["kind"]`."""
+    if isinstance(node, ast.Attribute):
+        return node.attr == "kind"
+    if isinstance(node, ast.Name):
+        return node.id == "kind"
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+        return (node.func.attr == "get" and node.args
+                and isinstance(node.args[0], ast.Constant) and node.args[0].value == "kind")
+    if isinstance(node, ast.Subscript):
+        return isinstance(node.slice, ast.Constant) and node.slice.value == "kind"
+    return False
+
+
+DRAFT_KINDS = {"chain", "block", "tree", "baseline", "feature_draft", "block_draft", "hybrid",
+               "unigram", "bigram", "prompt_lookup", "target-aware"}  # names a draft goes by
+
+
+def _is_kind_value(node) -> bool:
+    """A draft kind's name, a collection holding one, or one of the card's kind constants."""
+    if isinstance(node, ast.Constant):
+        return node.value in DRAFT_KINDS
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return any(_is_kind_value(e) for e in node.elts)
+    name = node.attr if isinstance(node, ast.Attribute) else getattr(node, "id", None)
+    return name in KIND_CONSTANTS
+
+
+def kind_tests(source: str, allowed=frozenset()):
+    """`(line, text)` of each place `source` asks an object what kind of draft it is: a
+    `hasattr` (but the `allowed` lines), contract's `reads_target(...)` / `drafts_blocks(...)`,
+    or a comparison of a kind with a string or a kind constant."""
+    lines, found = source.splitlines(), []
+    for node in ast.walk(ast.parse(source)):
+        bad = False
+        if isinstance(node, ast.Call):
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+            if name == "hasattr":
+                text = lines[node.lineno - 1]
+                bad = not any(a in text for a in allowed)
+            bad = bad or name in KIND_PROBES
+        elif isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            bad = (any(_is_kindish(s) for s in sides) and any(_is_kind_value(s) for s in sides)
+                   or any(_is_kind_value(s) and not isinstance(s, (ast.Constant, ast.Tuple,
+                                                                  ast.List, ast.Set))
+                          for s in sides))
+        if bad:
+            found.append((node.lineno, lines[node.lineno - 1].strip()))
+    return sorted(found)
+
+
+def test_the_kind_scan_finds_each_way_of_asking():
+    """A negative control: the scan flags every form the drafters replaced."""
+    bad = '\n'.join([
+        'if contract.reads_target(model): pass',
+        'depth = 4 if hasattr(draft, "unrolled_logits") else 1',
+        'if entry.get("kind") in READS_TARGET: pass',
+        'if entry.get("kind") == BLOCK_DRAFT: pass',
+        'if plan.kind == "tree": pass',
+        'block = contract.drafts_blocks(draft)',
+        'x = entry["kind"] != "hybrid"',
+    ])
+    assert [n for n, _ in kind_tests(bad)] == [1, 2, 3, 4, 5, 6, 7]
+    fine = '\n'.join([
+        'if drafter.reads_target and not drafter.proposes_block: pass',
+        'label = c.name if c.kind != kind else "g"',  # two records' kinds, compared
+        'entry = {"kind": bundles.HYBRID}',  # a card entry written
+        'load = list(os.getloadavg()) if hasattr(os, "getloadavg") else None',
+    ])
+    assert kind_tests(fine, {'hasattr(os, "getloadavg")'}) == []
+
+
+def test_no_module_outside_the_drafters_asks_what_kind_a_draft_is():
+    """Outside decode/ (and beam/) and the one factory (`bundles`: a name or a card entry's
+    `kind` becomes a model, then `drafters.as_drafter` its drafter) nothing probes a model,
+    draft or verifier with `hasattr`, asks contract's `reads_target`, or compares a draft
+    kind with a string: capabilities are the drafters' properties (decode/drafters.py)."""
+    found = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE).as_posix()
+        if rel.split("/")[0] in KINDS_KNOWN_IN or rel == KIND_FACTORY:
+            continue
+        allowed = {text for where, text in HASATTR_ALLOWED if where == rel}
+        hits = kind_tests(path.read_text(), allowed)
+        if hits:
+            found[rel] = hits
+    assert not found, found
+    for where, text in HASATTR_ALLOWED:  # the allow-list names lines that still exist
+        assert text in (PACKAGE / where).read_text(), (where, text)

@@ -50,7 +50,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import numpy as np
 
 from speculative.data import code_corpus, docstring_corpus, text
-from speculative.decode import validation
+from speculative.decode import drafters, validation
 from speculative.decode.contract import DecodeModel
 from speculative.models import t5
 
@@ -281,6 +281,18 @@ class Bundle:
                                    os.path.join(self.models_dir, entry["checkpoint"]),
                                    decoder_only=self.decoder_only, param_dtype=param_dtype,
                                    kernel_layout=kernel_layout)
+
+    def drafter(self, name: str, gamma: int, tree=None, **load_kwargs):
+        """The drafter of bundled draft `name` (`load`, then `drafters.as_drafter`): the one
+        place outside the decode package where a name or a card entry's `kind` becomes a
+        drafter; everything else asks the drafter what it can do (`reads_target`,
+        `proposes_block`, `copies_input`, `tree`, `candidates`)."""
+        return self.drafter_of(self.load(name, **load_kwargs), gamma, tree)
+
+    @staticmethod
+    def drafter_of(model: DecodeModel, gamma: int = 1, tree=None):
+        """The drafter of a loaded draft model (`drafters.as_drafter`)."""
+        return drafters.as_drafter(model, int(gamma), tree)
 
     def hybrid(self, entry: dict, param_dtype: str = "float32", kernel_layout: str = "auto"):
         """The `HybridDraft` a card entry of kind 'hybrid' describes (also before the entry is

@@ -18,6 +18,8 @@ per call by `require` (an error names the missing methods):
                     pending_features, extend_with_features, feature_dim, release_context
     TreeTarget      a target that verifies a token tree in one forward: extend_tree, keep_path
     BlockDraft      a draft that gives a whole block's laws in one call: extend_block
+    UnrolledDraft   a target-aware draft whose deeper drafts can be teacher-forced in one
+                    call: unrolled_logits
     SharedRows      a model whose state has parts every row of one input shares (an
                     encoder-decoder's cross-attention keys and values): shared, reorder; beam
                     search reorders beams without moving them (`reorder_rows`)
@@ -112,7 +114,9 @@ def require(target, capability, needed_for: str) -> None:
 
 
 def reads_target(draft) -> bool:
-    """Whether `draft` is target-aware (reads the target's context and features)."""
+    """Whether draft model `draft` is target-aware (reads the target's context and features).
+    Only drafters (decode/drafters.py) ask; everything else asks a drafter
+    (`drafters.as_drafter(draft, gamma).reads_target`)."""
     return bool(getattr(draft, "reads_target", False))
 
 
@@ -125,6 +129,15 @@ class BlockDraft(Protocol):
                      ) -> Tuple[Array, Any]:
         """Reads the committed `tokens [B, K]` (row b's first `num_tokens[b]`) and returns
         `(logits [B, 1 + num_placeholders, V] of q_1.., state holding the real tokens)`."""
+
+
+class UnrolledDraft(Protocol):
+    """A target-aware draft whose deeper drafts read its own states, teacher-forced in one call
+    (models/feature_draft.py, models/block_draft.py): per-depth acceptance can be measured."""
+
+    def unrolled_logits(self, params, context, tokens: Array, features: Optional[Array],
+                        depth: int) -> Array:
+        """`[depth, B, L, V]`: row d - 1 the d-th draft of a round started at each position."""
 
 
 def drafts_blocks(draft) -> bool:

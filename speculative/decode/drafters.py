@@ -12,7 +12,11 @@ A drafter is a pytree (its draft model's parameters are traced; its settings are
     advance(state, outcome, proposal, last, moving [B]) -> state
 
 and owns its state: a struct with named fields, made by `start` and carried by the loop. The
-loop (decode/loops.py) never asks which kind of drafter it drives.
+loop (decode/loops.py) never asks which kind of drafter it drives, and nothing outside the
+drafters asks a draft model what it is: the built-in drafters answer for it (`Capabilities`:
+`reads_target`, `proposes_block`, `copies_input`, `tree`, `unrolls`; `candidates` for
+calibration; `with_tree`). The protocol and `Capabilities` live in decode/capabilities.py,
+`TreeDrafter` in decode/tree_drafter.py.
 
     ChainDrafter(model, gamma)          any DecodeModel (T5, n-gram, prompt lookup): G drafts,
                                         one draft call each; dynamic gamma (`confidence`) and
@@ -24,7 +28,9 @@ loop (decode/loops.py) never asks which kind of drafter it drives.
                                         drafter's model (`base`): one draft call per level.
     BlockDrafter(model, gamma)          a block draft (models/block_draft.py): all G laws from
                                         one draft call per round; `tree=` fills a token tree
-                                        from the same call.
+                                        from the same call. Its own class: it shares the
+                                        target-aware catch-up with TargetAwareDrafter through a
+                                        `FeatureReread` part, and has no chain settings.
 
 The catch-up rule (invariants at the start of a round: the target's cache holds S[:-1], length
 T, and `last` = S[-1]):
@@ -33,86 +39,36 @@ T, and `last` = S[-1]):
     round accepted every draft and the draft never read x_G). The round's first call rewinds it
     to T - behind and feeds [S[-2], S[-1]] (behind) or [S[-1], a junk copy]; the logits at index
     `behind` are q_1 and the cache then holds S.
-  TargetAwareDrafter: the draft's own entries for last round's accepted drafts were made from
-    its own hidden states; it rewinds to T - `reread` (the n drafts accepted) and re-reads
-    S[T - reread .. T] with the target's features of the positions before them (`tokens`,
-    `features`), replacing them; the logits at index `reread` are q_1. The chunk is padded to
-    G + 1 slots, but the call reads only the narrowest of a few compiled widths that holds every
-    row's real tokens (`read_chunk`): the padding is masked junk, so the laws are the same,
-    and a round that accepted few drafts pays for few rows.
+  TargetAwareDrafter, BlockDrafter (`FeatureReread`): the draft's own entries for last round's
+    accepted drafts were made from its own hidden states; it rewinds to T - `reread` (the n
+    drafts accepted) and re-reads S[T - reread .. T] with the target's features of the
+    positions before them (`tokens`, `features`), replacing them; the logits at index `reread`
+    are q_1. The chunk is padded to G + 1 slots, but the call reads only the narrowest of a few
+    compiled widths that holds every row's real tokens (`catch_up.read_chunk`): the padding is
+    masked junk, so the laws are the same, and a round that accepted few drafts pays for few
+    rows.
 
 Shape legend: B batch, G gamma, V vocab, F feature width.
 """
 
 from __future__ import annotations
 
-from typing import Any, Optional, Protocol, Tuple
+from typing import Any, Optional, Protocol, Sequence, Tuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from flax import struct
 
 from speculative.decode import beam_paths, contract, rounds, trees, validation
 from speculative.decode import kernel as sampling_lib
+from speculative.decode.capabilities import Capabilities, Drafter, gammas_within
+from speculative.decode.catch_up import FeatureReread, cache_length
 from speculative.decode.contract import take_rows
+from speculative.decode.tree_drafter import TreeDrafter
 
 Array = jax.Array
 
 SCHEDULES = ("constant", "heuristic")
-
-
-class Drafter(Protocol):
-    """What the speculative loop calls on a drafter (module docstring). `model` is the draft
-    model whose vocabulary and cache `speculative_decode` checks (None for a drafter without
-    one)."""
-
-    model: Any
-
-    @property
-    def layout(self) -> Any: ...
-
-    @property
-    def gamma(self) -> int: ...
-
-    def view(self, target) -> rounds.TargetView: ...
-
-    def check(self, target) -> None: ...
-
-    def start(self, view, inputs: Array, max_decode_len: int,
-              target_width: int) -> Tuple[Any, Any]: ...
-
-    def propose(self, state, last: Array, start: Array, keys: Array,
-                verifier) -> Tuple[rounds.Proposal, Any]: ...
-
-    def advance(self, state, outcome: rounds.Outcome, proposal: rounds.Proposal, last: Array,
-                moving: Array) -> Any: ...
-
-
-def chunk_widths(width: int) -> Tuple[int, ...]:
-    """The catch-up chunk widths compiled for a chunk of `width` slots: the powers of two below
-    it, and `width` (e.g. 8 -> (1, 2, 4, 8); 6 -> (1, 2, 4, 6))."""
-    return tuple(w for w in (1 << i for i in range(max(width - 1, 0).bit_length()))
-                 if w < width) + (width,)
-
-
-def read_chunk(read, tokens: Array, features: Optional[Array], num_real: Array):
-    """`read(tokens[:, :w], features[:, :w])` at the narrowest w of `chunk_widths` that holds
-    every row's `num_real [B]` real tokens (a `lax.switch`; each branch's result must have one
-    shape). What `read` returns for a row's real tokens cannot depend on the junk after them
-    (a causal read with the junk masked), so every branch gives the same laws."""
-    widths = chunk_widths(tokens.shape[1])
-    index = jnp.searchsorted(jnp.asarray(widths, jnp.int32), jnp.max(num_real))
-
-    def branch(w):
-        return lambda: read(tokens[:, :w], None if features is None else features[:, :w])
-
-    return jax.lax.switch(jnp.minimum(index, len(widths) - 1), [branch(w) for w in widths])
-
-
-def cache_length(model, inputs: Array, max_decode_len: int, width: int) -> int:
-    """Cache slots a model needs: its prefix, the output, and one round's `width` + 2."""
-    return model.prefix_length(inputs.shape[1]) + max_decode_len + width + 2
 
 
 # ----------------------------------------------------------------------------------------------
@@ -137,7 +93,7 @@ class ChainState:
 
 
 @struct.dataclass
-class ChainDrafter:
+class ChainDrafter(Capabilities):
     """G drafts per round from any `DecodeModel`, one draft call each (module docstring).
 
     `confidence > 0`: a row stops drafting before x_i (i >= 2) when the draft's top
@@ -297,97 +253,75 @@ class ChainDrafter:
         del needed_for
         return self.model
 
+    def candidates(self, gammas, max_decode_len: int):
+        """One family: this chain at each of `gammas` (at most `max_decode_len`)."""
+        family = tuple(self.replace(gamma=g, initial_gamma=None if self.initial_gamma is None
+                                    else min(self.initial_gamma, g))
+                       for g in gammas_within(gammas, max_decode_len))
+        return (family,) if family else ()
+
+    def with_tree(self, tree):
+        """The token tree `tree` drafted from this chain's model (`TreeDrafter`)."""
+        tree = trees.as_tree(tuple(tree))
+        return TreeDrafter(self.replace(gamma=tree.depth, initial_gamma=None), tree)
+
 
 # ----------------------------------------------------------------------------------------------
 # A draft that reads the target.
 
 
 @struct.dataclass
-class FeatureState:
-    """A target-aware drafter's state.
-
-    Attributes:
-      model: the draft's decode state.
-      reread: `[B]` committed tokens before S[-1] whose draft entries are re-read with the
-        target's features next round (last round's n accepted drafts).
-      tokens: `[B, G + 1]` S[T - reread .. T], zero-padded: the catch-up chunk.
-      features: `[B, G + 1, F]` the target's features of the positions before those tokens
-        (last round's verification), or None for a draft that reads no hidden states.
-      budget: `[B]` as `ChainState.budget`.
-    """
-
-    model: Any
-    reread: Array
-    tokens: Array
-    features: Optional[Array]
-    budget: Array
-
-
-@struct.dataclass
 class TargetAwareDrafter(ChainDrafter):
     """A chain from a draft that reads the target's context and hidden states (EAGLE-style;
     models/feature_draft.py). The verify call returns the target's features of every scored
-    position, and the next round's first call re-reads the committed tokens with them."""
+    position, and the next round's first call re-reads the committed tokens with them
+    (`FeatureReread`); the drafts after it are the chain's single-token calls."""
+
+    @property
+    def reads_target(self) -> bool:
+        return True
+
+    @property
+    def unrolls(self) -> bool:
+        return not contract.missing(self.model, contract.UnrolledDraft)
+
+    @property
+    def reread(self) -> FeatureReread:
+        return FeatureReread(self.model, self.gamma)
 
     @property
     def layers(self) -> Tuple[int, ...]:
-        return tuple(self.model.feature_layers)
+        return self.reread.layers
 
     def view(self, target) -> rounds.TargetView:
-        return rounds.FeatureView(target, self.layers)
+        return self.reread.view(target)
 
     def check(self, target) -> None:
-        contract.check_target_aware(target, self.model)
+        self.reread.check(target)
         super().check(target)
 
-    def draft_cache_length(self, inputs, max_decode_len) -> int:
-        return cache_length(self.model, inputs, max_decode_len, self.gamma)
-
     def start(self, view, inputs, max_decode_len, target_width):
-        target = view.model
-        tstate = view.start(inputs, cache_length(target, inputs, max_decode_len, target_width))
-        dstate = self.model.init(self.model.params, inputs,
-                                 self.draft_cache_length(inputs, max_decode_len),
-                                 context=target.context(tstate))
-        batch, width = tstate.pending.shape[0], self.gamma + 1
-        features = None
-        if self.layers:  # the first round reads the pending token with the feature before it
-            first = target.pending_features(tstate, self.layers)
-            features = jnp.zeros((batch, width, self.model.feature_dim),
-                                 jnp.float32).at[:, 0].set(first)
         budget = self.gamma if self.initial_gamma is None else self.initial_gamma
-        return tstate, FeatureState(
-            model=dstate, reread=jnp.zeros((batch,), jnp.int32),
-            tokens=jnp.zeros((batch, width), jnp.int32).at[:, 0].set(tstate.pending),
-            features=features, budget=jnp.full((batch,), budget, jnp.int32))
+        return self.reread.start(view, inputs, max_decode_len, target_width, self.gamma, budget)
 
     def catch_up_widths(self) -> Tuple[int, ...]:
-        """The chunk re-reads the last round's accepted drafts and the committed token at the
-        narrowest of these widths holding them (`read_chunk`)."""
-        return chunk_widths(self.gamma + 1)
+        return self.reread.widths()
 
     def catch_up(self, state, last, start):
         del last  # the chunk ends with it
-        dstate = self.model.rewind(state.model, start - state.reread)
 
-        def read(tokens, features):
+        def call(dstate, tokens, features):
             logits, out = self.model.extend(self.model.params, dstate, tokens, features)
             # holds S; the padding slots are masked
             return (jnp.take_along_axis(logits, state.reread[:, None, None], axis=1)[:, 0],
                     self.model.rewind(out, start + 1))
 
-        return read_chunk(read, state.tokens, state.features, state.reread + 1)
+        return self.reread.read(state, start, call)
 
     def advance(self, state, outcome, proposal, last, moving):
-        """Next round re-reads x_1..x_n, t with the features the verification just gave."""
         del last
-        features = state.features
-        if features is not None:  # static: a draft that reads hidden states
-            features = jnp.where(moving[:, None, None], outcome.features, features)
+        state = self.reread.advance(state, outcome, moving)
         return state.replace(
-            reread=jnp.where(moving, outcome.accepted, state.reread),
-            tokens=jnp.where(moving[:, None], outcome.emitted(), state.tokens),
-            features=features,
             budget=self._next_budget(state.budget, outcome.accepted, proposal.num_drafted))
 
     def beam_check(self, target) -> None:
@@ -448,57 +382,96 @@ class TargetAwareDrafter(ChainDrafter):
 
 
 @struct.dataclass
-class BlockDrafter(TargetAwareDrafter):
+class BlockDrafter(Capabilities):
     """G drafts from ONE draft call per round (models/block_draft.py): the call re-reads the
-    committed tokens with the target's features, as `TargetAwareDrafter`'s catch-up does, and
-    appends G - 1 learned placeholders; the logits at the last committed token are q_1 and the
-    placeholders' are q_2..q_G, the laws of the tokens 2..G positions ahead given the committed
-    text only. Each x_i ~ q_i is drawn independently, so q_i is exactly the law x_i was drawn
-    from and the verifiers apply unchanged (exact at any temperature).
+    committed tokens with the target's features (`FeatureReread`, shared with
+    `TargetAwareDrafter`) and appends G - 1 learned placeholders; the logits at the last
+    committed token are q_1 and the placeholders' are q_2..q_G, the laws of the tokens 2..G
+    positions ahead given the committed text only. Each x_i ~ q_i is drawn independently, so
+    q_i is exactly the law x_i was drawn from and the verifiers apply unchanged (exact at any
+    temperature). It has no chain settings (dynamic gamma, a schedule): its block is one call.
 
     With `tree=(b_1, ..., b_d)` (d = gamma) the block fills a token tree with no extra call:
     every node at depth i - 1 gets as children b_i tokens from q_i (its top-b_i at temperature
     0, drawn without replacement at T > 0), q_i being the same law whatever the path."""
 
+    model: Any
+    gamma: int = struct.field(pytree_node=False)
     tree: Optional[trees.Tree] = struct.field(pytree_node=False, default=None)
+
+    @property
+    def reads_target(self) -> bool:
+        return True
+
+    @property
+    def proposes_block(self) -> bool:
+        return True
+
+    @property
+    def unrolls(self) -> bool:
+        return True  # q_i is the law i positions ahead: it changes with the depth
+
+    @property
+    def kind(self) -> str:
+        return "block" if self.tree is None else "tree"
+
+    @property
+    def reread(self) -> FeatureReread:
+        return FeatureReread(self.model, self.gamma)
 
     @property
     def layout(self):
         return rounds.ChainLayout(self.gamma) if self.tree is None else rounds.TreeLayout(
             self.tree)
 
+    def view(self, target) -> rounds.TargetView:
+        return self.reread.view(target)
+
     def check(self, target) -> None:
         if self.gamma > self.model.max_gamma:
             raise ValueError(f"gamma={self.gamma}: this block draft has placeholders for "
                              f"gamma <= {self.model.max_gamma}.")
-        if self.confidence or self.schedule != "constant":
-            raise ValueError("A block draft proposes its whole block in one call: it takes "
-                             "confidence=0 and schedule='constant'.")
         if self.tree is not None and self.tree.depth != self.gamma:
             raise ValueError(f"tree={self.tree.branching} has depth {self.tree.depth}; the "
                              f"block drafter's gamma is {self.gamma}.")
-        super().check(target)
+        self.reread.check(target)
+        self.layout.require(target)
 
-    def beam_check(self, target) -> None:
-        del target
-        raise ValueError(
-            "BlockDrafter cannot draft for speculative beam search: a block draft gives the "
-            "laws of a whole block from the committed text in one call, not a greedy path per "
-            "beam; use a chain or target-aware draft.")
+    def own_model(self, needed_for: str):
+        raise TypeError(
+            f"{needed_for} takes a draft with a model of its own; this "
+            f"{type(self.model).__name__} reads the target's states. Use a separate draft (a "
+            "bundle's best_t5_draft, e.g. large_draft_kdtv).")
 
-    def draft_cache_length(self, inputs, max_decode_len) -> int:
+    def start(self, view, inputs, max_decode_len, target_width):
         # the call holds the catch-up chunk (G + 1 slots) and G - 1 placeholders at once
-        return cache_length(self.model, inputs, max_decode_len, 2 * self.gamma)
+        return self.reread.start(view, inputs, max_decode_len, target_width, 2 * self.gamma,
+                                 self.gamma)
+
+    def catch_up_widths(self) -> Tuple[int, ...]:
+        return self.reread.widths()
+
+    def candidates(self, gammas, max_decode_len: int):
+        """Two families: the chain of the same draft (`TargetAwareDrafter`, one call per
+        draft) at `gammas`, and the block at them, capped at its placeholders (`max_gamma`)."""
+        chain = TargetAwareDrafter(self.model, self.gamma).candidates(gammas, max_decode_len)
+        kept = gammas_within(gammas, max_decode_len)
+        blocks = sorted({min(g, int(self.model.max_gamma)) for g in kept})
+        return chain + ((tuple(BlockDrafter(self.model, g) for g in blocks),) if blocks else ())
+
+    def with_tree(self, tree):
+        """The token tree `tree` filled from the block's per-position laws (one call)."""
+        tree = trees.as_tree(tuple(tree))
+        return BlockDrafter(self.model, tree.depth, tree=tree)
 
     def block_logits(self, state, start) -> Tuple[Array, Any]:
         """The round's one draft call: `(logits [B, G, V] of q_1..q_G, state holding S)`."""
-        dstate = self.model.rewind(state.model, start - state.reread)
 
-        def read(tokens, features):
+        def call(dstate, tokens, features):
             return self.model.extend_block(self.model.params, dstate, tokens, features,
                                            self.gamma - 1, num_tokens=state.reread + 1)
 
-        return read_chunk(read, state.tokens, state.features, state.reread + 1)
+        return self.reread.read(state, start, call)
 
     def propose(self, state, last, start, keys, verifier):
         del last  # the catch-up chunk ends with it
@@ -522,6 +495,10 @@ class BlockDrafter(TargetAwareDrafter):
             draft_calls=ones, drafts_read=jnp.zeros((), jnp.int32))
         return proposal, state.replace(model=dstate)
 
+    def advance(self, state, outcome, proposal, last, moving):
+        del proposal, last
+        return self.reread.advance(state, outcome, moving)
+
     def _fill_tree(self, logits, keys, verifier):
         """Each level's children from that depth's q (`verifier.children`), for every node."""
         tree, levels, valids, qs = self.tree, [], [], []
@@ -537,84 +514,6 @@ class BlockDrafter(TargetAwareDrafter):
             valids.append(valid.reshape(valid.shape[0], -1))
             qs.append(q)
         return (jnp.concatenate(levels, 1), jnp.concatenate(qs, 1), jnp.concatenate(valids, 1))
-
-
-# ----------------------------------------------------------------------------------------------
-# Token trees from any chain drafter's distributions.
-
-
-@struct.dataclass
-class TreeDrafter:
-    """A token tree (decode/trees.py) whose nodes' laws come from `base`'s model: after
-    `base`'s catch-up call (batch B) the draft state is repeated once per root-to-leaf path
-    (B * M rows) and each path is extended as a chain, one call per level; a node's children
-    are drawn from the draft's distribution on its first path (the verifier's `children`: the
-    top-b tokens at temperature 0, b drawn without replacement at T > 0). After verification
-    the kept path's rows are the draft's state, and `base`'s catch-up rule applies."""
-
-    base: Any
-    tree: trees.Tree = struct.field(pytree_node=False)
-
-    @property
-    def layout(self):
-        return rounds.TreeLayout(self.tree)
-
-    @property
-    def gamma(self) -> int:
-        return self.tree.depth
-
-    @property
-    def model(self):
-        return self.base.model
-
-    def view(self, target) -> rounds.TargetView:
-        return self.base.view(target)
-
-    def check(self, target) -> None:
-        if self.base.confidence or self.base.schedule != "constant":
-            raise ValueError(f"tree={self.tree.branching} drafts a fixed shape: its base drafter "
-                             "needs confidence=0 and schedule='constant'.")
-        self.base.check(target)
-        self.layout.require(target)
-
-    def start(self, view, inputs, max_decode_len, target_width):
-        return self.base.start(view, inputs, max_decode_len, target_width)
-
-    def catch_up_widths(self) -> Tuple[int, ...]:
-        return self.base.catch_up_widths()
-
-    def propose(self, state, last, start, keys, verifier):
-        tree = self.tree
-        logits, dstate = self.base.catch_up(state, last, start)
-        batch, paths = logits.shape[0], tree.num_leaves
-        tokens, valid, q = verifier.children(logits, tree.branching[0], keys[0])
-        levels, valids, qs = [tokens], [valid], [q[:, None]]
-        dstate = take_rows(dstate, jnp.repeat(jnp.arange(batch), paths))
-        for level in range(1, tree.depth):
-            under = tree.leaves_under(level)
-            feed = levels[-1][:, np.arange(paths) // under]  # each path's node at this level
-            step_logits, dstate = self.base.step(dstate, feed.reshape(batch * paths))
-            step_logits = step_logits.reshape(batch, paths, -1)[
-                :, np.arange(tree.level_sizes[level]) * under]  # [B, nodes at this level, V]
-            tokens, valid, q = verifier.children(step_logits, tree.branching[level], keys[level])
-            valid = valid & valids[-1][:, :, None]  # below an invalid node nothing is valid
-            levels.append(tokens.reshape(batch, -1))
-            valids.append(valid.reshape(batch, -1))
-            qs.append(q)
-        proposal = rounds.Proposal(
-            tokens=jnp.concatenate(levels, 1), q=jnp.concatenate(qs, 1),
-            valid=jnp.concatenate(valids, 1),
-            num_drafted=jnp.full((batch,), tree.depth, jnp.int32),
-            draft_calls=jnp.full((batch,), tree.depth, jnp.int32),
-            drafts_read=jnp.asarray(tree.depth - 1, jnp.int32))
-        return proposal, state.replace(model=dstate)
-
-    def advance(self, state, outcome, proposal, last, moving):
-        """The kept path's draft rows, then `base`'s catch-up rule."""
-        batch = outcome.accepted.shape[0]
-        rows = jnp.arange(batch) * self.tree.num_leaves + outcome.leaf
-        state = state.replace(model=take_rows(state.model, rows))
-        return self.base.advance(state, outcome, proposal, last, moving)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -644,9 +543,9 @@ def as_drafter(draft, gamma: int, tree: Optional[trees.Tree] = None, *,
         return draft
     if contract.drafts_blocks(draft):  # the whole block in one call
         return BlockDrafter(draft, int(gamma), tree=None if tree is None else trees.as_tree(tree))
-    kind = TargetAwareDrafter if contract.reads_target(draft) else ChainDrafter
-    base = kind(draft, int(gamma), confidence=confidence, schedule=schedule,
-                initial_gamma=initial_gamma)
+    chain = TargetAwareDrafter if contract.reads_target(draft) else ChainDrafter
+    base = chain(draft, int(gamma), confidence=confidence, schedule=schedule,
+                 initial_gamma=initial_gamma)
     return base if tree is None else TreeDrafter(base, trees.as_tree(tree))
 
 
@@ -672,3 +571,37 @@ def beam_drafter(draft, gamma) -> beam_paths.BeamProposer:
             f"no greedy path per beam (it lacks {', '.join(lacks)}); use a chain or "
             "target-aware draft (draft_branch=b gives each beam b first tokens).")
     return drafter
+
+
+def record(drafter) -> Tuple[str, int, Optional[Tuple[int, ...]]]:
+    """`(kind, gamma, tree branching or None)`: how a drafter is written down (`from_record`
+    reads it back); a drafter of your own without `Capabilities` is a 'chain'."""
+    tree = getattr(drafter, "tree", None)
+    return (getattr(drafter, "kind", "chain"), int(drafter.gamma),
+            None if tree is None else tuple(tree.branching))
+
+
+def calibration_families(draft, gammas, max_decode_len: int):
+    """The drafters calibration times for `draft` (`measure.speculation`): a drafter object as
+    it is; else the families its own drafter offers (`candidates`: a chain at `gammas`, and a
+    block draft's block beside it)."""
+    if is_drafter(draft):
+        return ((draft,),)
+    return as_drafter(draft, 1).candidates(gammas, max_decode_len)
+
+
+def from_record(draft, kind: str, gamma: int, tree: Optional[Sequence[int]] = None) -> Drafter:
+    """The drafter a record names (`Capabilities.kind` and its gamma and tree, as
+    `measure.speculation` and a run's plan write them): the draft's own drafter's candidate of
+    that kind and gamma, or its `with_tree(tree)`. A ValueError names what the draft offers."""
+    if is_drafter(draft):  # a drafter object is used as given
+        return draft
+    default = as_drafter(draft, int(gamma))
+    if tree is not None:
+        return default.with_tree(tree)
+    offered = [d for family in default.candidates((gamma,), int(gamma)) for d in family]
+    for drafter in offered:
+        if drafter.kind == kind and drafter.gamma == int(gamma):
+            return drafter
+    raise ValueError(f"kind={kind!r} gamma={gamma!r}: this draft's drafters are "
+                     f"{[(d.kind, d.gamma) for d in offered]}.")

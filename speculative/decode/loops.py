@@ -42,7 +42,15 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from speculative.decode import contract, drafters, interrupts, trees, validation, verifiers
+from speculative.decode import (
+    capabilities,
+    contract,
+    drafters,
+    interrupts,
+    trees,
+    validation,
+    verifiers,
+)
 from speculative.decode import kernel as sampling_lib
 from speculative.decode.contract import EOS_ID, DecodeModel, write_rows
 from speculative.decode.rounds import RoundKeys
@@ -296,7 +304,7 @@ def speculative_decode(
     max_decode_len: int,
     lenience: float = 1.0,
     tree: Optional[Sequence[int]] = None,
-    verifier: Optional[verifiers.Verifier] = None,
+    verifier: Optional[verifiers.ChainVerifier] = None,
     debug: bool = False,
     **moved: Any,
 ) -> DecodeResult:
@@ -315,8 +323,10 @@ def speculative_decode(
     as drafted and a depth where a child was kept as accepted. Trees need `lenience=1`.
 
     `verifier` replaces the policy that `sampling` and `lenience` choose
-    (`verifiers.for_sampling`) by another object with the `Verifier` Protocol's methods; it must
-    be hashable (a frozen dataclass), as it is static under jit.
+    (`verifiers.for_sampling`) by another object with the `ChainVerifier` Protocol's methods
+    (`TreeVerifier`'s for a tree); it must be hashable (a frozen dataclass), as it is static
+    under jit. Lenience is the policy's own (`verifier.lenience`): `lenience=` is the shorthand
+    for the built-in policy, and is refused beside `verifier`.
 
     The output has the target's distribution under `sampling` (the same adjustment is applied to
     p and q); at temperature 0 it equals `autoregressive_decode` token for token. Rows accept
@@ -326,16 +336,13 @@ def speculative_decode(
     (`draft_confidence`, `gamma_schedule`, `initial_gamma`) raise a TypeError giving the new form.
     """
     _refuse_moved(moved)
-    drafter = _drafter(draft, gamma, tree, lenience)
+    drafter = _drafter(draft, gamma, tree)
     models = (target,) if drafter.model is None else (target, drafter.model)
     inputs = validation.check_call(models, inputs, rng, sampling)
     validation.check_lengths(models, inputs, max_decode_len, drafter.gamma,
                              drafter.layout.width)
-    if verifier is None:
-        sampling_lib.validate_lenience(lenience)
-        verifier = verifiers.for_sampling(sampling, lenience)
-    else:
-        verifiers.check_policy(verifier, lenience)
+    verifier = verifiers.resolve(sampling, lenience, verifier)  # lenience is the policy's
+    drafter.layout.check_verifier(verifier)
     drafter.check(target)
     kwargs = dict(verifier=verifier, max_decode_len=int(max_decode_len))
     if debug:
@@ -365,12 +372,12 @@ def _refuse_moved(moved) -> None:
                     f"{next(iter(moved))!r}.")
 
 
-def _drafter(draft, gamma, tree, lenience) -> drafters.Drafter:
+def _drafter(draft, gamma, tree) -> capabilities.Drafter:
     """`speculative_decode`'s drafter, its arguments checked by name."""
     if drafters.is_drafter(draft):
         if tree is not None:
             raise ValueError(f"tree={tree!r} with a drafter object: give the tree to the drafter "
-                             "(drafters.TreeDrafter(base, tree)) instead.")
+                             "(tree_drafter.TreeDrafter(base, tree)) instead.")
         if gamma is not None and gamma != draft.gamma:
             raise ValueError(f"gamma={gamma!r} but the drafter drafts {draft.gamma} per round: "
                              "pass gamma=None (or the drafter's gamma).")
@@ -383,5 +390,4 @@ def _drafter(draft, gamma, tree, lenience) -> drafters.Drafter:
             raise ValueError(f"gamma={gamma!r} is invalid: draft at least one token "
                              "(gamma >= 1).")
         drafter = drafters.as_drafter(draft, int(gamma), tree)
-    drafter.layout.check_lenience(lenience)
     return drafter

@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from speculative.decode import contract, trees
+from speculative.decode import contract, trees, verifiers
 from speculative.decode import kernel as sampling_lib
 
 Array = jax.Array
@@ -182,8 +182,9 @@ class ChainLayout:
     def require(self, target) -> None:
         del target  # every DecodeModel scores a chain
 
-    def check_lenience(self, lenience: float) -> None:
-        del lenience  # any acceptance rule applies to a chain
+    def check_verifier(self, verifier) -> None:
+        """Any acceptance rule applies to a chain: it needs `ChainVerifier`'s methods."""
+        del verifier  # speculative_decode checked them (verifiers.check_policy)
 
     def score(self, view: TargetView, state, last: Array, proposal: Proposal):
         return view.score(state, jnp.concatenate([last[:, None], proposal.tokens], axis=1))
@@ -224,10 +225,12 @@ class TreeLayout:
     def require(self, target) -> None:
         contract.require(target, contract.TreeTarget, f"tree={self.tree.branching}")
 
-    def check_lenience(self, lenience: float) -> None:
-        if lenience != 1.0:
+    def check_verifier(self, verifier) -> None:
+        """A tree needs `TreeVerifier`'s methods and an exact rule (the verifier's lenience 1)."""
+        verifiers.check_policy(verifier, protocol=verifiers.TreeVerifier)
+        if verifier.lenience != 1.0:
             raise ValueError(f"tree={self.tree.branching} verifies exactly with a fixed shape: "
-                             f"it needs lenience=1 (got {lenience}).")
+                             f"it needs lenience=1 (got {verifier.lenience}).")
 
     def score(self, view: TargetView, state, last: Array, proposal: Proposal):
         tokens = jnp.concatenate([last[:, None], proposal.tokens], axis=1)

@@ -1,7 +1,10 @@
 """Verification policies: how drafts are drawn and how the target accepts them.
 
 One small frozen dataclass per policy (hashable, so static under jit), each with every method
-the loops call (the `Verifier` Protocol), so the loops have no per-policy branches. The loops
+the loops call, so the loops have no per-policy branches. Two Protocols say what a layout
+needs: `ChainVerifier` (a chain's rounds and the autoregressive step) and `TreeVerifier` (those
+and a token tree's two methods); the built-in policies are tree verifiers (`Verifier`, the old
+name). The loops
 split the keys (decode/rounds.py `RoundKeys`) and hand every method a real key; the greedy
 policy ignores it:
 
@@ -18,11 +21,13 @@ policy ignores it:
     LenientVerifier(sampling, l)      the same with the relaxed test u l q(x) < p(x) (paper A.5;
                                       faster, not exact).
 
-    children(logits, num, rng) -> (tokens [..., num], valid, q)   (a token tree's node)
-    verify_tree(tree, logits, q, node_tokens, valid, rng) -> the accepted path (trees.py)
+    children(logits, num, rng) -> (tokens [..., num], valid, q)   (a token tree's node;
+    verify_tree(tree, logits, q, node_tokens, valid, rng) -> the accepted path    TreeVerifier)
 
-`for_sampling(sampling, lenience)` picks the policy. Another acceptance rule is one more class
-with these methods (docs/extending.md).
+Lenience is set in one place, the policy: `for_sampling(sampling, lenience)` picks the policy
+(what `speculative_decode(lenience=...)` does), and a layout reads `verifier.lenience` (a tree
+needs 1: `rounds.TreeLayout.check_verifier`). Another acceptance rule is one more class with
+these methods (docs/extending.md).
 
 Shape legend: B batch, G gamma, V vocab.
 """
@@ -30,7 +35,7 @@ Shape legend: B batch, G gamma, V vocab.
 from __future__ import annotations
 
 import dataclasses
-from typing import Protocol, Tuple
+from typing import Generic, Protocol, Tuple
 
 import jax
 import jax.numpy as jnp
@@ -100,8 +105,6 @@ class GreedyVerifier:
         """A tree node's `num` children: the draft's top-`num` tokens; `(tokens [..., num],
         valid [..., num], q)` with q the size-1 summary (never read at temperature 0)."""
         del rng
-        if self.lenience != 1.0:
-            raise ValueError("Token trees verify exactly: lenience must be 1.")
         tokens, valid = trees.greedy_children(logits, num)
         return tokens, valid, jnp.ones(logits.shape[:-1] + (1,), jnp.float32)
 
@@ -142,8 +145,6 @@ class _Sampled:
 
     def children(self, logits, num, rng):
         """`num` children drawn without replacement from the adjusted q; `(tokens, valid, q)`."""
-        if self.lenience != 1.0:
-            raise ValueError("Token trees verify exactly: lenience must be 1.")
         q = sampling_lib.adjusted_probs(logits, self.sampling)
         tokens, valid = trees.sampled_children(q, num, rng)
         return tokens, valid, q
@@ -173,8 +174,9 @@ class LenientVerifier(_Sampled):
         sampling_lib.validate_lenience(self.lenience)
 
 
-class Verifier(Protocol):
-    """Every method the decode loops call on a verification policy (module docstring)."""
+class ChainVerifier(Protocol):
+    """What a chain's rounds call on a verification policy (`rounds.ChainLayout`), and the
+    autoregressive step. `lenience` is the policy's own: the one place it is set."""
 
     lenience: float
 
@@ -187,17 +189,24 @@ class Verifier(Protocol):
 
     def next_token(self, logits: Array, rng: Array) -> Tuple[Array, Array]: ...
 
+
+class TreeVerifier(ChainVerifier, Protocol):
+    """A policy that also verifies token trees (`rounds.TreeLayout`): a node's children and the
+    walk down the verified tree. Trees verify exactly: the tree layout takes lenience 1."""
+
     def children(self, logits: Array, num: int, rng: Array) -> Tuple[Array, Array, Array]: ...
 
     def verify_tree(self, tree, logits: Array, q: Array, node_tokens: Array, valid: Array,
                     rng: Array): ...
 
 
+Verifier = TreeVerifier  # the old name: every method (the built-in policies have them all)
 
 
-def for_sampling(sampling: SamplingConfig, lenience: float = 1.0) -> Verifier:
+def for_sampling(sampling: SamplingConfig, lenience: float = 1.0) -> TreeVerifier:
     """The policy for a sampling setting: greedy at temperature 0, else exact (l = 1) or
-    lenient."""
+    lenient. This is where `speculative_decode(lenience=...)` becomes the policy's lenience."""
+    sampling_lib.validate_lenience(lenience)
     if sampling.greedy:
         return GreedyVerifier(lenience)
     if lenience == 1.0:
@@ -205,17 +214,37 @@ def for_sampling(sampling: SamplingConfig, lenience: float = 1.0) -> Verifier:
     return LenientVerifier(sampling, lenience)
 
 
-POLICY_METHODS = ("propose", "top_probability", "verify", "next_token", "children", "verify_tree")
+def methods(protocol) -> Tuple[str, ...]:
+    """The methods of a verifier Protocol, its bases' first (`ChainVerifier`'s for a tree)."""
+    names = []
+    for cls in reversed(protocol.__mro__):
+        if cls not in (object, Protocol, Generic):
+            names += [n for n, v in vars(cls).items() if callable(v) and not n.startswith("_")]
+    return tuple(dict.fromkeys(names))
 
 
-def check_policy(verifier, lenience) -> None:
-    """A verification policy given to `speculative_decode(verifier=...)`: it has the loop's
-    methods, is hashable (static under jit), and no `lenience` competes with it."""
-    missing = [m for m in POLICY_METHODS if not callable(getattr(verifier, m, None))]
+POLICY_METHODS = methods(TreeVerifier)  # every method of a built-in policy
+
+
+def resolve(sampling: SamplingConfig, lenience: float = 1.0, verifier=None) -> ChainVerifier:
+    """`speculative_decode`'s policy: `verifier` as given (checked by `check_policy`), else the
+    one `sampling` and `lenience` choose (`for_sampling`). Lenience is the policy's: giving it
+    beside a verifier is refused with the form to use instead."""
+    if verifier is None:
+        return for_sampling(sampling, lenience)
+    check_policy(verifier, lenience)
+    return verifier
+
+
+def check_policy(verifier, lenience: float = 1.0, protocol=ChainVerifier) -> None:
+    """A verification policy given to `speculative_decode(verifier=...)`: it has `protocol`'s
+    methods (a tree layout asks for `TreeVerifier`'s), is hashable (static under jit), and no
+    `lenience` argument competes with its own."""
+    missing = [m for m in methods(protocol) if not callable(getattr(verifier, m, None))]
     if missing:
         raise TypeError(f"verifier={verifier!r} lacks {missing}: a verification policy has the "
-                        f"methods {list(POLICY_METHODS)} (the Verifier Protocol in "
-                        "speculative/decode/verifiers.py).")
+                        f"methods {list(methods(protocol))} (the {protocol.__name__} Protocol "
+                        "in speculative/decode/verifiers.py).")
     try:
         hash(verifier)
     except TypeError:
@@ -223,4 +252,5 @@ def check_policy(verifier, lenience) -> None:
                         "it a frozen dataclass.") from None
     if lenience != 1.0:
         raise ValueError(f"lenience={lenience!r} and verifier={verifier!r} both set the "
-                         "acceptance rule: give the lenience to the verifier instead.")
+                         "acceptance rule: give the lenience to the verifier instead "
+                         f"(e.g. LenientVerifier(sampling, {lenience!r})).")

@@ -111,9 +111,10 @@ def random_pair(s: BlockCostSettings):
 
 def _drafter_of(target, draft) -> Dict[str, Any]:
     """Per kind, gamma -> its drafter, checked against the target."""
+    made = {"chain": drafters.TargetAwareDrafter, "block": drafters.BlockDrafter}
+
     def checked(kind, gamma):
-        drafter = (drafters.TargetAwareDrafter(draft, int(gamma)) if kind == "chain"
-                   else drafters.BlockDrafter(draft, int(gamma)))
+        drafter = made[kind](draft, int(gamma))
         drafter.check(target)
         return drafter
 

@@ -33,7 +33,7 @@ import numpy as np
 
 from speculative import files, loading
 from speculative.data import bundles
-from speculative.decode import contract, validation
+from speculative.decode import drafters, validation
 from speculative.decode import loops as decoding
 from speculative.decode.kernel import SamplingConfig
 from speculative.experiments import record
@@ -87,7 +87,7 @@ _TRAINING: Dict[int, Dict] = {}  # training settings of the drafts loaded from t
 
 
 def _description(model) -> Dict:
-    if contract.reads_target(model):
+    if drafters.as_drafter(model, 1).reads_target:
         cfg = model.module.config
         layers = f"features of layers {list(cfg.feature_layers)}"
         if not cfg.cross_attention:

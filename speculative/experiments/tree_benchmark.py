@@ -26,8 +26,8 @@ import numpy as np
 
 from speculative import files
 from speculative.data import bundles
+from speculative.decode import drafters, validation
 from speculative.decode import stats as stats_lib
-from speculative.decode import validation
 from speculative.decode.kernel import SamplingConfig
 from speculative.experiments import record
 from speculative.measure import acceptance, host
@@ -65,12 +65,13 @@ def run(output_dir: str, target_name: str = mini.LARGE_TARGET, draft_name: str =
     verify = costs.verify_curve()
     draft_cost = costs_lib.cost_curve(draft_cost_rows)
     rows = []
+    unrolls = drafters.as_drafter(draft, 1).unrolls  # its deeper drafts' laws differ
     for temperature in temperatures:
         sampling = SamplingConfig(temperature)
         ranks = acceptance.rank_acceptance(
             target, draft, rank_batches, sampling, max_rank=4,
             max_decode_len=inputs.max_decode_len, seed=seed,
-            max_depth=acceptance.TREE_RATE_DEPTHS if hasattr(draft, "unrolled_logits") else 1)
+            max_depth=acceptance.TREE_RATE_DEPTHS if unrolls else 1)
         rates = ranks.theory_rates  # [D, R] for a target-aware draft, else [R]
         choice = theory.best_tree(rates, costs.c, verify, draft_cost=draft_cost,
                                   max_nodes=max_nodes)

@@ -47,7 +47,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from speculative.decode import contract, trees
+from speculative.decode import contract, drafters, trees
 from speculative.decode import kernel as sampling_lib
 from speculative.decode import loops as decoding
 from speculative.decode.kernel import SamplingConfig
@@ -95,7 +95,7 @@ def _forced_pair_logits(target, draft, inputs, generated):
     before (what its first draft of a round sees; its deeper drafts read its own states, so
     for it this alpha is the first-draft acceptance rate, and the decode's own
     `DecodeStats.alpha` is the one along its chains)."""
-    if not contract.reads_target(draft):
+    if not drafters.as_drafter(draft, 1).reads_target:
         return _forced_logits(target, inputs, generated), _forced_logits(draft, inputs, generated)
     tstate, fed, p_logits, feats = _forced_target(target, draft, inputs, generated)
     if feats is not None:  # the previous position's (before the pending token: the prompt's)
@@ -114,7 +114,7 @@ def _forced_depth_logits(target, draft, inputs, generated, depth: int):
     `unrolled_logits` it reads the target's features up to the round's start and its own
     states after that; any other draft sees the same prefix at every depth, so its rows are
     one forward repeated."""
-    if depth == 1 or not hasattr(draft, "unrolled_logits"):
+    if depth == 1 or not drafters.as_drafter(draft, depth).unrolls:
         p_logits, q_logits = _forced_pair_logits(target, draft, inputs, generated)
         return p_logits, jnp.broadcast_to(q_logits[None], (depth,) + q_logits.shape)
     tstate, fed, p_logits, feats = _forced_target(target, draft, inputs, generated)
@@ -413,7 +413,7 @@ def choose_tree(target, draft, batches, sampling: SamplingConfig, costs: costs_l
     best chain with the draft's call priced at its one-row cost c whatever its rows (a bound:
     more rows never cost less): where verifying more tokens is what loses, as on a CPU, no tree
     can win and the draft's timing is skipped."""
-    depths = TREE_RATE_DEPTHS if hasattr(draft, "unrolled_logits") else 1
+    depths = TREE_RATE_DEPTHS if drafters.as_drafter(draft, 1).unrolls else 1
     ranks = rank_acceptance(target, draft, [np.concatenate([np.asarray(b) for b in batches])],
                             sampling, max_rank=4, max_decode_len=max_decode_len,
                             max_depth=depths, seed=seed)

@@ -140,12 +140,13 @@ def extend_program(model, inputs: np.ndarray, num_tokens: int, *, cache_len: int
     does not read a target): the state is zeros of the shapes `init` gives (`jax.eval_shape`,
     nothing runs or compiles but the extends; an extend's cost does not depend on what the
     cache holds)."""
-    if zeros and not contract.reads_target(model):
+    reads_target = drafters.as_drafter(model, 1).reads_target  # the drafter knows
+    if zeros and not reads_target:
         shapes = jax.eval_shape(lambda m, x: m.init(m.params, x, cache_len), model,
                                 jnp.asarray(inputs))
         state = jax.tree_util.tree_map(lambda a: jnp.zeros(a.shape, a.dtype), shapes)
     # jitted: one compile of the encoder (or prefill) instead of an op-by-op run
-    elif contract.reads_target(model):
+    elif reads_target:
         layers = tuple(model.feature_layers)
         state = jax.jit(lambda t, d, x: d.init(d.params, x, cache_len, context=t.context(
             t.init_for_draft(t.params, x, cache_len, layers))))(target, model, jnp.asarray(inputs))

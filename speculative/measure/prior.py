@@ -85,7 +85,7 @@ def draft_step_cost(target, draft, x, *, seed: int, max_decode_len: int,
     """c: the draft's extend of one token at the batch size of `x` (a cache of zeros, about
     `TIMING_S`, compilation subtracted) in baseline decode steps of `step_s` seconds; 0.0 for
     a drafter object or a draft without a model (n-gram, prompt lookup), not timed."""
-    if drafters.is_drafter(draft) or getattr(draft, "module", None) is None:
+    if drafters.is_drafter(draft) or not drafters.as_drafter(draft, 1).has_network:
         return 0.0
     num = int(np.clip(np.ceil(TIMING_S / max(step_s, 1e-9)), 2, 64))
     x = np.asarray(x)

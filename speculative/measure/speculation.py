@@ -42,9 +42,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import jax
 import numpy as np
 
-from speculative.decode import contract, drafters
+from speculative.decode import drafters
 from speculative.decode import loops as decoding
-from speculative.decode import trees as trees_lib
 from speculative.decode.kernel import SamplingConfig
 from speculative.measure import analysis as theory
 from speculative.measure import costs as costs_lib
@@ -214,9 +213,9 @@ class SpeculationCandidate:
 
     @property
     def name(self) -> str:
-        if self.kind == "baseline":
+        if not self.speculative:
             return "baseline"
-        return f"tree {self.tree}" if self.kind == "tree" else f"{self.kind} g{self.gamma}"
+        return f"{self.kind} g{self.gamma}" if self.tree is None else f"tree {self.tree}"
 
     @property
     def ms_per_token(self) -> float:
@@ -224,7 +223,7 @@ class SpeculationCandidate:
 
     @property
     def speculative(self) -> bool:
-        return self.kind != "baseline"
+        return self.gamma is not None  # the baseline drafts nothing
 
     def to_json(self) -> Dict[str, Any]:
         return {**dataclasses.asdict(self), "tree": list(self.tree) if self.tree else None,
@@ -274,13 +273,15 @@ class SpeculationChoice:
     def line(self) -> str:
         """The choice and why, e.g. 'gamma auto: baseline 12.1 ms/token, chain g3 9.8, g5 9.1
         -> chain gamma 5 (1.33x)'."""
-        order = {"baseline": 0, "chain": 1, "block": 2, "tree": 3}
+        order = {}  # each kind where it was first timed: the drafters' own order
+        for c in self.candidates:
+            order.setdefault(c.kind, len(order))
         shown = [self.candidates[0]] + sorted(
             (c for c in self.candidates if c.speculative),
             key=lambda c: (order[c.kind], c.gamma or 0))
         parts, kind = [], None
         for c in shown:  # the later stages' baselines (the same program again) left out
-            label = c.name if c.kind != kind or c.kind == "tree" else f"g{c.gamma}"
+            label = c.name if c.kind != kind or c.tree is not None else f"g{c.gamma}"
             unit = " ms/token" if not parts else ""
             parts.append(f"{label} {c.ms_per_token:.3g}{unit}")
             kind = c.kind
@@ -314,30 +315,22 @@ class SpeculationChoice:
 
 
 def speculation_drafter(draft, kind: str, gamma: int, tree: Optional[Tuple[int, ...]] = None):
-    """The drafter of a candidate: 'chain' drafts `gamma` tokens one call each (a block draft
-    as the target-aware chain it also is), 'block' the block draft's whole block in one call,
-    'tree' the token tree `tree` (from the block's per-position laws for a block draft)."""
-    if kind == "block":
-        return drafters.BlockDrafter(draft, int(gamma))
-    if kind == "tree":
-        return drafters.as_drafter(draft, len(tree), trees_lib.as_tree(tuple(tree)))
-    if contract.drafts_blocks(draft):
-        return drafters.TargetAwareDrafter(draft, int(gamma))
-    return drafters.as_drafter(draft, int(gamma))
+    """The drafter a candidate's record names (`drafters.from_record`: the draft's own drafter
+    answers; e.g. a block draft's 'chain' is the target-aware chain it also is)."""
+    return drafters.from_record(draft, kind, gamma, tree)
+
+
+def speculation_families(draft, search: SpeculationSearch):
+    """The drafters timed in the first stages, in families (`drafters.calibration_families`:
+    the draft's drafter lists them; a drafter object is its own); gammas above
+    max_decode_len are left out."""
+    return drafters.calibration_families(draft, search.gammas, search.max_decode_len)
 
 
 def speculation_candidates(draft, search: SpeculationSearch) -> List[Tuple[str, int]]:
-    """`[(kind, gamma)]` of the first stage: the chain at `search.gammas` (a drafter object
-    brings its own gamma) and, for a block draft, the block at them (capped at its
-    max_gamma); gammas above max_decode_len are left out."""
-    if drafters.is_drafter(draft):
-        return [("chain", int(draft.gamma))]
-    gammas = sorted({int(g) for g in search.gammas if 1 <= g <= search.max_decode_len})
-    out = [("chain", g) for g in gammas]
-    if contract.drafts_blocks(draft):
-        top = int(draft.max_gamma)
-        out += [("block", g) for g in sorted({min(g, top) for g in gammas})]
-    return out
+    """`[(kind, gamma)]` of `speculation_families`, in order."""
+    return [drafters.record(d)[:2] for family in speculation_families(draft, search)
+            for d in family]
 
 
 def _speculation_programs(target, batches, search: SpeculationSearch,
@@ -359,17 +352,18 @@ def _speculation_programs(target, batches, search: SpeculationSearch,
 
 
 def _time_candidates(target, draft, batches, search: SpeculationSearch,
-                     shapes: Sequence[Tuple[str, Optional[int], Optional[Tuple[int, ...]]]],
+                     shapes: Sequence[Any],
                      timer: Optional[Callable] = None, stage: int = 1,
                      baseline_results: Optional[Sequence[Any]] = None):
-    """`(candidates, results)`: the baseline and each `(kind, gamma, tree)` of `shapes` timed
+    """`(candidates, results)`: the baseline and each drafter of `shapes` (named by
+    `drafters.record`: kind, gamma, tree) timed
     in `search.repeats` interleaved rounds on `batches` (`timer`: `interleaved` unless a test
     gives another), and each one's first-call results. `baseline_results`: the baseline's
     decode of `batches` already made (the gate's), returned as its first call instead of
     decoding the slice again."""
     timer = timer or interleaved
     named = {("baseline", None, None): None}
-    named.update({s: speculation_drafter(draft, *s) for s in shapes})
+    named.update({drafters.record(d): d for d in shapes})
     programs = _speculation_programs(target, batches, search, named)
     if baseline_results is not None:
         programs[("baseline", None, None)] = _first_given(programs[("baseline", None, None)],
@@ -484,7 +478,7 @@ def prior_applies(gate: Optional[SpeculationGate], search: SpeculationSearch) ->
 
 def speculation_prior(target, draft, batches: Sequence[Any], search: SpeculationSearch,
                       gate: SpeculationGate, baseline: SpeculationCandidate,
-                      base_results: Sequence[Any], shapes) -> SpeculationChoice:
+                      base_results: Sequence[Any], families) -> SpeculationChoice:
     """The choice where the gate says speculation pays but no candidate can be timed
     (`prior.SpeculationPrior`): the chain's gamma Theorem 3.8's model favours
     (`prior.predicted_speedups` at the card's alpha, the draft's timed step cost and the
@@ -495,7 +489,8 @@ def speculation_prior(target, draft, batches: Sequence[Any], search: Speculation
     start = time.perf_counter()
     c = prior_lib.draft_step_cost(target, draft, batches[0], seed=search.seed,
                                   max_decode_len=search.max_decode_len, step_s=gate.step_s)
-    gammas = sorted({g for k, g, _ in shapes if k == "chain"})
+    chain = {d.gamma: d for d in families[0]}  # the first family: the draft's chain
+    gammas = sorted(chain)
     verify = prior_lib.verify_costs(  # one compile: the verify at the deepest gamma, timed
         timed_verify_cost(target, batches[0], gammas[-1], search, gate.step_s), gammas)
     predicted = prior_lib.predicted_speedups(
@@ -504,9 +499,8 @@ def speculation_prior(target, draft, batches: Sequence[Any], search: Speculation
     gamma = max(predicted, key=lambda g: (predicted[g], -g))
     tried, results, measured = None, (), None
     if predicted[gamma] >= search.min_speedup:
-        name = ("chain", int(gamma), None)
-        program = _speculation_programs(
-            target, batches, search, {name: speculation_drafter(draft, "chain", gamma)})[name]
+        name = drafters.record(chain[gamma])
+        program = _speculation_programs(target, batches, search, {name: chain[gamma]})[name]
         run_s, compile_s, results = costs_lib.first_call(program)
         tried = _candidate(name, results, run_s, run_s + compile_s, baseline.ms_per_token, 1)
         measured = float(tried.speedup)
@@ -562,8 +556,9 @@ def choose_speculation(target, draft, batches: Sequence[Any], search: Speculatio
                                                    Optional[Tuple[int, ...]]]] = None,
                        timer: Optional[Callable] = None) -> SpeculationChoice:
     """Which way of decoding is fastest here: the baseline (no speculation), the chain at
-    `search.gammas`, a block draft's block (`contract.drafts_blocks`) and, where speculation
-    paid and `tree_for` proposes one, a token tree; timed on `batches` (the run's first inputs
+    `search.gammas`, a block draft's block (the draft's drafter lists them:
+    `drafters.calibration_families`) and, where speculation paid and `tree_for` proposes one,
+    a token tree; timed on `batches` (the run's first inputs
     at its batch size) by the one timing engine (`interleaved`: compiled first, then
     `search.repeats` rounds in a rotated order), compared by milliseconds per generated token.
 
@@ -592,7 +587,8 @@ def choose_speculation(target, draft, batches: Sequence[Any], search: Speculatio
     if not batches:
         raise ValueError("choose_speculation needs at least one calibration batch.")
     start = time.perf_counter()
-    shapes = [(k, g, None) for k, g in speculation_candidates(draft, search)]
+    families = speculation_families(draft, search)
+    shapes = [d for family in families for d in family]
     gate = None
 
     def baseline_only(notes=()) -> SpeculationChoice:
@@ -606,14 +602,14 @@ def choose_speculation(target, draft, batches: Sequence[Any], search: Speculatio
         """No time to time candidates: the prior decides, checked on the slice."""
         return dataclasses.replace(
             speculation_prior(target, draft, batches, search, gate, baseline, base_results,
-                              shapes), notes=tuple(notes), seconds=time.perf_counter() - start)
+                              families), notes=tuple(notes), seconds=time.perf_counter() - start)
 
     if search.gate and shapes:
         gate, baseline, base_results = speculation_gate(target, batches, search,
-                                                        [g for _, g, _ in shapes])
+                                                        [d.gamma for d in shapes])
         if not gate.open:
             return from_prior() if prior_applies(gate, search) else baseline_only()
-    probes = [s for i, s in enumerate(shapes) if all(s[0] != t[0] for t in shapes[:i])]
+    probes = [family[0] for family in families]  # each family at its smallest gamma
     candidates, results, stages = [], {}, []
     budget = _Budget(gate, candidates)
 
@@ -632,7 +628,7 @@ def choose_speculation(target, draft, batches: Sequence[Any], search: Speculatio
             return from_prior(budget.notes)
         return baseline_only(budget.notes)
     paid = stage(probes)
-    rest = [s for s in shapes if s not in probes]
+    rest = [s for s in shapes if all(s is not p for p in probes)]
     if paid is not None and rest and budget.allows(
             "the other gammas", len(rest), gate.max_bound if gate else 0.0, paid.speedup):
         paid = stage(rest)
@@ -641,7 +637,7 @@ def choose_speculation(target, draft, batches: Sequence[Any], search: Speculatio
     tree = (tree_for(paid) if paid is not None and tree_for is not None and budget.allows(
         "a token tree", 4, gate.perfect_bound if gate else 0.0, paid.speedup) else None)
     if tree and any(b > 1 for b in tree):  # a branching tree, not the chain
-        paid = stage([("tree", len(tree), tuple(tree))])
+        paid = stage([drafters.from_record(draft, "tree", len(tree), tuple(tree))])
     best = paid or candidates[0]
     return SpeculationChoice(
         best=best, candidates=tuple(candidates), batch_size=int(np.shape(batches[0])[0]),

@@ -58,6 +58,7 @@ class HybridDraft:
     copy: ngram.PromptLookupDraft
 
     kind = "hybrid"
+    copies_input = True  # a capability the drafters read (decode/drafters.py)
 
     def __post_init__(self):
         if not isinstance(self.copy, ngram.PromptLookupDraft):

@@ -206,6 +206,8 @@ class PromptLookupDraft(_HistoryDraft):
     min_ngram: int = _static_field(1)
     eps: float = _static_field(0.0)
 
+    copies_input = True  # a capability the drafters read (decode/drafters.py)
+
     def __post_init__(self):
         if not isinstance(self.vocab_size, (int, np.integer)) or self.vocab_size < 2:
             raise ValueError(f"PromptLookupDraft.vocab_size={self.vocab_size!r} is invalid: pass "

@@ -189,7 +189,8 @@ def place_model(model: Any, mesh: Mesh, rules: Optional[LogicalRules] = None,
     rules by default) and its decode state pinned to `cache_spec`; any other model (n-gram
     drafts) replicated. A T5 model's kernels are sharded in T5X's layout, which the rules
     name (a model loaded for a CPU holds them transposed: `layers.transpose_kernels`)."""
-    if hasattr(model, "module") and hasattr(model, "mesh"):
+    if isinstance(getattr(model, "module", None), (t5.Transformer, t5.DecoderOnly)):  # T5's
+        # adapters (models/adapters.py, which imports this module) hold a T5 network
         params = layers.untranspose_kernels(model.params)
         return dataclasses.replace(
             model, params=shard_params(params, model.module, mesh, rules, strict), mesh=mesh)

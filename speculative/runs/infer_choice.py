@@ -155,7 +155,7 @@ def trees_apply(settings: InferSettings, target, draft) -> bool:
     a target with tree verification and a draft model (not a drafter object, n-gram table or
     prompt lookup)."""
     return (settings.lenience == 1.0 and getattr(target, "mesh", None) is None
-            and not drafters.is_drafter(draft) and getattr(draft, "module", None) is not None
+            and not drafters.is_drafter(draft) and drafters.as_drafter(draft, 1).has_network
             and not contract.missing(target, contract.TreeTarget))
 
 
@@ -238,7 +238,7 @@ def choice_words(plan: DecodePlan) -> str:
     baseline (no speculation)'."""
     if not plan.speculative:
         return "the baseline (no speculation)"
-    what = (f"tree {tuple(plan.tree)}" if plan.kind == "tree"
+    what = (f"tree {tuple(plan.tree)}" if plan.tree is not None
             else f"{plan.kind or 'chain'} gamma {plan.gamma}")
     speedup = (plan.speculation or {}).get("speedup")
     return what + (f" ({speedup:.2f}x)" if speedup else "")

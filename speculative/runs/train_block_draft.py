@@ -45,7 +45,7 @@ if __name__ == "__main__":
 
     _library.cli()
 
-BLOCK_DRAFT = "block_draft"  # the card's `kind` of a block draft
+BLOCK_DRAFT = bundles.BLOCK_DRAFT  # the card's `kind` of a block draft (what it writes)
 
 gin.external_configurable(block_training.BlockTrainConfig, module="block_draft")
 
@@ -88,10 +88,10 @@ def train_block_draft(*, model_dir: str, cache_dir: str,
     if gin_config:
         files.write_atomic(os.path.join(model_dir, "config.gin"), gin_config)
     pair = bundles.bundle(target)
-    entry = pair.entry(init_from)
-    if entry.get("kind") != bundles.FEATURE_DRAFT or entry.get("target") != target:
+    feature = pair.load(init_from, kernel_layout="t5x")
+    drafter = pair.drafter_of(feature)  # the drafter says what the draft is
+    if not drafter.reads_target or drafter.proposes_block or pair.target_of(init_from) != target:
         raise ValueError(f"init_from={init_from!r} is not a bundled feature draft of {target}.")
-    feature = bundles.load_feature_draft(entry, pair.models_dir, kernel_layout="t5x")
     module = bd.BlockDraft(feature.module.config, max_gamma=max_gamma)
 
     def init_params():

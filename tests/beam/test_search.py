@@ -171,15 +171,15 @@ def test_target_aware_drafter_object_gives_the_plain_search():
 def test_a_drafter_that_cannot_propose_beam_paths_is_refused_in_one_line(tiny_models):
     """A token tree, a block draft, and a chain with dynamic gamma: each refused by name before
     anything is traced, in one line saying why; a drafter's gamma must agree with `gamma`."""
-    from speculative.decode import drafters  # pylint: disable=g-import-not-at-top
+    from speculative.decode import drafters, tree_drafter  # pylint: disable=g-import-not-at-top
 
     target, draft = tiny_models
     kw = dict(beam_size=2, draft_beam=0, max_decode_len=4)
     inputs = np.asarray([[3, 4, 1]], np.int32)
     cases = [
-        (drafters.TreeDrafter(drafters.ChainDrafter(draft, 2), (2, 2)), TypeError,
+        (tree_drafter.TreeDrafter(drafters.ChainDrafter(draft, 2), (2, 2)), TypeError,
          "TreeDrafter cannot draft for speculative beam search"),
-        (drafters.BlockDrafter(draft, 2), ValueError,
+        (drafters.BlockDrafter(draft, 2), TypeError,
          "BlockDrafter cannot draft for speculative beam search"),
         (drafters.ChainDrafter(draft, 2, confidence=0.5), ValueError,
          r"ChainDrafter\(confidence=0.5, schedule='constant'\): .* confidence=0"),

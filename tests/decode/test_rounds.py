@@ -1,12 +1,14 @@
 """speculative/decode/rounds.py: a round's pieces on their own (the loops that put them together:
 tests/decode/test_loops.py and test_loops_scripted.py)."""
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from speculative.decode import rounds, trees
+from speculative.decode import rounds, trees, verifiers
 
 
 def test_round_keys_are_distinct_per_role_and_per_depth():
@@ -25,9 +27,35 @@ def test_layout_widths_and_depths():
 
 
 def test_a_tree_refuses_lenience_by_its_shape():
-    rounds.ChainLayout(3).check_lenience(0.5)  # any rule applies to a chain
+    """Lenience is read from the verifier, the one place it is set."""
+    lenient = verifiers.GreedyVerifier(0.5)
+    rounds.ChainLayout(3).check_verifier(lenient)  # any rule applies to a chain
     with pytest.raises(ValueError, match=r"tree=\(2, 1\) .* needs lenience=1 \(got 0.5\)"):
-        rounds.TreeLayout(trees.as_tree((2, 1))).check_lenience(0.5)
+        rounds.TreeLayout(trees.as_tree((2, 1))).check_verifier(lenient)
+    rounds.TreeLayout(trees.as_tree((2, 1))).check_verifier(verifiers.GreedyVerifier())
+
+
+def test_a_tree_asks_its_verifier_for_the_tree_methods_only_a_chain_needs_fewer():
+    @dataclasses.dataclass(frozen=True)
+    class ChainOnly:  # a ChainVerifier: no children, no verify_tree
+        lenience: float = 1.0
+
+        def propose(self, logits, rng): ...
+
+        def top_probability(self, logits, q): ...
+
+        def verify(self, logits, q, x, num_drafted, rng): ...
+
+        def next_token(self, logits, rng): ...
+
+    verifiers.check_policy(ChainOnly())  # enough for a chain
+    rounds.ChainLayout(3).check_verifier(ChainOnly())
+    with pytest.raises(TypeError, match=r"lacks \['children', 'verify_tree'\].*TreeVerifier"):
+        rounds.TreeLayout(trees.as_tree((2, 1))).check_verifier(ChainOnly())
+    assert verifiers.methods(verifiers.ChainVerifier) == (
+        "propose", "top_probability", "verify", "next_token")
+    assert verifiers.methods(verifiers.TreeVerifier)[-2:] == ("children", "verify_tree")
+    assert verifiers.Verifier is verifiers.TreeVerifier  # the old name
 
 
 def _outcome(accepted, drafts, next_token, leaf=None):

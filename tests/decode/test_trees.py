@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from speculative import decoding
-from speculative.decode import trees
+from speculative.decode import trees, verifiers
 from speculative.decode.kernel import SamplingConfig
 from speculative.models import ngram, t5
 from tests.helpers import decoding as td
@@ -157,6 +157,11 @@ def test_tree_arguments_are_checked(td_encdec):
     with pytest.raises(ValueError, match="lenience=1"):
         decoding.speculative_decode(target, draft, inputs, gamma=2, tree=(2, 2), lenience=0.5,
                                     **kw)
+    # lenience is the verifier's own: a lenient policy given as an object is refused the same
+    # way, by the tree's layout, before anything compiles
+    with pytest.raises(ValueError, match=r"tree=\(2, 2\) .* needs lenience=1 \(got 0.5\)"):
+        decoding.speculative_decode(target, draft, inputs, gamma=2, tree=(2, 2),
+                                    verifier=verifiers.GreedyVerifier(0.5), **kw)
     with pytest.raises(ValueError, match="tree="):
         decoding.speculative_decode(target, draft, inputs, gamma=2, tree=(2, -1), **kw)
     with pytest.raises(TypeError, match="extend_tree"):

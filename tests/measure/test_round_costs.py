@@ -7,7 +7,7 @@ import jax
 import numpy as np
 import pytest
 
-from speculative.decode import drafters, trees, verifiers
+from speculative.decode import drafters, tree_drafter, trees, verifiers
 from speculative.measure import round_costs
 from tests.helpers import decoding as td
 
@@ -29,7 +29,7 @@ def test_a_chunk_reading_drafter_is_timed_at_each_width_and_a_chain_at_one():
     assert round_costs.widths(drafters.TargetAwareDrafter(draft, 3)) == (1, 2, 4)
     assert round_costs.widths(drafters.ChainDrafter(draft, 3)) == (1,)
     # A tree over a target-aware base re-reads its accepted path as its base does.
-    tree = drafters.TreeDrafter(drafters.TargetAwareDrafter(draft, 3), trees.as_tree((2, 1, 1)))
+    tree = tree_drafter.TreeDrafter(drafters.TargetAwareDrafter(draft, 3), trees.as_tree((2, 1, 1)))
     assert round_costs.widths(tree) == (1, 2, 4)
     assert round_costs.widths(object()) == (1,)  # a drafter without the method: one width
     spec = round_costs.RoundCostSpec(gammas=(2,), max_decode_len=6, round_steps=2, repeats=1)
@@ -49,7 +49,7 @@ def test_proposals_run_each_drafter_including_a_tree_whose_state_grows_per_path(
     inputs = td.prompts([3, 4], 5)
     rng = jax.random.PRNGKey(0)
     chain = drafters.TargetAwareDrafter(draft, 2)
-    for drafter in (chain, drafters.TreeDrafter(chain, trees.as_tree((2, 1)))):
+    for drafter in (chain, tree_drafter.TreeDrafter(chain, trees.as_tree((2, 1)))):
         acc, calls = round_costs.proposals(target, drafter, inputs, rng,
                                            verifier=verifiers.GreedyVerifier(), num_steps=3,
                                            max_decode_len=6)

@@ -18,7 +18,7 @@ import jax
 import numpy as np
 import pytest
 
-from speculative.decode import drafters
+from speculative.decode import drafters, tree_drafter
 from speculative.decode import loops as decoding
 from speculative.decode.kernel import SamplingConfig
 from speculative.measure import analysis as theory
@@ -139,7 +139,7 @@ def test_a_block_draft_times_its_block_beside_the_chain():
     assert type(chain) is drafters.TargetAwareDrafter and chain.gamma == 2
     assert type(speculation.speculation_drafter(DRAFT, "chain", 3)) is drafters.ChainDrafter
     tree = speculation.speculation_drafter(DRAFT, "tree", 2, (2, 1))
-    assert isinstance(tree, drafters.TreeDrafter)
+    assert isinstance(tree, tree_drafter.TreeDrafter)
 
 
 def test_gammas_beyond_max_decode_len_are_left_out_and_a_drafter_keeps_its_own():
