@@ -327,21 +327,23 @@ def _register(name: str, source, preprocessors, vocabulary, metric,
     )
 
 
+# The paper's two Table 2 tasks as T5 registers them: (name, TFDS dataset, prefix, source and
+# target keys, metric).
+PAPER_TASKS = (
+    (WMT_ENDE_TASK, WMT_ENDE_TFDS, EN_DE_PREFIX, "en", "de", "bleu"),
+    (CNN_DM_TASK, CNN_DM_TFDS, SUMMARIZE_PREFIX, "article", "highlights", "rouge"),
+)
+
+
 def register_paper_tasks(tfds_data_dir: Optional[str] = None) -> None:
     """(Re-)registers wmt_t2t_ende_v003 and cnn_dailymail_v002 as in T5."""
     splits = ("train", "validation", "test")
-    _register(
-        WMT_ENDE_TASK,
-        seqio.TfdsDataSource(WMT_ENDE_TFDS, tfds_data_dir=tfds_data_dir, splits=splits),
-        [functools.partial(prefix_pair, prefix=EN_DE_PREFIX, source_key="en",
-                           target_key="de")],
-        default_vocabulary(), "bleu")
-    _register(
-        CNN_DM_TASK,
-        seqio.TfdsDataSource(CNN_DM_TFDS, tfds_data_dir=tfds_data_dir, splits=splits),
-        [functools.partial(prefix_pair, prefix=SUMMARIZE_PREFIX, source_key="article",
-                           target_key="highlights")],
-        default_vocabulary(), "rouge")
+    for name, tfds_name, prefix, source_key, target_key, metric in PAPER_TASKS:
+        _register(
+            name, seqio.TfdsDataSource(tfds_name, tfds_data_dir=tfds_data_dir, splits=splits),
+            [functools.partial(prefix_pair, prefix=prefix, source_key=source_key,
+                               target_key=target_key)],
+            default_vocabulary(), metric)
 
 
 def register_tsv_task(

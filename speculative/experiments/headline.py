@@ -104,6 +104,18 @@ def _best(results: Dict, t: float) -> Dict:
                key=lambda r: r["speedup"])
 
 
+def _layout_cells(report: Dict, template: str) -> Dict[float, str]:
+    """kernel_layout.json's cell per temperature at its deepest gamma: `template` with `g`,
+    `t5x` and `transposed` (the two layouts' speedups)."""
+    cells = {}
+    for r in report["rows"]:
+        g = max(r["gammas"], key=int)
+        cells[r["temperature"]] = template.format(
+            g=g, t5x=_x(r["gammas"][g]["t5x"]["speedup"]),
+            transposed=_x(r["gammas"][g]["transposed"]["speedup"]))
+    return cells
+
+
 def _summary(report: Dict, path: str) -> Tuple[str, str]:
     """(T = 0 cell, T = 1 cell) of one results file, whatever its experiment."""
     name = os.path.basename(path)
@@ -118,11 +130,7 @@ def _summary(report: Dict, path: str) -> Tuple[str, str]:
         return tuple(", ".join(f"{r['draft']} {_x(r[t]['speedup'])}" for r in report["rows"])
                      for t in ("t0", "t1"))
     if name == "kernel_layout.json":
-        cells = {}
-        for r in report["rows"]:
-            g = max(r["gammas"], key=int)
-            cells[r["temperature"]] = (f"γ {g}: T5X layout {_x(r['gammas'][g]['t5x']['speedup'])}"
-                                       f", [out, in] {_x(r['gammas'][g]['transposed']['speedup'])}")
+        cells = _layout_cells(report, "γ {g}: T5X layout {t5x}, [out, in] {transposed}")
         return cells.get(0.0, "-"), cells.get(1.0, "-")
     if name == "trees.json":
         cells = {r["temperature"]: f"chain {_x(r['chain']['speedup'])}, widest tree "
@@ -169,11 +177,7 @@ def _host_cells(report: Dict, path: str) -> Tuple[str, str, str]:
         return (f"Tables 2-4, best: {best[0]['draft']}",
                 *(f"{_x(b['speedup'])} (γ {b['gamma']})" for b in best))
     if name == "kernel_layout.json":
-        cells = {}
-        for r in report["rows"]:
-            g = max(r["gammas"], key=int)
-            cells[r["temperature"]] = (f"{_x(r['gammas'][g]['t5x']['speedup'])} → "
-                                       f"{_x(r['gammas'][g]['transposed']['speedup'])} (γ {g})")
+        cells = _layout_cells(report, "{t5x} → {transposed} (γ {g})")
         return (f"kernel layout, T5X → `[out, in]`, {report['draft']}", cells.get(0.0, "-"),
                 cells.get(1.0, "-"))
     cells = {r["temperature"]: f"{_x(r['speedup'])} (γ {r['gamma']})" for r in report["rows"]}
