@@ -89,11 +89,19 @@ def cache_env(folder: str) -> Dict[str, str]:
                 SPECULATIVE_CALIBRATION_CACHE=calibration)
 
 
+def run_dir(caches: str, auto: bool, batch_size: int, num_examples: int, name: str) -> str:
+    """One run's output directory: beside its caches, named by mode, row and `name`."""
+    return os.path.join(caches, f"{'auto' if auto else 'base'}_b{batch_size}_n{num_examples}_"
+                                f"{name}")
+
+
 def _one_run(s: GammaAutoSettings, batch_size: int, num_examples: int, auto: bool,
              scratch: str, name: str, caches: str) -> Dict[str, Any]:
-    """One infer.py process; its caches in `caches` (a folder under `scratch`)."""
-    out_dir = os.path.join(scratch, f"{'auto' if auto else 'base'}_b{batch_size}_"
-                                    f"n{num_examples}_{name}")
+    """One infer.py process; its caches in `caches` (a folder under `scratch`), its output
+    beside them (`caches` is one run's, or one mode's of a warm row: `name` tells its runs
+    apart)."""
+    del scratch
+    out_dir = run_dir(caches, auto, batch_size, num_examples, name)
     cmd = infer_command(s, batch_size, num_examples, auto, out_dir)
     start = time.perf_counter()
     done = subprocess.run(cmd, capture_output=True, text=True, check=False,

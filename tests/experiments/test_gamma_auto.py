@@ -56,17 +56,23 @@ def test_the_report_and_its_headline():
 
 @pytest.mark.parametrize("cache", ["cold", "warm"])
 def test_cold_runs_start_empty_and_warm_runs_share_primed_caches(tmp_path, monkeypatch, cache):
-    calls = []
+    calls, out_dirs = [], set()
 
     def fake(s, batch_size, num, auto, scratch, name, caches):
+        out_dir = gamma_auto.run_dir(caches, auto, batch_size, num, name)
+        assert out_dir not in out_dirs, "two runs would write one output directory"
+        out_dirs.add(out_dir)
         env = gamma_auto.cache_env(caches)
         calls.append((name, auto, env["SPECULATIVE_JAX_CACHE"],
                       env["SPECULATIVE_CALIBRATION_CACHE"]))
         return {"mode": "auto" if auto else "baseline"}
 
     monkeypatch.setattr(gamma_auto, "_one_run", fake)
-    runs = gamma_auto._row_runs(gamma_auto.GammaAutoSettings(repeats=2), 1, 16, cache,
-                                str(tmp_path))
+    s = gamma_auto.GammaAutoSettings(repeats=2)
+    runs = gamma_auto._row_runs(s, 1, 16, cache, str(tmp_path))
+    # A second row of the same batch and examples (the other caches) writes elsewhere.
+    gamma_auto._row_runs(s, 1, 16, "warm" if cache == "cold" else "cold", str(tmp_path))
+    calls = calls[:len(calls) - (4 if cache == "warm" else 6)]
     assert [r["mode"] for r in runs] == ["auto", "baseline", "baseline", "auto"]
     timed = [c for c in calls if c[0] != "prime"]
     folders = {auto: {c[2] for c in timed if c[1] == auto} for auto in (True, False)}
