@@ -14,10 +14,12 @@ decodes (`code_digest`: the package's decode, beam, models and measure sources, 
 decode loop or kernel is a new key). A stored file whose key does
 not match (a hash collision, a hand edit) is ignored.
 
-Only choices that do not depend on the run's length are kept (`cacheable`): what was measured
-(the candidates timed, the prior checked on the slice) or bounded (the gate's bound under
-`min_speedup`). A short run's 'the rest of the run cannot repay a compile' is not: a longer run
-of the same settings must be free to decide otherwise.
+Choices that do not depend on the run's length are kept for any run of the key (`cacheable`):
+what was measured (the candidates timed, the prior checked on the slice) or bounded (the gate's
+bound under `min_speedup`). A short run's 'the rest of the run cannot repay a compile' or 'no
+time to calibrate' (`short_run`) is kept apart, with the run's number of batches, and holds only
+for runs of at most that many (`load_short`): a rerun of the same command takes it without
+compiling anything, and a longer run of the same settings is free to decide otherwise.
 """
 
 from __future__ import annotations
@@ -164,3 +166,29 @@ def cacheable(choice) -> bool:
     gate = choice.gate
     return bool(choice.prior is not None or len(choice.candidates) > 1 or (
         gate is not None and gate.pays and gate.fits and not gate.open))
+
+
+def short_run(choice) -> bool:
+    """Whether a `speculation.SpeculationChoice` is the baseline because the run was short:
+    the gate closed by the payback or the calibration budget, with nothing timed and no prior."""
+    gate = choice.gate
+    return bool(gate is not None and not gate.open and choice.prior is None
+                and len(choice.candidates) <= 1 and not (gate.pays and gate.fits))
+
+
+def _short_key(key: Dict[str, Any]) -> Dict[str, Any]:
+    return dict(key, short_run=True)
+
+
+def store_short(key: Dict[str, Any], plan_json: Dict[str, Any],
+                run_batches: int) -> Optional[str]:
+    """Stores a `short_run` choice of a run of `run_batches` batches (its own entry)."""
+    return store(_short_key(key), dict(plan_json, run_batches=int(run_batches)))
+
+
+def load_short(key: Dict[str, Any], run_batches: int) -> Optional[Dict[str, Any]]:
+    """A `short_run` choice stored under `key` by a run at least `run_batches` long, or None."""
+    cached = load(_short_key(key))
+    if cached is None or int(cached.get("run_batches", 0)) < int(run_batches):
+        return None
+    return cached

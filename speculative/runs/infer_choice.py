@@ -202,9 +202,11 @@ def choose_decoding(settings: InferSettings, target, draft, all_batches) -> Deco
 
     A choice made before for the same key (`calibration_cache`: this host, the same models,
     batch size, lengths and sampling) is taken from disk without timing anything; a new one is
-    stored there when it does not depend on the run's length (`calibration_cache.cacheable`)."""
+    stored there when it does not depend on the run's length (`calibration_cache.cacheable`),
+    or, made because the run was short, for reruns no longer than it (`short_run`)."""
     key = calibration_cache.calibration_key(settings)
-    cached = calibration_cache.load(key)
+    cached = (calibration_cache.load(key)
+              or calibration_cache.load_short(key, len(all_batches)))
     if cached is not None:
         plan = DecodePlan.from_json(dict(cached, calibration_seconds=0.0, speculation=dict(
             cached.get("speculation") or {}, cache_file=cached["cache_file"])))
@@ -226,10 +228,13 @@ def choose_decoding(settings: InferSettings, target, draft, all_batches) -> Deco
         speculation=dict(choice.to_json(), line=choice.line()),
         calibration_seconds=choice.seconds,
         reused=tuple((result, per_batch) for result in choice.results))
+    stored = None
     if calibration_cache.cacheable(choice):
         stored = calibration_cache.store(key, plan.to_json())
-        if stored:
-            logging.info("gamma auto: choice kept in %s for reruns", stored)
+    elif calibration_cache.short_run(choice):  # for reruns no longer than this one
+        stored = calibration_cache.store_short(key, plan.to_json(), len(all_batches))
+    if stored:
+        logging.info("gamma auto: choice kept in %s for reruns", stored)
     return plan
 
 

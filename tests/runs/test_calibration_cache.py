@@ -142,12 +142,39 @@ def test_a_rerun_takes_the_stored_choice_without_timing(settings, cache_dir, mon
     assert first.speculation["line"] in said["reason"]
 
 
-def test_a_short_runs_baseline_is_not_stored(settings, cache_dir, monkeypatch):
+def test_a_short_runs_baseline_holds_for_reruns_no_longer_than_it(settings, cache_dir,
+                                                                    monkeypatch):
+    """'The run cannot repay a compile' is kept with the run's length: a rerun of the same or a
+    shorter run takes it without timing; a longer run decides again."""
     base = _candidate("baseline", None, 1.0)
+    timed = []
     monkeypatch.setattr(infer_choice.speculation, "choose_speculation",
-                        lambda *a, **k: _choice(_gate(pays=False, opened=False), [base]))
-    plan = infer_choice.choose_decoding(settings, None, None, [(list(range(4)), [0])])
-    assert not plan.speculative and not cache_dir.exists()
+                        lambda *a, **k: timed.append(1)
+                        or _choice(_gate(pays=False, opened=False), [base]))
+    batch = (list(range(4)), [0])
+    plan = infer_choice.choose_decoding(settings, None, None, [batch] * 3)
+    assert timed == [1] and not plan.speculative
     said = infer_choice.decision(settings, plan)
     assert said["choice"] == "the baseline (no speculation)"
     assert "could save at most" in said["reason"]
+    key = cache.calibration_key(settings)
+    assert cache.load(key) is None  # not a choice for runs of any length
+    assert cache.load_short(key, 3)["run_batches"] == 3
+    for batches, timed_again in ((3, 0), (2, 0), (4, 1)):
+        timed.clear()
+        again = infer_choice.choose_decoding(settings, None, None, [batch] * batches)
+        assert not again.speculative and len(timed) == timed_again, batches
+    # The longer run (4 batches, decided again: short too) now covers runs of up to 4.
+    assert cache.load_short(key, 4)["run_batches"] == 4
+
+
+def test_what_counts_as_a_short_runs_choice():
+    base, chain = _candidate("baseline", None, 1.0), _candidate("chain", 4, 1.6)
+    prior = prior_lib.SpeculationPrior(alpha=0.8, c=0.1, verify_cost=1.0, gamma=4,
+                                         predicted=1.9, measured=1.6, kept=True, seconds=1.0)
+    assert cache.short_run(_choice(_gate(pays=False, opened=False), [base]))  # payback
+    assert cache.short_run(_choice(_gate(fits=False, opened=False), [base]))  # budget
+    assert not cache.short_run(_choice(_gate(opened=False), [base]))  # the bound: any length
+    assert not cache.short_run(_choice(_gate(fits=False, opened=False), [base, chain], prior))
+    assert not cache.short_run(_choice(_gate(), [base, chain]))
+    assert not cache.short_run(_choice(None, [base]))
