@@ -125,11 +125,15 @@ def run(settings: InferSettings, models: Optional[Tuple[Any, Any]] = None,
         task = get_task(settings)
     vocabulary = task.output_features["targets"].vocabulary
     infer_encode.check_vocab(settings, vocabulary)
-    target, draft = models if models is not None else load_models(settings)
+    all_batches = list(batches(examples, settings.batch_size, settings.input_length))
+    cached = infer_choice.cached_choice(settings, len(all_batches))
+    needs_draft = cached is None or cached.speculative  # a cached baseline loads no draft
+    target, draft = (models if models is not None
+                     else load_models(settings, with_draft=needs_draft))
     if settings.target_config is None:  # the architecture came from the checkpoint
         infer_encode.check_vocab(settings, vocabulary, target.vocab_size)
-    models_lib.check_models(settings, task, target,
-                            draft if settings.drafts else None)
+    models_lib.check_models(settings, task, target, draft if settings.drafts else None,
+                            needs_draft=needs_draft)
     truncated = infer_encode.num_truncated(examples)
     if truncated:
         logging.warning("%d of %d inputs are longer than TASK_FEATURE_LENGTHS['inputs']=%d and "
@@ -137,12 +141,13 @@ def run(settings: InferSettings, models: Optional[Tuple[Any, Any]] = None,
                         len(examples), settings.input_length,
                         "their last L_in tokens" if settings.decoder_only
                         else "their first L_in - 1 tokens + EOS")
-    all_batches = list(batches(examples, settings.batch_size, settings.input_length))
     num_chunks = -(-len(all_batches) // settings.checkpoint_period)
     with _time_limit(settings.time_limit_s):
         done, saved_plan = output.start()
         plan = (DecodePlan.from_json(saved_plan) if saved_plan is not None
-                else infer_choice.choose(settings, target, draft, all_batches))
+                else infer_choice.choose(settings, target, draft, all_batches, cached))
+        if plan.speculative and draft is None:  # a resumed plan that drafts, a cached baseline
+            draft = models_lib.load_draft(settings, target, getattr(target, "mesh", None))
         output.save_plan(plan.to_json())
         timing = {"decode_seconds": 0.0, "compile_seconds": 0.0}
         for chunk in infer_decode.decode_chunks(settings, plan, target, draft, examples,
@@ -179,7 +184,7 @@ def _metrics(settings: InferSettings, task_name: str, plan: DecodePlan, timing, 
         "input_file": settings.input_file,
         "mode": plan.mode,
         # what decoded and why (infer_choice.decision): the closing summary's last line
-        "decision": infer_choice.decision(settings, plan),
+        "decision": plan.decision or infer_choice.decision(settings, plan),  # an old plan
         "shard": {"shard_id": settings.shard_id, "num_shards": settings.num_shards},
         "num_examples": len(records),
         "metrics": task_metrics,

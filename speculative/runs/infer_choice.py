@@ -58,6 +58,7 @@ class DecodePlan:
       draft_beam, draft_branch: the speculative beam search's proposals.
       speculation, beam_choice: what was timed and chosen, as metrics.json records it.
       calibration_seconds: the timing's walltime (compiles included).
+      decision: what the run decodes with and why (`decision`), set by `choose`.
       reused: the chosen program's results for the calibration batches, each with its
         seconds (the run's first results; not written).
     """
@@ -71,6 +72,7 @@ class DecodePlan:
     speculation: Optional[Dict[str, Any]] = None
     beam_choice: Optional[Dict[str, Any]] = None
     calibration_seconds: float = 0.0
+    decision: Optional[Dict[str, str]] = dataclasses.field(default=None, compare=False)
     reused: Tuple[Tuple[Any, float], ...] = dataclasses.field(default=(), compare=False,
                                                               repr=False)
 
@@ -100,8 +102,15 @@ class DecodePlan:
         return cls(**dict(data, tree=tuple(data["tree"]) if data.get("tree") else None))
 
 
-def choose(settings: InferSettings, target, draft, all_batches) -> DecodePlan:
-    """The run's `DecodePlan` (module docstring); times only under GAMMA 'auto' or beams."""
+def choose(settings: InferSettings, target, draft, all_batches,
+           cached: Optional[DecodePlan] = None) -> DecodePlan:
+    """The run's `DecodePlan` (module docstring), with its `decision`; times only under GAMMA
+    'auto' (unless `cached`, its `cached_choice`, decides) or beams."""
+    plan = cached if cached is not None else _choose(settings, target, draft, all_batches)
+    return dataclasses.replace(plan, decision=decision(settings, plan))
+
+
+def _choose(settings: InferSettings, target, draft, all_batches) -> DecodePlan:
     if settings.infer_mode == "score":
         return DecodePlan("score")
     if settings.beam_size is not None:
@@ -193,6 +202,25 @@ def calibration_slice(settings: InferSettings, target, all_batches, *,
     return calibration, search
 
 
+def cached_choice(settings: InferSettings, num_batches: int) -> Optional[DecodePlan]:
+    """GAMMA 'auto''s choice made before for this run's key (`calibration_cache`: a choice for
+    runs of any length, or a short run's for runs of at most `num_batches` batches), or None.
+    It needs no model, so a run whose cached choice is the baseline never loads its draft."""
+    if (settings.infer_mode == "score" or settings.beam_size is not None
+            or not settings.speculative or not settings.auto_gamma):
+        return None
+    key = calibration_cache.calibration_key(settings)
+    cached = calibration_cache.load(key) or calibration_cache.load_short(key, num_batches)
+    if cached is None:
+        return None
+    plan = DecodePlan.from_json(dict(cached, calibration_seconds=0.0, speculation=dict(
+        cached.get("speculation") or {}, cache_file=cached["cache_file"])))
+    logging.info("gamma auto: %s, as calibrated before on this host (%s; "
+                 "SPECULATIVE_CALIBRATION_CACHE=0 calibrates again)",
+                 choice_words(plan), cached["cache_file"])
+    return plan
+
+
 def choose_decoding(settings: InferSettings, target, draft, all_batches) -> DecodePlan:
     """GAMMA = 'auto': times the candidates on the run's first batches with
     `speculation.choose_speculation`, which knows the run's length and so spends calibration
@@ -200,20 +228,11 @@ def choose_decoding(settings: InferSettings, target, draft, all_batches) -> Deco
     speculative), logs the choice and why; the plan runs the fastest, and takes its results
     for the calibration batches as the run's (same inputs, same keys).
 
-    A choice made before for the same key (`calibration_cache`: this host, the same models,
-    batch size, lengths and sampling) is taken from disk without timing anything; a new one is
-    stored there when it does not depend on the run's length (`calibration_cache.cacheable`),
-    or, made because the run was short, for reruns no longer than it (`short_run`)."""
+    A new choice is stored in `calibration_cache` (this host, the same models, batch size,
+    lengths and sampling) when it does not depend on the run's length
+    (`calibration_cache.cacheable`), or, made because the run was short, for reruns no longer
+    than it (`short_run`); `cached_choice` reads it back before the models load."""
     key = calibration_cache.calibration_key(settings)
-    cached = (calibration_cache.load(key)
-              or calibration_cache.load_short(key, len(all_batches)))
-    if cached is not None:
-        plan = DecodePlan.from_json(dict(cached, calibration_seconds=0.0, speculation=dict(
-            cached.get("speculation") or {}, cache_file=cached["cache_file"])))
-        logging.info("gamma auto: %s, as calibrated before on this host (%s; "
-                     "SPECULATIVE_CALIBRATION_CACHE=0 calibrates again)",
-                     choice_words(plan), cached["cache_file"])
-        return plan
     calibration, search = calibration_slice(settings, target, all_batches)
     tree_for = (functools.partial(chosen_tree, settings, target, draft, calibration)
                 if trees_apply(settings, target, draft) else None)

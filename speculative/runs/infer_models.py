@@ -20,8 +20,10 @@ from speculative.models import partitioning, t5
 from speculative.runs.infer_settings import InferSettings, architecture_source
 
 
-def load_models(settings: InferSettings) -> Tuple[contract.DecodeModel, Optional[Any]]:
-    """`(target, draft)`; the draft is None for the baseline and for mode 'score'."""
+def load_models(settings: InferSettings,
+                with_draft: bool = True) -> Tuple[contract.DecodeModel, Optional[Any]]:
+    """`(target, draft)`; the draft is None for the baseline, for mode 'score', and where the
+    run needs none (`with_draft` False: GAMMA 'auto''s cached choice is the baseline)."""
     logging.info("Loading target %s; its architecture from %s",
                  settings.target_checkpoint or "(random weights)",
                  architecture_source(settings.target_config, settings.target_checkpoint))
@@ -29,27 +31,30 @@ def load_models(settings: InferSettings) -> Tuple[contract.DecodeModel, Optional
     target = loading.load_model(settings.target_config, settings.target_checkpoint,
                                 decoder_only=settings.decoder_only, seed=settings.seed,
                                 param_dtype=settings.param_dtype, mesh=mesh)
-    draft = None
-    if settings.drafts:
-        spec, checkpoint = settings.draft_config, settings.draft_checkpoint
-        logging.info("Loading draft %s%s", loading.source(spec, checkpoint),
-                     "; its architecture from " + architecture_source(spec, checkpoint)
-                     if spec is None or isinstance(spec, t5.T5Config) else "")
-        draft = loading.build_draft(
-            spec, checkpoint, target, decoder_only=settings.decoder_only, seed=settings.seed,
-            param_dtype=settings.param_dtype, mesh=mesh,
-            rules=partitioning.standard_logical_axis_rules()
-            if settings.draft_partitioned else None)
+    draft = load_draft(settings, target, mesh) if settings.drafts and with_draft else None
     return target, draft
 
 
-def check_models(settings: InferSettings, task, target, draft) -> None:
+def load_draft(settings: InferSettings, target, mesh=None) -> Any:
+    """The draft the settings name, for `target` (on `mesh`, as the target's)."""
+    spec, checkpoint = settings.draft_config, settings.draft_checkpoint
+    logging.info("Loading draft %s%s", loading.source(spec, checkpoint),
+                 "; its architecture from " + architecture_source(spec, checkpoint)
+                 if spec is None or isinstance(spec, t5.T5Config) else "")
+    return loading.build_draft(
+        spec, checkpoint, target, decoder_only=settings.decoder_only, seed=settings.seed,
+        param_dtype=settings.param_dtype, mesh=mesh,
+        rules=partitioning.standard_logical_axis_rules() if settings.draft_partitioned else None)
+
+
+def check_models(settings: InferSettings, task, target, draft,
+                 needs_draft: bool = True) -> None:
     """The models must be of the kind DECODER_ONLY says (preloaded ones are not built from the
     settings), and a speculative run needs its draft. The task's kind is not recorded anywhere,
     so it is only guessed from its inputs: prompts that a decoder continues carry no EOS
     (stdlib_code), encoder inputs end with one; a disagreement is logged, since a model may
     have been trained either way."""
-    if settings.drafts and draft is None:
+    if settings.drafts and needs_draft and draft is None:
         raise ValueError("speculative=True but no draft model was given.")
     for name, model in (("target", target), ("draft", draft)):
         prefix = getattr(model, "prefix_length", None)

@@ -3,6 +3,7 @@ batch size, lengths, sampling), found again only under the same key, and a rerun
 without timing; the closing summary says so (infer_choice.decision). Choices made because the
 run was short are not stored."""
 
+import dataclasses
 import json
 import os
 
@@ -13,7 +14,7 @@ from speculative.measure import prior as prior_lib
 from speculative.measure import speculation
 from speculative.runs import calibration_cache as cache
 from speculative.runs import config as config_lib
-from speculative.runs import infer, infer_choice
+from speculative.runs import infer, infer_choice, infer_models
 from tests.helpers.runs import INFER_GIN, infer_bindings
 
 pytestmark = pytest.mark.usefixtures("clean_gin")
@@ -48,6 +49,12 @@ def _choice(gate, candidates, prior=None):
     return speculation.SpeculationChoice(best=candidates[-1], candidates=tuple(candidates),
                                          batch_size=1, batches=1, repeats=1, seconds=1.5,
                                          results=(object(),), gate=gate, prior=prior)
+
+
+def _decide(settings, batches):
+    """GAMMA 'auto''s choice as infer.run makes it: the cached one, else a new one."""
+    cached = infer_choice.cached_choice(settings, len(batches))
+    return infer_choice.choose(settings, None, None, batches, cached)
 
 
 def test_a_choice_is_found_only_under_its_own_key(settings, cache_dir):
@@ -128,11 +135,11 @@ def test_a_rerun_takes_the_stored_choice_without_timing(settings, cache_dir, mon
     monkeypatch.setattr(infer_choice.speculation, "choose_speculation",
                         lambda *a, **k: timed.append(1) or _choice(_gate(), [base, chain]))
     batches = [(list(range(4)), [0])]
-    first = infer_choice.choose_decoding(settings, None, None, batches)
+    first = _decide(settings, batches)
     assert timed == [1] and first.speculative and first.gamma == 4 and first.reused
     assert "chain gamma 4 (1.60x)" == infer_choice.decision(settings, first)["choice"]
     assert len(os.listdir(cache_dir)) == 1
-    again = infer_choice.choose_decoding(settings, None, None, batches)
+    again = _decide(settings, batches)
     assert timed == [1]  # nothing timed
     assert (again.mode, again.gamma, again.kind) == (first.mode, first.gamma, first.kind)
     assert again.calibration_seconds == 0.0 and again.reused == ()
@@ -152,7 +159,7 @@ def test_a_short_runs_baseline_holds_for_reruns_no_longer_than_it(settings, cach
                         lambda *a, **k: timed.append(1)
                         or _choice(_gate(pays=False, opened=False), [base]))
     batch = (list(range(4)), [0])
-    plan = infer_choice.choose_decoding(settings, None, None, [batch] * 3)
+    plan = _decide(settings, [batch] * 3)
     assert timed == [1] and not plan.speculative
     said = infer_choice.decision(settings, plan)
     assert said["choice"] == "the baseline (no speculation)"
@@ -162,7 +169,7 @@ def test_a_short_runs_baseline_holds_for_reruns_no_longer_than_it(settings, cach
     assert cache.load_short(key, 3)["run_batches"] == 3
     for batches, timed_again in ((3, 0), (2, 0), (4, 1)):
         timed.clear()
-        again = infer_choice.choose_decoding(settings, None, None, [batch] * batches)
+        again = _decide(settings, [batch] * batches)
         assert not again.speculative and len(timed) == timed_again, batches
     # The longer run (4 batches, decided again: short too) now covers runs of up to 4.
     assert cache.load_short(key, 4)["run_batches"] == 4
@@ -178,3 +185,25 @@ def test_what_counts_as_a_short_runs_choice():
     assert not cache.short_run(_choice(_gate(fits=False, opened=False), [base, chain], prior))
     assert not cache.short_run(_choice(_gate(), [base, chain]))
     assert not cache.short_run(_choice(None, [base]))
+
+
+def test_a_rerun_whose_cached_choice_is_the_baseline_loads_no_draft(tiny_gin, tmp_path,
+                                                                     cache_dir, monkeypatch):
+    """The cached choice is read before the models load: a baseline needs no draft, so the
+    rerun never loads it, and decodes what the first run did."""
+    base = _candidate("baseline", None, 1.0)
+    short = dataclasses.replace(_choice(_gate(pays=False, opened=False), [base]), results=(),
+                                batches=0)  # nothing decoded in calibration: the run does all
+    monkeypatch.setattr(infer_choice.speculation, "choose_speculation", lambda *a, **k: short)
+    runs, loads = [], []
+    real = infer_models.load_draft
+    monkeypatch.setattr(infer_models, "load_draft", lambda *a, **k: loads.append(1) or real(
+        *a, **k))
+    for name in ("first", "again"):
+        config_lib.parse_gin([INFER_GIN, tiny_gin], infer_bindings(tmp_path / name)
+                             + ["infer.infer.progress = False"])
+        runs.append(infer.infer(gamma="auto"))
+    assert loads == [1]  # the first run only
+    assert runs[1].metrics["decision"]["reason"].startswith("calibrated before on this host")
+    assert [r["prediction_tokens"] for r in runs[0].records] == \
+        [r["prediction_tokens"] for r in runs[1].records]
