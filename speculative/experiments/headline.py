@@ -149,10 +149,10 @@ def _summary(report: Dict, path: str) -> Tuple[str, str]:
         return tuple(", ".join(f"{r['draft']} {_x(r['speedup'])} (γ {r['gamma']}, c_round "
                                f"{r['c_round']:.2f})" for r in best if r["temperature"] == t)
                      or "-" for t in (0.0, 1.0))
-    if name == "gamma_auto.json":
-        return "; ".join(
-            f"batch {r['batch_size']}, {r.get('examples', '?')} sentences: "
-            f"{r['auto_over_baseline']:.2f}x the baseline's walltime "
+    if name == "gamma_auto.json":  # walltime auto / baseline per batch x sentences
+        return "walltime auto / baseline: " + "; ".join(
+            f"{r['batch_size']} × {r.get('examples', '?')}"
+            f"{' ' + r['caches'] if 'caches' in r else ''} {r['auto_over_baseline']:.2f} "
             f"({', '.join(map(str, r['choices']))})" for r in report["rows"]), "-"
     raise ValueError(f"no summary for {path}")
 
