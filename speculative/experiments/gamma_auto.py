@@ -96,11 +96,9 @@ def run_dir(caches: str, auto: bool, batch_size: int, num_examples: int, name: s
 
 
 def _one_run(s: GammaAutoSettings, batch_size: int, num_examples: int, auto: bool,
-             scratch: str, name: str, caches: str) -> Dict[str, Any]:
-    """One infer.py process; its caches in `caches` (a folder under `scratch`), its output
-    beside them (`caches` is one run's, or one mode's of a warm row: `name` tells its runs
-    apart)."""
-    del scratch
+             name: str, caches: str) -> Dict[str, Any]:
+    """One infer.py process; its caches in the folder `caches`, its output beside them
+    (`caches` is one run's, or one mode's of a warm row: `name` tells its runs apart)."""
     out_dir = run_dir(caches, auto, batch_size, num_examples, name)
     cmd = infer_command(s, batch_size, num_examples, auto, out_dir)
     start = time.perf_counter()
@@ -127,8 +125,8 @@ def _row_runs(s: GammaAutoSettings, batch_size: int, num: int, cache: str,
     row = os.path.join(scratch, f"b{batch_size}_n{num}_{cache}")
     if cache == "warm":
         for auto in (True, False):
-            _one_run(s, batch_size, num, auto, scratch, "prime", os.path.join(row, str(auto)))
-    return [_one_run(s, batch_size, num, auto, scratch, str(i),
+            _one_run(s, batch_size, num, auto, "prime", os.path.join(row, str(auto)))
+    return [_one_run(s, batch_size, num, auto, str(i),
                      os.path.join(row, str(auto) if cache == "warm" else f"{auto}_{i}"))
             for i in range(s.repeats) for auto in (i % 2 == 0, i % 2 == 1)]
 

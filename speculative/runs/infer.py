@@ -147,7 +147,7 @@ def run(settings: InferSettings, models: Optional[Tuple[Any, Any]] = None,
         plan = (DecodePlan.from_json(saved_plan) if saved_plan is not None
                 else infer_choice.choose(settings, target, draft, all_batches, cached))
         if plan.speculative and draft is None:  # a resumed plan that drafts, a cached baseline
-            draft = models_lib.load_draft(settings, target, getattr(target, "mesh", None))
+            draft = models_lib.load_draft(settings, target)
         output.save_plan(plan.to_json())
         timing = {"decode_seconds": 0.0, "compile_seconds": 0.0}
         for chunk in infer_decode.decode_chunks(settings, plan, target, draft, examples,

@@ -36,7 +36,9 @@ def load_models(settings: InferSettings,
 
 
 def load_draft(settings: InferSettings, target, mesh=None) -> Any:
-    """The draft the settings name, for `target` (on `mesh`, as the target's)."""
+    """The draft the settings name, for `target`, on the settings' mesh (`mesh`: that mesh,
+    made already)."""
+    mesh = settings.make_mesh() if mesh is None else mesh
     spec, checkpoint = settings.draft_config, settings.draft_checkpoint
     logging.info("Loading draft %s%s", loading.source(spec, checkpoint),
                  "; its architecture from " + architecture_source(spec, checkpoint)

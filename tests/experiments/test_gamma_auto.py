@@ -58,7 +58,7 @@ def test_the_report_and_its_headline():
 def test_cold_runs_start_empty_and_warm_runs_share_primed_caches(tmp_path, monkeypatch, cache):
     calls, out_dirs = [], set()
 
-    def fake(s, batch_size, num, auto, scratch, name, caches):
+    def fake(s, batch_size, num, auto, name, caches):
         out_dir = gamma_auto.run_dir(caches, auto, batch_size, num, name)
         assert out_dir not in out_dirs, "two runs would write one output directory"
         out_dirs.add(out_dir)
