@@ -266,6 +266,14 @@ class ChainDrafter(Capabilities):
         return TreeDrafter(self.replace(gamma=tree.depth, initial_gamma=None), tree)
 
 
+def _refuse_own_model(model, needed_for: str, then: str):
+    """`own_model`'s refusal for a draft that reads the target (`then`: how the message goes on
+    before naming the separate draft to use)."""
+    raise TypeError(f"{needed_for} takes a draft with a model of its own; this "
+                    f"{type(model).__name__} reads the target's states{then} a separate draft "
+                    "(a bundle's best_t5_draft, e.g. large_draft_kdtv).")
+
+
 # ----------------------------------------------------------------------------------------------
 # A draft that reads the target.
 
@@ -370,11 +378,8 @@ class TargetAwareDrafter(ChainDrafter):
         return state.replace(model=self.model.rewind(dstate, lengths), feature=feature)
 
     def own_model(self, needed_for: str):
-        raise TypeError(
-            f"{needed_for} takes a draft with a model of its own; this "
-            f"{type(self.model).__name__} reads the target's states, which the jitted "
-            "speculative_beam_search feeds it. Use that, or a separate draft (a bundle's "
-            "best_t5_draft, e.g. large_draft_kdtv).")
+        _refuse_own_model(self.model, needed_for, ", which the jitted speculative_beam_search "
+                          "feeds it. Use that, or")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -438,10 +443,7 @@ class BlockDrafter(Capabilities):
         self.layout.require(target)
 
     def own_model(self, needed_for: str):
-        raise TypeError(
-            f"{needed_for} takes a draft with a model of its own; this "
-            f"{type(self.model).__name__} reads the target's states. Use a separate draft (a "
-            "bundle's best_t5_draft, e.g. large_draft_kdtv).")
+        _refuse_own_model(self.model, needed_for, ". Use")
 
     def start(self, view, inputs, max_decode_len, target_width):
         # the call holds the catch-up chunk (G + 1 slots) and G - 1 placeholders at once
